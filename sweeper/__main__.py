@@ -1,0 +1,5 @@
+import sys
+
+from sweeper.cli import main
+
+sys.exit(main())

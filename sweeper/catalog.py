@@ -1,0 +1,96 @@
+"""What a spec can name: fine-tuning tasks and model presets (pure data, no torch).
+
+The driver resolves these into plain dicts that travel to workers inside each trial's or run's
+config, so the worker side never imports the driver.
+
+Tasks: a task names where its rows come from and how their columns map onto the family's fields;
+
+A task names where its rows come from and how their columns map onto the family's fields;
+the family (sequence_classification, token_classification, ...) owns tokenisation, the head,
+the loss and the metric. Splits follow the paper: the source's official validation split is
+the test set, and validation is 5 % of train drawn with seed 42.
+"""
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass, field
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class TaskInfo:
+    name: str
+    family: str
+    """sequence_classification | token_classification (QA and retrieval: issue 3)."""
+    category: str
+    """Report category: SC, TC, QA or IR."""
+    source: str
+    """Built-in file name, local path, or hub dataset id (`name:config`)."""
+    metric: str
+    text_fields: tuple[str, ...] = ("sentence",)
+    """Columns joined into one input; with prefixes for sentence pairs."""
+    field_prefixes: tuple[str, ...] = ("",)
+    label_field: str = "label"
+    label_names: tuple[str, ...] = ()
+    """Label vocabulary when the source stores integer ids (hub datasets)."""
+    train_split: str = "train"
+    test_split: str = "validation"
+    split_column: str | None = None
+    """For single-file sources: the column that says which split a row belongs to."""
+    extra: dict = field(default_factory=dict)
+
+
+TASKS: dict[str, TaskInfo] = {
+    info.name: info
+    for info in (
+        TaskInfo(
+            name="wordnet-supersense-cls", family="sequence_classification", category="SC",
+            source="wordnet-supersense-cls", metric="accuracy", split_column="split",
+        ),
+        TaskInfo(
+            name="wordnet-supersense-tag", family="token_classification", category="TC",
+            source="wordnet-supersense-tag", metric="f1", text_fields=("tokens",),
+            label_field="ner_tags", split_column="split",
+        ),
+        TaskInfo(
+            name="sst2", family="sequence_classification", category="SC",
+            source="nyu-mll/glue:sst2", metric="accuracy", label_names=("negative", "positive"),
+        ),
+        TaskInfo(
+            name="conll2003", family="token_classification", category="TC",
+            source="eriktks/conll2003", metric="f1", text_fields=("tokens",),
+            label_field="ner_tags",
+            label_names=("O", "B-PER", "I-PER", "B-ORG", "I-ORG", "B-LOC", "I-LOC", "B-MISC", "I-MISC"),
+        ),
+    )
+}
+
+
+def get_task(name: str) -> TaskInfo:
+    try:
+        return TASKS[name]
+    except KeyError:
+        raise KeyError(f"unknown task {name!r}; known: {', '.join(sorted(TASKS))}") from None
+
+
+def task_dict(name: str) -> dict:
+    """The plain-dict form a worker receives."""
+    return asdict(get_task(name))
+
+
+# Model presets: LlamaEncoderConfig fields. Paper Table 1 sizes plus tiny CPU presets. The
+# authors' code used 26 layers and FFN 4,096 for "1b"; that variant is `1b-authors`.
+MODEL_PRESETS: dict[str, dict] = {
+    "nano": dict(hidden_size=64, intermediate_size=256, num_hidden_layers=2,
+                 num_attention_heads=4, num_key_value_heads=2),
+    "tiny": dict(hidden_size=128, intermediate_size=512, num_hidden_layers=4,
+                 num_attention_heads=4, num_key_value_heads=2),
+    "mini": dict(hidden_size=256, intermediate_size=1024, num_hidden_layers=6,
+                 num_attention_heads=8, num_key_value_heads=4),
+    "210m": dict(hidden_size=768, intermediate_size=3072, num_hidden_layers=12,
+                 num_attention_heads=12, num_key_value_heads=12),
+    "610m": dict(hidden_size=1152, intermediate_size=4096, num_hidden_layers=26,
+                 num_attention_heads=18, num_key_value_heads=6),
+    "1b": dict(hidden_size=1728, intermediate_size=5120, num_hidden_layers=28,
+               num_attention_heads=18, num_key_value_heads=6),
+    "1b-authors": dict(hidden_size=1728, intermediate_size=4096, num_hidden_layers=26,
+                       num_attention_heads=18, num_key_value_heads=6),
+}

@@ -1,0 +1,162 @@
+"""Schedule the fine-tuning grid on Ray Tune and record every finished trial in the store.
+
+Built for the paper's ~18,000 trials from the start:
+- plain function trainables (Train-in-Tune costs ~15 s a trial), `reuse_actors=True` (2 s -> 0.05 s
+  of Tune overhead per trial), and Tune's per-trial loggers off: the Parquet store is the record;
+- the pending trials (planned minus already recorded) are split into shards of
+  `trials_per_shard`, one Tuner run each, so the driver's memory stays bounded;
+- trials are ordered by checkpoint then task, so a reused worker keeps the same backbone and
+  tokenised data in its cache from one trial to the next;
+- a Tune callback buffers results and writes them in batches (one Parquet file per batch).
+"""
+from __future__ import annotations
+
+import logging
+import os
+import time
+from datetime import datetime, timezone
+from pathlib import Path
+
+import ray
+from ray import tune
+
+from sweeper.catalog import task_dict
+from sweeper.pretraining import checkpoint_path
+from sweeper.progress import ProgressLine
+from sweeper.plan import StudyPlan, Trial, finetune_protocol
+from sweeper.spec import StudySpec
+from sweeper.store import TRIALS, finished_trial_keys, write_rows
+
+# Tune's JSON/CSV/TensorBoard loggers write a directory per trial; the store replaces them.
+os.environ.setdefault("TUNE_DISABLE_AUTO_CALLBACK_LOGGERS", "1")
+# ...and without them Tune's result grid warns about every trial's missing metric files.
+logging.getLogger("ray.tune.analysis.experiment_analysis").setLevel(logging.ERROR)
+
+
+def finetune_trainable(config: dict) -> None:
+    """The Tune function trainable; imports the worker side only inside the trial's process."""
+    from trainables.finetune_loop import tune_trainable
+
+    tune_trainable(config)
+
+
+def prepare_task(task: dict, tokenizer_dir: str, max_length: int, out_dir: str, max_train, max_eval) -> dict:
+    from trainables.tasks.data import prepare_task_data
+
+    return prepare_task_data(task, tokenizer_dir, max_length, out_dir, max_train, max_eval)
+
+
+def prepare_tasks(spec: StudySpec, study_dir: Path, tokenizer_dir: str) -> dict[str, str]:
+    """Tokenise each task once (a Ray task each, in parallel); return task -> prepared dir."""
+    ft = spec.finetuning
+    dirs = {
+        task: str(study_dir / "cache" / "tasks" / f"{task}-len{ft.max_length}-"
+                  f"{ft.max_train_examples or 'all'}-{ft.max_eval_examples or 'all'}")
+        for task in ft.tasks
+    }
+    remote = ray.remote(prepare_task).options(num_cpus=1)
+    metas = ray.get([
+        remote.remote(task_dict(task), tokenizer_dir, ft.max_length, out, ft.max_train_examples, ft.max_eval_examples)
+        for task, out in dirs.items()
+    ])
+    for meta in metas:
+        print(f"[finetune] task {meta['task']}: {meta['sizes']} examples, {len(meta['labels'])} labels", flush=True)
+    return dirs
+
+
+def short_trial_dirname(trial) -> str:
+    """Tune names trial folders after their whole config by default: long and useless here."""
+    return f"trial-{trial.config['trial']['trial_key']}"
+
+
+def trial_payload(trial: Trial, study_dir: Path, task_dirs: dict[str, str]) -> dict:
+    ckpt = trial.checkpoint
+    return {
+        "trial_key": trial.trial_key, "checkpoint_path": str(checkpoint_path(study_dir, ckpt.run, ckpt.step)),
+        "task": task_dict(trial.task), "task_data_dir": task_dirs[trial.task],
+        "learning_rate": trial.learning_rate, "seed": trial.seed,
+    }
+
+
+def trial_row(study: str, trial: Trial, result: dict | None, status: str, error: str | None) -> dict:
+    ckpt, run, task = trial.checkpoint, trial.checkpoint.run, task_dict(trial.task)
+    result = result or {}
+    return {
+        "study": study, "trial_key": trial.trial_key, "run_name": run.name, "run_key": run.run_key,
+        "checkpoint_id": ckpt.checkpoint_id, "objective": run.objective, "clm_fraction": run.clm_fraction,
+        "mask_ratio": run.mask_ratio, "checkpoint_step": ckpt.step, "total_steps": run.total_steps,
+        "tokens_seen": ckpt.tokens_seen, "task": trial.task, "task_family": task["family"],
+        "task_category": task["category"], "metric": task["metric"], "search_mode": "grid",
+        "learning_rate": trial.learning_rate, "seed": trial.seed, "status": status,
+        "validation_score": result.get("validation_score"), "test_score": result.get("test_score"),
+        "train_loss": result.get("train_loss"), "train_steps": result.get("train_steps"),
+        "error": error, "wall_time_s": result.get("wall_time_s"),
+        "finished_at": datetime.now(timezone.utc),
+    }
+
+
+class ResultsRecorder(tune.Callback):
+    """Tune callback: turns finished trials into store rows, written in batches."""
+
+    def __init__(self, study: str, study_dir: Path, trials: dict[str, Trial], progress: ProgressLine,
+                 flush_rows: int = 50, flush_seconds: float = 30.0):
+        self.study, self.study_dir, self.trials, self.progress = study, study_dir, trials, progress
+        self.flush_rows, self.flush_seconds = flush_rows, flush_seconds
+        self.buffer: list[dict] = []
+        self.last_flush = time.time()
+
+    def _add(self, row: dict) -> None:
+        self.buffer.append(row)
+        self.progress.advance(row["status"])
+        if len(self.buffer) >= self.flush_rows or time.time() - self.last_flush > self.flush_seconds:
+            self.flush()
+
+    def flush(self) -> None:
+        write_rows(self.study_dir, TRIALS, self.buffer)
+        self.buffer, self.last_flush = [], time.time()
+
+    def on_trial_complete(self, iteration, trials, trial, **info):
+        result = trial.last_result or {}
+        planned = self.trials[trial.config["trial"]["trial_key"]]
+        self._add(trial_row(self.study, planned, result, result.get("status", "failed"), None))
+
+    def on_trial_error(self, iteration, trials, trial, **info):
+        planned = self.trials[trial.config["trial"]["trial_key"]]
+        error = trial.get_error() or "trial raised an error"
+        self._add(trial_row(self.study, planned, None, "failed", str(error)[-2000:]))
+
+    def on_experiment_end(self, trials, **info):
+        self.flush()
+
+
+def run_finetuning(spec: StudySpec, plan: StudyPlan, study_dir: Path, tokenizer_dir: str) -> None:
+    done = finished_trial_keys(study_dir)
+    pending = [t for t in plan.trials if t.trial_key not in done]
+    print(f"[finetune] {len(plan.trials)} trials: {len(plan.trials) - len(pending)} already recorded, "
+          f"{len(pending)} to run", flush=True)
+    if not pending:
+        return
+    task_dirs = prepare_tasks(spec, study_dir, tokenizer_dir)
+    res = spec.resources
+    protocol = {**finetune_protocol(spec), "micro_batch_size": spec.finetuning.micro_batch_size,
+                "eval_batch_size": spec.finetuning.eval_batch_size, "threads": max(1, int(res.cpus_per_trial))}
+    trainable = tune.with_resources(finetune_trainable, {"cpu": res.cpus_per_trial, "gpu": res.gpus_per_trial})
+    progress = ProgressLine("finetune", len(pending), unit="trials")
+    by_key = {t.trial_key: t for t in pending}
+    shard_size = res.trials_per_shard
+    for first in range(0, len(pending), shard_size):
+        shard = pending[first:first + shard_size]
+        recorder = ResultsRecorder(spec.study, study_dir, by_key, progress)
+        tuner = tune.Tuner(
+            trainable,
+            param_space={"trial": tune.grid_search([trial_payload(t, study_dir, task_dirs) for t in shard]),
+                         "protocol": protocol},
+            tune_config=tune.TuneConfig(reuse_actors=True, max_concurrent_trials=res.max_concurrent_trials,
+                                        trial_dirname_creator=short_trial_dirname),
+            run_config=tune.RunConfig(
+                name=f"finetune-shard-{first // shard_size:04d}", storage_path=str(study_dir / "tune"),
+                callbacks=[recorder], verbose=0, failure_config=tune.FailureConfig(max_failures=0),
+            ),
+        )
+        tuner.fit()
+    progress.finish()

@@ -1,0 +1,62 @@
+"""`sweeper run`: the whole study, stage by stage, on whatever Ray cluster is reachable.
+
+corpus -> pretraining grid -> fine-tuning grid -> report. Each stage skips what the study
+directory already holds, so running the same command again resumes the study.
+"""
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import time
+from pathlib import Path
+
+import ray
+
+from sweeper.finetuning import run_finetuning
+from sweeper.plan import StudyPlan
+from sweeper.pretraining import run_pretraining
+from sweeper.progress import format_duration
+from sweeper.report import write_report
+from sweeper.spec import StudySpec
+
+
+def prepare_corpus_task(data: dict, out_dir: str) -> dict:
+    from trainables.corpus import prepare_corpus
+
+    return prepare_corpus(data, out_dir)
+
+
+def corpus_dir(spec: StudySpec, study_dir: Path) -> Path:
+    return study_dir / "cache" / "corpus"
+
+
+def connect_ray() -> None:
+    """Join the cluster this driver runs in (`ray job submit`, RAY_ADDRESS), else start a local one."""
+    if ray.is_initialized():
+        return
+    os.environ.setdefault("RAY_DEDUP_LOGS", "0")  # keep every run's progress line
+    ray.init(address=os.environ.get("RAY_ADDRESS"), log_to_driver=True, configure_logging=False)
+
+
+def run_study(spec: StudySpec, spec_path: Path, plan: StudyPlan, study_dir: Path) -> Path:
+    started = time.time()
+    study_dir.mkdir(parents=True, exist_ok=True)
+    shutil.copyfile(spec_path, study_dir / "spec.yaml")
+    print(f"[study] {spec.study}: {len(plan.runs)} pretraining runs, {len(plan.checkpoints)} checkpoints, "
+          f"{len(plan.trials)} fine-tuning trials -> {study_dir}", flush=True)
+    connect_ray()
+    corpus = corpus_dir(spec, study_dir)
+    data = {"source": spec.data.corpus, "text_column": spec.data.text_column, "tokenizer": spec.data.tokenizer,
+            "vocab_size": spec.data.vocab_size, "max_documents": spec.data.max_documents}
+    meta = ray.get(ray.remote(prepare_corpus_task).options(num_cpus=1).remote(data, str(corpus)))
+    print(f"[corpus] {meta['documents']:,} documents, {meta['tokens']:,} tokens, vocabulary {meta['vocab_size']:,}",
+          flush=True)
+    if meta["vocab_size"] > spec.data.vocab_size:
+        raise RuntimeError(f"tokenizer has {meta['vocab_size']} tokens but data.vocab_size is {spec.data.vocab_size}")
+    run_pretraining(spec, list(plan.runs), study_dir, str(corpus))
+    run_finetuning(spec, plan, study_dir, str(corpus / "tokenizer"))
+    (study_dir / "plan.json").write_text(json.dumps({"trials": len(plan.trials)}))
+    report = write_report(study_dir, planned_trials=len(plan.trials))
+    print(f"[study] finished in {format_duration(time.time() - started)}; report: {report}", flush=True)
+    return report

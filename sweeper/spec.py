@@ -1,0 +1,263 @@
+"""The study spec: what a `search_spaces/*.yaml` file may say, as typed dataclasses.
+
+Every field has a one-line docstring; the shipped YAML files repeat them as comments. Each
+dataclass checks its own values in `check()`, returning (key, reason) pairs, so an error names
+the exact key. Cross-section checks (tasks, presets) live in `check_study`.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Literal
+
+from sweeper.catalog import MODEL_PRESETS, TASKS
+from sweeper.spec_parsing import SpecError, build_dataclass, load_yaml, suggestion
+
+
+@dataclass(kw_only=True, slots=True)
+class ModelSpec:
+    preset: str = "tiny"
+    """Architecture preset: nano, tiny, mini (CPU) or 210m, 610m, 1b, 1b-authors (paper Table 1)."""
+    overrides: dict = field(default_factory=dict)
+    """LlamaEncoderConfig fields replacing the preset's (e.g. num_hidden_layers: 2)."""
+
+    def check(self):
+        if self.preset not in MODEL_PRESETS:
+            yield "preset", f"unknown preset {self.preset!r}{suggestion(self.preset, list(MODEL_PRESETS))}"
+
+
+@dataclass(kw_only=True, slots=True)
+class DataSpec:
+    corpus: str = "wordnet"
+    """Pretraining text: built-in `wordnet`, a local .jsonl/.parquet/.txt path, or a hub dataset id."""
+    text_column: str = "text"
+    """Column holding the text in the corpus rows."""
+    tokenizer: str = "train-wordpiece"
+    """`train-wordpiece` (trained on the corpus) or a Hugging Face tokenizer name or path."""
+    vocab_size: int = 2048
+    """Vocabulary size when the tokenizer is trained here."""
+    seq_len: int = 128
+    """Tokens per packed pretraining sequence (the paper: 1,024)."""
+    max_documents: int | None = None
+    """Read at most this many corpus documents (None: all)."""
+    order_seed: int = 0
+    """Seed of the sample order, shared by every run (the same data order for all objectives)."""
+
+    def check(self):
+        for key in ("vocab_size", "seq_len"):
+            if getattr(self, key) <= 0:
+                yield key, f"must be positive, got {getattr(self, key)}"
+
+
+@dataclass(kw_only=True, slots=True)
+class OptimizerSpec:
+    peak_lr: float = 5e-4
+    """Peak learning rate of the warmup-stable-decay schedule."""
+    betas: list[float] = field(default_factory=lambda: [0.9, 0.95])
+    """AdamW betas."""
+    eps: float = 1e-5
+    """AdamW epsilon."""
+    weight_decay: float = 0.1
+    """AdamW weight decay."""
+    grad_clip: float = 1.0
+    """Gradient-norm clipping threshold."""
+
+    def check(self):
+        if self.peak_lr <= 0:
+            yield "peak_lr", f"must be positive, got {self.peak_lr}"
+        if len(self.betas) != 2 or not all(0 <= b < 1 for b in self.betas):
+            yield "betas", f"must be two numbers in [0, 1), got {self.betas}"
+
+
+@dataclass(kw_only=True, slots=True)
+class RunGridSpec:
+    objective: Literal["mlm", "clm", "clm-mlm"]
+    """mlm, clm, or clm-mlm (CLM for clm_fraction of the steps, then MLM)."""
+    mask_ratio: list[float] = field(default_factory=lambda: [0.4])
+    """MLM masking ratios, each in (0, 1); one run per value."""
+    clm_fraction: list[float] = field(default_factory=lambda: [0.25])
+    """clm-mlm only: share of the steps trained with CLM, each in [0, 1]."""
+    steps: list[int] | None = None
+    """Step budgets, one run per value (default: pretraining.steps)."""
+    checkpoint_steps: list[int] = field(default_factory=list)
+    """Intermediate checkpoints (steps) that are fine-tuned too: the data-efficiency curve."""
+
+    def check(self):
+        for i, ratio in enumerate(self.mask_ratio):
+            if not 0 < ratio < 1:
+                yield f"mask_ratio[{i}]", f"{ratio} is outside (0, 1)"
+        for i, share in enumerate(self.clm_fraction):
+            if not 0 <= share <= 1:
+                yield f"clm_fraction[{i}]", f"{share} is outside [0, 1]"
+        for key in ("mask_ratio", "clm_fraction", "steps"):
+            if getattr(self, key) == []:
+                yield key, "empty grid: give at least one value"
+        for i, steps in enumerate(self.steps or []):
+            if steps <= 0:
+                yield f"steps[{i}]", f"must be positive, got {steps}"
+        for i, step in enumerate(self.checkpoint_steps):
+            if step <= 0:
+                yield f"checkpoint_steps[{i}]", f"must be positive, got {step}"
+
+
+@dataclass(kw_only=True, slots=True)
+class PretrainingSpec:
+    runs: list[RunGridSpec]
+    """Run grids; each entry expands over its list-valued fields."""
+    steps: int = 42_000
+    """Default step budget of a run."""
+    global_batch_size: int = 2304
+    """Sequences per optimizer step, over all workers."""
+    warmup_steps: int = 2000
+    """Linear warmup steps of the warmup-stable-decay schedule."""
+    decay_steps: int = 2000
+    """Final linear decay-to-zero steps."""
+    optimizer: OptimizerSpec = field(default_factory=OptimizerSpec)
+    """AdamW settings."""
+    random_replace: float = 0.0
+    """MLM: share of selected tokens replaced by a random token (BERT: 0.1; paper: 0)."""
+    keep_original: float = 0.0
+    """MLM: share of selected tokens left unchanged (BERT: 0.1; paper: 0)."""
+    log_every: int = 100
+    """Steps between progress lines and pretraining-table rows."""
+    seed: int = 0
+    """Weight-initialisation seed (the same for every run)."""
+
+    def check(self):
+        if not self.runs:
+            yield "runs", "empty grid: give at least one run"
+        for key in ("steps", "global_batch_size", "log_every"):
+            if getattr(self, key) <= 0:
+                yield key, f"must be positive, got {getattr(self, key)}"
+        for key in ("warmup_steps", "decay_steps"):
+            if getattr(self, key) < 0:
+                yield key, f"must not be negative, got {getattr(self, key)}"
+        if not 0 <= self.random_replace + self.keep_original <= 1:
+            yield "random_replace", "random_replace + keep_original must lie in [0, 1]"
+        for i, run in enumerate(self.runs):
+            budgets = run.steps or [self.steps]
+            for j, step in enumerate(run.checkpoint_steps):
+                if step >= min(budgets):
+                    yield (f"runs[{i}].checkpoint_steps[{j}]",
+                           f"step {step} is not before the run's budget of {min(budgets)} steps")
+            for budget in budgets:
+                if self.warmup_steps + self.decay_steps > budget:
+                    yield f"runs[{i}].steps", (f"budget {budget} is shorter than warmup_steps + decay_steps "
+                                               f"({self.warmup_steps + self.decay_steps})")
+
+
+@dataclass(kw_only=True, slots=True)
+class FinetuningSpec:
+    tasks: list[str]
+    """Task names (see `sweeper.catalog.TASKS`)."""
+    learning_rates: list[float] = field(default_factory=lambda: [1e-5, 2e-5, 5e-5, 1e-4, 2e-4, 5e-4])
+    """Peak learning rates of the grid."""
+    seeds: list[int] = field(default_factory=lambda: [0, 1, 2, 3, 4])
+    """Fine-tuning seeds of the grid."""
+    batch_size: int = 32
+    """Effective batch size (gradient accumulation makes up what micro_batch_size cannot hold)."""
+    micro_batch_size: int = 32
+    """Examples per forward pass."""
+    max_steps: int = 1000
+    """At most this many optimizer steps per trial."""
+    epochs: float = 1.0
+    """At most this many passes over the training split."""
+    max_length: int = 128
+    """Tokens per example after truncation."""
+    warmup_ratio: float = 0.1
+    """Share of the steps with linear warmup; then linear decay to 0."""
+    betas: list[float] = field(default_factory=lambda: [0.9, 0.95])
+    """AdamW betas."""
+    eps: float = 1e-5
+    """AdamW epsilon."""
+    weight_decay: float = 0.1
+    """AdamW weight decay."""
+    grad_clip: float = 1.0
+    """Gradient-norm clipping threshold."""
+    eval_batch_size: int = 128
+    """Examples per forward pass when scoring."""
+    max_train_examples: int | None = None
+    """Cap on training examples per task (None: the whole split)."""
+    max_eval_examples: int | None = None
+    """Cap on validation and test examples per task (None: whole splits)."""
+
+    def check(self):
+        for i, task in enumerate(self.tasks):
+            if task not in TASKS:
+                yield f"tasks[{i}]", f"unknown task {task!r}{suggestion(task, list(TASKS))}"
+        for key in ("tasks", "learning_rates", "seeds"):
+            if not getattr(self, key):
+                yield key, "empty grid: give at least one value"
+        for i, lr in enumerate(self.learning_rates):
+            if lr <= 0:
+                yield f"learning_rates[{i}]", f"must be positive, got {lr}"
+        for key in ("batch_size", "micro_batch_size", "max_steps", "max_length", "eval_batch_size"):
+            if getattr(self, key) <= 0:
+                yield key, f"must be positive, got {getattr(self, key)}"
+        if not 0 <= self.warmup_ratio < 1:
+            yield "warmup_ratio", f"{self.warmup_ratio} is outside [0, 1)"
+        if self.epochs <= 0:
+            yield "epochs", f"must be positive, got {self.epochs}"
+
+
+@dataclass(kw_only=True, slots=True)
+class ResourcesSpec:
+    pretraining_workers: int = 0
+    """Ray Train workers per pretraining run; 0 = local mode in one process (no ~40 s start cost)."""
+    cpus_per_worker: float = 1
+    """CPUs per pretraining worker (also torch threads in local mode)."""
+    gpus_per_worker: float = 0
+    """GPUs per pretraining worker."""
+    cpus_per_trial: float = 1
+    """CPUs per fine-tuning trial."""
+    gpus_per_trial: float = 0
+    """GPUs per fine-tuning trial; a fraction packs several trials on one GPU."""
+    max_concurrent_trials: int | None = None
+    """Cap on trials running at once (None: as many as resources allow)."""
+    trials_per_shard: int = 2000
+    """Fine-tuning trials per Tuner run; bounds the driver's memory on large grids."""
+    max_failures: int = 2
+    """Pretraining worker-group restarts from the last checkpoint before a run is failed."""
+
+    def check(self):
+        if self.pretraining_workers < 0:
+            yield "pretraining_workers", f"must not be negative, got {self.pretraining_workers}"
+        for key in ("cpus_per_worker", "gpus_per_worker", "cpus_per_trial", "gpus_per_trial"):
+            if getattr(self, key) < 0:
+                yield key, f"must not be negative, got {getattr(self, key)}"
+        if self.cpus_per_trial == 0 and self.gpus_per_trial == 0:
+            yield "cpus_per_trial", "a trial needs some CPU or GPU"
+        if self.trials_per_shard <= 0:
+            yield "trials_per_shard", f"must be positive, got {self.trials_per_shard}"
+
+
+@dataclass(kw_only=True, slots=True)
+class StudySpec:
+    study: str
+    """Study name: the default storage folder and the `study` column of every result row."""
+    pretraining: PretrainingSpec
+    """The pretraining grid (Ray Train)."""
+    finetuning: FinetuningSpec
+    """The fine-tuning grid (Ray Tune)."""
+    storage: str | None = None
+    """Where the study lives (default ./studies/<study>); the --storage flag wins."""
+    model: ModelSpec = field(default_factory=ModelSpec)
+    """Backbone architecture."""
+    data: DataSpec = field(default_factory=DataSpec)
+    """Pretraining corpus and tokenizer."""
+    resources: ResourcesSpec = field(default_factory=ResourcesSpec)
+    """Ray resources per run and per trial."""
+
+    def check(self):
+        if not self.study or "/" in self.study:
+            yield "study", f"must be a non-empty name without '/', got {self.study!r}"
+
+
+def load_spec(path: str | Path) -> StudySpec:
+    """Parse and validate a spec file; raises SpecError on any mistake."""
+    path = Path(path)
+    data, context = load_yaml(path)
+    return build_dataclass(StudySpec, data, "", context)
+
+
+__all__ = ["StudySpec", "SpecError", "load_spec"]

@@ -1,0 +1,139 @@
+"""One fine-tuning trial: checkpoint x task x learning rate x seed, the paper's protocol.
+
+Run by Ray Tune as a function trainable with `reuse_actors=True`: one worker process runs
+many trials in a row, so everything a trial sets (seeds, threads) is set again at its start,
+and the read-only inputs (backbone weights, prepared task data) are cached per process: trials
+of the same checkpoint and task placed on one worker load them once.
+"""
+from __future__ import annotations
+
+import json
+import math
+import time
+from functools import lru_cache
+
+import numpy as np
+import torch
+import torch.nn.functional as F
+
+from trainables.schedule import linear_warmup_decay_lr
+from trainables.tasks.data import IGNORE, load_prepared
+from trainables.tasks.heads import HEADS
+from trainables.tasks.metrics import accuracy, entity_f1
+
+
+@lru_cache(maxsize=2)
+def cached_backbone_state(checkpoint_path: str):
+    import trainables  # noqa: F401  (registers the architecture)
+    from transformers import AutoModel
+    from transformers.utils import logging as hf_logging
+
+    hf_logging.set_verbosity_error()
+    hf_logging.disable_progress_bar()
+    model = AutoModel.from_pretrained(checkpoint_path)
+    return model.config, {k: v.clone() for k, v in model.state_dict().items()}
+
+
+@lru_cache(maxsize=4)
+def cached_task_data(task_data_dir: str):
+    return load_prepared(task_data_dir)
+
+
+def build_backbone(checkpoint_path: str | None, random_init_config: dict | None):
+    """The pretrained backbone, or the same architecture with random weights (the control)."""
+    from trainables.model import LlamaEncoderConfig, LlamaEncoderModel
+
+    if checkpoint_path is not None:
+        config, state = cached_backbone_state(checkpoint_path)
+        backbone = LlamaEncoderModel(config)
+        backbone.load_state_dict(state)
+        return backbone
+    return LlamaEncoderModel(LlamaEncoderConfig(**random_init_config))
+
+
+def evaluate(model, split: dict, family: str, labels: list[str], batch_size: int) -> float:
+    model.eval()
+    predictions = []
+    with torch.no_grad():
+        for start in range(0, len(split["input_ids"]), batch_size):
+            ids = torch.from_numpy(split["input_ids"][start:start + batch_size].astype(np.int64))
+            mask = torch.from_numpy(split["attention_mask"][start:start + batch_size].astype(np.int64))
+            predictions.append(model(ids, mask).argmax(-1).numpy())
+    model.train()
+    predicted = np.concatenate(predictions)
+    if family == "sequence_classification":
+        return accuracy(predicted, split["labels"])
+    return entity_f1(*word_level_tags(predicted, split, labels))
+
+
+def word_level_tags(predicted: np.ndarray, split: dict, labels: list[str]):
+    """Predicted and gold BIO tags per word; words cut by truncation count as predicted 'O'."""
+    predicted_tags, gold_tags = [], []
+    for row, gold_json in enumerate(split["gold_tags"]):
+        gold = json.loads(str(gold_json))
+        tags = ["O"] * len(gold)
+        for position in np.nonzero(split["word_index"][row] >= 0)[0]:
+            tags[split["word_index"][row, position]] = labels[predicted[row, position]]
+        predicted_tags.append(tags)
+        gold_tags.append(gold)
+    return predicted_tags, gold_tags
+
+
+def run_trial(trial: dict, protocol: dict) -> dict:
+    """Train on the task's train split, then score the final weights on validation and test."""
+    started = time.time()
+    torch.set_num_threads(protocol["threads"])
+    torch.manual_seed(trial["seed"])
+    rng = np.random.default_rng(trial["seed"])
+    meta, splits = cached_task_data(trial["task_data_dir"])
+    family, labels = trial["task"]["family"], meta["labels"]
+    model = HEADS[family](build_backbone(trial["checkpoint_path"], trial.get("random_init_config")), len(labels))
+    optimizer = torch.optim.AdamW(
+        model.parameters(), lr=trial["learning_rate"], betas=tuple(protocol["betas"]),
+        eps=protocol["eps"], weight_decay=protocol["weight_decay"],
+    )
+    train = splits["train"]
+    n_train, batch = len(train["input_ids"]), protocol["batch_size"]
+    micro = min(batch, protocol["micro_batch_size"])
+    steps = min(protocol["max_steps"], math.ceil(protocol["epochs"] * n_train / batch))
+    order = np.concatenate([rng.permutation(n_train) for _ in range(math.ceil(steps * batch / n_train) + 1)])
+    status, loss_value = "ok", float("nan")
+    for step in range(steps):
+        for group in optimizer.param_groups:
+            group["lr"] = linear_warmup_decay_lr(
+                step, peak_lr=trial["learning_rate"], total_steps=steps, warmup_ratio=protocol["warmup_ratio"]
+            )
+        indices = order[step * batch:(step + 1) * batch]
+        total = 0.0
+        for start in range(0, batch, micro):  # gradient accumulation to the effective batch
+            chunk = indices[start:start + micro]
+            ids = torch.from_numpy(train["input_ids"][chunk].astype(np.int64))
+            mask = torch.from_numpy(train["attention_mask"][chunk].astype(np.int64))
+            target = torch.from_numpy(train["labels"][chunk])
+            logits = model(ids, mask)
+            loss = F.cross_entropy(logits.reshape(-1, logits.shape[-1]), target.reshape(-1), ignore_index=IGNORE)
+            (loss * len(chunk) / len(indices)).backward()
+            total += loss.item() * len(chunk) / len(indices)
+        loss_value = total
+        if not math.isfinite(loss_value):
+            status = "diverged"  # stop early; the grid goes on
+            break
+        torch.nn.utils.clip_grad_norm_(model.parameters(), protocol["grad_clip"])
+        optimizer.step()
+        optimizer.zero_grad(set_to_none=True)
+    result = {"trial_key": trial["trial_key"], "status": status, "train_loss": loss_value,
+              "train_steps": step + 1 if steps else 0, "metric": trial["task"]["metric"],
+              "validation_score": float("nan"), "test_score": float("nan")}
+    if status == "ok":
+        eval_batch = protocol["eval_batch_size"]
+        result["validation_score"] = evaluate(model, splits["validation"], family, labels, eval_batch)
+        result["test_score"] = evaluate(model, splits["test"], family, labels, eval_batch)
+    result["wall_time_s"] = time.time() - started
+    return result
+
+
+def tune_trainable(config: dict) -> None:
+    """Ray Tune entry point: one report, the trial's final result."""
+    from ray import tune
+
+    tune.report(run_trial(config["trial"], config["protocol"]))

@@ -1,0 +1,235 @@
+"""The one backbone of the study: a Llama-style transformer whose attention is a forward argument.
+
+MLM, CLM and biphasic runs all train this exact module; only `causal=` differs between
+objectives, so every checkpoint has the same architecture and the same `config.json`
+(the paper's central control). Parameter names follow Hugging Face's Llama
+(`model.layers.N.self_attn.q_proj`, ...) so a Llama-family causal LM maps in by name for
+continued pretraining.
+
+Importing `trainables` registers the architecture with the Auto classes, so
+`AutoModel.from_pretrained(checkpoint)` works with no `trust_remote_code`.
+"""
+from __future__ import annotations
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+from transformers import (
+    AutoConfig,
+    AutoModel,
+    AutoModelForMaskedLM,
+    PretrainedConfig,
+    PreTrainedModel,
+)
+from transformers.modeling_outputs import BaseModelOutput, MaskedLMOutput
+
+MODEL_TYPE = "llama_encoder"
+
+
+class LlamaEncoderConfig(PretrainedConfig):
+    """Architecture hyper-parameters (paper Table 1 names; defaults are a tiny CPU model)."""
+
+    model_type = MODEL_TYPE
+
+    def __init__(
+        self,
+        vocab_size: int = 2048,
+        hidden_size: int = 128,
+        intermediate_size: int = 512,
+        num_hidden_layers: int = 4,
+        num_attention_heads: int = 4,
+        num_key_value_heads: int = 4,
+        max_position_embeddings: int = 2048,
+        rms_norm_eps: float = 1e-5,
+        rope_theta: float = 10_000.0,
+        initializer_range: float = 0.02,
+        pad_token_id: int = 0,
+        mask_token_id: int = 4,
+        **kwargs,
+    ):
+        self.vocab_size = vocab_size
+        self.hidden_size = hidden_size
+        self.intermediate_size = intermediate_size
+        self.num_hidden_layers = num_hidden_layers
+        self.num_attention_heads = num_attention_heads
+        self.num_key_value_heads = num_key_value_heads
+        self.max_position_embeddings = max_position_embeddings
+        self.rms_norm_eps = rms_norm_eps
+        self.rope_theta = rope_theta
+        self.initializer_range = initializer_range
+        self.mask_token_id = mask_token_id
+        kwargs.setdefault("tie_word_embeddings", False)  # the paper's LM head is untied
+        super().__init__(pad_token_id=pad_token_id, **kwargs)
+
+
+def rotary_tables(position_ids: torch.Tensor, head_dim: int, theta: float, dtype: torch.dtype):
+    """cos/sin of shape (batch, 1, seq, head_dim) for the given integer positions."""
+    inv_freq = 1.0 / (theta ** (torch.arange(0, head_dim, 2, device=position_ids.device).float() / head_dim))
+    angles = position_ids.float()[..., None] * inv_freq  # (batch, seq, head_dim / 2)
+    angles = torch.cat((angles, angles), dim=-1)[:, None]
+    return angles.cos().to(dtype), angles.sin().to(dtype)
+
+
+def apply_rotary(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:
+    half = x.shape[-1] // 2
+    rotated = torch.cat((-x[..., half:], x[..., :half]), dim=-1)
+    return x * cos + rotated * sin
+
+
+def build_attention_mask(
+    attention_mask: torch.Tensor | None,
+    document_ids: torch.Tensor | None,
+    causal: bool,
+    seq_len: int,
+    device: torch.device,
+) -> tuple[torch.Tensor | None, bool]:
+    """Boolean SDPA mask (batch, 1, q, k) where True = may attend, or None plus an is_causal flag.
+
+    Padding hides keys; document ids keep packed documents from seeing each other; `causal`
+    hides the future. With none of them SDPA needs no mask at all (its fastest path).
+    """
+    if attention_mask is None and document_ids is None:
+        return None, causal
+    allowed = torch.ones(1, 1, seq_len, seq_len, dtype=torch.bool, device=device)
+    if causal:
+        allowed = allowed & torch.ones(seq_len, seq_len, dtype=torch.bool, device=device).tril()
+    if document_ids is not None:
+        allowed = allowed & (document_ids[:, None, :, None] == document_ids[:, None, None, :])
+    if attention_mask is not None:
+        allowed = allowed & attention_mask.bool()[:, None, None, :]
+        # A query row with no visible key (a padding position) would give NaN; let it see itself.
+        allowed = allowed | torch.eye(seq_len, dtype=torch.bool, device=device)
+    return allowed, False
+
+
+class Attention(nn.Module):
+    def __init__(self, config: LlamaEncoderConfig):
+        super().__init__()
+        self.num_heads = config.num_attention_heads
+        self.num_kv_heads = config.num_key_value_heads
+        self.head_dim = config.hidden_size // config.num_attention_heads
+        self.q_proj = nn.Linear(config.hidden_size, self.num_heads * self.head_dim, bias=False)
+        self.k_proj = nn.Linear(config.hidden_size, self.num_kv_heads * self.head_dim, bias=False)
+        self.v_proj = nn.Linear(config.hidden_size, self.num_kv_heads * self.head_dim, bias=False)
+        self.o_proj = nn.Linear(self.num_heads * self.head_dim, config.hidden_size, bias=False)
+
+    def forward(self, hidden, cos, sin, mask, is_causal):
+        batch, seq, _ = hidden.shape
+        q = self.q_proj(hidden).view(batch, seq, self.num_heads, self.head_dim).transpose(1, 2)
+        k = self.k_proj(hidden).view(batch, seq, self.num_kv_heads, self.head_dim).transpose(1, 2)
+        v = self.v_proj(hidden).view(batch, seq, self.num_kv_heads, self.head_dim).transpose(1, 2)
+        q, k = apply_rotary(q, cos, sin), apply_rotary(k, cos, sin)
+        out = F.scaled_dot_product_attention(
+            q, k, v, attn_mask=mask, is_causal=is_causal,
+            enable_gqa=self.num_kv_heads != self.num_heads,
+        )
+        return self.o_proj(out.transpose(1, 2).reshape(batch, seq, -1))
+
+
+class SwiGLU(nn.Module):
+    def __init__(self, config: LlamaEncoderConfig):
+        super().__init__()
+        self.gate_proj = nn.Linear(config.hidden_size, config.intermediate_size, bias=False)
+        self.up_proj = nn.Linear(config.hidden_size, config.intermediate_size, bias=False)
+        self.down_proj = nn.Linear(config.intermediate_size, config.hidden_size, bias=False)
+
+    def forward(self, x):
+        return self.down_proj(F.silu(self.gate_proj(x)) * self.up_proj(x))
+
+
+class Block(nn.Module):
+    def __init__(self, config: LlamaEncoderConfig):
+        super().__init__()
+        self.input_layernorm = nn.RMSNorm(config.hidden_size, eps=config.rms_norm_eps)
+        self.self_attn = Attention(config)
+        self.post_attention_layernorm = nn.RMSNorm(config.hidden_size, eps=config.rms_norm_eps)
+        self.mlp = SwiGLU(config)
+
+    def forward(self, hidden, cos, sin, mask, is_causal):
+        hidden = hidden + self.self_attn(self.input_layernorm(hidden), cos, sin, mask, is_causal)
+        return hidden + self.mlp(self.post_attention_layernorm(hidden))
+
+
+class LlamaEncoderPreTrainedModel(PreTrainedModel):
+    config_class = LlamaEncoderConfig
+    base_model_prefix = "model"
+    _no_split_modules = ["Block"]
+
+
+class LlamaEncoderModel(LlamaEncoderPreTrainedModel):
+    """The backbone: token embeddings, N pre-norm blocks, final RMSNorm. Bidirectional by default."""
+
+    def __init__(self, config: LlamaEncoderConfig):
+        super().__init__(config)
+        self.embed_tokens = nn.Embedding(config.vocab_size, config.hidden_size)
+        self.layers = nn.ModuleList(Block(config) for _ in range(config.num_hidden_layers))
+        self.norm = nn.RMSNorm(config.hidden_size, eps=config.rms_norm_eps)
+        self.post_init()
+
+    def forward(
+        self,
+        input_ids: torch.Tensor,
+        attention_mask: torch.Tensor | None = None,
+        document_ids: torch.Tensor | None = None,
+        position_ids: torch.Tensor | None = None,
+        causal: bool = False,
+        **_unused,
+    ) -> BaseModelOutput:
+        batch, seq = input_ids.shape
+        if position_ids is None:
+            position_ids = torch.arange(seq, device=input_ids.device).expand(batch, seq)
+        hidden = self.embed_tokens(input_ids)
+        head_dim = self.config.hidden_size // self.config.num_attention_heads
+        cos, sin = rotary_tables(position_ids, head_dim, self.config.rope_theta, hidden.dtype)
+        mask, is_causal = build_attention_mask(attention_mask, document_ids, causal, seq, input_ids.device)
+        for layer in self.layers:
+            hidden = layer(hidden, cos, sin, mask, is_causal)
+        return BaseModelOutput(last_hidden_state=self.norm(hidden))
+
+
+class LlamaEncoderForMaskedLM(LlamaEncoderPreTrainedModel):
+    """Backbone + untied LM head; the class every pretraining objective saves.
+
+    `forward(..., causal=True)` is the CLM view of the same weights. `logits_positions` lets the
+    objectives project only the positions that carry a loss (the LM head dominates small models).
+    """
+
+    def __init__(self, config: LlamaEncoderConfig):
+        super().__init__(config)
+        self.model = LlamaEncoderModel(config)
+        self.lm_head = nn.Linear(config.hidden_size, config.vocab_size, bias=False)
+        self.post_init()
+
+    def forward(
+        self,
+        input_ids: torch.Tensor,
+        attention_mask: torch.Tensor | None = None,
+        document_ids: torch.Tensor | None = None,
+        position_ids: torch.Tensor | None = None,
+        causal: bool = False,
+        logits_positions: torch.Tensor | None = None,
+        **_unused,
+    ) -> MaskedLMOutput:
+        hidden = self.model(
+            input_ids, attention_mask=attention_mask, document_ids=document_ids,
+            position_ids=position_ids, causal=causal,
+        ).last_hidden_state
+        if logits_positions is not None:
+            hidden = hidden[logits_positions]
+        return MaskedLMOutput(logits=self.lm_head(hidden))
+
+
+def register_with_auto_classes() -> None:
+    """Idempotent: lets AutoConfig/AutoModel/AutoModelForMaskedLM resolve `llama_encoder`."""
+    try:
+        AutoConfig.register(MODEL_TYPE, LlamaEncoderConfig)
+    except ValueError:
+        return  # already registered in this process
+    AutoModel.register(LlamaEncoderConfig, LlamaEncoderModel)
+    AutoModelForMaskedLM.register(LlamaEncoderConfig, LlamaEncoderForMaskedLM)
+
+
+def build_model(config: LlamaEncoderConfig, seed: int) -> LlamaEncoderForMaskedLM:
+    """A freshly initialised model, N(0, initializer_range) weights, reproducible from `seed`."""
+    torch.manual_seed(seed)
+    return LlamaEncoderForMaskedLM(config)

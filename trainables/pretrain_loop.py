@@ -1,0 +1,180 @@
+"""The pretraining loop Ray Train runs on each worker (or in-process in local mode).
+
+One loop serves MLM, CLM and CLM -> MLM: the objective of a step is a function of the step
+(`objective_at_step`), under one warmup-stable-decay schedule. Everything a resumed run needs
+is a function of the step or stored in the checkpoint: batch `s` is window slice `s` of a fixed
+order, the masking generator is re-seeded from (seed, step, rank), and the optimizer state and
+log travel in `training_state.pt`. A restarted run therefore continues bit-for-bit where the
+checkpoint left it, with the same phase switch step.
+
+Checkpoint layout, `<run_dir>/step-<N>/`: Hugging Face files (config.json, model.safetensors,
+tokenizer), `training_state.pt`, and `sweeper_checkpoint.json` written last (the marker that the
+directory is complete). With distributed workers Ray Train persists the directory (to any
+storage URI) under `storage_path/<run name>/step-<N>`; in local mode the loop publishes it there
+itself with an atomic rename.
+"""
+from __future__ import annotations
+
+import json
+import shutil
+import tempfile
+import time
+from pathlib import Path
+
+import torch
+
+from trainables.corpus import PackedCorpus
+from trainables.model import LlamaEncoderConfig, LlamaEncoderForMaskedLM, build_model
+from trainables.objectives import MaskingConfig, clm_loss, mlm_loss, objective_at_step, switch_step
+from trainables.schedule import wsd_lr
+
+MARKER = "sweeper_checkpoint.json"
+
+
+def checkpoint_dir_name(step: int) -> str:
+    return f"step-{step}"
+
+
+def latest_local_checkpoint(run_dir: str) -> Path | None:
+    """The complete checkpoint (marker present) with the highest step, if any."""
+    found = [(json.loads(p.read_text())["step"], p.parent) for p in Path(run_dir).glob(f"step-*/{MARKER}")]
+    return max(found)[1] if found else None
+
+
+def unwrap(model):
+    return getattr(model, "module", model)
+
+
+def save_checkpoint(model, optimizer, run: dict, step: int, log: list[dict], metrics: dict) -> None:
+    import ray.train
+
+    context = ray.train.get_context()
+    # With a worker group (even of one) Ray persists checkpoints; local mode persists nothing.
+    distributed = run["workers"] > 0
+    tmp = Path(tempfile.mkdtemp(prefix="sweeper-ckpt-", dir=None if distributed else run["run_dir"]))
+    if context.get_world_rank() == 0:
+        unwrap(model).save_pretrained(tmp)
+        shutil.copytree(Path(run["corpus_dir"]) / "tokenizer", tmp, dirs_exist_ok=True)
+        torch.save({"optimizer": optimizer.state_dict(), "step": step, "log": log}, tmp / "training_state.pt")
+        marker = {
+            "run_name": run["name"], "run_key": run["run_key"], "step": step,
+            "tokens_seen": step * run["global_batch_size"] * run["seq_len"],
+            "objective": run["objective"], "phase": metrics["phase"],
+            "clm_fraction": run["clm_fraction"], "mask_ratio": run["mask_ratio"],
+            "switch_step": switch_step(run["total_steps"], run["clm_fraction"]),
+            "total_steps": run["total_steps"], "loss": metrics["loss"],
+        }
+        (tmp / "train_log.json").write_text(json.dumps(log))  # read by the driver, no torch needed
+        (tmp / MARKER).write_text(json.dumps(marker, indent=1))
+    name = checkpoint_dir_name(step)
+    if distributed:
+        checkpoint = ray.train.Checkpoint.from_directory(str(tmp)) if context.get_world_rank() == 0 else None
+        ray.train.report(metrics, checkpoint=checkpoint, checkpoint_dir_name=name)
+        shutil.rmtree(tmp, ignore_errors=True)
+        return
+    final = Path(run["run_dir"]) / name
+    if final.exists():  # left by a run that died after publishing: same step, same content
+        shutil.rmtree(final)
+    tmp.rename(final)
+    ray.train.report(metrics)
+
+
+def restore(model, optimizer, run: dict) -> tuple[int, list[dict]]:
+    """Load the latest checkpoint into model and optimizer; return (next step, log so far)."""
+    import ray.train
+    from safetensors.torch import load_file
+
+    path = latest_local_checkpoint(run["run_dir"])
+    checkpoint = ray.train.get_checkpoint()
+    with (checkpoint.as_directory() if checkpoint else _nullcontext(path)) as directory:
+        if directory is None:
+            return 0, []
+        directory = Path(directory)
+        unwrap(model).load_state_dict(load_file(directory / "model.safetensors"))
+        state = torch.load(directory / "training_state.pt", weights_only=False)
+        optimizer.load_state_dict(state["optimizer"])
+        print(f"[pretrain {run['name']}] resumed from step {state['step']}", flush=True)
+        return state["step"], state["log"]
+
+
+class _nullcontext:
+    def __init__(self, value):
+        self.value = value
+
+    def __enter__(self):
+        return self.value
+
+    def __exit__(self, *exc):
+        return False
+
+
+def initial_model(run: dict) -> LlamaEncoderForMaskedLM:
+    config = LlamaEncoderConfig(**run["model_config"])
+    if run.get("init_from"):  # continued pretraining starts from these weights
+        return LlamaEncoderForMaskedLM.from_pretrained(run["init_from"])
+    return build_model(config, run["seed"])
+
+
+def train_loop_per_worker(run: dict) -> None:
+    import ray.train
+
+    from transformers.utils import logging as hf_logging
+
+    hf_logging.disable_progress_bar()  # one progress line per log step is ours
+    torch.set_num_threads(run["threads"])
+    context = ray.train.get_context()
+    rank, world = context.get_world_rank(), context.get_world_size()
+    device = torch.device("cuda" if torch.cuda.is_available() and run.get("use_gpu") else "cpu")
+    corpus = PackedCorpus(run["corpus_dir"], run["seq_len"], run["data_seed"])
+    model = initial_model(run).to(device)
+    if world > 1:
+        import ray.train.torch
+
+        model = ray.train.torch.prepare_model(model)
+    optimizer = torch.optim.AdamW(
+        model.parameters(), lr=run["peak_lr"], betas=tuple(run["betas"]), eps=run["eps"],
+        weight_decay=run["weight_decay"],
+    )
+    start, log = restore(model, optimizer, run)
+    masking = MaskingConfig(
+        mask_ratio=run["mask_ratio"] or 0.0, mask_token_id=corpus.meta["mask_token_id"],
+        vocab_size=run["model_config"]["vocab_size"], random_replace=run["random_replace"],
+        keep_original=run["keep_original"],
+    )
+    generator = torch.Generator(device=device)
+    checkpoint_steps = set(run["checkpoint_steps"]) | {run["total_steps"]}
+    autocast = torch.autocast("cuda", dtype=torch.bfloat16, enabled=device.type == "cuda")
+    window_started, window_tokens, loss_sum, loss_count = time.time(), 0, 0.0, 0
+    for step in range(start, run["total_steps"]):
+        phase = objective_at_step(step, run["total_steps"], run["clm_fraction"])
+        lr = wsd_lr(step, peak_lr=run["peak_lr"], total_steps=run["total_steps"],
+                    warmup_steps=run["warmup_steps"], decay_steps=run["decay_steps"])
+        for group in optimizer.param_groups:
+            group["lr"] = lr
+        batch = corpus.batch(step, run["global_batch_size"], rank, world)
+        ids, docs, pos = (t.to(device) for t in (batch.input_ids, batch.document_ids, batch.position_ids))
+        with autocast:
+            if phase == "mlm":
+                generator.manual_seed(run["seed"] * 1_000_003 + step * 1_009 + rank)
+                loss, _ = mlm_loss(model, ids, docs, pos, batch.special_mask.to(device), masking, generator)
+            else:
+                loss, _ = clm_loss(model, ids, docs, pos)
+        loss.backward()
+        torch.nn.utils.clip_grad_norm_(model.parameters(), run["grad_clip"])
+        optimizer.step()
+        optimizer.zero_grad(set_to_none=True)
+        loss_sum, loss_count = loss_sum + loss.item(), loss_count + 1
+        window_tokens += ids.numel() * world
+        done = step + 1
+        if done % run["log_every"] == 0 or done in checkpoint_steps:
+            elapsed = time.time() - window_started
+            row = {"step": done, "phase": phase, "loss": loss_sum / loss_count, "lr": lr,
+                   "tokens_seen": done * run["global_batch_size"] * run["seq_len"],
+                   "tokens_per_s": window_tokens / max(elapsed, 1e-9)}
+            log.append(row)
+            if rank == 0:
+                print(f"[pretrain {run['name']}] step {done}/{run['total_steps']} {phase} "
+                      f"loss {row['loss']:.3f} lr {lr:.2e} {row['tokens_per_s']:,.0f} tok/s", flush=True)
+            window_started, window_tokens, loss_sum, loss_count = time.time(), 0, 0.0, 0
+        if done in checkpoint_steps:
+            save_checkpoint(model, optimizer, run, done, log, {"step": done, "phase": phase, "loss": log[-1]["loss"]})

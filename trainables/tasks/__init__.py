@@ -1,0 +1,1 @@
+"""Task families: data preparation, heads and metrics for fine-tuning."""

@@ -1,0 +1,39 @@
+"""Task heads on the bidirectional backbone (the paper fine-tunes every checkpoint this way)."""
+from __future__ import annotations
+
+import torch
+from torch import nn
+
+
+def mean_pool(hidden: torch.Tensor, attention_mask: torch.Tensor) -> torch.Tensor:
+    weights = attention_mask.unsqueeze(-1).to(hidden.dtype)
+    return (hidden * weights).sum(1) / weights.sum(1).clamp(min=1.0)
+
+
+class SequenceClassifier(nn.Module):
+    """Mean pooling over non-padding tokens, then a linear layer."""
+
+    def __init__(self, backbone: nn.Module, num_labels: int):
+        super().__init__()
+        self.backbone = backbone
+        self.head = nn.Linear(backbone.config.hidden_size, num_labels)
+
+    def forward(self, input_ids, attention_mask):
+        hidden = self.backbone(input_ids, attention_mask=attention_mask, causal=False).last_hidden_state
+        return self.head(mean_pool(hidden, attention_mask))
+
+
+class TokenClassifier(nn.Module):
+    """A linear layer on every token; trained and scored on each word's first sub-token."""
+
+    def __init__(self, backbone: nn.Module, num_labels: int):
+        super().__init__()
+        self.backbone = backbone
+        self.head = nn.Linear(backbone.config.hidden_size, num_labels)
+
+    def forward(self, input_ids, attention_mask):
+        hidden = self.backbone(input_ids, attention_mask=attention_mask, causal=False).last_hidden_state
+        return self.head(hidden)
+
+
+HEADS = {"sequence_classification": SequenceClassifier, "token_classification": TokenClassifier}
