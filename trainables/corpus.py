@@ -9,13 +9,13 @@ which makes resuming exact.
 from __future__ import annotations
 
 import json
-import os
 from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
 import torch
 
+from trainables.build_once import build_directory_once
 from trainables.text_sources import iter_corpus_texts
 
 SPECIAL_TOKENS = ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]"]
@@ -64,17 +64,16 @@ def prepare_corpus(corpus: dict, out_dir: str) -> dict:
     vocab_size, max_documents.
     """
     out = Path(out_dir)
-    if (out / META_FILE).exists():
-        return json.loads((out / META_FILE).read_text())
-    tmp = out.with_name(out.name + f".tmp-{os.getpid()}")
-    tmp.mkdir(parents=True, exist_ok=True)
+    build_directory_once(out, META_FILE, lambda tmp: build_corpus(corpus, tmp))
+    return json.loads((out / META_FILE).read_text())
+
+
+def build_corpus(corpus: dict, tmp: Path) -> None:
     texts = list(iter_corpus_texts(corpus["source"], corpus["text_column"], corpus.get("max_documents")))
     tokenizer = load_or_train_tokenizer(corpus["tokenizer"], texts, corpus["vocab_size"])
     separator = tokenizer.sep_token_id if tokenizer.sep_token_id is not None else tokenizer.eos_token_id
     encoded = tokenizer(texts, add_special_tokens=False)["input_ids"]
-    stream = np.fromiter(
-        (tok for ids in encoded for tok in (*ids, separator)), dtype=np.int32,
-    )
+    stream = np.fromiter((tok for ids in encoded for tok in (*ids, separator)), dtype=np.int32)
     np.save(tmp / "tokens.npy", stream)
     tokenizer.save_pretrained(tmp / "tokenizer")
     meta = {
@@ -84,13 +83,6 @@ def prepare_corpus(corpus: dict, out_dir: str) -> dict:
         "source": corpus["source"], "tokenizer": corpus["tokenizer"],
     }
     (tmp / META_FILE).write_text(json.dumps(meta, indent=1))
-    try:
-        tmp.rename(out)  # atomic: a reader sees a whole directory or none
-    except OSError:  # another process finished first; theirs is as good as ours
-        import shutil
-
-        shutil.rmtree(tmp, ignore_errors=True)
-    return json.loads((out / META_FILE).read_text())
 
 
 @dataclass(slots=True)

@@ -7,13 +7,12 @@ per task before the grid starts).
 from __future__ import annotations
 
 import json
-import os
 import random
-import shutil
 from pathlib import Path
 
 import numpy as np
 
+from trainables.build_once import build_directory_once
 from trainables.text_sources import iter_rows
 
 VALIDATION_SHARE, VALIDATION_SEED = 0.05, 42
@@ -121,25 +120,20 @@ def prepare_task_data(task: dict, tokenizer_dir: str, max_length: int, out_dir: 
                       max_train: int | None = None, max_eval: int | None = None) -> dict:
     """Tokenise the task's three splits into `out_dir` unless already there; return its meta."""
     out = Path(out_dir)
-    if (out / "meta.json").exists():
-        return json.loads((out / "meta.json").read_text())
-    from transformers import AutoTokenizer
 
-    tokenizer = AutoTokenizer.from_pretrained(tokenizer_dir)
-    splits = load_task_splits(task, max_train, max_eval)
-    labels = label_vocabulary(task, splits["train"])
-    tmp = out.with_name(out.name + f".tmp-{os.getpid()}")
-    tmp.mkdir(parents=True, exist_ok=True)
-    for split, rows in splits.items():
-        arrays = ENCODERS[task["family"]](rows, task, tokenizer, max_length, labels)
-        np.savez(tmp / f"{split}.npz", **arrays)
-    meta = {"task": task["name"], "labels": labels, "max_length": max_length,
-            "sizes": {split: len(rows) for split, rows in splits.items()}}
-    (tmp / "meta.json").write_text(json.dumps(meta, indent=1))
-    try:
-        tmp.rename(out)
-    except OSError:  # prepared concurrently by another process
-        shutil.rmtree(tmp, ignore_errors=True)
+    def build(tmp: Path) -> None:
+        from transformers import AutoTokenizer
+
+        tokenizer = AutoTokenizer.from_pretrained(tokenizer_dir)
+        splits = load_task_splits(task, max_train, max_eval)
+        labels = label_vocabulary(task, splits["train"])
+        for split, rows in splits.items():
+            np.savez(tmp / f"{split}.npz", **ENCODERS[task["family"]](rows, task, tokenizer, max_length, labels))
+        meta = {"task": task["name"], "labels": labels, "max_length": max_length,
+                "sizes": {split: len(rows) for split, rows in splits.items()}}
+        (tmp / "meta.json").write_text(json.dumps(meta, indent=1))
+
+    build_directory_once(out, "meta.json", build)
     return json.loads((out / "meta.json").read_text())
 
 

@@ -1,0 +1,69 @@
+"""Shared fixtures: one real local Ray head for the end-to-end tests, and the smoke study it ran."""
+from __future__ import annotations
+
+import os
+import socket
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).parent.parent
+BIN = Path(sys.executable).parent
+
+# Token auth is on by default for new local clusters since Ray 2.59; the tests run a private
+# loopback cluster and turn it off (cluster configs keep it on).
+os.environ["RAY_AUTH_MODE"] = "disabled"
+os.environ.setdefault("HF_HUB_OFFLINE", "1")
+os.environ.setdefault("HF_DATASETS_OFFLINE", "1")
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+def ray_cli(*args: str, env=None, timeout: float = 600) -> subprocess.CompletedProcess:
+    return subprocess.run([str(BIN / "ray"), *args], capture_output=True, text=True, env=env,
+                          timeout=timeout, cwd=ROOT)
+
+
+@pytest.fixture(scope="session")
+def ray_head(tmp_path_factory):
+    """`ray start --head` on 127.0.0.1 with 2 CPUs; yields (GCS address, dashboard URL)."""
+    port, dashboard = free_port(), free_port()
+    # As from an activated venv: the job's `python` entrypoint is this environment's python.
+    env = {**os.environ, "RAY_AUTH_MODE": "disabled", "PATH": f"{BIN}{os.pathsep}{os.environ['PATH']}"}
+    started = ray_cli("start", "--head", "--node-ip-address=127.0.0.1", f"--port={port}",
+                      "--dashboard-host=127.0.0.1", f"--dashboard-port={dashboard}", "--include-dashboard=true",
+                      "--num-cpus=2", "--num-gpus=0", "--disable-usage-stats", env=env, timeout=180)
+    assert started.returncode == 0, started.stdout + started.stderr
+    try:
+        yield f"127.0.0.1:{port}", f"http://127.0.0.1:{dashboard}"
+    finally:
+        ray_cli("stop", "--force", env=env, timeout=120)
+
+
+def run_sweeper(*args: str, address: str, timeout: float = 900) -> subprocess.CompletedProcess:
+    """`python -m sweeper ...` as a user would run it, as a driver of the given cluster."""
+    env = {**os.environ, "RAY_ADDRESS": address, "PYTHONUNBUFFERED": "1"}
+    result = subprocess.run([sys.executable, "-m", "sweeper", *args], capture_output=True, text=True,
+                            env=env, cwd=ROOT, timeout=timeout)
+    return result
+
+
+@pytest.fixture(scope="session")
+def smoke_study(ray_head, tmp_path_factory):
+    """The smoke study, submitted to the head with `ray job submit --working-dir .`."""
+    _, dashboard = ray_head
+    study_dir = tmp_path_factory.mktemp("smoke") / "study"
+    submitted = ray_cli(
+        "job", "submit", "--address", dashboard, "--working-dir", ".",
+        "--runtime-env-json", '{"excludes": [".venv", ".git", "studies", "*.egg-info", ".pytest_cache"]}',
+        "--", "python", "-m", "sweeper", "run", "search_spaces/smoke.yaml", "--storage", str(study_dir),
+        env={**os.environ, "RAY_AUTH_MODE": "disabled"}, timeout=900,
+    )
+    assert submitted.returncode == 0, submitted.stdout[-5000:] + submitted.stderr[-3000:]
+    return study_dir, submitted.stdout

@@ -1,0 +1,100 @@
+"""End to end on a real local Ray cluster: job submission, Parquet store, checkpoints, resume."""
+from __future__ import annotations
+
+import json
+import os
+
+import pyarrow.dataset as ds
+import pytest
+import torch
+from transformers import AutoConfig, AutoModel, AutoModelForMaskedLM
+
+import trainables  # noqa: F401  (registers the architecture)
+from sweeper.plan import plan_study
+from sweeper.spec import load_spec
+
+from conftest import ROOT, run_sweeper
+
+pytestmark = pytest.mark.e2e
+SMOKE = ROOT / "search_spaces" / "smoke.yaml"
+
+
+def test_submitted_smoke_study_writes_one_row_per_planned_trial(smoke_study):
+    study_dir, output = smoke_study
+    plan = plan_study(load_spec(SMOKE))
+    table = ds.dataset(study_dir / "results" / "trials", format="parquet").to_table()
+    assert table.num_rows == len(plan.trials) == 16
+    assert sorted(table.column("trial_key").to_pylist()) == sorted(t.trial_key for t in plan.trials)
+    assert set(table.column("status").to_pylist()) == {"ok"}
+    scores = table.column("validation_score").to_pylist() + table.column("test_score").to_pylist()
+    assert all(0.0 <= s <= 100.0 for s in scores)
+    report = (study_dir / "report.md").read_text()
+    assert "wordnet-supersense-cls" in report and "wordnet-supersense-tag" in report
+    assert "[finetune] 16/16 trials" in output
+    # Pretraining table: the training log of every run.
+    pre = ds.dataset(study_dir / "results" / "pretraining", format="parquet").to_table().to_pandas()
+    assert set(pre["run_name"]) == {r.name for r in plan.runs}
+
+
+def test_checkpoints_load_with_auto_classes_and_share_one_architecture(smoke_study):
+    study_dir, _ = smoke_study
+    runs = study_dir / "pretraining"
+    mlm, clm = runs / "nano-mlm40-40" / "step-40", runs / "nano-clm-40" / "step-40"
+    for path in (mlm, clm, runs / "nano-mlm40-40" / "step-20", runs / "nano-clm-20-mlm40-40" / "step-40"):
+        assert (path / "model.safetensors").exists() and (path / "tokenizer.json").exists()
+    mlm_config = AutoConfig.from_pretrained(mlm).to_dict()
+    clm_config = AutoConfig.from_pretrained(clm).to_dict()
+    assert {k: v for k, v in mlm_config.items() if k != "_name_or_path"} == \
+           {k: v for k, v in clm_config.items() if k != "_name_or_path"}
+    mlm_model, clm_model = AutoModelForMaskedLM.from_pretrained(mlm), AutoModelForMaskedLM.from_pretrained(clm)
+    mlm_shapes = {k: v.shape for k, v in mlm_model.state_dict().items()}
+    assert mlm_shapes == {k: v.shape for k, v in clm_model.state_dict().items()}
+    assert not torch.equal(mlm_model.lm_head.weight, clm_model.lm_head.weight), "different training"
+    # What differs is recorded with the checkpoint, not in the architecture: objective and phase.
+    markers = {p: json.loads((p / "sweeper_checkpoint.json").read_text()) for p in (mlm, clm)}
+    assert markers[mlm]["objective"] == "mlm" and markers[clm]["objective"] == "clm"
+    backbone = AutoModel.from_pretrained(clm)
+    ids = torch.randint(5, 1000, (1, 12))
+    changed = ids.clone()
+    changed[0, 6:] = 7
+    # Fine-tuning view of a CLM checkpoint is bidirectional: the future changes the past.
+    assert not torch.allclose(backbone(ids).last_hidden_state[0, :6], backbone(changed).last_hidden_state[0, :6])
+
+
+def test_biphasic_run_switches_at_the_planned_step(smoke_study):
+    study_dir, _ = smoke_study
+    pre = ds.dataset(study_dir / "results" / "pretraining", format="parquet").to_table().to_pandas()
+    biphasic = pre[pre["run_name"] == "nano-clm-20-mlm40-40"].sort_values("step")
+    assert biphasic["step"].tolist() == [10, 20, 30, 40]
+    # Rows summarise the steps up to `step`; the phase is that of the last of them.
+    assert biphasic["phase"].tolist() == ["clm", "clm", "mlm", "mlm"]
+    marker = json.loads((study_dir / "pretraining" / "nano-clm-20-mlm40-40" / "step-40" /
+                         "sweeper_checkpoint.json").read_text())
+    assert marker["switch_step"] == 20
+
+
+def test_rerunning_the_study_redoes_nothing(smoke_study, ray_head):
+    study_dir, _ = smoke_study
+    trials_before = sorted(p.name for p in (study_dir / "results" / "trials").iterdir())
+    checkpoint = study_dir / "pretraining" / "nano-mlm40-40" / "step-40" / "model.safetensors"
+    mtime = os.stat(checkpoint).st_mtime_ns
+    result = run_sweeper("run", str(SMOKE), "--storage", str(study_dir), address=ray_head[0])
+    assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
+    assert "3 already done, 0 to train" in result.stdout
+    assert "16 already recorded, 0 to run" in result.stdout
+    assert sorted(p.name for p in (study_dir / "results" / "trials").iterdir()) == trials_before
+    assert os.stat(checkpoint).st_mtime_ns == mtime
+
+
+def test_distributed_worker_group_path(ray_head, tmp_path):
+    """pretraining_workers: 1 goes through a real Train worker group (~40 s of fixed cost)."""
+    spec = (ROOT / "tests" / "specs" / "one_worker.yaml")
+    result = run_sweeper("run", str(spec), "--storage", str(tmp_path / "study"), address=ray_head[0])
+    assert result.returncode == 0, result.stdout[-4000:] + result.stderr[-4000:]
+    run_dir = tmp_path / "study" / "pretraining" / "nano-mlm40-20"
+    for step in (10, 20):
+        marker = json.loads((run_dir / f"step-{step}" / "sweeper_checkpoint.json").read_text())
+        assert marker["step"] == step
+    assert (run_dir / "sweeper_done.json").exists()
+    table = ds.dataset(tmp_path / "study" / "results" / "trials", format="parquet").to_table()
+    assert table.num_rows == 2

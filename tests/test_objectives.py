@@ -1,0 +1,140 @@
+"""Objectives: masking statistics, loss placement, causality, phase switching, LR schedule."""
+import math
+
+import pytest
+import torch
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from trainables.corpus import document_layout
+from trainables.model import LlamaEncoderConfig, build_model
+from trainables.objectives import (
+    IGNORE, MaskingConfig, clm_loss, clm_targets, mask_tokens, mlm_loss, objective_at_step,
+)
+from trainables.schedule import linear_warmup_decay_lr, wsd_lr
+
+VOCAB, MASK_ID, SEP_ID = 512, 4, 3
+
+
+def tiny_model(seed=0):
+    return build_model(LlamaEncoderConfig(vocab_size=VOCAB, hidden_size=32, intermediate_size=64,
+                                          num_hidden_layers=2, num_attention_heads=4,
+                                          num_key_value_heads=2), seed)
+
+
+@settings(max_examples=25, deadline=None)
+@given(p=st.floats(0.05, 0.95), seed=st.integers(0, 10_000))
+def test_masked_fraction_is_close_to_p(p, seed):
+    generator = torch.Generator().manual_seed(seed)
+    ids = torch.randint(5, VOCAB, (64, 256), generator=generator)
+    special = torch.zeros_like(ids, dtype=torch.bool)
+    corrupted, labels = mask_tokens(ids, special, MaskingConfig(mask_ratio=p, mask_token_id=MASK_ID,
+                                                                vocab_size=VOCAB), generator)
+    fraction = (labels != IGNORE).float().mean().item()
+    # 16,384 Bernoulli draws: 5 standard deviations is a tolerance a correct sampler never misses.
+    assert abs(fraction - p) < 5 * math.sqrt(p * (1 - p) / ids.numel())
+    selected = labels != IGNORE
+    assert torch.equal(labels[selected], ids[selected])
+    assert (corrupted[selected] == MASK_ID).all(), "default strategy replaces every selected token"
+    assert torch.equal(corrupted[~selected], ids[~selected])
+
+
+def test_special_tokens_are_never_masked():
+    ids = torch.full((8, 64), SEP_ID)
+    ids[:, ::2] = 100
+    special = ids == SEP_ID
+    _, labels = mask_tokens(ids, special, MaskingConfig(mask_ratio=0.9, mask_token_id=MASK_ID, vocab_size=VOCAB),
+                            torch.Generator().manual_seed(0))
+    assert (labels[special] == IGNORE).all()
+    assert (labels[~special] != IGNORE).any()
+
+
+def test_bert_style_replacement_shares():
+    ids = torch.randint(5, VOCAB, (128, 256))
+    config = MaskingConfig(mask_ratio=0.5, mask_token_id=MASK_ID, vocab_size=VOCAB,
+                           random_replace=0.1, keep_original=0.1)
+    corrupted, labels = mask_tokens(ids, torch.zeros_like(ids, dtype=torch.bool), config,
+                                    torch.Generator().manual_seed(1))
+    selected = labels != IGNORE
+    share_masked = (corrupted[selected] == MASK_ID).float().mean().item()
+    share_unchanged = (corrupted[selected] == ids[selected]).float().mean().item()
+    assert abs(share_masked - 0.8) < 0.02
+    assert abs(share_unchanged - 0.1) < 0.02  # kept + random draws that hit the same id (1/512)
+
+
+def test_mlm_loss_is_on_masked_positions_only():
+    model = tiny_model()
+    ids = torch.randint(5, VOCAB, (2, 32))
+    docs, pos = document_layout(ids, SEP_ID)
+    special = torch.zeros_like(ids, dtype=torch.bool)
+    config = MaskingConfig(mask_ratio=0.3, mask_token_id=MASK_ID, vocab_size=VOCAB)
+    loss, n_predicted = mlm_loss(model, ids, docs, pos, special, config, torch.Generator().manual_seed(3))
+    corrupted, labels = mask_tokens(ids, special, config, torch.Generator().manual_seed(3))
+    logits = model(corrupted, document_ids=docs, position_ids=pos).logits
+    selected = labels != IGNORE
+    expected = torch.nn.functional.cross_entropy(logits[selected], ids[selected])
+    assert n_predicted == int(selected.sum()) > 0
+    assert torch.allclose(loss, expected, atol=1e-5)
+    # Targets at unmasked positions do not enter the loss: changing them changes nothing.
+    assert (labels[~selected] == IGNORE).all()
+
+
+def test_clm_logits_ignore_the_future():
+    model = tiny_model()
+    ids = torch.randint(5, VOCAB, (3, 24))
+    changed = ids.clone()
+    changed[:, 12:] = torch.randint(5, VOCAB, (3, 12))
+    before = model(ids, causal=True).logits
+    after = model(changed, causal=True).logits
+    assert torch.allclose(before[:, :12], after[:, :12], atol=1e-5)
+    assert not torch.allclose(before[:, 12:], after[:, 12:], atol=1e-3)
+    # Bidirectional attention (MLM, fine-tuning) does see the future: same weights, other mask.
+    assert not torch.allclose(model(ids).logits[:, :12], model(changed).logits[:, :12], atol=1e-3)
+
+
+def test_packed_documents_do_not_see_each_other():
+    model = tiny_model()
+    ids = torch.randint(5, VOCAB, (1, 20))
+    ids[0, 9] = SEP_ID  # the first document is positions 0..9
+    docs, pos = document_layout(ids, SEP_ID)
+    assert docs[0, 9] == 0 and docs[0, 10] == 1 and pos[0, 10] == 0
+    changed = ids.clone()
+    changed[0, 10:] = torch.randint(5, VOCAB, (10,))
+    before = model(ids, document_ids=docs, position_ids=pos).logits
+    after = model(changed, document_ids=docs, position_ids=pos).logits
+    assert torch.allclose(before[:, :10], after[:, :10], atol=1e-5)
+
+
+def test_clm_targets_stop_at_document_boundaries():
+    ids = torch.tensor([[10, 11, SEP_ID, 20, 21, 22]])
+    docs, _ = document_layout(ids, SEP_ID)
+    assert clm_targets(ids, docs).tolist() == [[11, SEP_ID, IGNORE, 21, 22, IGNORE]]
+    loss, n = clm_loss(tiny_model(), ids, docs, torch.arange(6)[None])
+    assert n == 4 and torch.isfinite(loss)
+
+
+@pytest.mark.parametrize("total,fraction", [(300, 0.25), (300, 0.5), (42_000, 0.25), (12_000, 0.75), (7, 0.5)])
+def test_objective_switches_exactly_at_the_planned_step(total, fraction):
+    switch = round(fraction * total)
+    phases = [objective_at_step(s, total, fraction) for s in range(total)]
+    assert phases[:switch] == ["clm"] * switch
+    assert phases[switch:] == ["mlm"] * (total - switch)
+
+
+def test_pure_objectives_never_switch():
+    assert {objective_at_step(s, 100, 0.0) for s in range(100)} == {"mlm"}
+    assert {objective_at_step(s, 100, 1.0) for s in range(100)} == {"clm"}
+
+
+def test_warmup_stable_decay_shape():
+    lrs = [wsd_lr(s, peak_lr=1.0, total_steps=100, warmup_steps=10, decay_steps=20) for s in range(100)]
+    assert lrs[0] == pytest.approx(0.1) and lrs[9] == pytest.approx(1.0)
+    assert all(lr == 1.0 for lr in lrs[10:80])
+    assert all(a > b for a, b in zip(lrs[80:], lrs[81:]))
+    assert lrs[-1] == pytest.approx(0.0)
+
+
+def test_finetuning_schedule_warms_up_then_decays_to_zero():
+    lrs = [linear_warmup_decay_lr(s, peak_lr=1.0, total_steps=50, warmup_ratio=0.1) for s in range(50)]
+    assert lrs[4] == pytest.approx(1.0) and max(lrs) == pytest.approx(1.0)
+    assert lrs[-1] < lrs[10] and lrs[-1] == pytest.approx(1 / 45)

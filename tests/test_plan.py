@@ -1,0 +1,44 @@
+"""Planning: run names in the authors' scheme, stable keys, grid sizes."""
+from dataclasses import replace
+from pathlib import Path
+
+from sweeper.plan import format_steps, plan_study, run_name
+from sweeper.spec import load_spec
+
+SPECS = Path(__file__).parent.parent / "search_spaces"
+
+
+def test_run_names_follow_the_authors_scheme():
+    assert run_name("610m", "mlm", 42_000, 0.4, 0) == "610m-mlm40-42k"
+    assert run_name("610m", "clm", 42_000, None, 42_000) == "610m-clm-42k"
+    assert run_name("610m", "clm-mlm", 42_000, 0.4, 10_000) == "610m-clm-10k-mlm40-42k"
+    assert format_steps(300) == "300" and format_steps(12_000) == "12k"
+
+
+def test_micro_plan_counts_and_names():
+    plan = plan_study(load_spec(SPECS / "micro.yaml"))
+    names = [run.name for run in plan.runs]
+    assert names == ["tiny-mlm40-300", "tiny-clm-300", "tiny-clm-75-mlm40-300", "tiny-clm-150-mlm40-300"]
+    ids = [c.checkpoint_id for c in plan.checkpoints]
+    assert "tiny-mlm40-300-100" in ids and "tiny-clm-300-100" in ids and len(ids) == 6
+    assert len(plan.trials) == 6 * 2 * 3 * 2
+    assert len({t.trial_key for t in plan.trials}) == len(plan.trials)
+
+
+def test_keys_are_stable_and_extending_a_grid_keeps_existing_keys():
+    spec = load_spec(SPECS / "micro.yaml")
+    first = {t.trial_key for t in plan_study(spec).trials}
+    assert first == {t.trial_key for t in plan_study(load_spec(SPECS / "micro.yaml")).trials}
+    more_seeds = replace(spec, finetuning=replace(spec.finetuning, seeds=[0, 1, 2]))
+    extended = {t.trial_key for t in plan_study(more_seeds).trials}
+    assert first < extended and len(extended - first) == 6 * 2 * 3
+    changed = replace(spec, finetuning=replace(spec.finetuning, max_steps=41))
+    assert not first & {t.trial_key for t in plan_study(changed).trials}, "a protocol change alters every cell"
+
+
+def test_pure_splits_of_a_biphasic_grid_collapse_into_pure_runs():
+    spec = load_spec(SPECS / "micro.yaml")
+    grid = replace(spec.pretraining.runs[2], clm_fraction=[0.0, 0.25, 1.0])
+    plan = plan_study(replace(spec, pretraining=replace(spec.pretraining, runs=[grid])))
+    assert [r.name for r in plan.runs] == ["tiny-mlm40-300", "tiny-clm-75-mlm40-300", "tiny-clm-300"]
+    assert [r.objective for r in plan.runs] == ["mlm", "clm-mlm", "clm"]
