@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import logging
 import os
+import shutil
 import time
 from datetime import datetime, timezone
 from pathlib import Path
@@ -33,11 +34,16 @@ os.environ.setdefault("TUNE_DISABLE_AUTO_CALLBACK_LOGGERS", "1")
 logging.getLogger("ray.tune.analysis.experiment_analysis").setLevel(logging.ERROR)
 
 
-def finetune_trainable(config: dict) -> None:
-    """The Tune function trainable; imports the worker side only inside the trial's process."""
+def finetune_trainable(config: dict, payloads: list[dict], protocol: dict) -> None:
+    """The Tune function trainable; imports the worker side only inside the trial's process.
+
+    A trial's Tune config is only its index into `payloads` (shipped once through the object
+    store by `tune.with_parameters`): Tune keeps and rewrites every trial's config in its
+    experiment state, so full payloads there would cost ~18 KB per trial.
+    """
     from trainables.finetune_loop import tune_trainable
 
-    tune_trainable(config)
+    tune_trainable(payloads[config["trial_index"]], protocol)
 
 
 def prepare_task(task: dict, tokenizer_dir: str, max_length: int, out_dir: str, max_train, max_eval) -> dict:
@@ -66,7 +72,7 @@ def prepare_tasks(spec: StudySpec, study_dir: Path, tokenizer_dir: str) -> dict[
 
 def short_trial_dirname(trial) -> str:
     """Tune names trial folders after their whole config by default: long and useless here."""
-    return f"trial-{trial.config['trial']['trial_key']}"
+    return f"trial-{trial.config['trial_index']:05d}"
 
 
 def trial_payload(trial: Trial, study_dir: Path, task_dirs: dict[str, str]) -> dict:
@@ -98,7 +104,7 @@ def trial_row(study: str, trial: Trial, result: dict | None, status: str, error:
 class ResultsRecorder(tune.Callback):
     """Tune callback: turns finished trials into store rows, written in batches."""
 
-    def __init__(self, study: str, study_dir: Path, trials: dict[str, Trial], progress: ProgressLine,
+    def __init__(self, study: str, study_dir: Path, trials: list[Trial], progress: ProgressLine,
                  flush_rows: int = 50, flush_seconds: float = 30.0):
         self.study, self.study_dir, self.trials, self.progress = study, study_dir, trials, progress
         self.flush_rows, self.flush_seconds = flush_rows, flush_seconds
@@ -117,11 +123,11 @@ class ResultsRecorder(tune.Callback):
 
     def on_trial_complete(self, iteration, trials, trial, **info):
         result = trial.last_result or {}
-        planned = self.trials[trial.config["trial"]["trial_key"]]
+        planned = self.trials[trial.config["trial_index"]]
         self._add(trial_row(self.study, planned, result, result.get("status", "failed"), None))
 
     def on_trial_error(self, iteration, trials, trial, **info):
-        planned = self.trials[trial.config["trial"]["trial_key"]]
+        planned = self.trials[trial.config["trial_index"]]
         error = trial.get_error() or "trial raised an error"
         self._add(trial_row(self.study, planned, None, "failed", str(error)[-2000:]))
 
@@ -140,23 +146,29 @@ def run_finetuning(spec: StudySpec, plan: StudyPlan, study_dir: Path, tokenizer_
     res = spec.resources
     protocol = {**finetune_protocol(spec), "micro_batch_size": spec.finetuning.micro_batch_size,
                 "eval_batch_size": spec.finetuning.eval_batch_size, "threads": max(1, int(res.cpus_per_trial))}
-    trainable = tune.with_resources(finetune_trainable, {"cpu": res.cpus_per_trial, "gpu": res.gpus_per_trial})
     progress = ProgressLine("finetune", len(pending), unit="trials")
-    by_key = {t.trial_key: t for t in pending}
     shard_size = res.trials_per_shard
     for first in range(0, len(pending), shard_size):
         shard = pending[first:first + shard_size]
-        recorder = ResultsRecorder(spec.study, study_dir, by_key, progress)
+        payloads = [trial_payload(t, study_dir, task_dirs) for t in shard]
+        trainable = tune.with_resources(
+            tune.with_parameters(finetune_trainable, payloads=payloads, protocol=protocol),
+            {"cpu": res.cpus_per_trial, "gpu": res.gpus_per_trial},
+        )
+        recorder = ResultsRecorder(spec.study, study_dir, shard, progress)
+        name = f"finetune-shard-{first // shard_size:04d}"
         tuner = tune.Tuner(
             trainable,
-            param_space={"trial": tune.grid_search([trial_payload(t, study_dir, task_dirs) for t in shard]),
-                         "protocol": protocol},
+            param_space={"trial_index": tune.grid_search(list(range(len(shard))))},
             tune_config=tune.TuneConfig(reuse_actors=True, max_concurrent_trials=res.max_concurrent_trials,
                                         trial_dirname_creator=short_trial_dirname),
             run_config=tune.RunConfig(
-                name=f"finetune-shard-{first // shard_size:04d}", storage_path=str(study_dir / "tune"),
+                name=name, storage_path=str(study_dir / "tune"),
                 callbacks=[recorder], verbose=0, failure_config=tune.FailureConfig(max_failures=0),
             ),
         )
         tuner.fit()
+        # Every outcome is in the store now; Tune's own state (an empty folder per trial and a
+        # JSON rewritten as trials finish) is no record and is not kept.
+        shutil.rmtree(study_dir / "tune" / name, ignore_errors=True)
     progress.finish()

@@ -132,8 +132,8 @@ def run_trial(trial: dict, protocol: dict) -> dict:
     return result
 
 
-def tune_trainable(config: dict) -> None:
+def tune_trainable(trial: dict, protocol: dict) -> None:
     """Ray Tune entry point: one report, the trial's final result."""
     from ray import tune
 
-    tune.report(run_trial(config["trial"], config["protocol"]))
+    tune.report(run_trial(trial, protocol))
