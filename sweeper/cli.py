@@ -1,4 +1,4 @@
-"""Command line: `sweeper run SPEC`, `sweeper plan SPEC`, `sweeper report STUDY_DIR`.
+"""Command line: `sweeper run SPEC`, `plan SPEC`, `status STUDY_DIR`, `report STUDY_DIR`.
 
 Spec errors print `file:line: key.path: reason` and exit with status 2 before any Ray
 process starts (Ray is imported only once the spec is known to be good).
@@ -6,13 +6,13 @@ process starts (Ray is imported only once the spec is known to be good).
 from __future__ import annotations
 
 import argparse
-import json
 import sys
 from pathlib import Path
 
 from sweeper.spec import SpecError, load_spec
 
 EXIT_SPEC_ERROR = 2
+EXIT_CHANGED = 3
 
 
 def study_dir_for(spec, flag: str | None) -> Path:
@@ -42,9 +42,33 @@ def command_run(args) -> int:
 
     spec = load_spec(args.spec)
     plan = plan_study(spec)
+    from sweeper.changes import apply_recompute, find_changes, record_settings
+
+    study_dir = study_dir_for(spec, args.storage)
+    changes = find_changes(spec, plan, study_dir)
+    if changes and not args.recompute_changed:
+        print(f"error: the spec changes settings that recorded results depend on.\n{changes.describe()}\n"
+              "Nothing was started. Rerun with --recompute-changed to recompute these cells "
+              "(old results stay on disk and leave the report), or restore the old settings.", file=sys.stderr)
+        return EXIT_CHANGED
+    if changes:
+        print(f"[study] recomputing changed cells:\n{changes.describe()}", flush=True)
+        apply_recompute(changes, plan, study_dir)
+    study_dir.mkdir(parents=True, exist_ok=True)
+    record_settings(spec, plan, study_dir)
     from sweeper.runner import run_study  # imports Ray: only after the spec is known good
 
-    run_study(spec, Path(args.spec), plan, study_dir_for(spec, args.storage))
+    return run_study(spec, Path(args.spec), plan, study_dir, retry_failed=args.retry_failed)
+
+
+def command_status(args) -> int:
+    from sweeper.status import print_status
+
+    study_dir = Path(args.study_dir)
+    if not (study_dir / "spec.yaml").exists():
+        print(f"error: {study_dir} is not a study directory (no spec.yaml)", file=sys.stderr)
+        return 1
+    print_status(study_dir)
     return 0
 
 
@@ -55,9 +79,7 @@ def command_report(args) -> int:
     if not (study_dir / "results").exists():
         print(f"error: {study_dir} holds no results (expected {study_dir}/results/)", file=sys.stderr)
         return 1
-    plan_file = study_dir / "plan.json"
-    planned = json.loads(plan_file.read_text())["trials"] if plan_file.exists() else None
-    write_report(study_dir, planned_trials=planned)
+    write_report(study_dir)
     return 0
 
 
@@ -67,7 +89,13 @@ def build_parser() -> argparse.ArgumentParser:
     run = commands.add_parser("run", help="run (or resume) a study from a search-space file")
     run.add_argument("spec", help="search-space YAML file, e.g. search_spaces/micro.yaml")
     run.add_argument("--storage", help="study directory (default: the spec's storage, else ./studies/<study>)")
+    run.add_argument("--retry-failed", action="store_true", help="run failed runs and trials again")
+    run.add_argument("--recompute-changed", action="store_true",
+                     help="recompute cells whose settings changed since their results were recorded")
     run.set_defaults(handler=command_run)
+    status = commands.add_parser("status", help="done / running / pending / diverged / failed per stage")
+    status.add_argument("study_dir")
+    status.set_defaults(handler=command_status)
     plan = commands.add_parser("plan", help="print what a spec would run, without running it")
     plan.add_argument("spec")
     plan.set_defaults(handler=command_plan)

@@ -11,9 +11,11 @@ Built for the paper's ~18,000 trials from the start:
 """
 from __future__ import annotations
 
+import json
 import logging
 import os
 import shutil
+import socket
 import time
 from datetime import datetime, timezone
 from pathlib import Path
@@ -105,14 +107,17 @@ class ResultsRecorder(tune.Callback):
     """Tune callback: turns finished trials into store rows, written in batches."""
 
     def __init__(self, study: str, study_dir: Path, trials: list[Trial], progress: ProgressLine,
-                 flush_rows: int = 50, flush_seconds: float = 30.0):
+                 flush_rows: int = 50, flush_seconds: float = 10.0):
         self.study, self.study_dir, self.trials, self.progress = study, study_dir, trials, progress
+        # A killed driver loses at most the unflushed rows: those trials simply run again.
         self.flush_rows, self.flush_seconds = flush_rows, flush_seconds
         self.buffer: list[dict] = []
         self.last_flush = time.time()
+        self.running = 0
 
     def _add(self, row: dict) -> None:
         self.buffer.append(row)
+        self.running -= 1
         self.progress.advance(row["status"])
         if len(self.buffer) >= self.flush_rows or time.time() - self.last_flush > self.flush_seconds:
             self.flush()
@@ -120,6 +125,12 @@ class ResultsRecorder(tune.Callback):
     def flush(self) -> None:
         write_rows(self.study_dir, TRIALS, self.buffer)
         self.buffer, self.last_flush = [], time.time()
+        write_live_state(self.study_dir, self.running)
+
+    def on_trial_start(self, iteration, trials, trial, **info):
+        self.running += 1
+        if time.time() - self.last_flush > 2.0:
+            write_live_state(self.study_dir, self.running)
 
     def on_trial_complete(self, iteration, trials, trial, **info):
         result = trial.last_result or {}
@@ -128,20 +139,44 @@ class ResultsRecorder(tune.Callback):
 
     def on_trial_error(self, iteration, trials, trial, **info):
         planned = self.trials[trial.config["trial_index"]]
-        error = trial.get_error() or "trial raised an error"
+        error = trial_error_text(trial)
         self._add(trial_row(self.study, planned, None, "failed", str(error)[-2000:]))
 
     def on_experiment_end(self, trials, **info):
+        self.running = 0
         self.flush()
 
 
-def run_finetuning(spec: StudySpec, plan: StudyPlan, study_dir: Path, tokenizer_dir: str) -> None:
-    done = finished_trial_keys(study_dir)
-    pending = [t for t in plan.trials if t.trial_key not in done]
-    print(f"[finetune] {len(plan.trials)} trials: {len(plan.trials) - len(pending)} already recorded, "
-          f"{len(pending)} to run", flush=True)
+def trial_error_text(trial) -> str:
+    """The trial's traceback. Tune writes it to the trial's local folder before calling back and
+    syncs it to storage later, so `trial.get_error()` (which reads storage) can still be empty."""
+    local = Path(trial.error_file) if trial.error_file else None
+    if local is not None and local.exists():
+        return local.read_text()
+    return trial.get_error() or "trial raised an error (no traceback recorded)"
+
+
+LIVE_FILE = "live.json"
+
+
+def write_live_state(study_dir: Path, running_trials: int) -> None:
+    """`live.json`: the driver's pid and trials in flight, for `sweeper status`."""
+    tmp = study_dir / f".{LIVE_FILE}.tmp"
+    tmp.write_text(json.dumps({"pid": os.getpid(), "host": socket.gethostname(),
+                               "running_trials": running_trials, "updated_at": time.time()}))
+    tmp.replace(study_dir / LIVE_FILE)
+
+
+def run_finetuning(spec: StudySpec, plan: StudyPlan, study_dir: Path, tokenizer_dir: str, *,
+                   skip_runs: set[str] = frozenset(), retry_failed: bool = False) -> dict[str, int]:
+    """Run every planned trial not yet recorded; returns the tally of outcomes of this call."""
+    done = finished_trial_keys(study_dir, include_failed=not retry_failed)
+    blocked = [t for t in plan.trials if t.trial_key not in done and t.checkpoint.run.name in skip_runs]
+    pending = [t for t in plan.trials if t.trial_key not in done and t.checkpoint.run.name not in skip_runs]
+    print(f"[finetune] {len(plan.trials)} trials: {len(plan.trials) - len(pending) - len(blocked)} already "
+          f"recorded, {len(blocked)} blocked by failed runs, {len(pending)} to run", flush=True)
     if not pending:
-        return
+        return {}
     task_dirs = prepare_tasks(spec, study_dir, tokenizer_dir)
     res = spec.resources
     protocol = {**finetune_protocol(spec), "micro_batch_size": spec.finetuning.micro_batch_size,
@@ -172,3 +207,4 @@ def run_finetuning(spec: StudySpec, plan: StudyPlan, study_dir: Path, tokenizer_
         # JSON rewritten as trials finish) is no record and is not kept.
         shutil.rmtree(study_dir / "tune" / name, ignore_errors=True)
     progress.finish()
+    return dict(progress.tally)

@@ -9,7 +9,7 @@ from __future__ import annotations
 import hashlib
 import itertools
 import json
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, field
 
 from sweeper.catalog import MODEL_PRESETS, task_dict
 from sweeper.spec import StudySpec
@@ -48,6 +48,8 @@ class PretrainingRun:
     checkpoint_steps: tuple[int, ...]
     """Intermediate steps that are fine-tuned; the final step always is."""
     model_config: dict
+    identity: dict = field(compare=False, repr=False)
+    """The resolved configuration the run_key hashes (kept to explain what changed)."""
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
@@ -102,7 +104,7 @@ def expand_runs(spec: StudySpec) -> list[PretrainingRun]:
             runs[name] = PretrainingRun(
                 name=name, run_key=stable_key(identity), preset=spec.model.preset, objective=objective,
                 mask_ratio=ratio, clm_fraction=share, total_steps=steps,
-                checkpoint_steps=checkpoints, model_config=config,
+                checkpoint_steps=checkpoints, model_config=config, identity=identity,
             )
     return list(runs.values())
 

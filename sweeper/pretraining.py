@@ -20,7 +20,9 @@ from sweeper.plan import PretrainingRun
 from sweeper.spec import StudySpec
 from sweeper.store import PRETRAINING, write_rows
 
+RUN_FILE = "sweeper_run.json"
 DONE_FILE = "sweeper_done.json"
+FAILED_FILE = "sweeper_failed.json"
 
 
 def run_dir(study_dir: Path, run: PretrainingRun) -> Path:
@@ -49,7 +51,7 @@ def run_payload(run: PretrainingRun, spec: StudySpec, study_dir: Path, corpus_di
         "peak_lr": pre.optimizer.peak_lr, "betas": pre.optimizer.betas, "eps": pre.optimizer.eps,
         "weight_decay": pre.optimizer.weight_decay, "grad_clip": pre.optimizer.grad_clip,
         "warmup_steps": pre.warmup_steps, "decay_steps": pre.decay_steps,
-        "log_every": pre.log_every, "seed": pre.seed, "data_seed": spec.data.order_seed,
+        "log_every": pre.log_every, "save_every": pre.save_every, "seed": pre.seed, "data_seed": spec.data.order_seed,
         "threads": max(1, int(res.cpus_per_worker)), "workers": res.pretraining_workers,
         "use_gpu": res.gpus_per_worker > 0, "init_from": None,
     }
@@ -89,27 +91,45 @@ def record_finished_run(study: str, study_dir: Path, run: PretrainingRun, wall_t
         {"study": study, "run_name": run.name, "run_key": run.run_key, "objective": run.objective, **row}
         for row in log
     ])
+    (run_dir(study_dir, run) / FAILED_FILE).unlink(missing_ok=True)
     (run_dir(study_dir, run) / DONE_FILE).write_text(json.dumps(
-        {"run_key": run.run_key, "wall_time_s": wall_time_s, "run": asdict(run)}, indent=1, default=str,
+        {"run_key": run.run_key, "wall_time_s": wall_time_s, "identity": run.identity,
+         "run": {k: v for k, v in asdict(run).items() if k != "identity"}}, indent=1, default=str,
     ))
 
 
-def run_pretraining(spec: StudySpec, runs: list[PretrainingRun], study_dir: Path, corpus_dir: str) -> None:
-    """Fit every run not yet done, in parallel; raise if any run failed after its retries."""
-    pending = [run for run in runs if not is_done(study_dir, run)]
-    skipped = len(runs) - len(pending)
-    print(f"[pretrain] {len(runs)} runs: {skipped} already done, {len(pending)} to train", flush=True)
+def has_failed(study_dir: Path, run: PretrainingRun) -> bool:
+    failed = run_dir(study_dir, run) / FAILED_FILE
+    return failed.exists() and json.loads(failed.read_text()).get("run_key") == run.run_key
+
+
+def run_pretraining(spec: StudySpec, runs: list[PretrainingRun], study_dir: Path, corpus_dir: str,
+                    retry_failed: bool = False) -> list[str]:
+    """Fit every run not yet done, in parallel. Returns the names of runs that failed (after
+    their retries) and were not retried; the other runs and their fine-tuning go on."""
+    done = [run for run in runs if is_done(study_dir, run)]
+    failed_before = [run for run in runs if run not in done and has_failed(study_dir, run) and not retry_failed]
+    pending = [run for run in runs if run not in done and run not in failed_before]
+    print(f"[pretrain] {len(runs)} runs: {len(done)} already done, {len(failed_before)} failed before "
+          f"(--retry-failed reruns them), {len(pending)} to train", flush=True)
     if not pending:
-        return
+        return [run.name for run in failed_before]
+    for run in pending:
+        directory = run_dir(study_dir, run)
+        directory.mkdir(parents=True, exist_ok=True)
+        (directory / RUN_FILE).write_text(json.dumps({"run_key": run.run_key, "identity": run.identity},
+                                                     indent=1, default=str))
     res = spec.resources
     resources = {"cpus_per_worker": res.cpus_per_worker, "gpus_per_worker": res.gpus_per_worker,
                  "max_failures": res.max_failures}
     local = res.pretraining_workers == 0
     # Local mode trains inside the task, so the task holds the worker's resources; otherwise
     # the worker group reserves its own and the task only waits.
+    # A local-mode run has no Train worker group to restart: Ray retries the task itself (a
+    # crashed process or an exception), and the loop resumes from the run's last checkpoint.
     task = ray.remote(fit_run).options(
         num_cpus=res.cpus_per_worker if local else 0, num_gpus=res.gpus_per_worker if local else 0,
-        max_retries=0,
+        max_retries=res.max_failures if local else 0, retry_exceptions=local,
     )
     futures = {task.remote(run_payload(run, spec, study_dir, corpus_dir), resources): run for run in pending}
     failures = []
@@ -119,11 +139,16 @@ def run_pretraining(spec: StudySpec, runs: list[PretrainingRun], study_dir: Path
         try:
             outcome = ray.get(ready[0])
         except Exception as error:  # keep the other runs going; report all failures at the end
-            failures.append(f"{run.name}: {type(error).__name__}: {str(error).splitlines()[0][:300]}")
-            print(f"[pretrain] {run.name} FAILED", flush=True)
+            message = f"{type(error).__name__}: {str(error).strip()[-2000:]}"
+            (run_dir(study_dir, run) / FAILED_FILE).write_text(json.dumps(
+                {"run_key": run.run_key, "error": message, "failed_at": time.time()}, indent=1))
+            failures.append((run.name, message.splitlines()[0][:300]))
+            print(f"[pretrain] {run.name} FAILED (details in {run_dir(study_dir, run) / FAILED_FILE})", flush=True)
             continue
         record_finished_run(spec.study, study_dir, run, outcome["wall_time_s"])
         print(f"[pretrain] {run.name} done in {outcome['wall_time_s']:.0f}s "
               f"({len(pending) - len(futures)}/{len(pending)})", flush=True)
     if failures:
-        raise RuntimeError("pretraining runs failed:\n  " + "\n  ".join(failures))
+        print("[pretrain] failed runs (their trials are skipped):\n  "
+              + "\n  ".join(f"{name}: {why}" for name, why in failures), flush=True)
+    return [run.name for run in failed_before] + [name for name, _ in failures]

@@ -16,8 +16,10 @@ def format_duration(seconds: float) -> str:
 class ProgressLine:
     """Prints `[stage] done/total unit (tallies) | elapsed, ~left` at most every `interval` s."""
 
-    def __init__(self, stage: str, total: int, unit: str, interval: float = 5.0, stream=sys.stdout):
-        self.stage, self.total, self.unit, self.interval, self.stream = stage, total, unit, interval, stream
+    def __init__(self, stage: str, total: int, unit: str, interval: float = 5.0):
+        # No stream attribute: Tune pickles its callbacks (and this with them); sys.stdout is
+        # looked up at print time instead.
+        self.stage, self.total, self.unit, self.interval = stage, total, unit, interval
         self.started = self.last_print = time.time()
         self.done = 0
         self.tally: Counter[str] = Counter()
@@ -34,7 +36,7 @@ class ProgressLine:
         tallies = ", ".join(f"{n} {k}" for k, n in sorted(self.tally.items()))
         percent = 100 * self.done / self.total if self.total else 100
         print(f"[{self.stage}] {self.done}/{self.total} {self.unit} ({percent:.0f}%; {tallies}) | "
-              f"{format_duration(elapsed)} elapsed, ~{format_duration(left)} left", file=self.stream, flush=True)
+              f"{format_duration(elapsed)} elapsed, ~{format_duration(left)} left", file=sys.stdout, flush=True)
         self.last_print = time.time()
 
     def finish(self) -> None:

@@ -7,6 +7,7 @@ says what is missing.
 """
 from __future__ import annotations
 
+import json
 import math
 from pathlib import Path
 
@@ -76,8 +77,21 @@ def coverage(trials: pd.DataFrame, planned: int | None) -> str:
     return line
 
 
-def build_report(study_dir: str | Path, planned_trials: int | None = None) -> str:
+PLAN_FILE = "plan.json"
+
+
+def planned_trial_keys(study_dir: str | Path) -> list[str] | None:
+    path = Path(study_dir) / PLAN_FILE
+    return json.loads(path.read_text())["trial_keys"] if path.exists() else None
+
+
+def build_report(study_dir: str | Path) -> str:
+    """The report of the study's current plan (rows of superseded cells are left out)."""
     trials = read_trials(study_dir).to_pandas()
+    planned = planned_trial_keys(study_dir)
+    if planned is not None:
+        trials = trials[trials["trial_key"].isin(set(planned))]
+    planned_trials = len(planned) if planned is not None else None
     study = trials["study"].iloc[0] if not trials.empty else Path(study_dir).name
     sections = [f"# Study report: {study}", "", coverage(trials, planned_trials), ""]
     best = best_lr_table(trials)
@@ -105,8 +119,8 @@ def build_report(study_dir: str | Path, planned_trials: int | None = None) -> st
     return "\n".join(sections) + "\n"
 
 
-def write_report(study_dir: str | Path, planned_trials: int | None = None) -> Path:
-    text = build_report(study_dir, planned_trials)
+def write_report(study_dir: str | Path) -> Path:
+    text = build_report(study_dir)
     path = Path(study_dir) / "report.md"
     path.write_text(text)
     print(text)

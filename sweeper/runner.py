@@ -17,7 +17,7 @@ from sweeper.finetuning import run_finetuning
 from sweeper.plan import StudyPlan
 from sweeper.pretraining import run_pretraining
 from sweeper.progress import format_duration
-from sweeper.report import write_report
+from sweeper.report import PLAN_FILE, write_report
 from sweeper.spec import StudySpec
 
 
@@ -39,10 +39,21 @@ def connect_ray() -> None:
     ray.init(address=os.environ.get("RAY_ADDRESS"), log_to_driver=True, configure_logging=False)
 
 
-def run_study(spec: StudySpec, spec_path: Path, plan: StudyPlan, study_dir: Path) -> Path:
+def write_plan_file(plan: StudyPlan, study_dir: Path) -> None:
+    """`plan.json`: the planned trial keys, so reports and `sweeper status` know what is missing."""
+    (study_dir / PLAN_FILE).write_text(json.dumps({
+        "trials": len(plan.trials), "trial_keys": [t.trial_key for t in plan.trials],
+        "runs": {run.name: run.run_key for run in plan.runs},
+    }))
+
+
+def run_study(spec: StudySpec, spec_path: Path, plan: StudyPlan, study_dir: Path, *,
+              retry_failed: bool = False) -> int:
+    """Run or resume the study; returns the exit status (1 if any run or trial failed)."""
     started = time.time()
     study_dir.mkdir(parents=True, exist_ok=True)
     shutil.copyfile(spec_path, study_dir / "spec.yaml")
+    write_plan_file(plan, study_dir)
     print(f"[study] {spec.study}: {len(plan.runs)} pretraining runs, {len(plan.checkpoints)} checkpoints, "
           f"{len(plan.trials)} fine-tuning trials -> {study_dir}", flush=True)
     connect_ray()
@@ -54,9 +65,13 @@ def run_study(spec: StudySpec, spec_path: Path, plan: StudyPlan, study_dir: Path
           flush=True)
     if meta["vocab_size"] > spec.data.vocab_size:
         raise RuntimeError(f"tokenizer has {meta['vocab_size']} tokens but data.vocab_size is {spec.data.vocab_size}")
-    run_pretraining(spec, list(plan.runs), study_dir, str(corpus))
-    run_finetuning(spec, plan, study_dir, str(corpus / "tokenizer"))
-    (study_dir / "plan.json").write_text(json.dumps({"trials": len(plan.trials)}))
-    report = write_report(study_dir, planned_trials=len(plan.trials))
+    failed_runs = run_pretraining(spec, list(plan.runs), study_dir, str(corpus), retry_failed=retry_failed)
+    tally = run_finetuning(spec, plan, study_dir, str(corpus / "tokenizer"), skip_runs=set(failed_runs),
+                           retry_failed=retry_failed)
+    report = write_report(study_dir)
     print(f"[study] finished in {format_duration(time.time() - started)}; report: {report}", flush=True)
-    return report
+    if failed_runs or tally.get("failed"):
+        print(f"[study] incomplete: {len(failed_runs)} pretraining run(s) and {tally.get('failed', 0)} trial(s) "
+              f"failed; `sweeper status {study_dir}` lists them, `--retry-failed` reruns them", flush=True)
+        return 1
+    return 0

@@ -120,6 +120,8 @@ class PretrainingSpec:
     """MLM: share of selected tokens left unchanged (BERT: 0.1; paper: 0)."""
     log_every: int = 100
     """Steps between progress lines and pretraining-table rows."""
+    save_every: int = 1000
+    """Steps between resume checkpoints (0: only at evaluated checkpoints); a restarted run loses at most this many."""
     seed: int = 0
     """Weight-initialisation seed (the same for every run)."""
 
@@ -129,7 +131,7 @@ class PretrainingSpec:
         for key in ("steps", "global_batch_size", "log_every"):
             if getattr(self, key) <= 0:
                 yield key, f"must be positive, got {getattr(self, key)}"
-        for key in ("warmup_steps", "decay_steps"):
+        for key in ("warmup_steps", "decay_steps", "save_every"):
             if getattr(self, key) < 0:
                 yield key, f"must not be negative, got {getattr(self, key)}"
         if not 0 <= self.random_replace + self.keep_original <= 1:

@@ -106,9 +106,10 @@ def read_trials(study_dir: str | Path) -> pa.Table:
     return pa.Table.from_pandas(frame, schema=TRIAL_SCHEMA, preserve_index=False)
 
 
-def finished_trial_keys(study_dir: str | Path) -> set[str]:
-    """Keys of trials that need no rerun: finished ok, or diverged (a property of the cell)."""
+def finished_trial_keys(study_dir: str | Path, include_failed: bool = True) -> set[str]:
+    """Keys of trials that are not run again: ok, diverged (a property of the cell, not an
+    accident), and failed unless the user asks to retry failures."""
     table = read_table(study_dir, TRIALS)
     statuses = table.column("status").to_pylist()
-    return {key for key, status in zip(table.column("trial_key").to_pylist(), statuses)
-            if status in ("ok", "diverged")}
+    final = {"ok", "diverged", "failed"} if include_failed else {"ok", "diverged"}
+    return {key for key, status in zip(table.column("trial_key").to_pylist(), statuses) if status in final}

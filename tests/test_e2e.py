@@ -80,8 +80,8 @@ def test_rerunning_the_study_redoes_nothing(smoke_study, ray_head):
     mtime = os.stat(checkpoint).st_mtime_ns
     result = run_sweeper("run", str(SMOKE), "--storage", str(study_dir), address=ray_head[0])
     assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
-    assert "3 already done, 0 to train" in result.stdout
-    assert "16 already recorded, 0 to run" in result.stdout
+    assert "3 already done, 0 failed before (--retry-failed reruns them), 0 to train" in result.stdout
+    assert "16 already recorded, 0 blocked by failed runs, 0 to run" in result.stdout
     assert sorted(p.name for p in (study_dir / "results" / "trials").iterdir()) == trials_before
     assert os.stat(checkpoint).st_mtime_ns == mtime
 

@@ -19,7 +19,8 @@ def test_batches_round_trip_and_leave_no_temporary_files(tmp_path):
     assert len(files) == 2 and all(f.name.startswith("part-") and f.suffix == ".parquet" for f in files)
     assert sum(pq.read_metadata(f).num_rows for f in files) == 3
     assert read_table(tmp_path, TRIALS).num_rows == 3
-    assert finished_trial_keys(tmp_path) == {"a", "b"}
+    assert finished_trial_keys(tmp_path) == {"a", "b", "c"}
+    assert finished_trial_keys(tmp_path, include_failed=False) == {"a", "b"}
 
 
 def test_a_trial_recorded_twice_is_read_once_preferring_ok(tmp_path):

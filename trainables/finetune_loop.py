@@ -114,15 +114,15 @@ def run_trial(trial: dict, protocol: dict) -> dict:
             loss = F.cross_entropy(logits.reshape(-1, logits.shape[-1]), target.reshape(-1), ignore_index=IGNORE)
             (loss * len(chunk) / len(indices)).backward()
             total += loss.item() * len(chunk) / len(indices)
-        loss_value = total
-        if not math.isfinite(loss_value):
-            status = "diverged"  # stop early; the grid goes on
+        if not math.isfinite(total):
+            status = "diverged"  # stop early, keep the last finite loss; the grid goes on
             break
+        loss_value = total
         torch.nn.utils.clip_grad_norm_(model.parameters(), protocol["grad_clip"])
         optimizer.step()
         optimizer.zero_grad(set_to_none=True)
     result = {"trial_key": trial["trial_key"], "status": status, "train_loss": loss_value,
-              "train_steps": step + 1 if steps else 0, "metric": trial["task"]["metric"],
+              "train_steps": (step + 1 if status == "ok" else step) if steps else 0, "metric": trial["task"]["metric"],
               "validation_score": float("nan"), "test_score": float("nan")}
     if status == "ok":
         eval_batch = protocol["eval_batch_size"]

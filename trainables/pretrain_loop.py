@@ -16,6 +16,7 @@ itself with an atomic rename.
 from __future__ import annotations
 
 import json
+import os
 import shutil
 import tempfile
 import time
@@ -39,6 +40,23 @@ def latest_local_checkpoint(run_dir: str) -> Path | None:
     """The complete checkpoint (marker present) with the highest step, if any."""
     found = [(json.loads(p.read_text())["step"], p.parent) for p in Path(run_dir).glob(f"step-*/{MARKER}")]
     return max(found)[1] if found else None
+
+
+def write_progress(run: dict, row: dict) -> None:
+    """`<run_dir>/progress.json`: where the run is, for `sweeper status` (and tests that kill it)."""
+    progress = {**row, "total_steps": run["total_steps"], "pid": os.getpid(), "updated_at": time.time()}
+    tmp = Path(run["run_dir"]) / ".progress.json.tmp"
+    tmp.write_text(json.dumps(progress))
+    tmp.replace(Path(run["run_dir"]) / "progress.json")
+
+
+def drop_superseded_resume_checkpoints(run: dict, keep: int, evaluated: set[int]) -> None:
+    """Resume-only checkpoints (`save_every`) are needed until a newer one exists; evaluated
+    checkpoints are kept for fine-tuning. Local mode only: Ray Train manages its own."""
+    for marker in Path(run["run_dir"]).glob(f"step-*/{MARKER}"):
+        step = int(marker.parent.name.removeprefix("step-"))
+        if step < keep and step not in evaluated:
+            shutil.rmtree(marker.parent, ignore_errors=True)
 
 
 def unwrap(model):
@@ -142,7 +160,8 @@ def train_loop_per_worker(run: dict) -> None:
         keep_original=run["keep_original"],
     )
     generator = torch.Generator(device=device)
-    checkpoint_steps = set(run["checkpoint_steps"]) | {run["total_steps"]}
+    evaluated_steps = set(run["checkpoint_steps"]) | {run["total_steps"]}
+    save_every = run["save_every"]
     autocast = torch.autocast("cuda", dtype=torch.bfloat16, enabled=device.type == "cuda")
     window_started, window_tokens, loss_sum, loss_count = time.time(), 0, 0.0, 0
     for step in range(start, run["total_steps"]):
@@ -166,7 +185,8 @@ def train_loop_per_worker(run: dict) -> None:
         loss_sum, loss_count = loss_sum + loss.item(), loss_count + 1
         window_tokens += ids.numel() * world
         done = step + 1
-        if done % run["log_every"] == 0 or done in checkpoint_steps:
+        saving = done in evaluated_steps or (save_every and done % save_every == 0)
+        if done % run["log_every"] == 0 or saving:
             elapsed = time.time() - window_started
             row = {"step": done, "phase": phase, "loss": loss_sum / loss_count, "lr": lr,
                    "tokens_seen": done * run["global_batch_size"] * run["seq_len"],
@@ -175,6 +195,9 @@ def train_loop_per_worker(run: dict) -> None:
             if rank == 0:
                 print(f"[pretrain {run['name']}] step {done}/{run['total_steps']} {phase} "
                       f"loss {row['loss']:.3f} lr {lr:.2e} {row['tokens_per_s']:,.0f} tok/s", flush=True)
+                write_progress(run, row)
             window_started, window_tokens, loss_sum, loss_count = time.time(), 0, 0.0, 0
-        if done in checkpoint_steps:
+        if saving:
             save_checkpoint(model, optimizer, run, done, log, {"step": done, "phase": phase, "loss": log[-1]["loss"]})
+            if rank == 0 and run["workers"] == 0:
+                drop_superseded_resume_checkpoints(run, keep=done, evaluated=evaluated_steps)

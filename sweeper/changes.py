@@ -1,0 +1,113 @@
+"""What an edited spec changes in a study that already holds results.
+
+Adding cells (seeds, tasks, learning rates, checkpoint steps) only adds keys, so a rerun runs
+just those. Changing a setting that existing cells depend on gives those cells new keys while
+their old results stay on disk; this module finds them, says why, and `sweeper run` refuses to
+go on without `--recompute-changed` (it never silently mixes two versions of a cell).
+"""
+from __future__ import annotations
+
+import json
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from sweeper.plan import StudyPlan, finetune_protocol
+from sweeper.pretraining import RUN_FILE, run_dir
+from sweeper.spec import StudySpec
+from sweeper.store import read_table, TRIALS
+
+RESOLVED_FILE = "resolved.json"
+
+
+@dataclass
+class Changes:
+    runs: list[tuple[str, str, list[str]]] = field(default_factory=list)
+    """(run name, recorded run_key, what differs) for runs whose configuration changed."""
+    trials: list[tuple[str, list[str]]] = field(default_factory=list)
+    """(cell, what differs) for recorded trials the new plan would compute differently."""
+
+    def __bool__(self) -> bool:
+        return bool(self.runs or self.trials)
+
+    def describe(self, limit: int = 15) -> str:
+        lines = []
+        if self.runs:
+            lines.append(f"{len(self.runs)} pretraining run(s) changed:")
+            lines += [f"  {name}: {'; '.join(why)}" for name, _, why in self.runs[:limit]]
+        if self.trials:
+            lines.append(f"{len(self.trials)} recorded fine-tuning cell(s) would be recomputed:")
+            lines += [f"  {cell}: {'; '.join(why)}" for cell, why in self.trials[:limit]]
+            if len(self.trials) > limit:
+                lines.append(f"  ... and {len(self.trials) - limit} more")
+        return "\n".join(lines)
+
+
+def flatten(value, prefix: str = "") -> dict[str, object]:
+    if isinstance(value, dict):
+        out = {}
+        for key, inner in value.items():
+            out.update(flatten(inner, f"{prefix}.{key}" if prefix else str(key)))
+        return out
+    return {prefix: value}
+
+
+def differences(old: dict, new: dict) -> list[str]:
+    old_flat, new_flat = flatten(old), flatten(new)
+    return [f"{key}: {old_flat.get(key)!r} -> {new_flat.get(key)!r}"
+            for key in sorted(set(old_flat) | set(new_flat)) if old_flat.get(key) != new_flat.get(key)]
+
+
+def resolved_settings(spec: StudySpec, plan: StudyPlan) -> dict:
+    """What trial keys depend on besides the run: the protocol and each task's definition."""
+    from sweeper.catalog import task_dict
+
+    settings = {"protocol": finetune_protocol(spec), "tasks": {t: task_dict(t) for t in spec.finetuning.tasks}}
+    return json.loads(json.dumps(settings, default=str))  # as it reads back from disk (tuples -> lists)
+
+
+def find_changes(spec: StudySpec, plan: StudyPlan, study_dir: Path) -> Changes:
+    changes = Changes()
+    changed_runs = set()
+    for run in plan.runs:
+        recorded = run_dir(study_dir, run) / RUN_FILE
+        if not recorded.exists():
+            continue
+        old = json.loads(recorded.read_text())
+        if old["run_key"] != run.run_key:
+            changed_runs.add(run.name)
+            changes.runs.append((run.name, old["run_key"], differences(old["identity"], run.identity)
+                                 or ["configuration changed"]))
+    table = read_table(study_dir, TRIALS)
+    if table.num_rows == 0:
+        return changes
+    planned = {t.trial_key for t in plan.trials}
+    recorded_cells = {}
+    for row in table.select(["trial_key", "checkpoint_id", "task", "learning_rate", "seed"]).to_pylist():
+        if row["trial_key"] not in planned:
+            recorded_cells[(row["checkpoint_id"], row["task"], row["learning_rate"], row["seed"])] = row
+    if not recorded_cells:
+        return changes
+    resolved_path = study_dir / RESOLVED_FILE
+    old_settings = json.loads(resolved_path.read_text()) if resolved_path.exists() else {}
+    setting_diff = differences(old_settings, resolved_settings(spec, plan)) if old_settings else []
+    for trial in plan.trials:
+        cell = (trial.checkpoint.checkpoint_id, trial.task, trial.learning_rate, trial.seed)
+        if cell in recorded_cells:
+            why = (["its pretraining run changed"] if trial.checkpoint.run.name in changed_runs
+                   else [d for d in setting_diff if d.startswith(("protocol.", f"tasks.{trial.task}."))]
+                   or ["trial configuration changed"])
+            changes.trials.append((f"{cell[0]} / {cell[1]} / lr {cell[2]:g} / seed {cell[3]}", why))
+    return changes
+
+
+def apply_recompute(changes: Changes, plan: StudyPlan, study_dir: Path) -> None:
+    """Move changed runs aside (kept, never deleted) so they retrain from scratch."""
+    by_name = {run.name: run for run in plan.runs}
+    for name, old_key, _ in changes.runs:
+        source = run_dir(study_dir, by_name[name])
+        source.rename(source.with_name(f"{name}.superseded-{old_key}-{int(time.time())}"))
+
+
+def record_settings(spec: StudySpec, plan: StudyPlan, study_dir: Path) -> None:
+    (study_dir / RESOLVED_FILE).write_text(json.dumps(resolved_settings(spec, plan), indent=1, default=str))

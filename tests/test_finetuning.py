@@ -1,0 +1,46 @@
+"""The Tune side of the grid: outcomes become store rows, failures included."""
+from __future__ import annotations
+
+import pytest
+import ray
+from ray import tune
+
+from sweeper.finetuning import ResultsRecorder
+from sweeper.plan import plan_study
+from sweeper.progress import ProgressLine
+from sweeper.spec import load_spec
+from sweeper.store import read_table, TRIALS
+
+from conftest import ROOT
+
+
+def flaky_trainable(config):
+    if config["trial_index"] == 1:
+        raise ValueError("boom: out of memory in trial 1")
+    tune.report({"status": "ok", "validation_score": 50.0, "test_score": 40.0, "train_loss": 0.5,
+                 "train_steps": 8, "wall_time_s": 0.1})
+
+
+@pytest.mark.e2e
+def test_failed_trials_are_recorded_with_their_error_and_the_grid_goes_on(ray_head, tmp_path, capsys):
+    trials = list(plan_study(load_spec(ROOT / "search_spaces" / "smoke.yaml")).trials[:3])
+    # Workers import this test module by name to find the trainable.
+    ray.init(address=ray_head[0], log_to_driver=False,
+             runtime_env={"env_vars": {"PYTHONPATH": str(ROOT / "tests")}})
+    try:
+        recorder = ResultsRecorder("smoke", tmp_path, trials, ProgressLine("finetune", 3, unit="trials"))
+        tune.Tuner(
+            flaky_trainable,
+            param_space={"trial_index": tune.grid_search([0, 1, 2])},
+            tune_config=tune.TuneConfig(reuse_actors=True),
+            run_config=tune.RunConfig(storage_path=str(tmp_path / "tune"), callbacks=[recorder], verbose=0),
+        ).fit()
+    finally:
+        ray.shutdown()
+    rows = {row["trial_key"]: row for row in read_table(tmp_path, TRIALS).to_pylist()}
+    assert len(rows) == 3
+    assert [rows[t.trial_key]["status"] for t in trials] == ["ok", "failed", "ok"]
+    failed = rows[trials[1].trial_key]
+    assert "boom: out of memory in trial 1" in failed["error"] and failed["test_score"] is None
+    assert rows[trials[0].trial_key]["checkpoint_id"] == trials[0].checkpoint.checkpoint_id
+    assert "3/3 trials" in capsys.readouterr().out

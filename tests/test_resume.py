@@ -1,0 +1,140 @@
+"""Faults with real processes and signals on a real local Ray cluster: nothing lost, nothing run twice."""
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pyarrow.dataset as ds
+import pyarrow.parquet as pq
+import pytest
+
+from sweeper.plan import plan_study
+from sweeper.spec import load_spec
+from sweeper.store import TRIALS, read_table, table_dir
+
+from conftest import ROOT, run_sweeper
+
+pytestmark = pytest.mark.e2e
+SPECS = ROOT / "tests" / "specs"
+
+
+def start_sweeper(*args: str, address: str) -> subprocess.Popen:
+    env = {**os.environ, "RAY_ADDRESS": address, "PYTHONUNBUFFERED": "1"}
+    return subprocess.Popen([sys.executable, "-m", "sweeper", *args], cwd=ROOT, env=env,
+                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+
+
+def wait_for(condition, timeout: float, what: str, process: subprocess.Popen | None = None):
+    deadline = time.time() + timeout
+    while time.time() < deadline:
+        value = condition()
+        if value:
+            return value
+        if process is not None and process.poll() is not None:
+            pytest.fail(f"process ended before {what}:\n{process.stdout.read()[-4000:]}")
+        time.sleep(0.2)
+    pytest.fail(f"timed out waiting for {what}")
+
+
+def raw_trials(study_dir: Path):
+    return read_table(study_dir, TRIALS).to_pandas()
+
+
+def test_driver_killed_mid_grid_then_rerun_loses_and_duplicates_nothing(ray_head, tmp_path):
+    study_dir, spec = tmp_path / "study", SPECS / "resume.yaml"
+    plan = plan_study(load_spec(spec))
+    driver = start_sweeper("run", str(spec), "--storage", str(study_dir), address=ray_head[0])
+    wait_for(lambda: list(table_dir(study_dir, TRIALS).glob("part-*.parquet")) if table_dir(study_dir, TRIALS).exists()
+             else None, timeout=300, what="the first batch of trial rows", process=driver)
+    driver.send_signal(signal.SIGKILL)
+    driver.wait()
+    before = raw_trials(study_dir)
+    assert 0 < len(before) < len(plan.trials), "the driver must die in the middle of the grid"
+
+    rerun = run_sweeper("run", str(spec), "--storage", str(study_dir), address=ray_head[0])
+    assert rerun.returncode == 0, rerun.stdout[-4000:] + rerun.stderr[-3000:]
+    assert f"{len(before)} already recorded" in rerun.stdout
+    after = raw_trials(study_dir)
+    assert sorted(after["trial_key"]) == sorted(t.trial_key for t in plan.trials), "0 lost, 0 duplicated"
+    kept = after.set_index("trial_key").loc[before["trial_key"], "finished_at"]
+    assert kept.tolist() == before["finished_at"].tolist(), "finished trials were not run again"
+
+    # The diverging learning rate is recorded as such; every other trial finished.
+    statuses = after.groupby(after["learning_rate"] > 1)["status"].agg(set).to_dict()
+    assert statuses == {False: {"ok"}, True: {"diverged"}}
+    diverged = after[after["status"] == "diverged"]
+    assert diverged["validation_score"].isna().all() and (diverged["train_steps"] < 30).all()
+
+    # Adding one seed to the finished study runs exactly the new trials.
+    more = tmp_path / "more_seeds.yaml"
+    more.write_text(spec.read_text().replace("seeds: [0, 1, 2, 3]", "seeds: [0, 1, 2, 3, 4]"))
+    extended = run_sweeper("run", str(more), "--storage", str(study_dir), address=ray_head[0])
+    assert extended.returncode == 0, extended.stdout[-4000:] + extended.stderr[-3000:]
+    new_trials = len(plan_study(load_spec(more)).trials) - len(plan.trials)
+    assert new_trials == 6
+    assert f"{len(plan.trials)} already recorded, 0 blocked by failed runs, {new_trials} to run" in extended.stdout
+    final = raw_trials(study_dir)
+    assert len(final) == len(plan.trials) + new_trials and final["trial_key"].is_unique
+    assert set(final.loc[~final["trial_key"].isin(after["trial_key"]), "seed"]) == {4}
+
+    status = run_sweeper("status", str(study_dir), address=ray_head[0])
+    assert status.returncode == 0, status.stderr
+    assert "1 runs: 1 done" in status.stdout
+    assert "30 trials: 20 ok, 0 running, 0 pending, 10 diverged, 0 failed" in status.stdout
+
+
+def test_pretraining_process_killed_mid_run_resumes_to_the_planned_result(ray_head, tmp_path):
+    study_dir, spec = tmp_path / "study", SPECS / "worker_kill.yaml"
+    run_dir = study_dir / "pretraining" / "tiny-clm-30-mlm40-60"
+    driver = start_sweeper("run", str(spec), "--storage", str(study_dir), address=ray_head[0])
+    progress_file = run_dir / "progress.json"
+
+    def past_step_25():
+        if progress_file.exists():
+            progress = json.loads(progress_file.read_text())
+            return progress if progress["step"] >= 25 else None
+    progress = wait_for(past_step_25, timeout=300, what="step 25", process=driver)
+    os.kill(progress["pid"], signal.SIGKILL)  # the process running the training loop
+    output, _ = driver.communicate(timeout=600)
+    assert driver.returncode == 0, output[-5000:]
+    assert "resumed from step 20" in output or "resumed from step 30" in output, output[-5000:]
+
+    steps = sorted(int(p.parent.name.split("-")[1]) for p in run_dir.glob("step-*/sweeper_checkpoint.json"))
+    assert steps == [20, 40, 60], "every planned checkpoint, resume-only ones cleaned up"
+    final = json.loads((run_dir / "step-60" / "sweeper_checkpoint.json").read_text())
+    assert final["step"] == 60 and final["switch_step"] == 30 and final["phase"] == "mlm"
+    log = json.loads((run_dir / "step-60" / "train_log.json").read_text())
+    assert [row["step"] for row in log] == list(range(5, 61, 5)), "each logged step once, none lost"
+    assert [row["phase"] for row in log] == ["clm"] * 6 + ["mlm"] * 6, "switch exactly at step 30"
+
+
+WRITER = """
+import sys, time
+from datetime import datetime, timezone
+from sweeper.store import TRIALS, write_rows
+rows = [{"study": "s", "trial_key": f"k{i}", "status": "ok", "error": "x" * 2000,
+         "finished_at": datetime.now(timezone.utc)} for i in range(5000)]
+print("ready", flush=True)
+while True:
+    write_rows(sys.argv[1], TRIALS, rows)
+"""
+
+
+@pytest.mark.parametrize("delay", [0.3, 0.55, 0.8, 1.1])
+def test_killing_a_writer_never_leaves_an_unreadable_file(tmp_path, delay):
+    writer = subprocess.Popen([sys.executable, "-c", WRITER, str(tmp_path)], cwd=ROOT,
+                              stdout=subprocess.PIPE, text=True)
+    assert writer.stdout.readline().strip() == "ready"
+    time.sleep(delay)
+    writer.send_signal(signal.SIGKILL)
+    writer.wait()
+    files = list(table_dir(tmp_path, TRIALS).glob("part-*.parquet"))
+    for path in files:
+        assert pq.read_metadata(path).num_rows == 5000
+    assert ds.dataset(table_dir(tmp_path, TRIALS), format="parquet").to_table().num_rows == 5000 * len(files)
+    assert read_table(tmp_path, TRIALS).num_rows == 5000 * len(files)
