@@ -88,8 +88,12 @@ def test_driver_killed_mid_grid_then_rerun_loses_and_duplicates_nothing(ray_head
     assert "30 trials: 20 ok, 0 running, 0 pending, 10 diverged, 0 failed" in status.stdout
 
 
-def test_pretraining_process_killed_mid_run_resumes_to_the_planned_result(ray_head, tmp_path):
-    study_dir, spec = tmp_path / "study", SPECS / "worker_kill.yaml"
+@pytest.mark.parametrize("workers", [0, 1], ids=["local-mode", "train-worker-group"])
+def test_pretraining_process_killed_mid_run_resumes_to_the_planned_result(ray_head, tmp_path, workers):
+    """Local mode: Ray retries the task. Worker group: Train's FailureConfig restarts it and
+    `ray.train.get_checkpoint()` hands back the last reported checkpoint."""
+    study_dir, spec = tmp_path / "study", tmp_path / "worker_kill.yaml"
+    spec.write_text((SPECS / "worker_kill.yaml").read_text() + f"resources: {{pretraining_workers: {workers}}}\n")
     run_dir = study_dir / "pretraining" / "tiny-clm-30-mlm40-60"
     driver = start_sweeper("run", str(spec), "--storage", str(study_dir), address=ray_head[0])
     progress_file = run_dir / "progress.json"
@@ -105,7 +109,10 @@ def test_pretraining_process_killed_mid_run_resumes_to_the_planned_result(ray_he
     assert "resumed from step 20" in output or "resumed from step 30" in output, output[-5000:]
 
     steps = sorted(int(p.parent.name.split("-")[1]) for p in run_dir.glob("step-*/sweeper_checkpoint.json"))
-    assert steps == [20, 40, 60], "every planned checkpoint, resume-only ones cleaned up"
+    if workers == 0:
+        assert steps == [20, 40, 60], "every planned checkpoint, resume-only ones cleaned up"
+    else:  # Ray Train keeps every reported checkpoint, resume-only ones (save_every: 10) included
+        assert steps == [10, 20, 30, 40, 50, 60]
     final = json.loads((run_dir / "step-60" / "sweeper_checkpoint.json").read_text())
     assert final["step"] == 60 and final["switch_step"] == 30 and final["phase"] == "mlm"
     log = json.loads((run_dir / "step-60" / "train_log.json").read_text())
