@@ -21,26 +21,54 @@ def study_dir_for(spec, flag: str | None) -> Path:
 
 
 def command_plan(args) -> int:
+    from sweeper.cost import finetuning_cost, parameter_count, pretraining_cost
     from sweeper.plan import plan_study
 
     spec = load_spec(args.spec)
     plan = plan_study(spec)
+    ft = spec.finetuning
     final = sum(1 for c in plan.checkpoints if c.step == c.run.total_steps)
+    per_cell = len(ft.learning_rates) if ft.search == "grid" else ft.optuna.learning_rates_per_cell
+    lr_words = "learning rates" if ft.search == "grid" else "Optuna learning-rate samples"
     print(f"study {spec.study}")
     print(f"  pretraining runs:       {len(plan.runs)}")
     print(f"  evaluated checkpoints:  {len(plan.checkpoints)} ({final} final + {len(plan.checkpoints) - final} intermediate)")
-    ft = spec.finetuning
-    print(f"  fine-tuning trials:     {len(plan.trials)} = {len(plan.checkpoints)} checkpoints x {len(ft.tasks)} tasks"
-          f" x {len(ft.learning_rates)} learning rates x {len(ft.seeds)} seeds")
-    for run in plan.runs:
-        print(f"    {run.name}  ({run.objective}, {run.total_steps} steps, checkpoints {list(run.checkpoint_steps)})")
+    print(f"  fine-tuning trials:     {len(plan.trials):,} = {len(plan.checkpoints)} checkpoints x {len(ft.tasks)} datasets"
+          f" x {per_cell} {lr_words} x {len(ft.seeds)} seeds")
+    pre_cost, ft_cost = pretraining_cost(spec, plan.runs), finetuning_cost(spec, plan)
+    print(f"  estimated GPU-hours at {spec.cost.gpu_peak_tflops:g} TFLOP/s x {spec.cost.utilization:.0%} utilisation "
+          "(6 x parameters x tokens):")
+    for stage, cost in (("pretraining", pre_cost), ("fine-tuning", ft_cost)):
+        extra = f" (+ {cost.unknown} items sized at run time)" if cost.unknown else ""
+        print(f"    {stage:12s} {cost.gpu_hours:>12,.1f} GPU-h  ({cost.flops:.2e} FLOPs){extra}")
+    print(f"    {'total':12s} {pre_cost.gpu_hours + ft_cost.gpu_hours:>12,.1f} GPU-h")
+    if args.verbose:
+        print("  runs:")
+        for run in plan.runs:
+            size = f"{parameter_count(run.model_config, include_embedding=True) / 1e6:,.0f}M params" \
+                if run.model_config else "size from its source"
+            extra = f", from {run.init_from}" if run.init_from else ""
+            print(f"    {run.name}  ({run.objective}, {run.total_steps:,} steps, {size}{extra}, "
+                  f"checkpoints {list(run.checkpoint_steps)})")
     return 0
+
+
+def check_runnable(spec, path: str) -> None:
+    """Planning accepts every catalogued task; running needs its family implemented."""
+    from sweeper.catalog import IMPLEMENTED_FAMILIES, get_task
+
+    for i, name in enumerate(spec.finetuning.tasks):
+        family = get_task(name).family
+        if family not in IMPLEMENTED_FAMILIES:
+            raise SpecError(path, f"finetuning.tasks[{i}]",
+                            f"task {name!r} ({family}) can be planned but not run yet: its family is not implemented")
 
 
 def command_run(args) -> int:
     from sweeper.plan import plan_study
 
     spec = load_spec(args.spec)
+    check_runnable(spec, args.spec)
     plan = plan_study(spec)
     from sweeper.changes import apply_recompute, find_changes, record_settings
 
@@ -96,8 +124,9 @@ def build_parser() -> argparse.ArgumentParser:
     status = commands.add_parser("status", help="done / running / pending / diverged / failed per stage")
     status.add_argument("study_dir")
     status.set_defaults(handler=command_status)
-    plan = commands.add_parser("plan", help="print what a spec would run, without running it")
+    plan = commands.add_parser("plan", help="print what a spec would run and cost, without running it")
     plan.add_argument("spec")
+    plan.add_argument("-v", "--verbose", action="store_true", help="list every pretraining run")
     plan.set_defaults(handler=command_plan)
     report = commands.add_parser("report", help="write report.md for a study directory")
     report.add_argument("study_dir")

@@ -26,7 +26,7 @@ from ray import tune
 from sweeper.catalog import task_dict
 from sweeper.pretraining import checkpoint_path
 from sweeper.progress import ProgressLine
-from sweeper.plan import StudyPlan, Trial, finetune_protocol
+from sweeper.plan import StudyPlan, Trial, finetune_protocol, stable_key
 from sweeper.spec import StudySpec
 from sweeper.store import TRIALS, finished_trial_keys, write_rows
 
@@ -54,18 +54,21 @@ def prepare_task(task: dict, tokenizer_dir: str, max_length: int, out_dir: str, 
     return prepare_task_data(task, tokenizer_dir, max_length, out_dir, max_train, max_eval)
 
 
-def prepare_tasks(spec: StudySpec, study_dir: Path, tokenizer_dir: str) -> dict[str, str]:
-    """Tokenise each task once (a Ray task each, in parallel); return task -> prepared dir."""
+def prepare_tasks(spec: StudySpec, study_dir: Path, tokenizer_dirs: dict) -> dict[tuple, str]:
+    """Tokenise each task once per tokenizer and max length (Ray tasks, in parallel); return
+    (tokenizer key, task) -> prepared dir. Every trial reads these; none tokenises."""
     ft = spec.finetuning
     dirs = {
-        task: str(study_dir / "cache" / "tasks" / f"{task}-len{ft.max_length}-"
-                  f"{ft.max_train_examples or 'all'}-{ft.max_eval_examples or 'all'}")
-        for task in ft.tasks
+        (tokenizer, task): str(study_dir / "cache" / "tasks" / (
+            f"{task}-{stable_key({'tokenizer': tokenizer}) if tokenizer else 'study'}-len{ft.max_length}-"
+            f"{ft.max_train_examples or 'all'}-{ft.max_eval_examples or 'all'}"))
+        for tokenizer in tokenizer_dirs for task in ft.tasks
     }
     remote = ray.remote(prepare_task).options(num_cpus=1)
     metas = ray.get([
-        remote.remote(task_dict(task), tokenizer_dir, ft.max_length, out, ft.max_train_examples, ft.max_eval_examples)
-        for task, out in dirs.items()
+        remote.remote(task_dict(task), str(tokenizer_dirs[tokenizer]), ft.max_length, out,
+                      ft.max_train_examples, ft.max_eval_examples)
+        for (tokenizer, task), out in dirs.items()
     ])
     for meta in metas:
         print(f"[finetune] task {meta['task']}: {meta['sizes']} examples, {len(meta['labels'])} labels", flush=True)
@@ -81,7 +84,7 @@ def trial_payload(trial: Trial, study_dir: Path, task_dirs: dict[str, str]) -> d
     ckpt = trial.checkpoint
     return {
         "trial_key": trial.trial_key, "checkpoint_path": str(checkpoint_path(study_dir, ckpt.run, ckpt.step)),
-        "task": task_dict(trial.task), "task_data_dir": task_dirs[trial.task],
+        "task": task_dict(trial.task), "task_data_dir": task_dirs[(ckpt.run.tokenizer, trial.task)],
         "learning_rate": trial.learning_rate, "seed": trial.seed,
     }
 
@@ -93,6 +96,7 @@ def trial_row(study: str, trial: Trial, result: dict | None, status: str, error:
         "study": study, "trial_key": trial.trial_key, "run_name": run.name, "run_key": run.run_key,
         "checkpoint_id": ckpt.checkpoint_id, "objective": run.objective, "clm_fraction": run.clm_fraction,
         "mask_ratio": run.mask_ratio, "checkpoint_step": ckpt.step, "total_steps": run.total_steps,
+        "init_from": run.init_from, "steps_before": run.steps_before,
         "tokens_seen": ckpt.tokens_seen, "task": trial.task, "task_family": task["family"],
         "task_category": task["category"], "metric": task["metric"], "search_mode": "grid",
         "learning_rate": trial.learning_rate, "seed": trial.seed, "status": status,
@@ -167,7 +171,7 @@ def write_live_state(study_dir: Path, running_trials: int) -> None:
     tmp.replace(study_dir / LIVE_FILE)
 
 
-def run_finetuning(spec: StudySpec, plan: StudyPlan, study_dir: Path, tokenizer_dir: str, *,
+def run_finetuning(spec: StudySpec, plan: StudyPlan, study_dir: Path, tokenizer_dirs: dict, *,
                    skip_runs: set[str] = frozenset(), retry_failed: bool = False) -> dict[str, int]:
     """Run every planned trial not yet recorded; returns the tally of outcomes of this call."""
     done = finished_trial_keys(study_dir, include_failed=not retry_failed)
@@ -177,7 +181,8 @@ def run_finetuning(spec: StudySpec, plan: StudyPlan, study_dir: Path, tokenizer_
           f"recorded, {len(blocked)} blocked by failed runs, {len(pending)} to run", flush=True)
     if not pending:
         return {}
-    task_dirs = prepare_tasks(spec, study_dir, tokenizer_dir)
+    needed = {t.checkpoint.run.tokenizer for t in pending}
+    task_dirs = prepare_tasks(spec, study_dir, {k: v for k, v in tokenizer_dirs.items() if k in needed})
     res = spec.resources
     protocol = {**finetune_protocol(spec), "micro_batch_size": spec.finetuning.micro_batch_size,
                 "eval_batch_size": spec.finetuning.eval_batch_size, "threads": max(1, int(res.cpus_per_trial))}

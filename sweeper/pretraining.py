@@ -38,22 +38,31 @@ def is_done(study_dir: Path, run: PretrainingRun) -> bool:
     return done.exists() and json.loads(done.read_text()).get("run_key") == run.run_key
 
 
-def run_payload(run: PretrainingRun, spec: StudySpec, study_dir: Path, corpus_dir: str) -> dict:
+def run_payload(run: PretrainingRun, spec: StudySpec, study_dir: Path, corpus_dir: str,
+                runs_by_name: dict[str, PretrainingRun]) -> dict:
     """Everything the worker loop needs, as plain data (workers never import the driver)."""
     pre, res = spec.pretraining, spec.resources
+    if run.init_from_run:
+        source = runs_by_name[run.init_from_run]
+        init_kind, init_from = "study", str(checkpoint_path(study_dir, source, source.total_steps))
+    elif run.init_from_hf:
+        init_kind, init_from = "hf", run.init_from_hf
+    else:
+        init_kind, init_from = "scratch", None
     return {
         "name": run.name, "run_key": run.run_key, "run_dir": str(run_dir(study_dir, run)),
         "corpus_dir": corpus_dir, "model_config": run.model_config, "objective": run.objective,
-        "mask_ratio": run.mask_ratio, "clm_fraction": run.clm_fraction,
+        "mask_ratio": run.mask_ratio, "clm_fraction": run.clm_fraction, "switch_step": run.switch_step,
         "random_replace": pre.random_replace, "keep_original": pre.keep_original,
         "total_steps": run.total_steps, "checkpoint_steps": list(run.checkpoint_steps),
         "global_batch_size": pre.global_batch_size, "seq_len": spec.data.seq_len,
         "peak_lr": pre.optimizer.peak_lr, "betas": pre.optimizer.betas, "eps": pre.optimizer.eps,
         "weight_decay": pre.optimizer.weight_decay, "grad_clip": pre.optimizer.grad_clip,
-        "warmup_steps": pre.warmup_steps, "decay_steps": pre.decay_steps,
+        "warmup_steps": run.warmup_steps, "decay_steps": run.decay_steps,
         "log_every": pre.log_every, "save_every": pre.save_every, "seed": pre.seed, "data_seed": spec.data.order_seed,
         "threads": max(1, int(res.cpus_per_worker)), "workers": res.pretraining_workers,
-        "use_gpu": res.gpus_per_worker > 0, "init_from": None,
+        "use_gpu": res.gpus_per_worker > 0, "init_kind": init_kind, "init_from": init_from,
+        "data_offset_steps": run.steps_before,
     }
 
 
@@ -103,52 +112,60 @@ def has_failed(study_dir: Path, run: PretrainingRun) -> bool:
     return failed.exists() and json.loads(failed.read_text()).get("run_key") == run.run_key
 
 
-def run_pretraining(spec: StudySpec, runs: list[PretrainingRun], study_dir: Path, corpus_dir: str,
+def run_pretraining(spec: StudySpec, runs: list[PretrainingRun], study_dir: Path, corpus_dirs: dict,
                     retry_failed: bool = False) -> list[str]:
-    """Fit every run not yet done, in parallel. Returns the names of runs that failed (after
-    their retries) and were not retried; the other runs and their fine-tuning go on."""
-    done = [run for run in runs if is_done(study_dir, run)]
-    failed_before = [run for run in runs if run not in done and has_failed(study_dir, run) and not retry_failed]
-    pending = [run for run in runs if run not in done and run not in failed_before]
-    print(f"[pretrain] {len(runs)} runs: {len(done)} already done, {len(failed_before)} failed before "
-          f"(--retry-failed reruns them), {len(pending)} to train", flush=True)
-    if not pending:
-        return [run.name for run in failed_before]
-    for run in pending:
-        directory = run_dir(study_dir, run)
-        directory.mkdir(parents=True, exist_ok=True)
-        (directory / RUN_FILE).write_text(json.dumps({"run_key": run.run_key, "identity": run.identity},
-                                                     indent=1, default=str))
+    """Fit every run not yet done, in parallel as resources allow; a continued-pretraining run
+    starts once its source run is done. `corpus_dirs` maps a run's tokenizer (None: the
+    study's) to its prepared corpus. Returns the names of runs that failed (after their retries)
+    or could not start because their source failed; every other run goes on."""
+    by_name = {run.name: run for run in runs}
+    done = {run.name for run in runs if is_done(study_dir, run)}
+    failed = {run.name for run in runs if run.name not in done and has_failed(study_dir, run) and not retry_failed}
+    waiting = [run for run in runs if run.name not in done | failed]
+    print(f"[pretrain] {len(runs)} runs: {len(done)} already done, {len(failed)} failed before "
+          f"(--retry-failed reruns them), {len(waiting)} to train", flush=True)
     res = spec.resources
     resources = {"cpus_per_worker": res.cpus_per_worker, "gpus_per_worker": res.gpus_per_worker,
                  "max_failures": res.max_failures}
     local = res.pretraining_workers == 0
-    # Local mode trains inside the task, so the task holds the worker's resources; otherwise
-    # the worker group reserves its own and the task only waits.
     # A local-mode run has no Train worker group to restart: Ray retries the task itself (a
     # crashed process or an exception), and the loop resumes from the run's last checkpoint.
     task = ray.remote(fit_run).options(
         num_cpus=res.cpus_per_worker if local else 0, num_gpus=res.gpus_per_worker if local else 0,
         max_retries=res.max_failures if local else 0, retry_exceptions=local,
     )
-    futures = {task.remote(run_payload(run, spec, study_dir, corpus_dir), resources): run for run in pending}
-    failures = []
-    while futures:
+    futures: dict = {}
+    total = len(waiting)
+    while waiting or futures:
+        for run in list(waiting):
+            if run.init_from_run in failed:
+                waiting.remove(run)
+                failed.add(run.name)
+                print(f"[pretrain] {run.name} skipped: its source {run.init_from_run} failed", flush=True)
+            elif run.init_from_run is None or run.init_from_run in done:
+                waiting.remove(run)
+                directory = run_dir(study_dir, run)
+                directory.mkdir(parents=True, exist_ok=True)
+                (directory / RUN_FILE).write_text(json.dumps({"run_key": run.run_key, "identity": run.identity},
+                                                             indent=1, default=str))
+                payload = run_payload(run, spec, study_dir, str(corpus_dirs[run.tokenizer]), by_name)
+                futures[task.remote(payload, resources)] = run
+        if not futures:
+            break
         ready, _ = ray.wait(list(futures), num_returns=1)
         run = futures.pop(ready[0])
         try:
             outcome = ray.get(ready[0])
-        except Exception as error:  # keep the other runs going; report all failures at the end
+        except Exception as error:  # keep the other runs going; report every failure at the end
             message = f"{type(error).__name__}: {str(error).strip()[-2000:]}"
             (run_dir(study_dir, run) / FAILED_FILE).write_text(json.dumps(
                 {"run_key": run.run_key, "error": message, "failed_at": time.time()}, indent=1))
-            failures.append((run.name, message.splitlines()[0][:300]))
-            print(f"[pretrain] {run.name} FAILED (details in {run_dir(study_dir, run) / FAILED_FILE})", flush=True)
+            failed.add(run.name)
+            print(f"[pretrain] {run.name} FAILED: {message.splitlines()[0][:300]} "
+                  f"(details in {run_dir(study_dir, run) / FAILED_FILE})", flush=True)
             continue
         record_finished_run(spec.study, study_dir, run, outcome["wall_time_s"])
-        print(f"[pretrain] {run.name} done in {outcome['wall_time_s']:.0f}s "
-              f"({len(pending) - len(futures)}/{len(pending)})", flush=True)
-    if failures:
-        print("[pretrain] failed runs (their trials are skipped):\n  "
-              + "\n  ".join(f"{name}: {why}" for name, why in failures), flush=True)
-    return [run.name for run in failed_before] + [name for name, _ in failures]
+        done.add(run.name)
+        finished = total - len(waiting) - len(futures)
+        print(f"[pretrain] {run.name} done in {outcome['wall_time_s']:.0f}s ({finished}/{total})", flush=True)
+    return sorted(failed)

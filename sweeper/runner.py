@@ -14,7 +14,7 @@ from pathlib import Path
 import ray
 
 from sweeper.finetuning import run_finetuning
-from sweeper.plan import StudyPlan
+from sweeper.plan import StudyPlan, stable_key
 from sweeper.pretraining import run_pretraining
 from sweeper.progress import format_duration
 from sweeper.report import PLAN_FILE, write_report
@@ -27,8 +27,31 @@ def prepare_corpus_task(data: dict, out_dir: str) -> dict:
     return prepare_corpus(data, out_dir)
 
 
-def corpus_dir(spec: StudySpec, study_dir: Path) -> Path:
-    return study_dir / "cache" / "corpus"
+def corpus_dir(study_dir: Path, tokenizer: str | None) -> Path:
+    """The study's corpus, or the same text encoded for a Hugging Face CPT source's tokenizer."""
+    if tokenizer is None:
+        return study_dir / "cache" / "corpus"
+    return study_dir / "cache" / f"corpus-{stable_key({'tokenizer': tokenizer})}"
+
+
+def prepare_corpora(spec: StudySpec, plan: StudyPlan, study_dir: Path) -> dict[str | None, Path]:
+    """One prepared corpus per tokenizer the runs need, built in parallel Ray tasks (once ever)."""
+    tokenizers = sorted({run.tokenizer for run in plan.runs}, key=lambda t: (t is not None, t or ""))
+    remote = ray.remote(prepare_corpus_task).options(num_cpus=1)
+    futures = {}
+    for tokenizer in tokenizers:
+        data = {"source": spec.data.corpus, "text_column": spec.data.text_column,
+                "tokenizer": tokenizer or spec.data.tokenizer, "vocab_size": spec.data.vocab_size,
+                "max_documents": spec.data.max_documents}
+        futures[tokenizer] = remote.remote(data, str(corpus_dir(study_dir, tokenizer)))
+    for tokenizer, future in futures.items():
+        meta = ray.get(future)
+        print(f"[corpus] {meta['documents']:,} documents, {meta['tokens']:,} tokens, vocabulary "
+              f"{meta['vocab_size']:,} ({tokenizer or spec.data.tokenizer})", flush=True)
+        if tokenizer is None and meta["vocab_size"] > spec.data.vocab_size:
+            raise RuntimeError(f"the tokenizer has {meta['vocab_size']} tokens but data.vocab_size is "
+                               f"{spec.data.vocab_size}: raise data.vocab_size")
+    return {tokenizer: corpus_dir(study_dir, tokenizer) for tokenizer in tokenizers}
 
 
 def connect_ray() -> None:
@@ -57,17 +80,10 @@ def run_study(spec: StudySpec, spec_path: Path, plan: StudyPlan, study_dir: Path
     print(f"[study] {spec.study}: {len(plan.runs)} pretraining runs, {len(plan.checkpoints)} checkpoints, "
           f"{len(plan.trials)} fine-tuning trials -> {study_dir}", flush=True)
     connect_ray()
-    corpus = corpus_dir(spec, study_dir)
-    data = {"source": spec.data.corpus, "text_column": spec.data.text_column, "tokenizer": spec.data.tokenizer,
-            "vocab_size": spec.data.vocab_size, "max_documents": spec.data.max_documents}
-    meta = ray.get(ray.remote(prepare_corpus_task).options(num_cpus=1).remote(data, str(corpus)))
-    print(f"[corpus] {meta['documents']:,} documents, {meta['tokens']:,} tokens, vocabulary {meta['vocab_size']:,}",
-          flush=True)
-    if meta["vocab_size"] > spec.data.vocab_size:
-        raise RuntimeError(f"tokenizer has {meta['vocab_size']} tokens but data.vocab_size is {spec.data.vocab_size}")
-    failed_runs = run_pretraining(spec, list(plan.runs), study_dir, str(corpus), retry_failed=retry_failed)
-    tally = run_finetuning(spec, plan, study_dir, str(corpus / "tokenizer"), skip_runs=set(failed_runs),
-                           retry_failed=retry_failed)
+    corpora = prepare_corpora(spec, plan, study_dir)
+    failed_runs = run_pretraining(spec, list(plan.runs), study_dir, corpora, retry_failed=retry_failed)
+    tally = run_finetuning(spec, plan, study_dir, {t: d / "tokenizer" for t, d in corpora.items()},
+                           skip_runs=set(failed_runs), retry_failed=retry_failed)
     report = write_report(study_dir)
     print(f"[study] finished in {format_duration(time.time() - started)}; report: {report}", flush=True)
     if failed_runs or tally.get("failed"):

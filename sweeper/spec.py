@@ -81,8 +81,33 @@ class RunGridSpec:
     """Step budgets, one run per value (default: pretraining.steps)."""
     checkpoint_steps: list[int] = field(default_factory=list)
     """Intermediate checkpoints (steps) that are fine-tuned too: the data-efficiency curve."""
+    preset: list[str] | None = None
+    """Model presets of this entry, one run each (default: model.preset)."""
+    init_from: list[str] | None = None
+    """Continued pretraining: start from the decayed final checkpoint of these runs of the study
+    (run names) or from Hugging Face Llama-family causal LMs (`hf:<path or name>`); steps are then
+    the added steps."""
+    warmup_steps: int | None = None
+    """Warmup of this entry's schedule (default: pretraining.warmup_steps); the re-warmup of a CPT run."""
+    decay_steps: int | None = None
+    """Decay of this entry's schedule (default: pretraining.decay_steps)."""
 
     def check(self):
+        if self.init_from is not None and self.objective != "mlm":
+            yield "init_from", "continued pretraining is MLM: use objective: mlm with init_from"
+        if self.init_from == []:
+            yield "init_from", "empty grid: give at least one source or leave init_from out"
+        for i, source in enumerate(self.init_from or []):
+            if source.startswith("hf:") and len(source) == 3:
+                yield f"init_from[{i}]", "give a path or model name after 'hf:'"
+        for i, preset in enumerate(self.preset or []):
+            if preset not in MODEL_PRESETS:
+                yield f"preset[{i}]", f"unknown preset {preset!r}{suggestion(preset, list(MODEL_PRESETS))}"
+        if self.preset == []:
+            yield "preset", "empty grid: give at least one preset or leave preset out"
+        for key in ("warmup_steps", "decay_steps"):
+            if (getattr(self, key) or 0) < 0:
+                yield key, f"must not be negative, got {getattr(self, key)}"
         for i, ratio in enumerate(self.mask_ratio):
             if not 0 < ratio < 1:
                 yield f"mask_ratio[{i}]", f"{ratio} is outside (0, 1)"
@@ -114,6 +139,9 @@ class PretrainingSpec:
     """Final linear decay-to-zero steps."""
     optimizer: OptimizerSpec = field(default_factory=OptimizerSpec)
     """AdamW settings."""
+    clm_fraction_of: Literal["total", "pre_decay"] = "total"
+    """What clm_fraction is a share of: all steps, or the steps before the decay (the authors'
+    naming: 25 % of 42k with 2k decay = `clm-10k-mlm40-42k`; 100 % = 40k CLM + 2k MLM)."""
     random_replace: float = 0.0
     """MLM: share of selected tokens replaced by a random token (BERT: 0.1; paper: 0)."""
     keep_original: float = 0.0
@@ -142,18 +170,43 @@ class PretrainingSpec:
                 if step >= min(budgets):
                     yield (f"runs[{i}].checkpoint_steps[{j}]",
                            f"step {step} is not before the run's budget of {min(budgets)} steps")
+            warmup = self.warmup_steps if run.warmup_steps is None else run.warmup_steps
+            decay = self.decay_steps if run.decay_steps is None else run.decay_steps
             for budget in budgets:
-                if self.warmup_steps + self.decay_steps > budget:
-                    yield f"runs[{i}].steps", (f"budget {budget} is shorter than warmup_steps + decay_steps "
-                                               f"({self.warmup_steps + self.decay_steps})")
+                if warmup + decay > budget:
+                    yield f"runs[{i}].steps", (f"budget {budget} is shorter than warmup + decay steps "
+                                               f"({warmup} + {decay})")
+
+
+@dataclass(kw_only=True, slots=True)
+class OptunaSpec:
+    learning_rates_per_cell: int = 6
+    """Learning rates Optuna tries per (checkpoint, task) cell; each is run with every seed."""
+    lr_min: float = 1e-5
+    """Lower end of the log-uniform learning-rate range."""
+    lr_max: float = 5e-4
+    """Upper end of the log-uniform learning-rate range."""
+    seed: int = 0
+    """Seed of the TPE sampler (one sampler per cell, seeded from this and the cell)."""
+
+    def check(self):
+        if self.learning_rates_per_cell <= 0:
+            yield "learning_rates_per_cell", f"must be positive, got {self.learning_rates_per_cell}"
+        if not 0 < self.lr_min < self.lr_max:
+            yield "lr_min", f"need 0 < lr_min < lr_max, got {self.lr_min} and {self.lr_max}"
 
 
 @dataclass(kw_only=True, slots=True)
 class FinetuningSpec:
     tasks: list[str]
     """Task names (see `sweeper.catalog.TASKS`)."""
+    search: Literal["grid", "optuna"] = "grid"
+    """grid: every learning rate x seed; optuna: TPE over the learning rate per cell, seeds as repeats,
+    objective = seed-averaged validation score."""
     learning_rates: list[float] = field(default_factory=lambda: [1e-5, 2e-5, 5e-5, 1e-4, 2e-4, 5e-4])
-    """Peak learning rates of the grid."""
+    """Peak learning rates of the grid (search: grid)."""
+    optuna: OptunaSpec = field(default_factory=OptunaSpec)
+    """Learning-rate search per cell (search: optuna)."""
     seeds: list[int] = field(default_factory=lambda: [0, 1, 2, 3, 4])
     """Fine-tuning seeds of the grid."""
     batch_size: int = 32
@@ -188,7 +241,7 @@ class FinetuningSpec:
             if task not in TASKS:
                 yield f"tasks[{i}]", f"unknown task {task!r}{suggestion(task, list(TASKS))}"
         for key in ("tasks", "learning_rates", "seeds"):
-            if not getattr(self, key):
+            if not getattr(self, key) and not (key == "learning_rates" and self.search == "optuna"):
                 yield key, "empty grid: give at least one value"
         for i, lr in enumerate(self.learning_rates):
             if lr <= 0:
@@ -234,6 +287,32 @@ class ResourcesSpec:
 
 
 @dataclass(kw_only=True, slots=True)
+class CostSpec:
+    gpu_peak_tflops: float = 989.0
+    """Peak dense bf16 TFLOP/s of one GPU (H100 SXM: 989)."""
+    utilization: float = 0.4
+    """Model FLOPs utilisation assumed for the estimate (share of peak actually achieved)."""
+    finetune_eval_examples: int = 5000
+    """Validation + test examples scored per trial, for the estimate."""
+
+    def check(self):
+        if self.gpu_peak_tflops <= 0:
+            yield "gpu_peak_tflops", f"must be positive, got {self.gpu_peak_tflops}"
+        if not 0 < self.utilization <= 1:
+            yield "utilization", f"{self.utilization} is outside (0, 1]"
+
+
+@dataclass(kw_only=True, slots=True)
+class TrackingSpec:
+    wandb: bool = False
+    """Also log pretraining curves and trial results to Weights & Biases (the Parquet store stays the record)."""
+    project: str = "sweeper"
+    """W&B project."""
+    mode: Literal["online", "offline"] = "offline"
+    """W&B mode; offline writes runs locally for `wandb sync`."""
+
+
+@dataclass(kw_only=True, slots=True)
 class StudySpec:
     study: str
     """Study name: the default storage folder and the `study` column of every result row."""
@@ -249,10 +328,30 @@ class StudySpec:
     """Pretraining corpus and tokenizer."""
     resources: ResourcesSpec = field(default_factory=ResourcesSpec)
     """Ray resources per run and per trial."""
+    cost: CostSpec = field(default_factory=CostSpec)
+    """Cost model of `sweeper plan`: 6 x parameters x tokens FLOPs at this throughput."""
+    tracking: TrackingSpec = field(default_factory=TrackingSpec)
+    """Optional experiment tracking."""
 
     def check(self):
         if not self.study or "/" in self.study:
             yield "study", f"must be a non-empty name without '/', got {self.study!r}"
+        if self.storage is not None and "://" in self.storage:
+            yield "storage", (f"{self.storage!r}: object-store URIs are not supported yet; use a path every "
+                              "node sees (NFS/EFS mount)")
+        yield from self.check_references()
+
+    def check_references(self):
+        """CPT sources must be runs of this study (non-CPT ones, so the order is well defined)."""
+        from sweeper.plan import expand_base_runs  # the same expansion the plan uses
+
+        base_names = {run.name for run in expand_base_runs(self)}
+        for i, grid in enumerate(self.pretraining.runs):
+            for j, source in enumerate(grid.init_from or []):
+                if not source.startswith("hf:") and source not in base_names:
+                    yield (f"pretraining.runs[{i}].init_from[{j}]",
+                           f"no run named {source!r} in this study{suggestion(source, sorted(base_names))}"
+                           " (a study run name, or hf:<path> for a Hugging Face causal LM)")
 
 
 def load_spec(path: str | Path) -> StudySpec:

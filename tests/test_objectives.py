@@ -11,6 +11,7 @@ from trainables.model import LlamaEncoderConfig, build_model
 from trainables.objectives import (
     IGNORE, MaskingConfig, clm_loss, clm_targets, mask_tokens, mlm_loss, objective_at_step,
 )
+from sweeper.plan import switch_step
 from trainables.schedule import linear_warmup_decay_lr, wsd_lr
 
 VOCAB, MASK_ID, SEP_ID = 512, 4, 3
@@ -115,15 +116,21 @@ def test_clm_targets_stop_at_document_boundaries():
 
 @pytest.mark.parametrize("total,fraction", [(300, 0.25), (300, 0.5), (42_000, 0.25), (12_000, 0.75), (7, 0.5)])
 def test_objective_switches_exactly_at_the_planned_step(total, fraction):
-    switch = round(fraction * total)
-    phases = [objective_at_step(s, total, fraction) for s in range(total)]
+    switch = switch_step(total, fraction)
+    assert switch == round(fraction * total)
+    phases = [objective_at_step(s, switch) for s in range(total)]
     assert phases[:switch] == ["clm"] * switch
     assert phases[switch:] == ["mlm"] * (total - switch)
 
 
 def test_pure_objectives_never_switch():
-    assert {objective_at_step(s, 100, 0.0) for s in range(100)} == {"mlm"}
-    assert {objective_at_step(s, 100, 1.0) for s in range(100)} == {"clm"}
+    assert {objective_at_step(s, switch_step(100, 0.0)) for s in range(100)} == {"mlm"}
+    assert {objective_at_step(s, switch_step(100, 1.0)) for s in range(100)} == {"clm"}
+
+
+def test_pre_decay_convention_matches_the_authors_names():
+    assert switch_step(42_000, 0.25, decay_steps=2000, of="pre_decay") == 10_000
+    assert switch_step(42_000, 1.0, decay_steps=2000, of="pre_decay") == 40_000
 
 
 def test_warmup_stable_decay_shape():

@@ -25,13 +25,10 @@ class MaskingConfig:
     """Of the selected tokens, the share left unchanged (BERT's 80/10/10 is 0.1)."""
 
 
-def objective_at_step(step: int, total_steps: int, clm_fraction: float) -> str:
-    """'clm' for steps before round(clm_fraction * total_steps), 'mlm' from there on (0-based)."""
-    return "clm" if step < switch_step(total_steps, clm_fraction) else "mlm"
-
-
-def switch_step(total_steps: int, clm_fraction: float) -> int:
-    return round(clm_fraction * total_steps)
+def objective_at_step(step: int, switch: int) -> str:
+    """'clm' for the steps before `switch`, 'mlm' from there on (0-based). The driver's plan
+    computes `switch` from the run's clm_fraction (sweeper.plan.switch_step)."""
+    return "clm" if step < switch else "mlm"
 
 
 def mask_tokens(

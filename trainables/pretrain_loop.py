@@ -15,6 +15,7 @@ itself with an atomic rename.
 """
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import shutil
@@ -26,7 +27,7 @@ import torch
 
 from trainables.corpus import PackedCorpus
 from trainables.model import LlamaEncoderConfig, LlamaEncoderForMaskedLM, build_model
-from trainables.objectives import MaskingConfig, clm_loss, mlm_loss, objective_at_step, switch_step
+from trainables.objectives import MaskingConfig, clm_loss, mlm_loss, objective_at_step
 from trainables.schedule import wsd_lr
 
 MARKER = "sweeper_checkpoint.json"
@@ -76,10 +77,10 @@ def save_checkpoint(model, optimizer, run: dict, step: int, log: list[dict], met
         torch.save({"optimizer": optimizer.state_dict(), "step": step, "log": log}, tmp / "training_state.pt")
         marker = {
             "run_name": run["name"], "run_key": run["run_key"], "step": step,
-            "tokens_seen": step * run["global_batch_size"] * run["seq_len"],
+            "tokens_seen": (run["data_offset_steps"] + step) * run["global_batch_size"] * run["seq_len"],
             "objective": run["objective"], "phase": metrics["phase"],
             "clm_fraction": run["clm_fraction"], "mask_ratio": run["mask_ratio"],
-            "switch_step": switch_step(run["total_steps"], run["clm_fraction"]),
+            "switch_step": run["switch_step"],
             "total_steps": run["total_steps"], "loss": metrics["loss"],
         }
         (tmp / "train_log.json").write_text(json.dumps(log))  # read by the driver, no torch needed
@@ -97,40 +98,33 @@ def save_checkpoint(model, optimizer, run: dict, step: int, log: list[dict], met
     ray.train.report(metrics)
 
 
-def restore(model, optimizer, run: dict) -> tuple[int, list[dict]]:
-    """Load the latest checkpoint into model and optimizer; return (next step, log so far)."""
+def resume_directory(run: dict):
+    """Context yielding the checkpoint to resume from (Ray's after a worker-group restart, else
+    the newest complete one in the run folder), or None for a fresh start."""
     import ray.train
-    from safetensors.torch import load_file
 
-    path = latest_local_checkpoint(run["run_dir"])
     checkpoint = ray.train.get_checkpoint()
-    with (checkpoint.as_directory() if checkpoint else _nullcontext(path)) as directory:
-        if directory is None:
-            return 0, []
-        directory = Path(directory)
-        unwrap(model).load_state_dict(load_file(directory / "model.safetensors"))
-        state = torch.load(directory / "training_state.pt", weights_only=False)
-        optimizer.load_state_dict(state["optimizer"])
-        print(f"[pretrain {run['name']}] resumed from step {state['step']}", flush=True)
-        return state["step"], state["log"]
+    if checkpoint is not None:
+        return checkpoint.as_directory()
+    return contextlib.nullcontext(latest_local_checkpoint(run["run_dir"]))
 
 
-class _nullcontext:
-    def __init__(self, value):
-        self.value = value
-
-    def __enter__(self):
-        return self.value
-
-    def __exit__(self, *exc):
-        return False
+def restore_training_state(directory: Path, optimizer, run: dict) -> tuple[int, list[dict]]:
+    state = torch.load(Path(directory) / "training_state.pt", weights_only=False)
+    optimizer.load_state_dict(state["optimizer"])
+    print(f"[pretrain {run['name']}] resumed from step {state['step']}", flush=True)
+    return state["step"], state["log"]
 
 
-def initial_model(run: dict) -> LlamaEncoderForMaskedLM:
-    config = LlamaEncoderConfig(**run["model_config"])
-    if run.get("init_from"):  # continued pretraining starts from these weights
+def initial_model(run: dict, vocab_size: int) -> LlamaEncoderForMaskedLM:
+    """Fresh weights, or the decayed checkpoint continued pretraining starts from."""
+    if run["init_kind"] == "study":
         return LlamaEncoderForMaskedLM.from_pretrained(run["init_from"])
-    return build_model(config, run["seed"])
+    if run["init_kind"] == "hf":
+        from trainables.convert import encoder_from_causal_lm
+
+        return encoder_from_causal_lm(run["init_from"], vocab_size)
+    return build_model(LlamaEncoderConfig(**run["model_config"]), run["seed"])
 
 
 def train_loop_per_worker(run: dict) -> None:
@@ -144,19 +138,21 @@ def train_loop_per_worker(run: dict) -> None:
     rank, world = context.get_world_rank(), context.get_world_size()
     device = torch.device("cuda" if torch.cuda.is_available() and run.get("use_gpu") else "cpu")
     corpus = PackedCorpus(run["corpus_dir"], run["seq_len"], run["data_seed"])
-    model = initial_model(run).to(device)
-    if world > 1:
-        import ray.train.torch
+    with resume_directory(run) as resume:
+        model = (LlamaEncoderForMaskedLM.from_pretrained(resume) if resume
+                 else initial_model(run, corpus.meta["vocab_size"])).to(device)
+        if world > 1:
+            import ray.train.torch
 
-        model = ray.train.torch.prepare_model(model)
-    optimizer = torch.optim.AdamW(
-        model.parameters(), lr=run["peak_lr"], betas=tuple(run["betas"]), eps=run["eps"],
-        weight_decay=run["weight_decay"],
-    )
-    start, log = restore(model, optimizer, run)
+            model = ray.train.torch.prepare_model(model)
+        optimizer = torch.optim.AdamW(
+            model.parameters(), lr=run["peak_lr"], betas=tuple(run["betas"]), eps=run["eps"],
+            weight_decay=run["weight_decay"],
+        )
+        start, log = restore_training_state(resume, optimizer, run) if resume else (0, [])
     masking = MaskingConfig(
         mask_ratio=run["mask_ratio"] or 0.0, mask_token_id=corpus.meta["mask_token_id"],
-        vocab_size=run["model_config"]["vocab_size"], random_replace=run["random_replace"],
+        vocab_size=unwrap(model).config.vocab_size, random_replace=run["random_replace"],
         keep_original=run["keep_original"],
     )
     generator = torch.Generator(device=device)
@@ -165,12 +161,13 @@ def train_loop_per_worker(run: dict) -> None:
     autocast = torch.autocast("cuda", dtype=torch.bfloat16, enabled=device.type == "cuda")
     window_started, window_tokens, loss_sum, loss_count = time.time(), 0, 0.0, 0
     for step in range(start, run["total_steps"]):
-        phase = objective_at_step(step, run["total_steps"], run["clm_fraction"])
+        phase = objective_at_step(step, run["switch_step"])
         lr = wsd_lr(step, peak_lr=run["peak_lr"], total_steps=run["total_steps"],
                     warmup_steps=run["warmup_steps"], decay_steps=run["decay_steps"])
         for group in optimizer.param_groups:
             group["lr"] = lr
-        batch = corpus.batch(step, run["global_batch_size"], rank, world)
+        # A continued run reads on from where its source stopped: no batch is seen twice.
+        batch = corpus.batch(run["data_offset_steps"] + step, run["global_batch_size"], rank, world)
         ids, docs, pos = (t.to(device) for t in (batch.input_ids, batch.document_ids, batch.position_ids))
         with autocast:
             if phase == "mlm":
@@ -189,7 +186,7 @@ def train_loop_per_worker(run: dict) -> None:
         if done % run["log_every"] == 0 or saving:
             elapsed = time.time() - window_started
             row = {"step": done, "phase": phase, "loss": loss_sum / loss_count, "lr": lr,
-                   "tokens_seen": done * run["global_batch_size"] * run["seq_len"],
+                   "tokens_seen": (run["data_offset_steps"] + done) * run["global_batch_size"] * run["seq_len"],
                    "tokens_per_s": window_tokens / max(elapsed, 1e-9)}
             log.append(row)
             if rank == 0:

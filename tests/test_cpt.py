@@ -1,0 +1,94 @@
+"""Continued pretraining for real: from the study's own decayed checkpoint and from a Hugging
+Face Llama causal LM built from config and saved locally (with a tokenizer that has no [MASK])."""
+from __future__ import annotations
+
+import json
+
+import pyarrow.dataset as ds
+import pytest
+import torch
+from tokenizers import Tokenizer, models, pre_tokenizers, trainers
+from transformers import AutoTokenizer, LlamaConfig, LlamaForCausalLM, PreTrainedTokenizerFast
+
+import trainables  # noqa: F401
+from trainables.text_sources import iter_corpus_texts
+
+from conftest import run_sweeper
+
+pytestmark = pytest.mark.e2e
+
+
+def save_tiny_causal_lm(directory):
+    """A 2-layer Llama and a BPE tokenizer trained on the shipped corpus: what a hub model looks like."""
+    texts = list(iter_corpus_texts("wordnet", "text", 300))
+    tokenizer = Tokenizer(models.BPE(unk_token="<unk>"))
+    tokenizer.pre_tokenizer = pre_tokenizers.ByteLevel()
+    tokenizer.train_from_iterator(texts, trainers.BpeTrainer(vocab_size=400, special_tokens=["<unk>", "<s>", "</s>"]))
+    fast = PreTrainedTokenizerFast(tokenizer_object=tokenizer, bos_token="<s>", eos_token="</s>", unk_token="<unk>")
+    fast.save_pretrained(directory)
+    config = LlamaConfig(vocab_size=len(fast), hidden_size=64, intermediate_size=128, num_hidden_layers=2,
+                         num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=256)
+    torch.manual_seed(0)
+    LlamaForCausalLM(config).save_pretrained(directory)
+    return len(fast)
+
+
+SPEC = """
+study: cpt
+model: {{preset: nano}}
+data: {{vocab_size: 1024, seq_len: 64, max_documents: 400}}
+pretraining:
+  steps: 20
+  global_batch_size: 4
+  warmup_steps: 2
+  decay_steps: 4
+  log_every: 10
+  runs:
+    - {{objective: clm}}
+    - objective: mlm
+      init_from: [nano-clm-20, "hf:{hf}"]
+      steps: [10]
+      warmup_steps: 1
+      decay_steps: 2
+finetuning:
+  tasks: [wordnet-supersense-cls]
+  learning_rates: [0.001]
+  seeds: [0]
+  batch_size: 8
+  micro_batch_size: 8
+  max_steps: 2
+  max_length: 32
+  max_train_examples: 32
+  max_eval_examples: 16
+"""
+
+
+def test_continued_pretraining_from_study_and_hub_checkpoints(ray_head, tmp_path):
+    hf_dir = tmp_path / "tiny-llama"
+    hf_vocab = save_tiny_causal_lm(hf_dir)
+    spec = tmp_path / "cpt.yaml"
+    spec.write_text(SPEC.format(hf=hf_dir))
+    plan = run_sweeper("plan", str(spec), "-v", address=ray_head[0])
+    assert "nano-clm-dec20-mlm40-30" in plan.stdout and "hf-tiny-llama-mlm40-10" in plan.stdout, plan.stdout
+    study = tmp_path / "study"
+    result = run_sweeper("run", str(spec), "--storage", str(study), address=ray_head[0])
+    assert result.returncode == 0, result.stdout[-5000:] + result.stderr[-3000:]
+
+    own = study / "pretraining" / "nano-clm-dec20-mlm40-30" / "step-10"
+    marker = json.loads((own / "sweeper_checkpoint.json").read_text())
+    assert marker["objective"] == "mlm" and marker["phase"] == "mlm"
+    assert marker["tokens_seen"] == (20 + 10) * 4 * 64, "continues the data stream after the source's 20 steps"
+
+    hub = study / "pretraining" / "hf-tiny-llama-mlm40-10" / "step-10"
+    encoder = trainables.model.LlamaEncoderForMaskedLM.from_pretrained(hub)
+    tokenizer = AutoTokenizer.from_pretrained(hub)
+    assert tokenizer.mask_token == "[MASK]" and len(tokenizer) == hf_vocab + 1
+    assert encoder.config.vocab_size == hf_vocab + 1 and encoder.config.hidden_size == 64
+    source = LlamaForCausalLM.from_pretrained(hf_dir)
+    assert not torch.equal(encoder.model.layers[0].mlp.up_proj.weight, source.model.layers[0].mlp.up_proj.weight)
+    assert torch.allclose(encoder.model.layers[0].mlp.up_proj.weight, source.model.layers[0].mlp.up_proj.weight,
+                          atol=0.05), "trained 10 steps on from the hub weights, not from scratch"
+
+    trials = ds.dataset(study / "results" / "trials", format="parquet").to_table().to_pandas()
+    assert set(trials["checkpoint_id"]) == {"nano-clm-20", "nano-clm-dec20-mlm40-30", "hf-tiny-llama-mlm40-10"}
+    assert (trials["status"] == "ok").all()
