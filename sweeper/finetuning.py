@@ -28,7 +28,8 @@ from sweeper.pretraining import checkpoint_path
 from sweeper.progress import ProgressLine
 from sweeper.plan import StudyPlan, Trial, finetune_protocol, stable_key
 from sweeper.spec import StudySpec
-from sweeper.store import TRIALS, finished_trial_keys, write_rows
+from sweeper.search import SEARCH_METRIC, CellSearch, CellSearcher, search_score
+from sweeper.store import TRIALS, finished_trial_keys, read_trials, write_rows
 
 # Tune's JSON/CSV/TensorBoard loggers write a directory per trial; the store replaces them.
 os.environ.setdefault("TUNE_DISABLE_AUTO_CALLBACK_LOGGERS", "1")
@@ -36,16 +37,17 @@ os.environ.setdefault("TUNE_DISABLE_AUTO_CALLBACK_LOGGERS", "1")
 logging.getLogger("ray.tune.analysis.experiment_analysis").setLevel(logging.ERROR)
 
 
-def finetune_trainable(config: dict, payloads: list[dict], protocol: dict) -> None:
+def finetune_trainable(config: dict, shard: "GridShard | OptunaShard", protocol: dict) -> None:
     """The Tune function trainable; imports the worker side only inside the trial's process.
 
-    A trial's Tune config is only its index into `payloads` (shipped once through the object
-    store by `tune.with_parameters`): Tune keeps and rewrites every trial's config in its
-    experiment state, so full payloads there would cost ~18 KB per trial.
+    A trial's Tune config only locates it in the shard (shipped once through the object store
+    by `tune.with_parameters`): Tune keeps and rewrites every trial's config in its experiment
+    state, so full payloads there would cost ~18 KB per trial.
     """
-    from trainables.finetune_loop import tune_trainable
+    from trainables.finetune_loop import run_trial
 
-    tune_trainable(payloads[config["trial_index"]], protocol)
+    result = run_trial(shard.payload(config), protocol)
+    tune.report({**result, SEARCH_METRIC: search_score(result)})
 
 
 def prepare_task(task: dict, tokenizer_dir: str, max_length: int, out_dir: str, max_train, max_eval) -> dict:
@@ -77,16 +79,73 @@ def prepare_tasks(spec: StudySpec, study_dir: Path, tokenizer_dirs: dict) -> dic
 
 def short_trial_dirname(trial) -> str:
     """Tune names trial folders after their whole config by default: long and useless here."""
-    return f"trial-{trial.config['trial_index']:05d}"
+    return f"trial-{trial.trial_id}"
 
 
-def trial_payload(trial: Trial, study_dir: Path, task_dirs: dict[str, str]) -> dict:
+def trial_payload(trial: Trial, study_dir: Path, task_dirs: dict) -> dict:
     ckpt = trial.checkpoint
     return {
         "trial_key": trial.trial_key, "checkpoint_path": str(checkpoint_path(study_dir, ckpt.run, ckpt.step)),
         "task": task_dict(trial.task), "task_data_dir": task_dirs[(ckpt.run.tokenizer, trial.task)],
         "learning_rate": trial.learning_rate, "seed": trial.seed,
     }
+
+
+class GridShard:
+    """Trials of a fixed grid: Tune's config is the trial's index."""
+
+    group_size = 1
+
+    def __init__(self, trials: list[Trial], study_dir: Path, task_dirs: dict):
+        self.trials = trials
+        self.payloads = [trial_payload(t, study_dir, task_dirs) for t in trials]
+
+    def __len__(self) -> int:
+        return len(self.trials)
+
+    def tuner_args(self, spec: StudySpec) -> dict:
+        return {"param_space": {"trial_index": tune.grid_search(list(range(len(self.trials))))}}
+
+    def payload(self, config: dict) -> dict:
+        return self.payloads[config["trial_index"]]
+
+    def trial(self, config: dict) -> Trial:
+        return self.trials[config["trial_index"]]
+
+    def group(self, config: dict):
+        return None
+
+
+class OptunaShard:
+    """Whole cells searched by `CellSearcher`: Tune's config is (cell, sample, seed index, lr).
+
+    Rows of a sample are recorded together once all its seeds are done, so the store only ever
+    holds whole samples, which is what lets a resumed search warm-start from them."""
+
+    def __init__(self, cells: list[list[list[Trial]]], searches: list[CellSearch], study_dir: Path, task_dirs: dict):
+        self.cells = cells  # cells[c][sample][seed index] -> planned trial
+        self.searches = searches
+        self.templates = [trial_payload(cell[0][0], study_dir, task_dirs) for cell in cells]
+        self.group_size = len(cells[0][0])
+
+    def __len__(self) -> int:
+        return sum(search.trials_left for search in self.searches)
+
+    def tuner_args(self, spec: StudySpec) -> dict:
+        optuna = spec.finetuning.optuna
+        searcher = CellSearcher(self.searches, optuna.lr_min, optuna.lr_max, optuna.seed, optuna.startup_samples)
+        return {"param_space": {}, "search_alg": searcher, "num_samples": len(self)}
+
+    def trial(self, config: dict) -> Trial:
+        return self.cells[config["cell"]][config["sample"]][config["seed_index"]]
+
+    def payload(self, config: dict) -> dict:
+        trial = self.trial(config)
+        return {**self.templates[config["cell"]], "trial_key": trial.trial_key, "seed": trial.seed,
+                "learning_rate": config["learning_rate"]}
+
+    def group(self, config: dict):
+        return config["cell"], config["sample"]
 
 
 def trial_row(study: str, trial: Trial, result: dict | None, status: str, error: str | None) -> dict:
@@ -98,8 +157,10 @@ def trial_row(study: str, trial: Trial, result: dict | None, status: str, error:
         "mask_ratio": run.mask_ratio, "checkpoint_step": ckpt.step, "total_steps": run.total_steps,
         "init_from": run.init_from, "steps_before": run.steps_before,
         "tokens_seen": ckpt.tokens_seen, "task": trial.task, "task_family": task["family"],
-        "task_category": task["category"], "metric": task["metric"], "search_mode": "grid",
-        "learning_rate": trial.learning_rate, "seed": trial.seed, "status": status,
+        "task_category": task["category"], "metric": task["metric"],
+        "search_mode": "grid" if trial.sample is None else "optuna",
+        "learning_rate": trial.learning_rate if trial.learning_rate is not None else result.get("learning_rate"),
+        "seed": trial.seed, "sample": trial.sample, "status": status,
         "validation_score": result.get("validation_score"), "test_score": result.get("test_score"),
         "train_loss": result.get("train_loss"), "train_steps": result.get("train_steps"),
         "error": error, "wall_time_s": result.get("wall_time_s"),
@@ -110,19 +171,27 @@ def trial_row(study: str, trial: Trial, result: dict | None, status: str, error:
 class ResultsRecorder(tune.Callback):
     """Tune callback: turns finished trials into store rows, written in batches."""
 
-    def __init__(self, study: str, study_dir: Path, trials: list[Trial], progress: ProgressLine,
+    def __init__(self, study: str, study_dir: Path, shard, progress: ProgressLine,
                  flush_rows: int = 50, flush_seconds: float = 10.0):
-        self.study, self.study_dir, self.trials, self.progress = study, study_dir, trials, progress
+        self.study, self.study_dir, self.shard, self.progress = study, study_dir, shard, progress
+        self.groups: dict[object, list[dict]] = {}
         # A killed driver loses at most the unflushed rows: those trials simply run again.
         self.flush_rows, self.flush_seconds = flush_rows, flush_seconds
         self.buffer: list[dict] = []
         self.last_flush = time.time()
         self.running = 0
 
-    def _add(self, row: dict) -> None:
-        self.buffer.append(row)
+    def _add(self, config: dict, row: dict) -> None:
         self.running -= 1
         self.progress.advance(row["status"])
+        group = self.shard.group(config)
+        if group is None:
+            self.buffer.append(row)
+        else:  # held until every seed of the sample is done
+            rows = self.groups.setdefault(group, [])
+            rows.append(row)
+            if len(rows) == self.shard.group_size:
+                self.buffer += self.groups.pop(group)
         if len(self.buffer) >= self.flush_rows or time.time() - self.last_flush > self.flush_seconds:
             self.flush()
 
@@ -138,13 +207,14 @@ class ResultsRecorder(tune.Callback):
 
     def on_trial_complete(self, iteration, trials, trial, **info):
         result = trial.last_result or {}
-        planned = self.trials[trial.config["trial_index"]]
-        self._add(trial_row(self.study, planned, result, result.get("status", "failed"), None))
+        planned = self.shard.trial(trial.config)
+        self._add(trial.config, trial_row(self.study, planned, result, result.get("status", "failed"), None))
 
     def on_trial_error(self, iteration, trials, trial, **info):
-        planned = self.trials[trial.config["trial_index"]]
-        error = trial_error_text(trial)
-        self._add(trial_row(self.study, planned, None, "failed", str(error)[-2000:]))
+        planned = self.shard.trial(trial.config)
+        row = trial_row(self.study, planned, {"learning_rate": trial.config.get("learning_rate")}, "failed",
+                        trial_error_text(trial)[-2000:])
+        self._add(trial.config, row)
 
     def on_experiment_end(self, trials, **info):
         self.running = 0
@@ -186,25 +256,25 @@ def run_finetuning(spec: StudySpec, plan: StudyPlan, study_dir: Path, tokenizer_
     res = spec.resources
     protocol = {**finetune_protocol(spec), "micro_batch_size": spec.finetuning.micro_batch_size,
                 "eval_batch_size": spec.finetuning.eval_batch_size, "threads": max(1, int(res.cpus_per_trial))}
-    progress = ProgressLine("finetune", len(pending), unit="trials")
-    shard_size = res.trials_per_shard
-    for first in range(0, len(pending), shard_size):
-        shard = pending[first:first + shard_size]
-        payloads = [trial_payload(t, study_dir, task_dirs) for t in shard]
+    shards = (grid_shards(pending, study_dir, task_dirs, res.trials_per_shard) if spec.finetuning.search == "grid"
+              else optuna_shards(spec, plan, pending, done, study_dir, task_dirs))
+    progress = ProgressLine("finetune", sum(len(shard) for shard in shards), unit="trials")
+    for number, shard in enumerate(shards):
         trainable = tune.with_resources(
-            tune.with_parameters(finetune_trainable, payloads=payloads, protocol=protocol),
+            tune.with_parameters(finetune_trainable, shard=shard, protocol=protocol),
             {"cpu": res.cpus_per_trial, "gpu": res.gpus_per_trial},
         )
-        recorder = ResultsRecorder(spec.study, study_dir, shard, progress)
-        name = f"finetune-shard-{first // shard_size:04d}"
+        name = f"finetune-shard-{number:04d}"
+        search = shard.tuner_args(spec)
         tuner = tune.Tuner(
             trainable,
-            param_space={"trial_index": tune.grid_search(list(range(len(shard))))},
+            param_space=search.pop("param_space"),
             tune_config=tune.TuneConfig(reuse_actors=True, max_concurrent_trials=res.max_concurrent_trials,
-                                        trial_dirname_creator=short_trial_dirname),
+                                        trial_dirname_creator=short_trial_dirname, **search),
             run_config=tune.RunConfig(
-                name=name, storage_path=str(study_dir / "tune"),
-                callbacks=[recorder], verbose=0, failure_config=tune.FailureConfig(max_failures=0),
+                name=name, storage_path=str(study_dir / "tune"), verbose=0,
+                callbacks=[ResultsRecorder(spec.study, study_dir, shard, progress)],
+                failure_config=tune.FailureConfig(max_failures=0),
             ),
         )
         tuner.fit()
@@ -213,3 +283,34 @@ def run_finetuning(spec: StudySpec, plan: StudyPlan, study_dir: Path, tokenizer_
         shutil.rmtree(study_dir / "tune" / name, ignore_errors=True)
     progress.finish()
     return dict(progress.tally)
+
+
+def grid_shards(pending: list[Trial], study_dir: Path, task_dirs: dict, size: int) -> list[GridShard]:
+    return [GridShard(pending[i:i + size], study_dir, task_dirs) for i in range(0, len(pending), size)]
+
+
+def optuna_shards(spec: StudySpec, plan: StudyPlan, pending: list[Trial], done: set[str], study_dir: Path,
+                  task_dirs: dict) -> list[OptunaShard]:
+    """Cells with work left, each with the samples already recorded (to warm-start its search)."""
+    pending_keys = {t.trial_key for t in pending}
+    cells: dict[tuple, list[Trial]] = {}
+    for trial in plan.trials:
+        cells.setdefault((trial.checkpoint.checkpoint_id, trial.task), []).append(trial)
+    recorded = read_trials(study_dir).to_pandas().set_index("trial_key") if done else None
+    n_seeds, n_samples = len(spec.finetuning.seeds), spec.finetuning.optuna.learning_rates_per_cell
+    grids, searches = [], []
+    for trials in cells.values():
+        if not pending_keys & {t.trial_key for t in trials}:
+            continue
+        by_sample = [trials[k * n_seeds:(k + 1) * n_seeds] for k in range(n_samples)]
+        complete = 0
+        while complete < n_samples and all(t.trial_key in done for t in by_sample[complete]):
+            complete += 1
+        evaluated = [(float(recorded.loc[by_sample[k][0].trial_key, "learning_rate"]),
+                      sum(search_score(recorded.loc[t.trial_key].to_dict()) for t in by_sample[k]) / n_seeds)
+                     for k in range(complete)]
+        grids.append(by_sample)
+        searches.append(CellSearch(samples_total=n_samples, seeds=n_seeds, first_sample=complete, evaluated=evaluated))
+    cells_per_shard = max(1, spec.resources.trials_per_shard // (n_samples * n_seeds))
+    return [OptunaShard(grids[i:i + cells_per_shard], searches[i:i + cells_per_shard], study_dir, task_dirs)
+            for i in range(0, len(grids), cells_per_shard)]

@@ -241,7 +241,9 @@ def plan_trials(spec: StudySpec, checkpoints: list[EvaluatedCheckpoint]) -> list
                              learning_rate=lr, seed=seed)
                        for lr in ft.learning_rates for seed in ft.seeds]
         else:
-            search = {"optuna": asdict(ft.optuna), "seeds": ft.seeds}
+            # The sample count is left out of the key: asking for more samples extends a search.
+            settings = {k: v for k, v in asdict(ft.optuna).items() if k != "learning_rates_per_cell"}
+            search = {"optuna": settings, "seeds": ft.seeds}
             trials += [Trial(trial_key=stable_key({**cell, "search": search, "sample": k, "seed": seed}),
                              checkpoint=ckpt, task=task, learning_rate=None, seed=seed, sample=k)
                        for k in range(ft.optuna.learning_rates_per_cell) for seed in ft.seeds]

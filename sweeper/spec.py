@@ -188,10 +188,15 @@ class OptunaSpec:
     """Upper end of the log-uniform learning-rate range."""
     seed: int = 0
     """Seed of the TPE sampler (one sampler per cell, seeded from this and the cell)."""
+    startup_samples: int = 2
+    """Random samples per cell before TPE models the results (Optuna's default of 10 would make
+    a 6-sample search purely random)."""
 
     def check(self):
         if self.learning_rates_per_cell <= 0:
             yield "learning_rates_per_cell", f"must be positive, got {self.learning_rates_per_cell}"
+        if self.startup_samples < 1:
+            yield "startup_samples", f"must be at least 1, got {self.startup_samples}"
         if not 0 < self.lr_min < self.lr_max:
             yield "lr_min", f"need 0 < lr_min < lr_max, got {self.lr_min} and {self.lr_max}"
 

@@ -42,3 +42,37 @@ def test_pure_splits_of_a_biphasic_grid_collapse_into_pure_runs():
     plan = plan_study(replace(spec, pretraining=replace(spec.pretraining, runs=[grid])))
     assert [r.name for r in plan.runs] == ["tiny-mlm40-300", "tiny-clm-75-mlm40-300", "tiny-clm-300"]
     assert [r.objective for r in plan.runs] == ["mlm", "clm-mlm", "clm"]
+
+
+def test_paper_plan_counts_runs_checkpoints_and_trials():
+    import subprocess
+    import sys
+
+    result = subprocess.run([sys.executable, "-m", "sweeper", "plan", str(SPECS / "paper.yaml"), "-v"],
+                            capture_output=True, text=True, cwd=SPECS.parent)
+    assert result.returncode == 0, result.stderr
+    out = result.stdout
+    assert "pretraining runs:       38" in out
+    assert "evaluated checkpoints:  50 (38 final + 12 intermediate)" in out
+    assert "fine-tuning trials:     18,000 = 50 checkpoints x 12 datasets x 6 learning rates x 5 seeds" in out
+    assert "GPU-h" in out
+    for name in ("610m-mlm40-42k", "610m-clm-42k", "610m-clm-10k-mlm40-42k", "610m-clm-40k-mlm20-42k",
+                 "610m-clm-dec42k-mlm40-64k", "610m-mlm40-dec42k-mlm40-44k", "1b-clm-30k-mlm40-42k"):
+        assert f"    {name}  (" in out, name
+    plan = plan_study(load_spec(SPECS / "paper.yaml"))
+    assert "610m-mlm40-42k-1000" in {c.checkpoint_id for c in plan.checkpoints}
+    cpt = next(r for r in plan.runs if r.name == "610m-clm-dec42k-mlm40-64k")
+    assert cpt.init_from_run == "610m-clm-42k" and cpt.steps_before == 42_000 and cpt.total_steps == 22_000
+
+
+def test_gpu_hour_estimate_follows_the_documented_cost_model():
+    from sweeper.cost import parameter_count, pretraining_cost
+
+    spec = load_spec(SPECS / "paper.yaml")
+    run = next(r for r in plan_study(spec).runs if r.name == "210m-mlm40-42k")
+    n = parameter_count(run.model_config)
+    # 12 layers x (4 x 768^2 attention + 3 x 768 x 3072 MLP + 2 x 768 norms) + norm + LM head 128,257 x 768
+    assert n == 12 * (4 * 768 * 768 + 3 * 768 * 3072 + 2 * 768) + 768 + 128_257 * 768
+    tokens = 42_000 * 2304 * 1024
+    expected_hours = 6 * n * tokens / (989e12 * 0.4 * 3600)
+    assert abs(pretraining_cost(spec, (run,)).gpu_hours - expected_hours) < 1e-6

@@ -1,4 +1,5 @@
 """Spec errors: file, line, key path, reason; exit status 2; no Ray process started."""
+import json
 import subprocess
 import sys
 import textwrap
@@ -20,21 +21,59 @@ def with_change(old: str, new: str) -> str:
 MALFORMED = [
     ("unknown top key", GOOD + "\nfinetunning: {}\n", "finetunning", "did you mean 'finetuning'"),
     ("unknown nested key", with_change("  seq_len: 64", "  seq_length: 64"), "data.seq_length", "did you mean 'seq_len'"),
+    ("unknown run key", with_change("mask_ratio: [0.4]", "mask_ratios: [0.4]"), "pretraining.runs[0].mask_ratios",
+     "did you mean 'mask_ratio'"),
+    ("unknown resources key", with_change("  cpus_per_trial: 1", "  cpus_per_trail: 1"),
+     "resources.cpus_per_trail", "did you mean 'cpus_per_trial'"),
     ("wrong type", with_change("  steps: 40", "  steps: forty"), "pretraining.steps", "expected an integer"),
+    ("boolean for integer", with_change("  max_steps: 8", "  max_steps: true"), "finetuning.max_steps",
+     "expected an integer"),
+    ("wrong list item type", with_change("  seeds: [0, 1]", "  seeds: [0, one]"), "finetuning.seeds[1]",
+     "expected an integer"),
+    ("mapping for scalar", with_change("  preset: nano ", "  preset:\n    name: nano "), "model.preset", "expected a string"),
     ("mask ratio out of range", with_change("mask_ratio: [0.4]", "mask_ratio: [1.4]"),
+     "pretraining.runs[0].mask_ratio[0]", "outside (0, 1)"),
+    ("mask ratio zero", with_change("mask_ratio: [0.4]", "mask_ratio: [0]"),
      "pretraining.runs[0].mask_ratio[0]", "outside (0, 1)"),
     ("clm share out of range", with_change("clm_fraction: [0.5]", "clm_fraction: [1.5]"),
      "pretraining.runs[2].clm_fraction[0]", "outside [0, 1]"),
     ("checkpoint beyond budget", with_change("checkpoint_steps: [20]", "checkpoint_steps: [400]"),
      "pretraining.runs[0].checkpoint_steps[0]", "before the run's budget"),
     ("negative steps", with_change("  steps: 40", "  steps: -5"), "pretraining.steps", "must be positive"),
+    ("budget shorter than schedule", with_change("  decay_steps: 8", "  decay_steps: 38"),
+     "pretraining.runs[0].steps", "shorter than warmup + decay"),
     ("empty grid", with_change("  seeds: [0, 1]", "  seeds: []"), "finetuning.seeds", "empty grid"),
+    ("empty runs", "study: x\npretraining: {runs: []}\nfinetuning: {tasks: [sst2]}\n", "pretraining.runs",
+     "empty grid"),
     ("unknown task", with_change("[wordnet-supersense-cls, ", "[wordnet-supersense-clf, "),
      "finetuning.tasks[0]", "did you mean 'wordnet-supersense-cls'"),
     ("unknown preset", with_change("  preset: nano", "  preset: 601m"), "model.preset", "unknown preset"),
+    ("unknown run preset", with_change("- objective: mlm ", "- preset: [tiny, 61m]\n      objective: mlm "),
+     "pretraining.runs[0].preset[1]", "unknown preset"),
     ("unknown objective", with_change("- objective: mlm", "- objective: mlmx"),
      "pretraining.runs[0].objective", "is not one of"),
+    ("missing objective", with_change("    - objective: mlm ", "    - steps: [40] "),
+     "pretraining.runs[0].objective", "required key is missing"),
+    ("missing referenced checkpoint", with_change("    - objective: clm ", "    - objective: mlm\n      "
+     "init_from: [nano-clm-4k]\n    - objective: clm "), "pretraining.runs[1].init_from[0]", "no run named"),
+    ("continued pretraining not mlm", with_change("    - objective: clm ", "    - objective: clm\n      "
+     "init_from: [nano-mlm40-40]\n     "), "pretraining.runs[1].init_from", "continued pretraining is MLM"),
+    ("negative learning rate", with_change("  learning_rates: [0.001]", "  learning_rates: [-0.001]"),
+     "finetuning.learning_rates[0]", "must be positive"),
+    ("warmup ratio out of range", GOOD.replace("  max_length: 48", "  max_length: 48\n  warmup_ratio: 1.5"),
+     "finetuning.warmup_ratio", "outside [0, 1)"),
+    ("unknown search mode", with_change("  seeds: [0, 1]", "  seeds: [0, 1]\n  search: bayes"),
+     "finetuning.search", "is not one of"),
+    ("optuna range inverted", with_change("  seeds: [0, 1]", "  seeds: [0, 1]\n  optuna: {lr_min: 0.1, lr_max: 0.01}"),
+     "finetuning.optuna.lr_min", "lr_min < lr_max"),
+    ("zero vocabulary", with_change("  vocab_size: 1024", "  vocab_size: 0"), "data.vocab_size", "must be positive"),
+    ("betas of wrong length", with_change("    peak_lr: 0.002", "    peak_lr: 0.002\n    betas: [0.9]"),
+     "pretraining.optimizer.betas", "two numbers"),
+    ("utilisation out of range", GOOD + "cost: {utilization: 1.5}\n", "cost.utilization", "outside (0, 1]"),
+    ("object-store storage", GOOD + "storage: s3://bucket/studies\n", "storage", "not supported yet"),
+    ("study name with a slash", with_change("study: smoke", "study: a/b"), "study", "without '/'"),
     ("malformed yaml", with_change("  seq_len: 64", "  seq_len: [64"), "", "malformed YAML"),
+    ("not a mapping", "- study\n- x\n", "", "must hold a mapping"),
     ("missing required", "study: x\nfinetuning: {tasks: [sst2]}\n", "pretraining", "required key is missing"),
 ]
 
@@ -58,22 +97,62 @@ def test_error_carries_the_yaml_line(tmp_path):
     assert caught.value.line == line and f"bad.yaml:{line}:" in str(caught.value)
 
 
-def test_cli_exits_2_and_starts_no_ray(tmp_path):
-    path = tmp_path / "bad.yaml"
-    path.write_text(with_change("  steps: 40", "  steps: forty"))
+def test_every_malformed_file_exits_2_names_its_key_and_starts_no_ray(tmp_path):
+    """All files through the real CLI in one fresh interpreter: status 2, the key path on stderr,
+    Ray never imported (so no Ray process can have started) and no study folder created."""
+    assert len(MALFORMED) >= 25
+    paths = []
+    for index, (name, text, key, reason) in enumerate(MALFORMED):
+        path = tmp_path / f"bad_{index:02d}.yaml"
+        path.write_text(text)
+        paths.append(str(path))
     code = textwrap.dedent(f"""
-        import sys
+        import contextlib, io, json, sys
         from sweeper.cli import main
-        status = main(["run", {str(path)!r}, "--storage", {str(tmp_path / 'study')!r}])
-        assert "ray" not in sys.modules, "Ray was imported for a bad spec"
-        sys.exit(status)
+        outcomes = []
+        for path in {paths!r}:
+            err = io.StringIO()
+            with contextlib.redirect_stderr(err):
+                status = main(["run", path, "--storage", {str(tmp_path / 'study')!r}])
+            outcomes.append((status, err.getvalue()))
+        print(json.dumps({{"outcomes": outcomes, "ray_imported": "ray" in sys.modules}}))
     """)
     result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=ROOT)
-    assert result.returncode == 2, result.stderr
-    assert "pretraining.steps" in result.stderr and "bad.yaml" in result.stderr
+    assert result.returncode == 0, result.stderr
+    report = json.loads(result.stdout.strip().splitlines()[-1])
+    assert not report["ray_imported"], "Ray was imported for a bad spec"
     assert not (tmp_path / "study").exists()
+    for (name, _, key, reason), path, (status, stderr) in zip(MALFORMED, paths, report["outcomes"]):
+        assert status == 2, f"{name}: exit {status}: {stderr}"
+        assert path in stderr and key in stderr and reason in stderr, f"{name}: {stderr}"
+
+
+def test_a_planned_but_unimplemented_family_is_refused_before_running(tmp_path):
+    path = tmp_path / "qa.yaml"
+    path.write_text(with_change("[wordnet-supersense-cls, ", "[squad, "))
+    result = subprocess.run([sys.executable, "-m", "sweeper", "run", str(path), "--storage", str(tmp_path / "s")],
+                            capture_output=True, text=True, cwd=ROOT)
+    assert result.returncode == 2 and "finetuning.tasks[0]" in result.stderr and "not implemented" in result.stderr
 
 
 def test_shipped_specs_load():
     for path in (ROOT / "search_spaces").glob("*.yaml"):
         load_spec(path)
+
+
+def test_shipped_specs_document_every_field_they_set():
+    """The first time a file sets a field (run entries counted once), its line carries a comment."""
+    import re
+
+    from sweeper.spec_parsing import LineIndex
+
+    for path in (ROOT / "search_spaces").glob("*.yaml"):
+        lines = path.read_text().splitlines()
+        first: dict[str, int] = {}
+        for key, line in LineIndex(path.read_text()).lines.items():
+            if not key or key.endswith("]"):
+                continue  # the document itself and list items are not fields
+            general = re.sub(r"\[\d+\]", "[]", key)
+            first[general] = min(line, first.get(general, line))
+        undocumented = [f"{key} (line {line})" for key, line in first.items() if "#" not in lines[line - 1]]
+        assert not undocumented, f"{path.name}: fields without a comment: {undocumented}"

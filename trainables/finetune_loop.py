@@ -121,7 +121,8 @@ def run_trial(trial: dict, protocol: dict) -> dict:
         torch.nn.utils.clip_grad_norm_(model.parameters(), protocol["grad_clip"])
         optimizer.step()
         optimizer.zero_grad(set_to_none=True)
-    result = {"trial_key": trial["trial_key"], "status": status, "train_loss": loss_value,
+    result = {"trial_key": trial["trial_key"], "learning_rate": trial["learning_rate"], "status": status,
+              "train_loss": loss_value,
               "train_steps": (step + 1 if status == "ok" else step) if steps else 0, "metric": trial["task"]["metric"],
               "validation_score": float("nan"), "test_score": float("nan")}
     if status == "ok":
@@ -130,10 +131,3 @@ def run_trial(trial: dict, protocol: dict) -> dict:
         result["test_score"] = evaluate(model, splits["test"], family, labels, eval_batch)
     result["wall_time_s"] = time.time() - started
     return result
-
-
-def tune_trainable(trial: dict, protocol: dict) -> None:
-    """Ray Tune entry point: one report, the trial's final result."""
-    from ray import tune
-
-    tune.report(run_trial(trial, protocol))
