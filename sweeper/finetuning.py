@@ -29,7 +29,8 @@ from sweeper.progress import ProgressLine
 from sweeper.plan import StudyPlan, Trial, finetune_protocol, stable_key
 from sweeper.spec import StudySpec
 from sweeper.search import SEARCH_METRIC, CellSearch, CellSearcher, search_score
-from sweeper.store import TRIALS, finished_trial_keys, read_trials, write_rows
+from sweeper.store import EVAL_CURVES, TRIALS, compact, finished_trial_keys, read_trials, write_rows
+from sweeper.version import code_version
 
 # Tune's JSON/CSV/TensorBoard loggers write a directory per trial; the store replaces them.
 os.environ.setdefault("TUNE_DISABLE_AUTO_CALLBACK_LOGGERS", "1")
@@ -172,8 +173,9 @@ class ResultsRecorder(tune.Callback):
     """Tune callback: turns finished trials into store rows, written in batches."""
 
     def __init__(self, study: str, study_dir: Path, shard, progress: ProgressLine,
-                 flush_rows: int = 50, flush_seconds: float = 10.0):
+                 flush_rows: int = 50, flush_seconds: float = 10.0, extra: dict | None = None):
         self.study, self.study_dir, self.shard, self.progress = study, study_dir, shard, progress
+        self.extra = extra or {}  # columns every row shares: resources, code version
         self.groups: dict[object, list[dict]] = {}
         # A killed driver loses at most the unflushed rows: those trials simply run again.
         self.flush_rows, self.flush_seconds = flush_rows, flush_seconds
@@ -182,6 +184,7 @@ class ResultsRecorder(tune.Callback):
         self.running = 0
 
     def _add(self, config: dict, row: dict) -> None:
+        row.update(self.extra)
         self.running -= 1
         self.progress.advance(row["status"])
         group = self.shard.group(config)
@@ -196,6 +199,11 @@ class ResultsRecorder(tune.Callback):
             self.flush()
 
     def flush(self) -> None:
+        # Curves first: a trial row is the mark that a trial is done, so it goes last.
+        write_rows(self.study_dir, EVAL_CURVES, [
+            {**{k: row[k] for k in ("study", "trial_key", "checkpoint_id", "task", "learning_rate", "seed")}, **point}
+            for row in self.buffer for point in row.pop("_curve", [])
+        ])
         write_rows(self.study_dir, TRIALS, self.buffer)
         self.buffer, self.last_flush = [], time.time()
         write_live_state(self.study_dir, self.running)
@@ -208,7 +216,9 @@ class ResultsRecorder(tune.Callback):
     def on_trial_complete(self, iteration, trials, trial, **info):
         result = trial.last_result or {}
         planned = self.shard.trial(trial.config)
-        self._add(trial.config, trial_row(self.study, planned, result, result.get("status", "failed"), None))
+        row = trial_row(self.study, planned, result, result.get("status", "failed"), None)
+        row["_curve"] = result.get("curve", [])
+        self._add(trial.config, row)
 
     def on_trial_error(self, iteration, trials, trial, **info):
         planned = self.shard.trial(trial.config)
@@ -254,8 +264,10 @@ def run_finetuning(spec: StudySpec, plan: StudyPlan, study_dir: Path, tokenizer_
     needed = {t.checkpoint.run.tokenizer for t in pending}
     task_dirs = prepare_tasks(spec, study_dir, {k: v for k, v in tokenizer_dirs.items() if k in needed})
     res = spec.resources
+    # Settings that do not change a trial's outcome stay out of its key (finetune_protocol).
     protocol = {**finetune_protocol(spec), "micro_batch_size": spec.finetuning.micro_batch_size,
-                "eval_batch_size": spec.finetuning.eval_batch_size, "threads": max(1, int(res.cpus_per_trial))}
+                "eval_batch_size": spec.finetuning.eval_batch_size, "eval_every": spec.finetuning.eval_every,
+                "threads": max(1, int(res.cpus_per_trial))}
     shards = (grid_shards(pending, study_dir, task_dirs, res.trials_per_shard) if spec.finetuning.search == "grid"
               else optuna_shards(spec, plan, pending, done, study_dir, task_dirs))
     progress = ProgressLine("finetune", sum(len(shard) for shard in shards), unit="trials")
@@ -273,7 +285,8 @@ def run_finetuning(spec: StudySpec, plan: StudyPlan, study_dir: Path, tokenizer_
                                         trial_dirname_creator=short_trial_dirname, **search),
             run_config=tune.RunConfig(
                 name=name, storage_path=str(study_dir / "tune"), verbose=0,
-                callbacks=[ResultsRecorder(spec.study, study_dir, shard, progress)],
+                callbacks=[ResultsRecorder(spec.study, study_dir, shard, progress, extra={
+                    "cpus": res.cpus_per_trial, "gpus": res.gpus_per_trial, "code_version": code_version()})],
                 failure_config=tune.FailureConfig(max_failures=0),
             ),
         )
@@ -281,6 +294,8 @@ def run_finetuning(spec: StudySpec, plan: StudyPlan, study_dir: Path, tokenizer_
         # Every outcome is in the store now; Tune's own state (an empty folder per trial and a
         # JSON rewritten as trials finish) is no record and is not kept.
         shutil.rmtree(study_dir / "tune" / name, ignore_errors=True)
+        for table in (TRIALS, EVAL_CURVES):
+            compact(study_dir, table)
     progress.finish()
     return dict(progress.tally)
 

@@ -236,6 +236,8 @@ class FinetuningSpec:
     """Gradient-norm clipping threshold."""
     eval_batch_size: int = 128
     """Examples per forward pass when scoring."""
+    eval_every: int = 0
+    """Also score validation every this many steps (the eval-curve table); 0: final weights only."""
     max_train_examples: int | None = None
     """Cap on training examples per task (None: the whole split)."""
     max_eval_examples: int | None = None
@@ -251,6 +253,8 @@ class FinetuningSpec:
         for i, lr in enumerate(self.learning_rates):
             if lr <= 0:
                 yield f"learning_rates[{i}]", f"must be positive, got {lr}"
+        if self.eval_every < 0:
+            yield "eval_every", f"must not be negative, got {self.eval_every}"
         for key in ("batch_size", "micro_batch_size", "max_steps", "max_length", "eval_batch_size"):
             if getattr(self, key) <= 0:
                 yield key, f"must be positive, got {getattr(self, key)}"

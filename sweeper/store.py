@@ -1,9 +1,13 @@
 """The results store: Parquet tables under `<study>/results/<table>/`, the record of the study.
 
-Rows are written by the driver in batches, each batch one file written to a temporary name
-and renamed into place, so a reader (or a killed writer) never sees half a file. A trial that
-was recorded twice (a driver killed after writing, before learning it had) is read once: the
-reader keeps one row per trial key, preferring an `ok` row, then the latest.
+Tables are Hive-partitioned (`trials/task=sst2/part-*.parquet`), so pandas, polars and duckdb
+read them with no help from the project. Rows are written by the driver in batches: one file per
+partition per batch, written under a dot-name (which every Parquet reader skips), fsynced and
+renamed into place, so a reader (or a killed writer) never sees half a file. `compact` merges a
+partition's batch files into one (after each shard), which keeps 18,000 trials in a few dozen
+files. A trial recorded twice (a driver killed between writing and learning it had, or a
+compaction killed between its rename and its deletes) is read once: `read_trials` keeps one row
+per trial key, preferring an `ok` row, then the latest.
 """
 from __future__ import annotations
 
@@ -11,12 +15,14 @@ import os
 import time
 import uuid
 from pathlib import Path
+from urllib.parse import quote
 
 import pyarrow as pa
 import pyarrow.dataset as ds
 import pyarrow.parquet as pq
 
 TRIALS = "trials"
+EVAL_CURVES = "eval_curves"
 PRETRAINING = "pretraining"
 
 TRIAL_SCHEMA = pa.schema([
@@ -48,7 +54,23 @@ TRIAL_SCHEMA = pa.schema([
     ("train_steps", pa.int64()),
     ("error", pa.string()),
     ("wall_time_s", pa.float64()),
+    ("cpus", pa.float64()),
+    ("gpus", pa.float64()),
+    ("code_version", pa.string()),
     ("finished_at", pa.timestamp("ms", tz="UTC")),
+])
+
+EVAL_CURVE_SCHEMA = pa.schema([
+    ("study", pa.string()),
+    ("trial_key", pa.string()),
+    ("checkpoint_id", pa.string()),
+    ("task", pa.string()),
+    ("learning_rate", pa.float64()),
+    ("seed", pa.int64()),
+    ("step", pa.int64()),
+    ("train_loss", pa.float64()),
+    ("validation_score", pa.float64()),
+    ("test_score", pa.float64()),
 ])
 
 PRETRAINING_SCHEMA = pa.schema([
@@ -64,22 +86,37 @@ PRETRAINING_SCHEMA = pa.schema([
     ("tokens_per_s", pa.float64()),
 ])
 
-SCHEMAS = {TRIALS: TRIAL_SCHEMA, PRETRAINING: PRETRAINING_SCHEMA}
+SCHEMAS = {TRIALS: TRIAL_SCHEMA, EVAL_CURVES: EVAL_CURVE_SCHEMA, PRETRAINING: PRETRAINING_SCHEMA}
+PARTITION = {TRIALS: "task", EVAL_CURVES: "task", PRETRAINING: "run_name"}
+ROW_KEY = {TRIALS: ["trial_key"], EVAL_CURVES: ["trial_key", "step"], PRETRAINING: ["run_key", "step"]}
 
 
 def table_dir(study_dir: str | Path, table: str) -> Path:
     return Path(study_dir) / "results" / table
 
 
-def write_rows(study_dir: str | Path, table: str, rows: list[dict]) -> Path | None:
-    """Append `rows` as one new Parquet file, atomically. Returns its path (None if no rows)."""
+def write_rows(study_dir: str | Path, table: str, rows: list[dict]) -> list[Path]:
+    """Append `rows` as one new Parquet file per partition, atomically. Returns the files."""
     if not rows:
-        return None
-    schema = SCHEMAS[table]
-    directory = table_dir(study_dir, table)
+        return []
+    schema, column = SCHEMAS[table], PARTITION[table]
+    stamp = f"{time.strftime('%Y%m%dT%H%M%S')}-{uuid.uuid4().hex[:8]}"
+    by_value: dict[str, list[dict]] = {}
+    for row in rows:
+        by_value.setdefault(str(row[column]), []).append(row)
+    return [publish(partition_dir(study_dir, table, value), f"part-{stamp}.parquet",
+                    pa.Table.from_pylist([{name: row.get(name) for name in schema.names} for row in group],
+                                         schema=schema).drop_columns([column]))
+            for value, group in by_value.items()]
+
+
+def partition_dir(study_dir: str | Path, table: str, value: str) -> Path:
+    return table_dir(study_dir, table) / f"{PARTITION[table]}={quote(value, safe='')}"
+
+
+def publish(directory: Path, name: str, arrow: pa.Table) -> Path:
+    """Write under a dot-name (skipped by readers), fsync, rename into place."""
     directory.mkdir(parents=True, exist_ok=True)
-    arrow = pa.Table.from_pylist([{name: row.get(name) for name in schema.names} for row in rows], schema=schema)
-    name = f"part-{time.strftime('%Y%m%dT%H%M%S')}-{uuid.uuid4().hex[:8]}.parquet"
     tmp = directory / f".{name}.tmp"
     pq.write_table(arrow, tmp)
     with open(tmp, "rb") as handle:
@@ -91,10 +128,42 @@ def write_rows(study_dir: str | Path, table: str, rows: list[dict]) -> Path | No
 def read_table(study_dir: str | Path, table: str) -> pa.Table:
     """All rows of a table (empty, with the schema, when nothing was written yet)."""
     directory = table_dir(study_dir, table)
-    files = sorted(str(p) for p in directory.glob("part-*.parquet")) if directory.exists() else []
-    if not files:
-        return SCHEMAS[table].empty_table()
-    return ds.dataset(files, schema=SCHEMAS[table], format="parquet").to_table()
+    schema = SCHEMAS[table]
+    if not directory.exists() or not any(directory.glob("*=*/part-*.parquet")):
+        return schema.empty_table()
+    column = PARTITION[table]
+    partitioning = ds.partitioning(pa.schema([schema.field(column)]), flavor="hive")
+    return ds.dataset(directory, format="parquet", partitioning=partitioning, schema=schema).to_table()
+
+
+def compact(study_dir: str | Path, table: str) -> int:
+    """Merge each partition's files into one, one row per row key (ok/latest first for trials).
+    Safe to interrupt: the merged file is published before the parts are removed, and readers
+    deduplicate. Returns the number of files removed."""
+    removed = 0
+    directory = table_dir(study_dir, table)
+    if not directory.exists():
+        return 0
+    for partition in sorted(p for p in directory.iterdir() if p.is_dir()):
+        parts = sorted(partition.glob("part-*.parquet"))
+        if len(parts) < 2:
+            continue
+        frame = pa.concat_tables(pq.read_table(p) for p in parts).to_pandas()
+        frame = keep_one_row_per_key(frame, table)
+        schema = SCHEMAS[table].remove(SCHEMAS[table].get_field_index(PARTITION[table]))
+        merged = pa.Table.from_pandas(frame[schema.names], schema=schema, preserve_index=False)
+        stamp = f"{time.strftime('%Y%m%dT%H%M%S')}-{uuid.uuid4().hex[:8]}"
+        publish(partition, f"part-{stamp}-compacted.parquet", merged)
+        for part in parts:
+            part.unlink()
+            removed += 1
+    return removed
+
+
+def keep_one_row_per_key(frame, table: str):
+    if table == TRIALS:
+        frame = frame.assign(_ok=frame["status"] == "ok").sort_values(["_ok", "finished_at"]).drop(columns="_ok")
+    return frame.drop_duplicates(ROW_KEY[table], keep="last")
 
 
 def read_trials(study_dir: str | Path) -> pa.Table:
@@ -102,10 +171,8 @@ def read_trials(study_dir: str | Path) -> pa.Table:
     table = read_table(study_dir, TRIALS)
     if table.num_rows == 0:
         return table
-    frame = table.to_pandas()
-    frame["_ok"] = frame["status"] == "ok"
-    frame = frame.sort_values(["_ok", "finished_at"]).drop_duplicates("trial_key", keep="last")
-    frame = frame.drop(columns="_ok").sort_values(["checkpoint_id", "task", "learning_rate", "seed"])
+    frame = keep_one_row_per_key(table.to_pandas(), TRIALS)
+    frame = frame.sort_values(["checkpoint_id", "task", "learning_rate", "seed"])
     return pa.Table.from_pandas(frame, schema=TRIAL_SCHEMA, preserve_index=False)
 
 

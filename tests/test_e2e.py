@@ -75,14 +75,14 @@ def test_biphasic_run_switches_at_the_planned_step(smoke_study):
 
 def test_rerunning_the_study_redoes_nothing(smoke_study, ray_head):
     study_dir, _ = smoke_study
-    trials_before = sorted(p.name for p in (study_dir / "results" / "trials").iterdir())
+    trials_before = sorted(p.name for p in (study_dir / "results" / "trials").rglob("*.parquet"))
     checkpoint = study_dir / "pretraining" / "nano-mlm40-40" / "step-40" / "model.safetensors"
     mtime = os.stat(checkpoint).st_mtime_ns
     result = run_sweeper("run", str(SMOKE), "--storage", str(study_dir), address=ray_head[0])
     assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
     assert "3 already done, 0 failed before (--retry-failed reruns them), 0 to train" in result.stdout
     assert "16 already recorded, 0 blocked by failed runs, 0 to run" in result.stdout
-    assert sorted(p.name for p in (study_dir / "results" / "trials").iterdir()) == trials_before
+    assert sorted(p.name for p in (study_dir / "results" / "trials").rglob("*.parquet")) == trials_before
     assert os.stat(checkpoint).st_mtime_ns == mtime
 
 

@@ -98,6 +98,8 @@ def run_trial(trial: dict, protocol: dict) -> dict:
     steps = min(protocol["max_steps"], math.ceil(protocol["epochs"] * n_train / batch))
     order = np.concatenate([rng.permutation(n_train) for _ in range(math.ceil(steps * batch / n_train) + 1)])
     status, loss_value = "ok", float("nan")
+    curve = []  # validation score every `eval_every` steps: the eval-curve table
+    eval_every, eval_batch = protocol.get("eval_every", 0), protocol["eval_batch_size"]
     for step in range(steps):
         for group in optimizer.param_groups:
             group["lr"] = linear_warmup_decay_lr(
@@ -121,13 +123,17 @@ def run_trial(trial: dict, protocol: dict) -> dict:
         torch.nn.utils.clip_grad_norm_(model.parameters(), protocol["grad_clip"])
         optimizer.step()
         optimizer.zero_grad(set_to_none=True)
+        if eval_every and (step + 1) % eval_every == 0 and step + 1 < steps:
+            curve.append({"step": step + 1, "train_loss": loss_value,
+                          "validation_score": evaluate(model, splits["validation"], family, labels, eval_batch)})
     result = {"trial_key": trial["trial_key"], "learning_rate": trial["learning_rate"], "status": status,
               "train_loss": loss_value,
               "train_steps": (step + 1 if status == "ok" else step) if steps else 0, "metric": trial["task"]["metric"],
               "validation_score": float("nan"), "test_score": float("nan")}
     if status == "ok":
-        eval_batch = protocol["eval_batch_size"]
         result["validation_score"] = evaluate(model, splits["validation"], family, labels, eval_batch)
         result["test_score"] = evaluate(model, splits["test"], family, labels, eval_batch)
+    result["curve"] = curve + [{"step": result["train_steps"], "train_loss": loss_value,
+                                "validation_score": result["validation_score"], "test_score": result["test_score"]}]
     result["wall_time_s"] = time.time() - started
     return result
