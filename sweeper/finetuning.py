@@ -18,6 +18,7 @@ import shutil
 import socket
 import time
 from datetime import datetime, timezone
+from dataclasses import asdict
 from pathlib import Path
 
 import ray
@@ -173,8 +174,9 @@ class ResultsRecorder(tune.Callback):
     """Tune callback: turns finished trials into store rows, written in batches."""
 
     def __init__(self, study: str, study_dir: Path, shard, progress: ProgressLine,
-                 flush_rows: int = 50, flush_seconds: float = 10.0, extra: dict | None = None):
+                 flush_rows: int = 50, flush_seconds: float = 10.0, extra: dict | None = None, tracker=None):
         self.study, self.study_dir, self.shard, self.progress = study, study_dir, shard, progress
+        self.tracker = tracker
         self.extra = extra or {}  # columns every row shares: resources, code version
         self.groups: dict[object, list[dict]] = {}
         # A killed driver loses at most the unflushed rows: those trials simply run again.
@@ -185,6 +187,8 @@ class ResultsRecorder(tune.Callback):
 
     def _add(self, config: dict, row: dict) -> None:
         row.update(self.extra)
+        if self.tracker is not None:  # one W&B run for the whole grid, a row per trial
+            self.tracker.log({k: v for k, v in row.items() if isinstance(v, (int, float, str, bool))})
         self.running -= 1
         self.progress.advance(row["status"])
         group = self.shard.group(config)
@@ -271,6 +275,7 @@ def run_finetuning(spec: StudySpec, plan: StudyPlan, study_dir: Path, tokenizer_
     shards = (grid_shards(pending, study_dir, task_dirs, res.trials_per_shard) if spec.finetuning.search == "grid"
               else optuna_shards(spec, plan, pending, done, study_dir, task_dirs))
     progress = ProgressLine("finetune", sum(len(shard) for shard in shards), unit="trials")
+    tracker = start_wandb(spec, study_dir)
     for number, shard in enumerate(shards):
         trainable = tune.with_resources(
             tune.with_parameters(finetune_trainable, shard=shard, protocol=protocol),
@@ -286,7 +291,8 @@ def run_finetuning(spec: StudySpec, plan: StudyPlan, study_dir: Path, tokenizer_
             run_config=tune.RunConfig(
                 name=name, storage_path=str(study_dir / "tune"), verbose=0,
                 callbacks=[ResultsRecorder(spec.study, study_dir, shard, progress, extra={
-                    "cpus": res.cpus_per_trial, "gpus": res.gpus_per_trial, "code_version": code_version()})],
+                    "cpus": res.cpus_per_trial, "gpus": res.gpus_per_trial, "code_version": code_version()},
+                    tracker=tracker)],
                 failure_config=tune.FailureConfig(max_failures=0),
             ),
         )
@@ -297,7 +303,24 @@ def run_finetuning(spec: StudySpec, plan: StudyPlan, study_dir: Path, tokenizer_
         for table in (TRIALS, EVAL_CURVES):
             compact(study_dir, table)
     progress.finish()
+    if tracker is not None:
+        tracker.finish()
     return dict(progress.tally)
+
+
+def start_wandb(spec: StudySpec, study_dir: Path):
+    """Optional W&B run for the grid's trials, logged by the driver (one run, not one per trial:
+    Ray's WandbLoggerCallback starts an actor per trial, too heavy for 18,000 of them)."""
+    if not spec.tracking.wandb:
+        return None
+    try:
+        import wandb
+    except ImportError:
+        print("[tracking] wandb is not installed (pip install 'sweeper[tracking]'); not logging", flush=True)
+        return None
+    return wandb.init(project=spec.tracking.project, name=f"{spec.study}-trials", id=f"{spec.study}-trials",
+                      resume="allow", mode=spec.tracking.mode, dir=str(study_dir), reinit="create_new",
+                      config=asdict(spec.finetuning))
 
 
 def grid_shards(pending: list[Trial], study_dir: Path, task_dirs: dict, size: int) -> list[GridShard]:

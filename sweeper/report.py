@@ -1,9 +1,7 @@
-"""`sweeper report STUDY_DIR`: the paper's selection rule applied to the store, as markdown.
+"""`sweeper report STUDY_DIR`: the paper's tables, figures and findings for the study, from the store.
 
-Per checkpoint and task: the learning rate with the best seed-averaged validation score, and
-the test mean over seeds at that learning rate with a 95 % confidence interval (Student t over
-seeds). Then category averages (SC, TC, QA, IR) per checkpoint. Works on partial results and
-says what is missing.
+Writes `report.md` and `figures/*.png` in the study directory and prints the summary. Works on
+partial results: it reports on what is recorded and says what is missing.
 """
 from __future__ import annotations
 
@@ -13,51 +11,19 @@ from pathlib import Path
 
 import pandas as pd
 
+from sweeper import analysis, figures
+from sweeper.findings import check_findings
 from sweeper.store import read_trials
 
-# Two-sided 95 % Student t quantiles by degrees of freedom (scipy is not a dependency).
-T95 = {1: 12.706, 2: 4.303, 3: 3.182, 4: 2.776, 5: 2.571, 6: 2.447, 7: 2.365, 8: 2.306, 9: 2.262,
-       10: 2.228, 12: 2.179, 15: 2.131, 20: 2.086, 25: 2.060, 30: 2.042}
+PLAN_FILE = "plan.json"
 
 
-def t95(dof: int) -> float:
-    if dof <= 0:
-        return float("nan")
-    known = [d for d in T95 if d <= dof]
-    return T95[max(known)] if dof <= 30 else 1.96
+def planned_trial_keys(study_dir: str | Path) -> list[str] | None:
+    path = Path(study_dir) / PLAN_FILE
+    return json.loads(path.read_text()).get("trial_keys") if path.exists() else None
 
 
-def ci95_half_width(values: pd.Series) -> float:
-    n = values.count()
-    return float(t95(n - 1) * values.std(ddof=1) / math.sqrt(n)) if n > 1 else float("nan")
-
-
-def best_lr_table(trials: pd.DataFrame) -> pd.DataFrame:
-    """One row per (checkpoint, task): best LR on mean validation, test mean/std/CI at that LR."""
-    ok = trials[trials["status"] == "ok"]
-    if ok.empty:
-        return pd.DataFrame()
-    keys = ["checkpoint_id", "run_name", "objective", "clm_fraction", "mask_ratio", "checkpoint_step",
-            "tokens_seen", "task", "task_category"]
-    per_lr = (ok.groupby(keys + ["learning_rate"], dropna=False)
-                .agg(validation_mean=("validation_score", "mean"), test_mean=("test_score", "mean"),
-                     test_std=("test_score", "std"), seeds=("seed", "nunique"),
-                     test_ci95=("test_score", ci95_half_width))
-                .reset_index())
-    best = per_lr.loc[per_lr.groupby(["checkpoint_id", "task"])["validation_mean"].idxmax()]
-    return best.sort_values(["task", "objective", "checkpoint_id"]).reset_index(drop=True)
-
-
-def category_table(best: pd.DataFrame) -> pd.DataFrame:
-    """Mean over tasks of the best-LR test score, per checkpoint and category (columns)."""
-    if best.empty:
-        return pd.DataFrame()
-    table = best.pivot_table(index=["checkpoint_id", "objective"], columns="task_category",
-                             values="test_mean", aggfunc="mean")
-    return table.reset_index()
-
-
-def fmt(value: float, digits: int = 2) -> str:
+def fmt(value, digits: int = 2) -> str:
     return "n/a" if value is None or (isinstance(value, float) and math.isnan(value)) else f"{value:.{digits}f}"
 
 
@@ -70,59 +36,131 @@ def markdown_table(headers: list[str], rows: list[list[str]]) -> str:
 def coverage(trials: pd.DataFrame, planned: int | None) -> str:
     counts = trials["status"].value_counts().to_dict() if not trials.empty else {}
     parts = [f"{n} {status}" for status, n in sorted(counts.items())]
-    recorded = len(trials)
-    line = f"{recorded} trials recorded ({', '.join(parts) or 'none'})"
-    if planned is not None and planned > recorded:
-        line += f"; {planned - recorded} of {planned} planned trials are missing (study incomplete)"
+    line = f"{len(trials)} trials recorded ({', '.join(parts) or 'none'})"
+    if planned is not None and planned > len(trials):
+        line += (f"; **{planned - len(trials)} of {planned} planned trials are missing** (study incomplete: "
+                 "tables show what is recorded)")
     return line
 
 
-PLAN_FILE = "plan.json"
+def category_section(categories: pd.DataFrame, title: str) -> list[str]:
+    if categories.empty:
+        return []
+    means, cis = analysis.wide(categories), analysis.wide(categories, "ci95")
+    runs = categories.drop_duplicates("checkpoint_id").set_index("checkpoint_id")
+    rows = [[checkpoint, runs.loc[checkpoint, "objective"],
+             *(f"{fmt(means.loc[checkpoint, c])} ± {fmt(cis.loc[checkpoint, c])}" for c in means.columns)]
+            for checkpoint in means.index]
+    return [f"## {title}", "", markdown_table(["checkpoint", "objective", *means.columns], rows), ""]
 
 
-def planned_trial_keys(study_dir: str | Path) -> list[str] | None:
-    path = Path(study_dir) / PLAN_FILE
-    return json.loads(path.read_text())["trial_keys"] if path.exists() else None
+def task_sections(best: pd.DataFrame, trials: pd.DataFrame) -> list[str]:
+    out = []
+    for task, rows in best.groupby("task", sort=True):
+        metric = trials.loc[trials["task"] == task, "metric"].iloc[0]
+        out += [f"### {task} ({metric}; test mean over seeds at the best validation LR)", ""]
+        out.append(markdown_table(
+            ["checkpoint", "objective", "step", "best LR", "val mean", "test mean", "95% CI", "std", "seeds"],
+            [[r["checkpoint_id"], r["objective"], str(int(r["checkpoint_step"])), f"{r['learning_rate']:.1e}",
+              fmt(r["validation_mean"]), fmt(r["test_mean"]), f"± {fmt(r['test_ci95'])}", fmt(r["test_std"]),
+              str(int(r["seeds"]))] for _, r in rows.iterrows()]))
+        out.append("")
+    return out
 
 
-def build_report(study_dir: str | Path) -> str:
-    """The report of the study's current plan (rows of superseded cells are left out)."""
+def curve_table(frame: pd.DataFrame, index: list[str], title: str, note: str) -> list[str]:
+    if frame.empty:
+        return []
+    table = frame.pivot_table(index=index, columns="task_category", values="mean")
+    table = table[[c for c in analysis.CATEGORIES if c in table.columns]]
+    rows = [[*(str(v) for v in (key if isinstance(key, tuple) else (key,))), *(fmt(x) for x in values)]
+            for key, values in zip(table.index, table.values)]
+    return [f"## {title}", "", note, "", markdown_table([*index, *table.columns], rows), ""]
+
+
+def build_report(study_dir: str | Path, lr_range: tuple[float, float] = (1e-5, 1e-4)) -> tuple[str, list[Path]]:
+    """The report text and the figures written (into `<study>/figures/`)."""
+    study_dir = Path(study_dir)
     trials = read_trials(study_dir).to_pandas()
     planned = planned_trial_keys(study_dir)
     if planned is not None:
-        trials = trials[trials["trial_key"].isin(set(planned))]
-    planned_trials = len(planned) if planned is not None else None
-    study = trials["study"].iloc[0] if not trials.empty else Path(study_dir).name
-    sections = [f"# Study report: {study}", "", coverage(trials, planned_trials), ""]
-    best = best_lr_table(trials)
+        trials = trials[trials["trial_key"].isin(set(planned))]  # superseded cells leave the report
+    study = trials["study"].iloc[0] if not trials.empty else study_dir.name
+    out = [f"# Study report: {study}", "", coverage(trials, len(planned) if planned is not None else None), ""]
+    best = analysis.best_lr_table(trials)
     if best.empty:
-        sections.append("No finished trials yet.")
-        return "\n".join(sections) + "\n"
-    sections += ["## Category averages (best-LR test score, mean over tasks)", ""]
-    categories = category_table(best)
-    cat_columns = [c for c in ("SC", "TC", "QA", "IR") if c in categories.columns]
-    sections.append(markdown_table(
-        ["checkpoint", "objective", *cat_columns],
-        [[row["checkpoint_id"], row["objective"], *(fmt(row[c]) for c in cat_columns)]
-         for _, row in categories.iterrows()],
-    ))
-    for task, rows in best.groupby("task", sort=True):
-        metric = trials.loc[trials["task"] == task, "metric"].iloc[0]
-        sections += ["", f"## {task} ({metric}, test mean over seeds at the best validation LR)", ""]
-        sections.append(markdown_table(
-            ["checkpoint", "objective", "step", "best LR", "val mean", "test mean", "95% CI", "std", "seeds"],
-            [[r["checkpoint_id"], r["objective"], str(int(r["checkpoint_step"])), f"{r['learning_rate']:.0e}",
-              fmt(r["validation_mean"]), fmt(r["test_mean"]), f"± {fmt(r['test_ci95'])}",
-              fmt(r["test_std"]), str(int(r["seeds"]))]
-             for _, r in rows.iterrows()],
-        ))
-    return "\n".join(sections) + "\n"
+        return "\n".join(out + ["No finished trials yet."]) + "\n", []
+    categories = analysis.category_scores(trials, best)
+    final = analysis.final_only(categories)
+    stability, used_range = analysis.stability(trials, lr_range)
+    figure_dir = study_dir / "figures"
+    figure_dir.mkdir(exist_ok=True)
+    made, skipped = [], []
+
+    def figure(name: str, path: Path | None, why_not: str) -> None:
+        if path is None:
+            skipped.append(f"{name}: {why_not}")
+        else:
+            made.append(path)
+            out.extend([f"![{name}](figures/{path.name})", ""])
+
+    out += category_section(final, "Category averages (final checkpoints; best-LR test score, mean ± 95 % CI over seeds)")
+    figure("category scores", figures.category_bars(final, figure_dir / "category_scores.png"), "no scores")
+    verdicts = check_findings(categories, stability)
+    out += ["## The paper's findings, checked on this study", "",
+            "A difference counts only when the 95 % intervals do not overlap.", ""]
+    for verdict in verdicts:
+        out.append(f"{verdict.number}. **{verdict.verdict}**: {verdict.claim}")
+        out += [f"   - {line}" for line in verdict.evidence]
+    out.append("")
+    if not stability.empty:
+        out += ["## Fine-tuning stability", "",
+                f"Test scores centred per (checkpoint, task), spread = std over seeds x learning rates {used_range}, "
+                "pooled per category (paper Fig. 5; smaller is more stable).", "",
+                markdown_table(["run", "objective", *analysis.CATEGORIES[:0]] + ["category", "spread", "trials"],
+                               [[r["run_name"], r["objective"], r["task_category"], fmt(r["spread"]), str(r["runs"])]
+                                for _, r in stability.iterrows()]), ""]
+    figure("stability", figures.stability_bars(stability, used_range, figure_dir / "stability.png"), "no final checkpoints")
+    efficiency = analysis.data_efficiency(categories)
+    out += curve_table(efficiency, ["run_name", "checkpoint_step", "tokens_seen"], "Data efficiency",
+                       "Category score at each evaluated checkpoint of runs with intermediate checkpoints.")
+    figure("data efficiency", figures.lines_by_category(
+        efficiency, "tokens_seen", "run_name", "pretraining tokens", "Score vs pretraining tokens",
+        figure_dir / "data_efficiency.png"), "no run has intermediate checkpoints")
+    splits = analysis.biphasic(categories)
+    if splits["clm_fraction"].between(0, 1, inclusive="neither").any():
+        out += curve_table(splits, ["total_steps", "clm_fraction", "mask_ratio"], "Biphasic CLM -> MLM",
+                           "Category score per CLM share at each budget (0 = MLM only).")
+        figure("biphasic", figures.lines_by_category(
+            splits.assign(budget=splits["total_steps"]), "clm_fraction", "budget", "CLM share of the steps",
+            "Score vs CLM share, per step budget", figure_dir / "biphasic.png"), "no CLM -> MLM runs")
+    else:
+        skipped.append("biphasic: no CLM -> MLM runs")
+    ratios = analysis.masking_ratios(categories)
+    if ratios["mask_ratio"].nunique() > 1:
+        out += curve_table(ratios, ["run_name", "mask_ratio"], "Masking ratio", "Pure MLM runs by masking ratio.")
+    cpt = analysis.continued_pretraining(categories)
+    if not cpt.empty:
+        out += curve_table(cpt, ["source", "added_steps"], "Continued pretraining",
+                           "MLM continued from each source; 0 added steps is the source itself.")
+        figure("continued pretraining", figures.lines_by_category(
+            cpt, "added_steps", "source", "added MLM steps", "Continued MLM pretraining by starting point",
+            figure_dir / "continued_pretraining.png"), "no continued-pretraining runs")
+    else:
+        skipped.append("continued pretraining: no continued-pretraining runs")
+    figure("learning-rate sensitivity", figures.lr_sensitivity(trials, figure_dir / "lr_sensitivity.png"),
+           "fewer than two learning rates")
+    out += ["## Per task", ""] + task_sections(best, trials)
+    if skipped:
+        out += ["## Figures not drawn", ""] + [f"- {line}" for line in skipped] + [""]
+    return "\n".join(out) + "\n", made
 
 
-def write_report(study_dir: str | Path) -> Path:
-    text = build_report(study_dir)
+def write_report(study_dir: str | Path, lr_range: tuple[float, float] = (1e-5, 1e-4)) -> Path:
+    text, made = build_report(study_dir, lr_range)
     path = Path(study_dir) / "report.md"
     path.write_text(text)
-    print(text)
-    print(f"[report] written to {path}")
+    summary = text.split("## Fine-tuning stability")[0].split("## Per task")[0]
+    print(summary.rstrip())
+    print(f"[report] {path} ({len(made)} figures in {Path(study_dir) / 'figures'})")
     return path

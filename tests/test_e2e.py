@@ -32,7 +32,7 @@ def test_submitted_smoke_study_writes_one_row_per_planned_trial(smoke_study):
     assert "wordnet-supersense-cls" in report and "wordnet-supersense-tag" in report
     assert "[finetune] 16/16 trials" in output
     # Pretraining table: the training log of every run.
-    pre = ds.dataset(study_dir / "results" / "pretraining", format="parquet").to_table().to_pandas()
+    pre = ds.dataset(study_dir / "results" / "pretraining", format="parquet", partitioning="hive").to_table().to_pandas()
     assert set(pre["run_name"]) == {r.name for r in plan.runs}
 
 
@@ -63,7 +63,7 @@ def test_checkpoints_load_with_auto_classes_and_share_one_architecture(smoke_stu
 
 def test_biphasic_run_switches_at_the_planned_step(smoke_study):
     study_dir, _ = smoke_study
-    pre = ds.dataset(study_dir / "results" / "pretraining", format="parquet").to_table().to_pandas()
+    pre = ds.dataset(study_dir / "results" / "pretraining", format="parquet", partitioning="hive").to_table().to_pandas()
     biphasic = pre[pre["run_name"] == "nano-clm-20-mlm40-40"].sort_values("step")
     assert biphasic["step"].tolist() == [10, 20, 30, 40]
     # Rows summarise the steps up to `step`; the phase is that of the last of them.
@@ -98,3 +98,6 @@ def test_distributed_worker_group_path(ray_head, tmp_path):
     assert (run_dir / "sweeper_done.json").exists()
     table = ds.dataset(tmp_path / "study" / "results" / "trials", format="parquet").to_table()
     assert table.num_rows == 2
+    # Offline W&B: the pretraining curve from rank 0, the trials from the driver.
+    assert list((run_dir / "wandb").glob("offline-run-*/run-*.wandb"))
+    assert list((tmp_path / "study" / "wandb").glob("offline-run-*/run-*.wandb"))

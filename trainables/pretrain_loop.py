@@ -116,6 +116,22 @@ def restore_training_state(directory: Path, optimizer, run: dict) -> tuple[int, 
     return state["step"], state["log"]
 
 
+def start_wandb(run: dict):
+    """Optional W&B run for this pretraining run (rank 0 only: Ray's `setup_wandb` reads the rank
+    through Train V1 internals and misfires under V2). Offline mode writes under the run folder."""
+    tracking = run.get("tracking") or {}
+    if not tracking.get("wandb"):
+        return None
+    try:
+        import wandb
+    except ImportError:
+        print("[tracking] wandb is not installed (pip install 'sweeper[tracking]'); not logging", flush=True)
+        return None
+    return wandb.init(project=tracking["project"], name=run["name"], id=run["run_key"], resume="allow",
+                      mode=tracking["mode"], dir=run["run_dir"], reinit="create_new",
+                      config={k: v for k, v in run.items() if k != "tracking"})
+
+
 def initial_model(run: dict, vocab_size: int) -> LlamaEncoderForMaskedLM:
     """Fresh weights, or the decayed checkpoint continued pretraining starts from."""
     if run["init_kind"] == "study":
@@ -156,6 +172,7 @@ def train_loop_per_worker(run: dict) -> None:
         keep_original=run["keep_original"],
     )
     generator = torch.Generator(device=device)
+    tracker = start_wandb(run) if rank == 0 else None
     evaluated_steps = set(run["checkpoint_steps"]) | {run["total_steps"]}
     save_every = run["save_every"]
     autocast = torch.autocast("cuda", dtype=torch.bfloat16, enabled=device.type == "cuda")
@@ -193,8 +210,12 @@ def train_loop_per_worker(run: dict) -> None:
                 print(f"[pretrain {run['name']}] step {done}/{run['total_steps']} {phase} "
                       f"loss {row['loss']:.3f} lr {lr:.2e} {row['tokens_per_s']:,.0f} tok/s", flush=True)
                 write_progress(run, row)
+                if tracker is not None:
+                    tracker.log(row, step=done)
             window_started, window_tokens, loss_sum, loss_count = time.time(), 0, 0.0, 0
         if saving:
             save_checkpoint(model, optimizer, run, done, log, {"step": done, "phase": phase, "loss": log[-1]["loss"]})
             if rank == 0 and run["workers"] == 0:
                 drop_superseded_resume_checkpoints(run, keep=done, evaluated=evaluated_steps)
+    if tracker is not None:
+        tracker.finish()

@@ -1,0 +1,103 @@
+"""The report's figures (matplotlib, PNG). Each function returns the file it wrote, or None when
+the study has nothing to show for it (the report then says why)."""
+from __future__ import annotations
+
+from pathlib import Path
+
+import matplotlib
+
+matplotlib.use("Agg")  # files only; no display on clusters and CI
+import matplotlib.pyplot as plt  # noqa: E402
+import pandas as pd  # noqa: E402
+
+from sweeper.analysis import CATEGORIES  # noqa: E402
+
+OBJECTIVE_COLOURS = {"mlm": "tab:blue", "clm": "tab:orange", "clm-mlm": "tab:green"}
+
+
+def present(frame: pd.DataFrame) -> list[str]:
+    return [c for c in CATEGORIES if c in set(frame["task_category"])]
+
+
+def save(fig, path: Path) -> Path:
+    fig.tight_layout()
+    fig.savefig(path, dpi=120)
+    plt.close(fig)
+    return path
+
+
+def category_bars(final: pd.DataFrame, path: Path) -> Path | None:
+    """Best-LR test score per final checkpoint and category, with 95 % intervals."""
+    if final.empty:
+        return None
+    categories = present(final)
+    checkpoints = list(final.sort_values(["objective", "checkpoint_id"])["checkpoint_id"].unique())
+    fig, ax = plt.subplots(figsize=(max(6, 1.2 * len(checkpoints) * len(categories) / 2), 4))
+    width = 0.8 / len(checkpoints)
+    for i, checkpoint in enumerate(checkpoints):
+        rows = final[final["checkpoint_id"] == checkpoint].set_index("task_category").reindex(categories)
+        objective = final.loc[final["checkpoint_id"] == checkpoint, "objective"].iloc[0]
+        ax.bar([c + i * width for c in range(len(categories))], rows["mean"], width,
+               yerr=rows["ci95"].fillna(0), capsize=3, label=checkpoint, alpha=0.85,
+               edgecolor=OBJECTIVE_COLOURS.get(objective, "grey"), linewidth=1.5)
+    ax.set_xticks([c + 0.4 - width / 2 for c in range(len(categories))], categories)
+    ax.set_ylabel("test score at best LR (mean over seeds, 95 % CI)")
+    ax.set_title("Category scores per checkpoint")
+    ax.legend(fontsize=7, ncol=2)
+    return save(fig, path)
+
+
+def stability_bars(table: pd.DataFrame, lr_range: str, path: Path) -> Path | None:
+    """Paper Fig. 5: spread of centred scores over seeds x learning rates, per objective."""
+    if table.empty:
+        return None
+    categories = present(table)
+    runs = list(table.sort_values(["objective", "run_name"])["run_name"].unique())
+    fig, ax = plt.subplots(figsize=(max(6, len(runs) * len(categories) * 0.6), 4))
+    width = 0.8 / len(runs)
+    for i, run in enumerate(runs):
+        rows = table[table["run_name"] == run].set_index("task_category").reindex(categories)
+        objective = table.loc[table["run_name"] == run, "objective"].iloc[0]
+        ax.bar([c + i * width for c in range(len(categories))], rows["spread"], width, label=run,
+               color=OBJECTIVE_COLOURS.get(objective, "grey"), alpha=0.4 + 0.6 * (i + 1) / len(runs))
+    ax.set_xticks([c + 0.4 - width / 2 for c in range(len(categories))], categories)
+    ax.set_ylabel("std of centred test score (points)")
+    ax.set_title(f"Fine-tuning stability over seeds x learning rates {lr_range} (smaller = more stable)")
+    ax.legend(fontsize=7)
+    return save(fig, path)
+
+
+def lines_by_category(frame: pd.DataFrame, x: str, group: str, xlabel: str, title: str, path: Path,
+                      log_x: bool = False) -> Path | None:
+    """One panel per category, one line per `group` value, with 95 % bands."""
+    if frame.empty or frame[group].nunique() == 0:
+        return None
+    categories = present(frame)
+    fig, axes = plt.subplots(1, len(categories), figsize=(4.2 * len(categories), 3.6), squeeze=False)
+    for ax, category in zip(axes[0], categories):
+        for name, rows in frame[frame["task_category"] == category].groupby(group):
+            rows = rows.sort_values(x)
+            line = ax.plot(rows[x], rows["mean"], marker="o", label=str(name))[0]
+            ci = rows["ci95"].fillna(0)
+            ax.fill_between(rows[x], rows["mean"] - ci, rows["mean"] + ci, color=line.get_color(), alpha=0.15)
+        ax.set_title(category)
+        ax.set_xlabel(xlabel)
+        if log_x:
+            ax.set_xscale("log")
+        ax.grid(alpha=0.3)
+    axes[0][0].set_ylabel("test score at best LR")
+    axes[0][-1].legend(fontsize=7)
+    fig.suptitle(title)
+    return save(fig, path)
+
+
+def lr_sensitivity(trials: pd.DataFrame, path: Path) -> Path | None:
+    """Validation score (mean over seeds) against the learning rate, per final checkpoint and category."""
+    ok = trials[(trials["status"] == "ok") & (trials["checkpoint_step"] == trials["total_steps"])]
+    if ok.empty or ok["learning_rate"].nunique() < 2:
+        return None
+    per_lr = (ok.groupby(["checkpoint_id", "task_category", "learning_rate", "seed"])["validation_score"].mean()
+                .groupby(["checkpoint_id", "task_category", "learning_rate"]).agg(["mean", "std"])
+                .reset_index().rename(columns={"std": "ci95"}))
+    return lines_by_category(per_lr, "learning_rate", "checkpoint_id", "fine-tuning learning rate",
+                             "Validation score vs learning rate (band: std over seeds)", path, log_x=True)

@@ -1,0 +1,131 @@
+"""Report: selection, intervals, stability and findings on synthetic results with known effects,
+and the real report (markdown + figures) of the smoke study checked against the Parquet rows."""
+from __future__ import annotations
+
+import math
+from datetime import datetime, timezone
+
+import numpy as np
+import pytest
+
+from sweeper import analysis
+from sweeper.findings import CANNOT_TELL, SUPPORTS, check_findings
+from sweeper.report import build_report
+from sweeper.store import TRIALS, read_trials, write_rows
+
+LRS = (1e-5, 3e-5, 1e-4)
+SEEDS = range(5)
+TASKS = {"sc1": "SC", "sc2": "SC", "tc1": "TC", "qa1": "QA"}
+
+
+def synthetic_trials(means: dict, noise: dict, seed: int = 0) -> list[dict]:
+    """Test score = category mean - LR penalty (best at 3e-5) + seed noise; validation tracks it."""
+    rng = np.random.default_rng(seed)
+    rows = []
+    for (checkpoint, objective, clm_fraction, ratio), by_category in means.items():
+        for task, category in TASKS.items():
+            for lr in LRS:
+                penalty = 0.0 if lr == 3e-5 else 4.0
+                for s in SEEDS:
+                    score = by_category[category] - penalty + rng.normal(0, noise[objective])
+                    rows.append({
+                        "study": "synthetic", "trial_key": f"{checkpoint}/{task}/{lr}/{s}", "run_name": checkpoint,
+                        "run_key": checkpoint, "checkpoint_id": checkpoint, "objective": objective,
+                        "clm_fraction": clm_fraction, "mask_ratio": ratio, "checkpoint_step": 100, "total_steps": 100,
+                        "tokens_seen": 100 * 2048, "task": task, "task_category": category, "metric": "accuracy",
+                        "search_mode": "grid", "learning_rate": lr, "seed": s, "status": "ok",
+                        "validation_score": score + rng.normal(0, 0.1), "test_score": score,
+                        "finished_at": datetime.now(timezone.utc),
+                    })
+    return rows
+
+
+CLEAR = {("m-mlm40-100", "mlm", 0.0, 0.4): {"SC": 80, "QA": 60, "TC": 85},
+         ("m-clm-100", "clm", 1.0, None): {"SC": 70, "QA": 45, "TC": 88}}
+
+
+@pytest.fixture
+def clear_study(tmp_path):
+    write_rows(tmp_path, TRIALS, synthetic_trials(CLEAR, noise={"mlm": 1.0, "clm": 3.0}))
+    return tmp_path
+
+
+def test_selection_and_confidence_intervals(clear_study):
+    trials = read_trials(clear_study).to_pandas()
+    best = analysis.best_lr_table(trials)
+    assert len(best) == 2 * 4 and (best["learning_rate"] == 3e-5).all(), "the planted best LR is selected"
+    row = best[(best["checkpoint_id"] == "m-clm-100") & (best["task"] == "sc1")].iloc[0]
+    scores = trials[(trials["checkpoint_id"] == "m-clm-100") & (trials["task"] == "sc1")
+                    & (trials["learning_rate"] == 3e-5)]["test_score"]
+    assert row["test_mean"] == pytest.approx(scores.mean())
+    assert row["test_ci95"] == pytest.approx(2.776 * scores.std(ddof=1) / math.sqrt(5))  # t(0.975, 4)
+    categories = analysis.category_scores(trials, best)
+    sc = categories[(categories["checkpoint_id"] == "m-mlm40-100") & (categories["task_category"] == "SC")].iloc[0]
+    per_seed = trials[(trials["checkpoint_id"] == "m-mlm40-100") & trials["task"].isin(["sc1", "sc2"])
+                      & (trials["learning_rate"] == 3e-5)].groupby("seed")["test_score"].mean()
+    assert sc["mean"] == pytest.approx(per_seed.mean())
+    assert sc["ci95"] == pytest.approx(2.776 * per_seed.std(ddof=1) / math.sqrt(5))
+
+
+def test_stability_spread_tracks_seed_variance(clear_study):
+    trials = read_trials(clear_study).to_pandas()
+    table, used = analysis.stability(trials)
+    assert used == "1e-05..0.0001"
+    spread = table.groupby("objective")["spread"].mean()
+    # Same LR effect for both; CLM has 3x the seed noise, so its spread is clearly larger.
+    assert spread["clm"] > spread["mlm"] * 1.4
+
+
+def test_findings_verdicts_with_their_evidence(clear_study, tmp_path_factory):
+    trials = read_trials(clear_study).to_pandas()
+    categories = analysis.category_scores(trials)
+    verdicts = check_findings(categories, analysis.stability(trials)[0])
+    first = verdicts[0]
+    assert first.verdict == SUPPORTS, first.evidence
+    assert any("SC: m-mlm40-100" in line for line in first.evidence) and all(v.evidence for v in verdicts)
+    assert verdicts[2].verdict != SUPPORTS, "CLM is less stable here, and no early checkpoints exist"
+    assert verdicts[4].verdict == CANNOT_TELL and "needs continued-pretraining" in verdicts[4].evidence[0]
+
+    close = {("m-mlm40-100", "mlm", 0.0, 0.4): {"SC": 80, "QA": 60, "TC": 85},
+             ("m-clm-100", "clm", 1.0, None): {"SC": 79.5, "QA": 59.5, "TC": 85}}
+    overlapping = tmp_path_factory.mktemp("close")
+    write_rows(overlapping, TRIALS, synthetic_trials(close, noise={"mlm": 3.0, "clm": 3.0}, seed=1))
+    trials = read_trials(overlapping).to_pandas()
+    verdict = check_findings(analysis.category_scores(trials), analysis.stability(trials)[0])[0]
+    assert verdict.verdict == CANNOT_TELL and "cannot tell" in " ".join(verdict.evidence)
+
+
+def test_report_works_on_partial_results_and_says_what_is_missing(clear_study):
+    import json
+
+    keys = read_trials(clear_study).to_pandas()["trial_key"].tolist()
+    (clear_study / "plan.json").write_text(json.dumps({"trials": len(keys) + 30, "trial_keys": keys + [
+        f"missing-{i}" for i in range(30)]}))
+    text, figures = build_report(clear_study)
+    assert "30 of 150 planned trials are missing" in text
+    assert "| m-mlm40-100 | mlm |" in text and len(figures) >= 3
+
+
+@pytest.mark.e2e
+def test_smoke_report_figures_and_values_match_the_parquet_rows(smoke_study):
+    import pyarrow.dataset as ds
+    from matplotlib.image import imread
+
+    study_dir, _ = smoke_study
+    text, made = build_report(study_dir)
+    expected = {"category_scores.png", "stability.png", "data_efficiency.png", "biphasic.png"}
+    assert {p.name for p in made} == expected  # one LR: no LR-sensitivity plot; no CPT runs
+    for path in made:
+        image = imread(path)
+        assert path.stat().st_size > 10_000 and image.shape[0] > 200 and image.std() > 0.01, path
+        assert f"(figures/{path.name})" in text
+    assert "learning-rate sensitivity: fewer than two learning rates" in text
+    # Recompute the per-task table from the raw Parquet rows with pandas alone.
+    rows = ds.dataset(study_dir / "results" / "trials", format="parquet", partitioning="hive").to_table().to_pandas()
+    rows = rows[rows["status"] == "ok"]
+    for (checkpoint, task), cell in rows.groupby(["checkpoint_id", "task"]):
+        by_lr = cell.groupby("learning_rate").agg(val=("validation_score", "mean"), test=("test_score", "mean"))
+        best_lr = by_lr["val"].idxmax()
+        line = next(l for l in text.splitlines() if l.startswith(f"| {checkpoint} |") and f"{best_lr:.1e}" in l
+                    and task in text.split(l)[0].rsplit("### ", 1)[1])
+        assert f"| {by_lr.loc[best_lr, 'test']:.2f} |" in line, line
