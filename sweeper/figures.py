@@ -62,7 +62,8 @@ def stability_bars(table: pd.DataFrame, lr_range: str, path: Path) -> Path | Non
                color=OBJECTIVE_COLOURS.get(objective, "grey"), alpha=0.4 + 0.6 * (i + 1) / len(runs))
     ax.set_xticks([c + 0.4 - width / 2 for c in range(len(categories))], categories)
     ax.set_ylabel("std of centred test score (points)")
-    ax.set_title(f"Fine-tuning stability over seeds x learning rates {lr_range} (smaller = more stable)")
+    ax.set_xlabel(f"spread over seeds x learning rates {lr_range}", fontsize=8)
+    ax.set_title("Fine-tuning stability (smaller = more stable)")
     ax.legend(fontsize=7)
     return save(fig, path)
 
@@ -79,7 +80,9 @@ def lines_by_category(frame: pd.DataFrame, x: str, group: str, xlabel: str, titl
             rows = rows.sort_values(x)
             line = ax.plot(rows[x], rows["mean"], marker="o", label=str(name))[0]
             ci = rows["ci95"].fillna(0)
-            ax.fill_between(rows[x], rows["mean"] - ci, rows["mean"] + ci, color=line.get_color(), alpha=0.15)
+            # Scores live in [0, 100]; an interval from few seeds can reach past them.
+            ax.fill_between(rows[x], (rows["mean"] - ci).clip(lower=0), (rows["mean"] + ci).clip(upper=100),
+                            color=line.get_color(), alpha=0.15)
         ax.set_title(category)
         ax.set_xlabel(xlabel)
         if log_x:

@@ -29,7 +29,7 @@ from sweeper.pretraining import checkpoint_path
 from sweeper.progress import ProgressLine
 from sweeper.plan import StudyPlan, Trial, finetune_protocol, stable_key
 from sweeper.spec import StudySpec
-from sweeper.search import SEARCH_METRIC, CellSearch, CellSearcher, search_score
+from sweeper.search import SEARCH_METRIC, CellSearch, CellSearcher, Gate, GridSearcher, search_score
 from sweeper.store import EVAL_CURVES, TRIALS, compact, finished_trial_keys, read_trials, write_rows
 from sweeper.version import code_version
 
@@ -105,8 +105,8 @@ class GridShard:
     def __len__(self) -> int:
         return len(self.trials)
 
-    def tuner_args(self, spec: StudySpec) -> dict:
-        return {"param_space": {"trial_index": tune.grid_search(list(range(len(self.trials))))}}
+    def tuner_args(self, spec: StudySpec, gate: Gate) -> dict:
+        return {"param_space": {}, "search_alg": GridSearcher(self.trials, gate), "num_samples": len(self.trials)}
 
     def payload(self, config: dict) -> dict:
         return self.payloads[config["trial_index"]]
@@ -133,9 +133,10 @@ class OptunaShard:
     def __len__(self) -> int:
         return sum(search.trials_left for search in self.searches)
 
-    def tuner_args(self, spec: StudySpec) -> dict:
+    def tuner_args(self, spec: StudySpec, gate: Gate) -> dict:
         optuna = spec.finetuning.optuna
-        searcher = CellSearcher(self.searches, optuna.lr_min, optuna.lr_max, optuna.seed, optuna.startup_samples)
+        searcher = CellSearcher(self.searches, optuna.lr_min, optuna.lr_max, optuna.seed, optuna.startup_samples,
+                                checkpoints=[cell[0][0] for cell in self.cells], gate=gate)
         return {"param_space": {}, "search_alg": searcher, "num_samples": len(self)}
 
     def trial(self, config: dict) -> Trial:
@@ -256,11 +257,17 @@ def write_live_state(study_dir: Path, running_trials: int) -> None:
 
 
 def run_finetuning(spec: StudySpec, plan: StudyPlan, study_dir: Path, tokenizer_dirs: dict, *,
-                   skip_runs: set[str] = frozenset(), retry_failed: bool = False) -> dict[str, int]:
-    """Run every planned trial not yet recorded; returns the tally of outcomes of this call."""
+                   scheduler=None, retry_failed: bool = False) -> dict[str, int]:
+    """Run every planned trial not yet recorded; returns the tally of outcomes of this call.
+
+    With a pretraining `scheduler` still running, trials start as their checkpoints appear
+    (pipelining); trials of runs that failed are skipped."""
     done = finished_trial_keys(study_dir, include_failed=not retry_failed)
-    blocked = [t for t in plan.trials if t.trial_key not in done and t.checkpoint.run.name in skip_runs]
-    pending = [t for t in plan.trials if t.trial_key not in done and t.checkpoint.run.name not in skip_runs]
+    failed_runs = scheduler.failed if scheduler is not None else set()
+    blocked = [t for t in plan.trials if t.trial_key not in done and t.checkpoint.run.name in failed_runs
+               and not (scheduler and scheduler.checkpoint_ready(t.checkpoint.run, t.checkpoint.step))]
+    blocked_keys = {t.trial_key for t in blocked}
+    pending = [t for t in plan.trials if t.trial_key not in done and t.trial_key not in blocked_keys]
     print(f"[finetune] {len(plan.trials)} trials: {len(plan.trials) - len(pending) - len(blocked)} already "
           f"recorded, {len(blocked)} blocked by failed runs, {len(pending)} to run", flush=True)
     if not pending:
@@ -274,15 +281,23 @@ def run_finetuning(spec: StudySpec, plan: StudyPlan, study_dir: Path, tokenizer_
                 "threads": max(1, int(res.cpus_per_trial))}
     shards = (grid_shards(pending, study_dir, task_dirs, res.trials_per_shard) if spec.finetuning.search == "grid"
               else optuna_shards(spec, plan, pending, done, study_dir, task_dirs))
+    return run_shards(spec, shards, study_dir, protocol, gate=Gate(scheduler))
+
+
+def run_shards(spec: StudySpec, shards: list, study_dir: Path, protocol: dict,
+               trainable_fn=finetune_trainable, gate: Gate | None = None) -> dict[str, int]:
+    """One Tuner run per shard, outcomes recorded as they come; returns the tally. The
+    benchmarks pass their own `trainable_fn` to time this machinery with a fixed workload."""
+    res = spec.resources
     progress = ProgressLine("finetune", sum(len(shard) for shard in shards), unit="trials")
     tracker = start_wandb(spec, study_dir)
     for number, shard in enumerate(shards):
         trainable = tune.with_resources(
-            tune.with_parameters(finetune_trainable, shard=shard, protocol=protocol),
+            tune.with_parameters(trainable_fn, shard=shard, protocol=protocol),
             {"cpu": res.cpus_per_trial, "gpu": res.gpus_per_trial},
         )
         name = f"finetune-shard-{number:04d}"
-        search = shard.tuner_args(spec)
+        search = shard.tuner_args(spec, gate or Gate())
         tuner = tune.Tuner(
             trainable,
             param_space=search.pop("param_space"),

@@ -21,6 +21,7 @@ from sweeper.spec import StudySpec
 from sweeper.store import PRETRAINING, write_rows
 
 RUN_FILE = "sweeper_run.json"
+MARKER_FILE = "sweeper_checkpoint.json"  # written last into a checkpoint by trainables.pretrain_loop
 DONE_FILE = "sweeper_done.json"
 FAILED_FILE = "sweeper_failed.json"
 
@@ -112,60 +113,101 @@ def has_failed(study_dir: Path, run: PretrainingRun) -> bool:
     return failed.exists() and json.loads(failed.read_text()).get("run_key") == run.run_key
 
 
-def run_pretraining(spec: StudySpec, runs: list[PretrainingRun], study_dir: Path, corpus_dirs: dict,
-                    retry_failed: bool = False) -> list[str]:
-    """Fit every run not yet done, in parallel as resources allow; a continued-pretraining run
-    starts once its source run is done. `corpus_dirs` maps a run's tokenizer (None: the
-    study's) to its prepared corpus. Returns the names of runs that failed (after their retries)
-    or could not start because their source failed; every other run goes on."""
-    by_name = {run.name: run for run in runs}
-    done = {run.name for run in runs if is_done(study_dir, run)}
-    failed = {run.name for run in runs if run.name not in done and has_failed(study_dir, run) and not retry_failed}
-    waiting = [run for run in runs if run.name not in done | failed]
-    print(f"[pretrain] {len(runs)} runs: {len(done)} already done, {len(failed)} failed before "
-          f"(--retry-failed reruns them), {len(waiting)} to train", flush=True)
-    res = spec.resources
-    resources = {"cpus_per_worker": res.cpus_per_worker, "gpus_per_worker": res.gpus_per_worker,
-                 "max_failures": res.max_failures}
-    local = res.pretraining_workers == 0
-    # A local-mode run has no Train worker group to restart: Ray retries the task itself (a
-    # crashed process or an exception), and the loop resumes from the run's last checkpoint.
-    task = ray.remote(fit_run).options(
-        num_cpus=res.cpus_per_worker if local else 0, num_gpus=res.gpus_per_worker if local else 0,
-        max_retries=res.max_failures if local else 0, retry_exceptions=local,
-    )
-    futures: dict = {}
-    total = len(waiting)
-    while waiting or futures:
-        for run in list(waiting):
-            if run.init_from_run in failed:
-                waiting.remove(run)
-                failed.add(run.name)
+class PretrainingScheduler:
+    """The pretraining grid as a non-blocking state machine, so fine-tuning can run beside it.
+
+    `start()` launches every run whose inputs are ready (a continued-pretraining run waits for
+    its source); `poll()` records the runs that finished or failed since and launches the runs
+    they unblock; `checkpoint_ready()` says whether a checkpoint can be fine-tuned yet. Each run
+    is fitted in its own Ray task, in parallel as far as the cluster's resources allow."""
+
+    def __init__(self, spec: StudySpec, runs: list[PretrainingRun], study_dir: Path, corpus_dirs: dict,
+                 retry_failed: bool = False):
+        self.spec, self.study_dir, self.corpus_dirs = spec, study_dir, corpus_dirs
+        self.by_name = {run.name: run for run in runs}
+        self.done = {run.name for run in runs if is_done(study_dir, run)}
+        self.failed = {run.name for run in runs
+                       if run.name not in self.done and has_failed(study_dir, run) and not retry_failed}
+        self.waiting = [run for run in runs if run.name not in self.done | self.failed]
+        self.total = len(self.waiting)
+        self.futures: dict = {}
+        res = spec.resources
+        self.resources = {"cpus_per_worker": res.cpus_per_worker, "gpus_per_worker": res.gpus_per_worker,
+                          "max_failures": res.max_failures}
+        local = res.pretraining_workers == 0
+        # A local-mode run has no Train worker group to restart: Ray retries the task itself (a
+        # crashed process or an exception), and the loop resumes from the run's last checkpoint.
+        self.task = ray.remote(fit_run).options(
+            num_cpus=res.cpus_per_worker if local else 0, num_gpus=res.gpus_per_worker if local else 0,
+            max_retries=res.max_failures if local else 0, retry_exceptions=local,
+        )
+        print(f"[pretrain] {len(runs)} runs: {len(self.done)} already done, {len(self.failed)} failed before "
+              f"(--retry-failed reruns them), {len(self.waiting)} to train", flush=True)
+
+    @property
+    def finished(self) -> bool:
+        return not self.waiting and not self.futures
+
+    def start(self) -> None:
+        for run in list(self.waiting):
+            if run.init_from_run in self.failed:
+                self.waiting.remove(run)
+                self.failed.add(run.name)
                 print(f"[pretrain] {run.name} skipped: its source {run.init_from_run} failed", flush=True)
-            elif run.init_from_run is None or run.init_from_run in done:
-                waiting.remove(run)
-                directory = run_dir(study_dir, run)
+            elif run.init_from_run is None or run.init_from_run in self.done:
+                self.waiting.remove(run)
+                directory = run_dir(self.study_dir, run)
                 directory.mkdir(parents=True, exist_ok=True)
                 (directory / RUN_FILE).write_text(json.dumps({"run_key": run.run_key, "identity": run.identity},
                                                              indent=1, default=str))
-                payload = run_payload(run, spec, study_dir, str(corpus_dirs[run.tokenizer]), by_name)
-                futures[task.remote(payload, resources)] = run
-        if not futures:
-            break
-        ready, _ = ray.wait(list(futures), num_returns=1)
-        run = futures.pop(ready[0])
+                payload = run_payload(run, self.spec, self.study_dir, str(self.corpus_dirs[run.tokenizer]),
+                                      self.by_name)
+                self.futures[self.task.remote(payload, self.resources)] = run
+
+    def poll(self, timeout: float = 0.0) -> None:
+        """Record what finished (waiting up to `timeout` s for something to), launch what it unblocks."""
+        ready, _ = ray.wait(list(self.futures), num_returns=len(self.futures), timeout=timeout) \
+            if self.futures else ([], [])
+        for future in ready:
+            self.record(future, self.futures.pop(future))
+        if ready:
+            self.start()
+
+    def record(self, future, run: PretrainingRun) -> None:
         try:
-            outcome = ray.get(ready[0])
-        except Exception as error:  # keep the other runs going; report every failure at the end
+            outcome = ray.get(future)
+        except Exception as error:  # the other runs go on; every failure is reported
             message = f"{type(error).__name__}: {str(error).strip()[-2000:]}"
-            (run_dir(study_dir, run) / FAILED_FILE).write_text(json.dumps(
+            (run_dir(self.study_dir, run) / FAILED_FILE).write_text(json.dumps(
                 {"run_key": run.run_key, "error": message, "failed_at": time.time()}, indent=1))
-            failed.add(run.name)
+            self.failed.add(run.name)
             print(f"[pretrain] {run.name} FAILED: {message.splitlines()[0][:300]} "
-                  f"(details in {run_dir(study_dir, run) / FAILED_FILE})", flush=True)
-            continue
-        record_finished_run(spec.study, study_dir, run, outcome["wall_time_s"])
-        done.add(run.name)
-        finished = total - len(waiting) - len(futures)
-        print(f"[pretrain] {run.name} done in {outcome['wall_time_s']:.0f}s ({finished}/{total})", flush=True)
-    return sorted(failed)
+                  f"(details in {run_dir(self.study_dir, run) / FAILED_FILE})", flush=True)
+            return
+        record_finished_run(self.spec.study, self.study_dir, run, outcome["wall_time_s"])
+        self.done.add(run.name)
+        finished = self.total - len(self.waiting) - len(self.futures)
+        print(f"[pretrain] {run.name} done in {outcome['wall_time_s']:.0f}s ({finished}/{self.total})", flush=True)
+
+    def wait(self) -> list[str]:
+        """Block until every run finished or failed; returns the failed runs' names."""
+        self.start()
+        while self.futures:
+            self.poll(timeout=None)
+        return sorted(self.failed)
+
+    def checkpoint_ready(self, run: PretrainingRun, step: int) -> bool:
+        """Whether step `step` of `run` can be fine-tuned now. Local mode publishes a checkpoint
+        with one atomic rename; Ray Train uploads a worker group's file by file, so there a
+        checkpoint counts once a later one (or the end of the run) shows the upload finished."""
+        if run.name in self.done:
+            return True
+        markers = [int(p.parent.name.removeprefix("step-"))
+                   for p in run_dir(self.study_dir, run).glob(f"step-*/{MARKER_FILE}")]
+        if self.spec.resources.pretraining_workers == 0:
+            return step in markers
+        return any(m > step for m in markers)
+
+    def blocked(self, run: PretrainingRun) -> bool:
+        """A run that failed (or whose source failed) will never write its missing checkpoints."""
+        return run.name in self.failed

@@ -15,7 +15,7 @@ import ray
 
 from sweeper.finetuning import run_finetuning
 from sweeper.plan import StudyPlan, stable_key
-from sweeper.pretraining import run_pretraining
+from sweeper.pretraining import PretrainingScheduler
 from sweeper.progress import format_duration
 from sweeper.report import PLAN_FILE, write_report
 from sweeper.spec import StudySpec
@@ -81,9 +81,12 @@ def run_study(spec: StudySpec, spec_path: Path, plan: StudyPlan, study_dir: Path
           f"{len(plan.trials)} fine-tuning trials -> {study_dir}", flush=True)
     connect_ray()
     corpora = prepare_corpora(spec, plan, study_dir)
-    failed_runs = run_pretraining(spec, list(plan.runs), study_dir, corpora, retry_failed=retry_failed)
+    # Pretraining and fine-tuning run side by side: a checkpoint's trials start once it is written.
+    scheduler = PretrainingScheduler(spec, list(plan.runs), study_dir, corpora, retry_failed)
+    scheduler.start()
     tally = run_finetuning(spec, plan, study_dir, {t: d / "tokenizer" for t, d in corpora.items()},
-                           skip_runs=set(failed_runs), retry_failed=retry_failed)
+                           scheduler=scheduler, retry_failed=retry_failed)
+    failed_runs = scheduler.wait()
     report = write_report(study_dir)
     print(f"[study] finished in {format_duration(time.time() - started)}; report: {report}", flush=True)
     if failed_runs or tally.get("failed"):

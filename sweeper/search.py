@@ -11,6 +11,7 @@ sampler on resume (`add_evaluated_point`), so a resumed search continues, not re
 from __future__ import annotations
 
 import math
+import time
 from dataclasses import dataclass, field
 
 from ray import tune
@@ -45,9 +46,62 @@ class CellSearch:
         return (self.samples_total - self.first_sample) * self.seeds - self.issued
 
 
-class CellSearcher(Searcher):
-    def __init__(self, cells: list[CellSearch], lr_min: float, lr_max: float, seed: int, startup_samples: int):
+class Gate:
+    """Whether a trial's checkpoint can be fine-tuned yet, while pretraining runs beside the grid.
+
+    `ready(trial)` is True (go), False (not yet) or None (never: its run failed); `poll()` lets
+    the pretraining scheduler record finished runs and launch the next ones. Without a
+    scheduler every checkpoint is ready."""
+
+    def __init__(self, scheduler=None, poll_every_s: float = 2.0):
+        self.scheduler, self.poll_every_s, self.last_poll = scheduler, poll_every_s, 0.0
+
+    def poll(self) -> None:
+        if self.scheduler is not None and time.time() - self.last_poll >= self.poll_every_s:
+            self.last_poll = time.time()
+            self.scheduler.poll()
+
+    def ready(self, trial) -> bool | None:
+        if self.scheduler is None:
+            return True
+        run, step = trial.checkpoint.run, trial.checkpoint.step
+        if self.scheduler.checkpoint_ready(run, step):
+            return True
+        return None if self.scheduler.blocked(run) else False
+
+
+class GridSearcher(Searcher):
+    """Hands out a grid shard's trials in plan order, each as soon as its checkpoint exists, so
+    fine-tuning fills in while pretraining still runs (the data-efficiency checkpoints first)."""
+
+    def __init__(self, trials: list, gate: Gate):
         super().__init__(metric=SEARCH_METRIC, mode="max")
+        self.trials, self.gate = trials, gate
+        self.pending = list(range(len(trials)))
+
+    def set_search_properties(self, metric, mode, config, **spec) -> bool:
+        return True
+
+    def suggest(self, trial_id: str):
+        self.gate.poll()
+        for index in list(self.pending):
+            state = self.gate.ready(self.trials[index])
+            if state is None:  # its run failed: never runnable in this call
+                self.pending.remove(index)
+            elif state:
+                self.pending.remove(index)
+                return {"trial_index": index}
+        return None if self.pending else Searcher.FINISHED
+
+    def on_trial_complete(self, trial_id: str, result: dict | None = None, error: bool = False) -> None:
+        self.gate.poll()
+
+
+class CellSearcher(Searcher):
+    def __init__(self, cells: list[CellSearch], lr_min: float, lr_max: float, seed: int, startup_samples: int,
+                 checkpoints: list | None = None, gate: Gate | None = None):
+        super().__init__(metric=SEARCH_METRIC, mode="max")
+        self.checkpoints, self.gate = checkpoints, gate or Gate()
         import optuna
 
         optuna.logging.set_verbosity(optuna.logging.WARNING)
@@ -70,9 +124,17 @@ class CellSearcher(Searcher):
         return math.ceil(cell.issued / cell.seeds) - cell.completed_groups
 
     def suggest(self, trial_id: str):
+        self.gate.poll()
         waiting = False
         for index, cell in enumerate(self.cells):
             if cell.trials_left == 0:
+                continue
+            state = self.gate.ready(self.checkpoints[index]) if self.checkpoints else True
+            if state is None:  # the cell's run failed: nothing more to do for it
+                cell.issued = (cell.samples_total - cell.first_sample) * cell.seeds
+                continue
+            if not state:
+                waiting = True
                 continue
             # A new sample only when the previous one is complete: TPE then sees every result.
             if cell.issued % cell.seeds == 0 and self.in_flight_samples(cell) > 0:
@@ -94,3 +156,4 @@ class CellSearcher(Searcher):
         self.reported[(index, sample)] = self.reported.get((index, sample), 0) + 1
         if self.reported[(index, sample)] == self.cells[index].seeds:
             self.cells[index].completed_groups += 1
+        self.gate.poll()

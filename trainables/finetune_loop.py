@@ -135,5 +135,8 @@ def run_trial(trial: dict, protocol: dict) -> dict:
         result["test_score"] = evaluate(model, splits["test"], family, labels, eval_batch)
     result["curve"] = curve + [{"step": result["train_steps"], "train_loss": loss_value,
                                 "validation_score": result["validation_score"], "test_score": result["test_score"]}]
+    del model, optimizer
+    if torch.cuda.is_available():  # the next trial on this reused worker starts with a clean GPU
+        torch.cuda.empty_cache()
     result["wall_time_s"] = time.time() - started
     return result

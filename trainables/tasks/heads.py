@@ -1,6 +1,8 @@
 """Task heads on the bidirectional backbone (the paper fine-tunes every checkpoint this way)."""
 from __future__ import annotations
 
+from functools import partial
+
 import torch
 from torch import nn
 
@@ -10,30 +12,20 @@ def mean_pool(hidden: torch.Tensor, attention_mask: torch.Tensor) -> torch.Tenso
     return (hidden * weights).sum(1) / weights.sum(1).clamp(min=1.0)
 
 
-class SequenceClassifier(nn.Module):
-    """Mean pooling over non-padding tokens, then a linear layer."""
+class LinearHead(nn.Module):
+    """A linear layer on the backbone's last hidden states: on their mean over non-padding tokens
+    (`pooled`, sequence classification) or on every token (token classification, trained and
+    scored on each word's first sub-token)."""
 
-    def __init__(self, backbone: nn.Module, num_labels: int):
+    def __init__(self, backbone: nn.Module, num_labels: int, pooled: bool):
         super().__init__()
-        self.backbone = backbone
+        self.backbone, self.pooled = backbone, pooled
         self.head = nn.Linear(backbone.config.hidden_size, num_labels)
 
     def forward(self, input_ids, attention_mask):
         hidden = self.backbone(input_ids, attention_mask=attention_mask, causal=False).last_hidden_state
-        return self.head(mean_pool(hidden, attention_mask))
+        return self.head(mean_pool(hidden, attention_mask) if self.pooled else hidden)
 
 
-class TokenClassifier(nn.Module):
-    """A linear layer on every token; trained and scored on each word's first sub-token."""
-
-    def __init__(self, backbone: nn.Module, num_labels: int):
-        super().__init__()
-        self.backbone = backbone
-        self.head = nn.Linear(backbone.config.hidden_size, num_labels)
-
-    def forward(self, input_ids, attention_mask):
-        hidden = self.backbone(input_ids, attention_mask=attention_mask, causal=False).last_hidden_state
-        return self.head(hidden)
-
-
-HEADS = {"sequence_classification": SequenceClassifier, "token_classification": TokenClassifier}
+HEADS = {"sequence_classification": partial(LinearHead, pooled=True),
+         "token_classification": partial(LinearHead, pooled=False)}

@@ -1,5 +1,16 @@
-"""Task metrics from well-kept implementations, each returning a score in [0, 100]."""
+"""Task metrics, each a score in [0, 100].
+
+Accuracy and entity-level F1 (seqeval, CoNLL semantics) for classification; SQuAD F1 and exact
+match with the official answer normalisation (lower case, no punctuation, no articles, single
+spaces), the maximum over gold answers, and SQuAD v2's no-answer rule (an unanswerable question
+scores 1 only for an empty prediction); NDCG@10 over a labelled document pool for retrieval.
+"""
 from __future__ import annotations
+
+import collections
+import math
+import re
+import string
 
 import numpy as np
 
@@ -13,3 +24,53 @@ def entity_f1(predicted_tags: list[list[str]], gold_tags: list[list[str]]) -> fl
     from seqeval.metrics import f1_score
 
     return float(f1_score(gold_tags, predicted_tags, zero_division=0) * 100.0)
+
+
+_ARTICLES = re.compile(r"\b(a|an|the)\b", re.UNICODE)
+_PUNCTUATION = set(string.punctuation)
+
+
+def normalize_answer(text: str) -> str:
+    """The official SQuAD normalisation."""
+    text = "".join(ch for ch in text.lower() if ch not in _PUNCTUATION)
+    return " ".join(_ARTICLES.sub(" ", text).split())
+
+
+def _f1(prediction: str, gold: str) -> float:
+    pred_tokens, gold_tokens = normalize_answer(prediction).split(), normalize_answer(gold).split()
+    if not pred_tokens or not gold_tokens:  # no-answer on either side: right only if both are empty
+        return float(pred_tokens == gold_tokens)
+    common = collections.Counter(pred_tokens) & collections.Counter(gold_tokens)
+    overlap = sum(common.values())
+    if overlap == 0:
+        return 0.0
+    precision, recall = overlap / len(pred_tokens), overlap / len(gold_tokens)
+    return 2 * precision * recall / (precision + recall)
+
+
+def _gold_or_no_answer(golds: list[str]) -> list[str]:
+    golds = [g for g in golds if normalize_answer(g)]
+    return golds or [""]  # SQuAD v2: an unanswerable question's only gold answer is the empty one
+
+
+def squad_scores(predictions: list[str], golds: list[list[str]]) -> dict[str, float]:
+    """{'f1', 'exact_match'} in [0, 100]: per question the max over its gold answers, then the mean."""
+    f1, exact = [], []
+    for prediction, answers in zip(predictions, golds):
+        answers = _gold_or_no_answer(answers)
+        f1.append(max(_f1(prediction, gold) for gold in answers))
+        exact.append(max(float(normalize_answer(prediction) == normalize_answer(gold)) for gold in answers))
+    return {"f1": 100.0 * float(np.mean(f1)), "exact_match": 100.0 * float(np.mean(exact))}
+
+
+def ndcg_at_k(rankings: list[list[str]], relevance: list[dict[str, float]], k: int = 10) -> float:
+    """Mean NDCG@k: `rankings[q]` lists document ids best first, `relevance[q]` maps relevant ids to
+    their grade (gain 2^grade - 1, discount log2(rank + 1)). A query with no relevant document
+    scores 0."""
+    scores = []
+    for ranked, grades in zip(rankings, relevance):
+        dcg = sum((2 ** grades.get(doc, 0) - 1) / math.log2(rank + 2) for rank, doc in enumerate(ranked[:k]))
+        ideal = sorted(grades.values(), reverse=True)[:k]
+        idcg = sum((2 ** grade - 1) / math.log2(rank + 2) for rank, grade in enumerate(ideal))
+        scores.append(dcg / idcg if idcg > 0 else 0.0)
+    return 100.0 * float(np.mean(scores)) if scores else 0.0
