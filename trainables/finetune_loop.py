@@ -51,14 +51,25 @@ def build_backbone(checkpoint_path: str | None, random_init_config: dict | None)
     return LlamaEncoderModel(LlamaEncoderConfig(**random_init_config))
 
 
+def device_and_autocast():
+    """The trial's GPU when Ray gave it one (CUDA_VISIBLE_DEVICES), with bf16 autocast as in the
+    paper; else the CPU in float32."""
+    device = torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    return device, torch.autocast("cuda", dtype=torch.bfloat16, enabled=device.type == "cuda")
+
+
+def batch_tensors(split: dict, rows, device, *keys):
+    return [torch.from_numpy(split[key][rows].astype(np.int64)).to(device) for key in keys]
+
+
 def evaluate(model, split: dict, family: str, labels: list[str], batch_size: int) -> float:
     model.eval()
     predictions = []
-    with torch.no_grad():
+    device, autocast = device_and_autocast()
+    with torch.no_grad(), autocast:
         for start in range(0, len(split["input_ids"]), batch_size):
-            ids = torch.from_numpy(split["input_ids"][start:start + batch_size].astype(np.int64))
-            mask = torch.from_numpy(split["attention_mask"][start:start + batch_size].astype(np.int64))
-            predictions.append(model(ids, mask).argmax(-1).numpy())
+            ids, mask = batch_tensors(split, slice(start, start + batch_size), device, "input_ids", "attention_mask")
+            predictions.append(model(ids, mask).argmax(-1).cpu().numpy())
     model.train()
     predicted = np.concatenate(predictions)
     if family == "sequence_classification":
@@ -87,7 +98,9 @@ def run_trial(trial: dict, protocol: dict) -> dict:
     rng = np.random.default_rng(trial["seed"])
     meta, splits = cached_task_data(trial["task_data_dir"])
     family, labels = trial["task"]["family"], meta["labels"]
-    model = HEADS[family](build_backbone(trial["checkpoint_path"], trial.get("random_init_config")), len(labels))
+    device, autocast = device_and_autocast()
+    model = HEADS[family](build_backbone(trial["checkpoint_path"], trial.get("random_init_config")),
+                          len(labels)).to(device)
     optimizer = torch.optim.AdamW(
         model.parameters(), lr=trial["learning_rate"], betas=tuple(protocol["betas"]),
         eps=protocol["eps"], weight_decay=protocol["weight_decay"],
@@ -109,11 +122,11 @@ def run_trial(trial: dict, protocol: dict) -> dict:
         total = 0.0
         for start in range(0, batch, micro):  # gradient accumulation to the effective batch
             chunk = indices[start:start + micro]
-            ids = torch.from_numpy(train["input_ids"][chunk].astype(np.int64))
-            mask = torch.from_numpy(train["attention_mask"][chunk].astype(np.int64))
-            target = torch.from_numpy(train["labels"][chunk])
-            logits = model(ids, mask)
-            loss = F.cross_entropy(logits.reshape(-1, logits.shape[-1]), target.reshape(-1), ignore_index=IGNORE)
+            ids, mask, target = batch_tensors(train, chunk, device, "input_ids", "attention_mask", "labels")
+            with autocast:
+                logits = model(ids, mask)
+            loss = F.cross_entropy(logits.float().reshape(-1, logits.shape[-1]), target.reshape(-1),
+                                   ignore_index=IGNORE)
             (loss * len(chunk) / len(indices)).backward()
             total += loss.item() * len(chunk) / len(indices)
         if not math.isfinite(total):

@@ -102,11 +102,11 @@ ENCODERS = {
 }
 
 
-def label_vocabulary(task: dict, train_rows: list[dict]) -> list[str]:
+def label_vocabulary(task: dict, rows: list[dict]) -> list[str]:
     if task["label_names"]:
         return list(task["label_names"])
     values = set()
-    for row in train_rows:
+    for row in rows:
         value = row[task["label_field"]]
         values.update(value if isinstance(value, list) else [value])
     labels = sorted(map(str, values))
@@ -126,7 +126,8 @@ def prepare_task_data(task: dict, tokenizer_dir: str, max_length: int, out_dir: 
 
         tokenizer = AutoTokenizer.from_pretrained(tokenizer_dir)
         splits = load_task_splits(task, max_train, max_eval)
-        labels = label_vocabulary(task, splits["train"])
+        # Every split's labels: a capped training sample can miss a tag the test split has.
+        labels = label_vocabulary(task, [row for rows in splits.values() for row in rows])
         for split, rows in splits.items():
             np.savez(tmp / f"{split}.npz", **ENCODERS[task["family"]](rows, task, tokenizer, max_length, labels))
         meta = {"task": task["name"], "labels": labels, "max_length": max_length,

@@ -1,0 +1,58 @@
+"""Task data: the paper's splits, and tokenisation once per (tokenizer, data set, max length)."""
+from __future__ import annotations
+
+import pytest
+
+from sweeper.catalog import task_dict
+from trainables.corpus import prepare_corpus
+from trainables.finetune_loop import run_trial
+from trainables.tasks import data as task_data
+
+PROTOCOL = {"threads": 1, "betas": [0.9, 0.95], "eps": 1e-5, "weight_decay": 0.1, "batch_size": 8,
+            "micro_batch_size": 4, "max_steps": 3, "epochs": 1.0, "warmup_ratio": 0.1, "grad_clip": 1.0,
+            "eval_batch_size": 16}
+
+
+@pytest.fixture(scope="module")
+def tokenizer_dir(tmp_path_factory):
+    out = tmp_path_factory.mktemp("corpus") / "corpus"
+    prepare_corpus({"source": "wordnet", "text_column": "text", "tokenizer": "train-wordpiece", "vocab_size": 512,
+                    "max_documents": 300}, str(out))
+    return str(out / "tokenizer")
+
+
+def test_splits_follow_the_paper():
+    task = task_dict("wordnet-supersense-cls")
+    splits = task_data.load_task_splits(task, None, None)
+    rows = list(task_data.iter_rows(task["source"]))
+    official_train = [r for r in rows if r["split"] == "train"]
+    assert splits["test"] == [r for r in rows if r["split"] == "validation"], "test = the official validation split"
+    assert len(splits["validation"]) == round(0.05 * len(official_train)), "validation = 5 % of train"
+    assert len(splits["train"]) + len(splits["validation"]) == len(official_train)
+    assert task_data.load_task_splits(task, None, None)["validation"] == splits["validation"], "seed 42, stable"
+
+
+@pytest.mark.parametrize("name", ["wordnet-supersense-cls", "wordnet-supersense-tag"])
+def test_a_grid_of_trials_tokenises_each_data_set_once(tmp_path, monkeypatch, tokenizer_dir, name):
+    task = task_dict(name)
+    out = tmp_path / "prepared"
+    builds = []
+    real_splits = task_data.load_task_splits
+    monkeypatch.setattr(task_data, "load_task_splits", lambda *a: builds.append(1) or real_splits(*a))
+    for _ in range(3):  # three prepare calls (say, three shards): one build
+        meta = task_data.prepare_task_data(task, tokenizer_dir, 32, str(out), 48, 16)
+    assert builds == [1] and meta["sizes"] == {"train": 48, "validation": 16, "test": 16}
+
+    # Trials read the prepared arrays and never load a tokenizer.
+    import transformers
+
+    def no_tokenizer(*args, **kwargs):
+        raise AssertionError("a trial tokenised")
+    monkeypatch.setattr(transformers.AutoTokenizer, "from_pretrained", no_tokenizer)
+    config = {"vocab_size": 512, "hidden_size": 32, "intermediate_size": 64, "num_hidden_layers": 1,
+              "num_attention_heads": 4, "num_key_value_heads": 2}
+    for lr, seed in [(1e-3, 0), (1e-3, 1), (3e-3, 0)]:
+        result = run_trial({"trial_key": f"{lr}-{seed}", "checkpoint_path": None, "random_init_config": config,
+                            "task": task, "task_data_dir": str(out), "learning_rate": lr, "seed": seed}, PROTOCOL)
+        assert result["status"] == "ok" and 0 <= result["test_score"] <= 100
+    assert builds == [1]
