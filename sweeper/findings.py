@@ -40,15 +40,18 @@ def fmt(mean: float, ci: float) -> str:
 
 def compare(a: pd.Series, b: pd.Series) -> int:
     """+1 if a is above b with disjoint 95 % intervals, -1 if below, 0 if they overlap (a tie)."""
-    ci_a = 0.0 if math.isnan(a["ci95"]) else a["ci95"]
-    ci_b = 0.0 if math.isnan(b["ci95"]) else b["ci95"]
     if math.isnan(a["ci95"]) or math.isnan(b["ci95"]):
         return 0  # one seed: no interval, so no claim of a difference
-    if a["mean"] - ci_a > b["mean"] + ci_b:
+    if a["mean"] - a["ci95"] > b["mean"] + b["ci95"]:
         return 1
-    if a["mean"] + ci_a < b["mean"] - ci_b:
+    if a["mean"] + a["ci95"] < b["mean"] - b["ci95"]:
         return -1
     return 0
+
+
+def from_sign(sign: int) -> str:
+    """A claimed 'A beats B': +1 supports it, -1 contradicts it, 0 (overlapping intervals) cannot tell."""
+    return SUPPORTS if sign == 1 else CONTRADICTS if sign == -1 else CANNOT_TELL
 
 
 def cell(categories: pd.DataFrame, checkpoint_id: str, category: str) -> pd.Series | None:
@@ -79,8 +82,7 @@ def finding_1(categories: pd.DataFrame) -> Verdict:
                 continue
             sign = compare(a, b)
             # SC/QA need MLM above CLM; TC needs CLM not below MLM (a tie or a win).
-            outcome = (SUPPORTS if sign == 1 else CONTRADICTS if sign == -1 else CANNOT_TELL) if wanted == 1 \
-                else (CONTRADICTS if sign == 1 else SUPPORTS)
+            outcome = from_sign(sign) if wanted == 1 else (CONTRADICTS if sign == 1 else SUPPORTS)
             outcomes.append(outcome)
             verdict.evidence.append(f"{category}: {mlm_id} {fmt(a['mean'], a['ci95'])} vs {clm[0]} "
                                     f"{fmt(b['mean'], b['ci95'])} -> {outcome}")
@@ -145,7 +147,7 @@ def finding_3(categories: pd.DataFrame, stability_table: pd.DataFrame) -> Verdic
             if a.empty or b.empty:
                 continue
             sign = compare(a.iloc[0], b.iloc[0])
-            outcomes.append(SUPPORTS if sign == 1 else CONTRADICTS if sign == -1 else CANNOT_TELL)
+            outcomes.append(from_sign(sign))
             verdict.evidence.append(f"step {step}, {category}: CLM {fmt(a.iloc[0]['mean'], a.iloc[0]['ci95'])} vs "
                                     f"MLM {fmt(b.iloc[0]['mean'], b.iloc[0]['ci95'])}")
     if not stability_table.empty:
@@ -163,6 +165,7 @@ def finding_3(categories: pd.DataFrame, stability_table: pd.DataFrame) -> Verdic
 
 
 def overall(final: pd.DataFrame, checkpoint_id: str) -> pd.Series:
+    """Mean over categories; its interval treats the category means as independent."""
     rows = final[final["checkpoint_id"] == checkpoint_id]
     return pd.Series({"mean": rows["mean"].mean(),
                       "ci95": math.sqrt((rows["ci95"] ** 2).sum()) / len(rows) if len(rows) else float("nan")})
@@ -186,11 +189,10 @@ def finding_4(categories: pd.DataFrame) -> Verdict:
             verdict.evidence.append(f"{steps} steps: {split['checkpoint_id']} {fmt(score['mean'], score['ci95'])} vs "
                                     f"{mlm[0]} {fmt(base['mean'], base['ci95'])} (category average)")
         best = max(wins.values())
-        outcomes.append(SUPPORTS if best == 1 else CONTRADICTS if best == -1 else CANNOT_TELL)
+        outcomes.append(from_sign(best))
         quarter = [share for share in wins if abs(share - 0.25) < 0.05]
         if quarter:
-            outcomes.append(SUPPORTS if wins[quarter[0]] == 1 else CONTRADICTS if wins[quarter[0]] == -1
-                            else CANNOT_TELL)
+            outcomes.append(from_sign(wins[quarter[0]]))
         else:
             outcomes.append(CANNOT_TELL)
             verdict.evidence.append(f"{steps} steps: no 25 % CLM split to test its reliability")
@@ -212,7 +214,7 @@ def finding_5(categories: pd.DataFrame) -> Verdict:
             continue
         a, b = overall(final, by_source["clm"]), overall(final, by_source["mlm"])
         sign = compare(a, b)
-        outcomes.append(SUPPORTS if sign == 1 else CONTRADICTS if sign == -1 else CANNOT_TELL)
+        outcomes.append(from_sign(sign))
         verdict.evidence.append(f"+{added} steps: from CLM {fmt(a['mean'], a['ci95'])} vs from MLM "
                                 f"{fmt(b['mean'], b['ci95'])} (category average)")
     if not outcomes:
