@@ -39,12 +39,7 @@ def ci95_half_width(values: pd.Series) -> float:
 
 
 def ok_trials(trials: pd.DataFrame) -> pd.DataFrame:
-    frame = trials[trials["status"] == "ok"].copy()
-    for column in ("init_from",):
-        if column not in frame:
-            frame[column] = None
-    frame["steps_before"] = frame.get("steps_before", 0)
-    return frame
+    return trials[trials["status"] == "ok"]
 
 
 def best_lr_table(trials: pd.DataFrame) -> pd.DataFrame:
