@@ -18,6 +18,17 @@ What it writes (all gzip JSON lines; WordNet 3.0 licence in LICENSE.WordNet besi
                          word or two-word compound that is *monosemous* in WordNet (one sense over
                          all parts of speech) and whose sense is in a tagged category carries that
                          category. Monosemy makes the tag a fact of the lexicon, not a guess.
+- `supersense_qa.jsonl.gz` extractive QA in SQuAD v2's schema {"id", "title", "context", "question",
+                         "answers": {"text", "answer_start"}, "split"}: the context is two consecutive
+                         tagging sentences, the question "Which word names an animal?" (one of the 8
+                         categories), the answers every span tagged with that category. A quarter of
+                         the questions ask for a category the context lacks (no answer, as in SQuAD v2).
+- `usage_retrieval.jsonl.gz` retrieval in MS MARCO v1.1's schema {"query_id", "query", "query_type",
+                         "passages": {"is_selected", "passage_text", "url"}, "answers", "split"}: a
+                         usage example -> its synset's entry, among 8 entries of neighbouring synsets.
+- `definition_retrieval.jsonl.gz` retrieval in the schema of sentence-transformers/natural-questions
+                         {"query", "answer"}, one split: "what does <lemma> mean?" -> the gloss. An
+                         evaluation-only set: the model trained on usage_retrieval is scored on it.
 
 Held out = synset offset hash in the last fifth; the pretraining corpus never contains a held-out
 synset's gloss, so the tasks measure transfer, not memorisation.
@@ -91,7 +102,10 @@ def main(wordnet_dir: str, out_dir: str) -> None:
 
     by_lexfile: dict[int, list[str]] = defaultdict(list)
     cls_rows, tag_rows = [], []
+    held: dict[int, list[tuple]] = defaultdict(list)  # held-out synsets per lexicographer file
     for key, lexfile, pos, lemmas, gloss, examples in synsets:
+        if held_out(key):
+            held[lexfile].append((key, lemmas, gloss, examples))
         if not held_out(key):
             text = f"{', '.join(lemmas)}: {gloss}."
             if examples:
@@ -114,8 +128,90 @@ def main(wordnet_dir: str, out_dir: str) -> None:
     write_jsonl(out / "corpus.jsonl.gz", [{"text": d} for d in documents])
     write_jsonl(out / "supersense_cls.jsonl.gz", cls_rows)
     write_jsonl(out / "supersense_tag.jsonl.gz", tag_rows)
+    qa_rows = supersense_qa(tag_rows)
+    retrieval_rows, definition_rows = usage_tasks(held)
+    write_jsonl(out / "supersense_qa.jsonl.gz", qa_rows)
+    write_jsonl(out / "usage_retrieval.jsonl.gz", retrieval_rows)
+    write_jsonl(out / "definition_retrieval.jsonl.gz", definition_rows)
     print(f"{len(documents)} documents, {len(cls_rows)} classification rows, "
-          f"{len(tag_rows)} tagging rows")
+          f"{len(tag_rows)} tagging rows, {len(qa_rows)} QA rows, {len(retrieval_rows)} retrieval queries, "
+          f"{len(definition_rows)} definition queries")
+
+
+def entry(lemmas: list[str], gloss: str) -> str:
+    """A dictionary entry as the pretraining corpus writes one."""
+    return f"{', '.join(lemmas)}: {gloss}."
+
+
+QUESTION_NOUNS = {"ANIMAL": "an animal", "ARTIFACT": "an artifact", "BODY": "a body part", "FOOD": "a food",
+                  "LOCATION": "a location", "PERSON": "a person", "PLANT": "a plant", "SUBSTANCE": "a substance"}
+
+
+def supersense_qa(tag_rows: list[dict], max_rows: int = 4000) -> list[dict]:
+    """QA over the tagging sentences: contexts of two sentences of the same split, one question per
+    context about one category (present: its spans are the gold answers; absent: no answer)."""
+    import random
+
+    rng = random.Random(0)
+    rows = []
+    by_split: dict[str, list[dict]] = defaultdict(list)
+    for row in tag_rows:
+        by_split[row["split"]].append(row)
+    for split, sentences in sorted(by_split.items()):
+        for number in range(0, len(sentences) - 1, 2):
+            context, spans = "", defaultdict(list)  # category -> [(text, char offset)]
+            for sentence in sentences[number:number + 2]:
+                words, tags = sentence["tokens"], sentence["ner_tags"]
+                for i, (word, tag) in enumerate(zip(words, tags)):
+                    context += " " if context else ""
+                    if tag.startswith("B-"):
+                        end = i + 1
+                        while end < len(tags) and tags[end] == "I-" + tag[2:]:
+                            end += 1
+                        spans[tag[2:]].append((" ".join(words[i:end]), len(context)))
+                    context += word
+            absent = sorted(set(QUESTION_NOUNS) - set(spans))
+            if rng.random() < 1 / 4 and absent:
+                category, answers = rng.choice(absent), []
+            else:
+                category = rng.choice(sorted(spans))
+                answers = spans[category]
+            rows.append({"id": f"{split}-{number}", "title": "wordnet-supersenses", "context": context,
+                         "question": f"Which word names {QUESTION_NOUNS[category]}?",
+                         "answers": {"text": [t for t, _ in answers], "answer_start": [o for _, o in answers]},
+                         "split": split})
+    return [rows[i] for i in sorted(rng.sample(range(len(rows)), min(max_rows, len(rows))))]
+
+
+def usage_tasks(held: dict[int, list[tuple]], max_rows: int = 4000):
+    """Retrieval rows from the held-out synsets' usage examples (see the module docstring).
+    Neighbours in database order share a topic, so the other passages are near misses."""
+    import random
+
+    rng = random.Random(0)
+    retrieval_rows, definition_rows = [], []
+    for lexfile in sorted(held):
+        group = held[lexfile]
+        for i, (key, lemmas, gloss, examples) in enumerate(group):
+            split = "validation" if held_out(key + "/split") else "train"
+            if len(gloss.split()) >= 3:
+                definition_rows.append({"query": f"what does {lemmas[0]} mean?", "answer": gloss})
+            if not examples or len(group) < 9:
+                continue
+            question = examples[0].strip()
+            neighbours = [group[j] for j in sorted(range(len(group)), key=lambda j: abs(j - i))[1:13]]
+            passages = [(key, lemmas, gloss)] + [(k, l, g) for k, l, g, _ in rng.sample(neighbours, 7)]
+            rng.shuffle(passages)
+            retrieval_rows.append({
+                "query_id": int(key[:-1]), "query": question, "query_type": "DESCRIPTION",
+                "passages": {"is_selected": [int(k == key) for k, _, _ in passages],
+                             "passage_text": [entry(l, g) for _, l, g in passages],
+                             "url": [f"wordnet:{k}" for k, _, _ in passages]},
+                "answers": [], "split": split,
+            })
+    # An even sample over every lexicographer file (the first 4,000 would all be adjectives).
+    return tuple([rows[i] for i in sorted(rng.sample(range(len(rows)), min(max_rows, len(rows))))]
+                 for rows in (retrieval_rows, definition_rows))
 
 
 def write_jsonl(path: Path, rows: list[dict]) -> None:

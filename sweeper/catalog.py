@@ -3,16 +3,25 @@
 The driver resolves these into plain dicts that travel to workers inside each trial's or run's
 config, so the worker side never imports the driver.
 
-Tasks: a task names where its rows come from and how their columns map onto the family's fields;
-
-A task names where its rows come from and how their columns map onto the family's fields;
-the family (sequence_classification, token_classification, ...) owns tokenisation, the head,
-the loss and the metric. Splits follow the paper: the source's official validation split is
-the test set, and validation is 5 % of train drawn with seed 42.
+A task names where its rows come from and how their columns map onto the family's fields
+(`schema` picks the adapter for QA and retrieval sources); the family (sequence_classification,
+token_classification, extractive_qa, retrieval) owns tokenisation, the head, the loss and the
+metric. Splits follow the paper: the source's official validation split is the test set, and
+validation is 5 % of train drawn with seed 42. An evaluation-only retrieval set (`train_task`
+set) is never trained on: the model trained on `train_task` is scored on it, and its validation
+set is 5 % of its evaluation split, the rest being its test set.
 """
 from __future__ import annotations
 
 from dataclasses import asdict, dataclass, field
+
+
+ONTONOTES5_TAGS = (
+    "O", "B-CARDINAL", "B-DATE", "I-DATE", "B-PERSON", "I-PERSON", "B-NORP", "B-GPE", "I-GPE", "B-LAW", "I-LAW",
+    "B-ORG", "I-ORG", "B-PERCENT", "I-PERCENT", "B-ORDINAL", "B-MONEY", "I-MONEY", "B-WORK_OF_ART",
+    "I-WORK_OF_ART", "B-FAC", "B-TIME", "I-CARDINAL", "B-LOC", "B-QUANTITY", "I-QUANTITY", "I-NORP", "I-LOC",
+    "B-PRODUCT", "I-TIME", "B-EVENT", "I-EVENT", "I-FAC", "B-LANGUAGE", "I-PRODUCT", "I-ORDINAL", "I-LANGUAGE",
+)
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
@@ -35,7 +44,16 @@ class TaskInfo:
     test_split: str = "validation"
     split_column: str | None = None
     """For single-file sources: the column that says which split a row belongs to."""
-    extra: dict = field(default_factory=dict)
+    schema: str = "columns"
+    """Row layout: `columns` (text/label fields above), QA `squad` | `record`, retrieval
+    `msmarco` | `pairs` (query, answer) | `mldr` (positive/negative passages)."""
+    data_files: dict = field(default_factory=dict)
+    """Hub sources without a builder that `datasets` 5 runs (script datasets): split -> files in
+    the hub repository, read with the `json` builder."""
+    with_no_answer: bool = False
+    """Extractive QA: questions may have no answer in the context (SQuAD v2 rules)."""
+    train_task: str | None = None
+    """Retrieval: an evaluation-only set scored with the model trained on this task."""
 
 
 TASKS: dict[str, TaskInfo] = {
@@ -63,26 +81,39 @@ TASKS: dict[str, TaskInfo] = {
         TaskInfo(name="conll2003", family="token_classification", category="TC", source="eriktks/conll2003",
                  metric="f1", text_fields=("tokens",), label_field="ner_tags",
                  label_names=("O", "B-PER", "I-PER", "B-ORG", "I-ORG", "B-LOC", "I-LOC", "B-MISC", "I-MISC")),
+        # tner's integer tags, in its label2id order (dataset/label.json).
         TaskInfo(name="ontonotes5", family="token_classification", category="TC", source="tner/ontonotes5",
-                 metric="f1", text_fields=("tokens",), label_field="tags"),
+                 metric="f1", text_fields=("tokens",), label_field="tags",
+                 data_files={"train": [f"dataset/train{i:02d}.json" for i in range(4)],
+                             "validation": "dataset/valid.json"},
+                 label_names=ONTONOTES5_TAGS),
         TaskInfo(name="uner-en", family="token_classification", category="TC",
                  source="universalner/universal_ner:en_ewt", metric="f1", text_fields=("tokens",),
-                 label_field="ner_tags"),
-        TaskInfo(name="squad", family="extractive_qa", category="QA", source="rajpurkar/squad", metric="f1"),
-        TaskInfo(name="squad-v2", family="extractive_qa", category="QA", source="rajpurkar/squad_v2", metric="f1"),
-        TaskInfo(name="record", family="extractive_qa", category="QA", source="aps/super_glue:record", metric="f1"),
+                 label_field="ner_tags", label_names=("O", "B-PER", "I-PER", "B-ORG", "I-ORG", "B-LOC", "I-LOC")),
+        TaskInfo(name="squad", family="extractive_qa", category="QA", source="rajpurkar/squad", metric="f1",
+                 schema="squad"),
+        TaskInfo(name="squad-v2", family="extractive_qa", category="QA", source="rajpurkar/squad_v2", metric="f1",
+                 schema="squad", with_no_answer=True),
+        TaskInfo(name="record", family="extractive_qa", category="QA", source="aps/super_glue:record", metric="f1",
+                 schema="record"),
+        # One bi-encoder trained on MS MARCO pairs, scored on MS MARCO, NQ and MLDR.
         TaskInfo(name="msmarco", family="retrieval", category="IR", source="microsoft/ms_marco:v1.1",
-                 metric="ndcg@10"),
+                 metric="ndcg@10", schema="msmarco"),
         TaskInfo(name="nq", family="retrieval", category="IR", source="sentence-transformers/natural-questions",
-                 metric="ndcg@10"),
-        TaskInfo(name="mldr-en", family="retrieval", category="IR", source="Shitao/MLDR:en", metric="ndcg@10"),
+                 metric="ndcg@10", schema="pairs", test_split="train", train_task="msmarco"),
+        TaskInfo(name="mldr-en", family="retrieval", category="IR", source="Shitao/MLDR", metric="ndcg@10",
+                 schema="mldr", test_split="dev", train_task="msmarco",
+                 data_files={"train": "mldr-v1.0-en/train.jsonl.gz", "dev": "mldr-v1.0-en/dev.jsonl.gz"}),
+        # Offline QA and retrieval from WordNet usage examples, in SQuAD v2 / MS MARCO / NQ schemas.
+        TaskInfo(name="wordnet-supersense-qa", family="extractive_qa", category="QA", source="wordnet-supersense-qa",
+                 metric="f1", schema="squad", with_no_answer=True, split_column="split"),
+        TaskInfo(name="wordnet-usage-retrieval", family="retrieval", category="IR",
+                 source="wordnet-usage-retrieval", metric="ndcg@10", schema="msmarco", split_column="split"),
+        TaskInfo(name="wordnet-definition-retrieval", family="retrieval", category="IR",
+                 source="wordnet-definition-retrieval", metric="ndcg@10", schema="pairs", test_split="train",
+                 train_task="wordnet-usage-retrieval"),
     )
 }
-
-
-# Families whose heads, losses and metrics exist on the worker side; the others can be planned
-# (`sweeper plan`) but `sweeper run` refuses them until they are.
-IMPLEMENTED_FAMILIES = frozenset({"sequence_classification", "token_classification"})
 
 
 def get_task(name: str) -> TaskInfo:

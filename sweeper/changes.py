@@ -12,7 +12,7 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from sweeper.plan import StudyPlan, finetune_protocol
+from sweeper.plan import FAMILY_SETTINGS, StudyPlan, finetune_protocol, task_budget
 from sweeper.pretraining import RUN_FILE, run_dir
 from sweeper.spec import StudySpec
 from sweeper.store import read_table, TRIALS
@@ -62,7 +62,11 @@ def resolved_settings(spec: StudySpec, plan: StudyPlan) -> dict:
     """What trial keys depend on besides the run: the protocol and each task's definition."""
     from sweeper.catalog import task_dict
 
-    settings = {"protocol": finetune_protocol(spec), "tasks": {t: task_dict(t) for t in spec.finetuning.tasks}}
+    tasks = spec.finetuning.tasks
+    settings = {"protocol": finetune_protocol(spec), "tasks": {t: task_dict(t) for t in tasks},
+                "task_protocol": {t: {k: v for k, v in finetune_protocol(spec, t).items()
+                                      if k in FAMILY_SETTINGS.get(task_dict(t)["family"], ()) or k in task_budget(spec, t)}
+                                  for t in tasks}}
     return json.loads(json.dumps(settings, default=str))  # as it reads back from disk (tuples -> lists)
 
 

@@ -1,15 +1,17 @@
 """Cost model behind `sweeper plan`: training FLOPs = 6 x parameters x tokens (forward 2, backward 4).
 
 Parameters exclude the input embedding (a lookup costs no FLOPs) and include the LM head.
-GPU-hours = FLOPs / (peak TFLOP/s x utilisation x 3600). Fine-tuning counts `max_steps` steps of
-`batch_size x max_length` tokens (the one-epoch cap is data-dependent and ignored: an upper
-bound) plus a forward pass (2 x parameters x tokens) over `finetune_eval_examples`.
+GPU-hours = FLOPs / (peak TFLOP/s x utilisation x 3600). Fine-tuning counts the task's `max_steps`
+steps of `batch_size x max_length` tokens (the one-epoch cap is data-dependent and ignored: an
+upper bound; an evaluation-only retrieval set trains nothing) plus a forward pass
+(2 x parameters x tokens) over `finetune_eval_examples`.
 """
 from __future__ import annotations
 
 from dataclasses import dataclass
 
-from sweeper.plan import PretrainingRun, StudyPlan
+from sweeper.catalog import get_task
+from sweeper.plan import PretrainingRun, StudyPlan, finetune_protocol
 from sweeper.spec import StudySpec
 
 
@@ -48,7 +50,8 @@ def pretraining_cost(spec: StudySpec, runs: tuple[PretrainingRun, ...]) -> Stage
 
 def finetuning_cost(spec: StudySpec, plan: StudyPlan) -> StageCost:
     ft = spec.finetuning
-    train_tokens = ft.max_steps * ft.batch_size * ft.max_length
+    train_tokens = {task: 0 if get_task(task).train_task else
+                    finetune_protocol(spec, task)["max_steps"] * ft.batch_size * ft.max_length for task in ft.tasks}
     eval_tokens = spec.cost.finetune_eval_examples * ft.max_length
     flops, unknown = 0.0, 0
     for trial in plan.trials:
@@ -57,5 +60,5 @@ def finetuning_cost(spec: StudySpec, plan: StudyPlan) -> StageCost:
             unknown += 1
             continue
         backbone = parameter_count(config) - config["vocab_size"] * config["hidden_size"]  # no LM head
-        flops += 6 * backbone * train_tokens + 2 * backbone * eval_tokens
+        flops += 6 * backbone * train_tokens[trial.task] + 2 * backbone * eval_tokens
     return StageCost(flops, gpu_hours(flops, spec), unknown)

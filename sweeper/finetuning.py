@@ -27,7 +27,7 @@ from ray import tune
 from sweeper.catalog import task_dict
 from sweeper.pretraining import checkpoint_path
 from sweeper.progress import ProgressLine
-from sweeper.plan import StudyPlan, Trial, finetune_protocol, stable_key
+from sweeper.plan import StudyPlan, Trial, finetune_protocol, stable_key, task_budget
 from sweeper.spec import StudySpec
 from sweeper.search import SEARCH_METRIC, CellSearch, CellSearcher, Gate, GridSearcher, search_score
 from sweeper.store import EVAL_CURVES, TRIALS, compact, finished_trial_keys, read_trials, write_rows
@@ -52,10 +52,16 @@ def finetune_trainable(config: dict, shard: "GridShard | OptunaShard", protocol:
     tune.report({**result, SEARCH_METRIC: search_score(result)})
 
 
-def prepare_task(task: dict, tokenizer_dir: str, max_length: int, out_dir: str, max_train, max_eval) -> dict:
+def prepare_task(task: dict, tokenizer_dir: str, max_length: int, out_dir: str, max_train, max_eval,
+                 settings: dict) -> dict:
     from trainables.tasks.data import prepare_task_data
 
-    return prepare_task_data(task, tokenizer_dir, max_length, out_dir, max_train, max_eval)
+    return prepare_task_data(task, tokenizer_dir, max_length, out_dir, max_train, max_eval, settings)
+
+
+def encoding_settings(spec: StudySpec, task: str) -> dict:
+    """Family settings that change the tokenised data (QA windows), hence the cache folder."""
+    return {"doc_stride": spec.finetuning.doc_stride} if task_dict(task)["family"] == "extractive_qa" else {}
 
 
 def prepare_tasks(spec: StudySpec, study_dir: Path, tokenizer_dirs: dict) -> dict[tuple, str]:
@@ -65,17 +71,20 @@ def prepare_tasks(spec: StudySpec, study_dir: Path, tokenizer_dirs: dict) -> dic
     dirs = {
         (tokenizer, task): str(study_dir / "cache" / "tasks" / (
             f"{task}-{stable_key({'tokenizer': tokenizer}) if tokenizer else 'study'}-len{ft.max_length}-"
-            f"{ft.max_train_examples or 'all'}-{ft.max_eval_examples or 'all'}"))
+            f"{ft.max_train_examples or 'all'}-{ft.max_eval_examples or 'all'}"
+            + "".join(f"-{key}{value}" for key, value in encoding_settings(spec, task).items())))
         for tokenizer in tokenizer_dirs for task in ft.tasks
     }
     remote = ray.remote(prepare_task).options(num_cpus=1)
     metas = ray.get([
         remote.remote(task_dict(task), str(tokenizer_dirs[tokenizer]), ft.max_length, out,
-                      ft.max_train_examples, ft.max_eval_examples)
+                      ft.max_train_examples, ft.max_eval_examples, encoding_settings(spec, task))
         for (tokenizer, task), out in dirs.items()
     ])
     for meta in metas:
-        print(f"[finetune] task {meta['task']}: {meta['sizes']} examples, {len(meta['labels'])} labels", flush=True)
+        detail = (f"{len(meta['labels'])} labels" if meta["labels"] else
+                  f"{meta['windows']} windows" if "windows" in meta else f"document pools {meta['pool']}")
+        print(f"[finetune] task {meta['task']}: {meta['sizes']} examples, {detail}", flush=True)
     return dirs
 
 
@@ -84,12 +93,45 @@ def short_trial_dirname(trial) -> str:
     return f"trial-{trial.trial_id}"
 
 
-def trial_payload(trial: Trial, study_dir: Path, task_dirs: dict) -> dict:
+class EvaluationSets:
+    """Evaluation-only retrieval sets (NQ, MLDR) are scored by the trial that trains their model
+    (on MS MARCO): their planned trials ride along with that trial as its companions, and one
+    Tune trial records the rows of all of them."""
+
+    def __init__(self, plan: StudyPlan | None = None, tasks: list[str] = (), recorded: set[str] = frozenset()):
+        self.recorded = recorded  # keys already in the store: a rerun records only the missing rows
+        self.by_train_task: dict[str, list[str]] = {}
+        for task in tasks:
+            if task_dict(task)["train_task"]:
+                self.by_train_task.setdefault(task_dict(task)["train_task"], []).append(task)
+        self.index = {self.cell(t, t.task): t for t in plan.trials} if self.by_train_task else {}
+
+    @staticmethod
+    def cell(trial: Trial, task: str) -> tuple:
+        return trial.checkpoint.checkpoint_id, task, trial.learning_rate, trial.sample, trial.seed
+
+    @staticmethod
+    def evaluation_only(trial: Trial) -> bool:
+        return task_dict(trial.task)["train_task"] is not None
+
+    def companions(self, trial: Trial) -> list[Trial]:
+        return [self.index[self.cell(trial, task)] for task in self.by_train_task.get(trial.task, [])]
+
+    def training_trials(self, trials: list[Trial], pending: list[Trial]) -> list[Trial]:
+        """The trials to run: pending ones that train, and those whose companions are pending."""
+        pending_keys = {t.trial_key for t in pending}
+        return [t for t in trials if not self.evaluation_only(t)
+                and (t.trial_key in pending_keys or any(c.trial_key in pending_keys for c in self.companions(t)))]
+
+
+def trial_payload(trial: Trial, study_dir: Path, task_dirs: dict, sets: EvaluationSets) -> dict:
     ckpt = trial.checkpoint
     return {
         "trial_key": trial.trial_key, "checkpoint_path": str(checkpoint_path(study_dir, ckpt.run, ckpt.step)),
         "task": task_dict(trial.task), "task_data_dir": task_dirs[(ckpt.run.tokenizer, trial.task)],
         "learning_rate": trial.learning_rate, "seed": trial.seed,
+        "also_evaluate": [{"trial_key": c.trial_key, "task_data_dir": task_dirs[(ckpt.run.tokenizer, c.task)]}
+                          for c in sets.companions(trial)],
     }
 
 
@@ -98,9 +140,9 @@ class GridShard:
 
     group_size = 1
 
-    def __init__(self, trials: list[Trial], study_dir: Path, task_dirs: dict):
-        self.trials = trials
-        self.payloads = [trial_payload(t, study_dir, task_dirs) for t in trials]
+    def __init__(self, trials: list[Trial], study_dir: Path, task_dirs: dict, sets: EvaluationSets | None = None):
+        self.trials, self.sets = trials, sets or EvaluationSets()
+        self.payloads = [trial_payload(t, study_dir, task_dirs, sets) for t in trials]
 
     def __len__(self) -> int:
         return len(self.trials)
@@ -124,10 +166,10 @@ class OptunaShard:
     Rows of a sample are recorded together once all its seeds are done, so the store only ever
     holds whole samples, which is what lets a resumed search warm-start from them."""
 
-    def __init__(self, cells: list[list[list[Trial]]], searches: list[CellSearch], study_dir: Path, task_dirs: dict):
+    def __init__(self, cells: list[list[list[Trial]]], searches: list[CellSearch], study_dir: Path, task_dirs: dict,
+                 sets: EvaluationSets):
         self.cells = cells  # cells[c][sample][seed index] -> planned trial
-        self.searches = searches
-        self.templates = [trial_payload(cell[0][0], study_dir, task_dirs) for cell in cells]
+        self.searches, self.sets, self.study_dir, self.task_dirs = searches, sets, study_dir, task_dirs
         self.group_size = len(cells[0][0])
 
     def __len__(self) -> int:
@@ -144,7 +186,7 @@ class OptunaShard:
 
     def payload(self, config: dict) -> dict:
         trial = self.trial(config)
-        return {**self.templates[config["cell"]], "trial_key": trial.trial_key, "seed": trial.seed,
+        return {**trial_payload(trial, self.study_dir, self.task_dirs, self.sets),
                 "learning_rate": config["learning_rate"]}
 
     def group(self, config: dict):
@@ -186,20 +228,33 @@ class ResultsRecorder(tune.Callback):
         self.last_flush = time.time()
         self.running = 0
 
-    def _add(self, config: dict, row: dict) -> None:
-        row.update(self.extra)
-        if self.tracker is not None:  # one W&B run for the whole grid, a row per trial
-            self.tracker.log({k: v for k, v in row.items() if isinstance(v, (int, float, str, bool))})
+    def _add(self, config: dict, result: dict, status: str, error: str | None) -> None:
+        """Rows of one finished Tune trial: its own and its companions' (evaluation-only sets
+        scored with its weights), less those a previous run already recorded."""
+        planned = self.shard.trial(config)
+        row = trial_row(self.study, planned, result, status, error)
+        row["_curve"] = result.get("curve", [])
+        rows = [row]
+        for companion in self.shard.sets.companions(planned):
+            scores = result.get("also_evaluated", {}).get(companion.trial_key, {})
+            rows.append(trial_row(self.study, companion, {
+                **result, "validation_score": scores.get("validation"), "test_score": scores.get("test")},
+                status, error))
+        rows = [r for r in rows if r["trial_key"] not in self.shard.sets.recorded]
+        for row in rows:
+            row.update(self.extra)
+            if self.tracker is not None:  # one W&B run for the whole grid, a row per trial
+                self.tracker.log({k: v for k, v in row.items() if isinstance(v, (int, float, str, bool))})
         self.running -= 1
-        self.progress.advance(row["status"])
+        self.progress.advance(status)
         group = self.shard.group(config)
         if group is None:
-            self.buffer.append(row)
+            self.buffer += rows
         else:  # held until every seed of the sample is done
-            rows = self.groups.setdefault(group, [])
-            rows.append(row)
-            if len(rows) == self.shard.group_size:
-                self.buffer += self.groups.pop(group)
+            trials = self.groups.setdefault(group, [])
+            trials.append(rows)
+            if len(trials) == self.shard.group_size:
+                self.buffer += [r for trial_rows in self.groups.pop(group) for r in trial_rows]
         if len(self.buffer) >= self.flush_rows or time.time() - self.last_flush > self.flush_seconds:
             self.flush()
 
@@ -220,16 +275,11 @@ class ResultsRecorder(tune.Callback):
 
     def on_trial_complete(self, iteration, trials, trial, **info):
         result = trial.last_result or {}
-        planned = self.shard.trial(trial.config)
-        row = trial_row(self.study, planned, result, result.get("status", "failed"), None)
-        row["_curve"] = result.get("curve", [])
-        self._add(trial.config, row)
+        self._add(trial.config, result, result.get("status", "failed"), None)
 
     def on_trial_error(self, iteration, trials, trial, **info):
-        planned = self.shard.trial(trial.config)
-        row = trial_row(self.study, planned, {"learning_rate": trial.config.get("learning_rate")}, "failed",
-                        trial_error_text(trial)[-2000:])
-        self._add(trial.config, row)
+        self._add(trial.config, {"learning_rate": trial.config.get("learning_rate")}, "failed",
+                  trial_error_text(trial)[-2000:])
 
     def on_experiment_end(self, trials, **info):
         self.running = 0
@@ -276,11 +326,17 @@ def run_finetuning(spec: StudySpec, plan: StudyPlan, study_dir: Path, tokenizer_
     task_dirs = prepare_tasks(spec, study_dir, {k: v for k, v in tokenizer_dirs.items() if k in needed})
     res = spec.resources
     # Settings that do not change a trial's outcome stay out of its key (finetune_protocol).
-    protocol = {**finetune_protocol(spec), "micro_batch_size": spec.finetuning.micro_batch_size,
+    protocol = {**finetune_protocol(spec), "doc_stride": spec.finetuning.doc_stride,
+                "retrieval_temperature": spec.finetuning.retrieval_temperature,
+                "task_budgets": {task: task_budget(spec, task) for task in spec.finetuning.tasks},
+                "micro_batch_size": spec.finetuning.micro_batch_size,
                 "eval_batch_size": spec.finetuning.eval_batch_size, "eval_every": spec.finetuning.eval_every,
                 "threads": max(1, int(res.cpus_per_trial))}
-    shards = (grid_shards(pending, study_dir, task_dirs, res.trials_per_shard) if spec.finetuning.search == "grid"
-              else optuna_shards(spec, plan, pending, done, study_dir, task_dirs))
+    sets = EvaluationSets(plan, spec.finetuning.tasks, done)
+    shards = (grid_shards(sets.training_trials(list(plan.trials), pending), study_dir, task_dirs,
+                          res.trials_per_shard, sets)
+              if spec.finetuning.search == "grid"
+              else optuna_shards(spec, plan, pending, done, study_dir, task_dirs, sets))
     return run_shards(spec, shards, study_dir, protocol, gate=Gate(scheduler))
 
 
@@ -338,17 +394,20 @@ def start_wandb(spec: StudySpec, study_dir: Path):
                       config=asdict(spec.finetuning))
 
 
-def grid_shards(pending: list[Trial], study_dir: Path, task_dirs: dict, size: int) -> list[GridShard]:
-    return [GridShard(pending[i:i + size], study_dir, task_dirs) for i in range(0, len(pending), size)]
+def grid_shards(pending: list[Trial], study_dir: Path, task_dirs: dict, size: int,
+                sets: EvaluationSets | None = None) -> list[GridShard]:
+    return [GridShard(pending[i:i + size], study_dir, task_dirs, sets) for i in range(0, len(pending), size)]
 
 
 def optuna_shards(spec: StudySpec, plan: StudyPlan, pending: list[Trial], done: set[str], study_dir: Path,
-                  task_dirs: dict) -> list[OptunaShard]:
-    """Cells with work left, each with the samples already recorded (to warm-start its search)."""
-    pending_keys = {t.trial_key for t in pending}
+                  task_dirs: dict, sets: EvaluationSets) -> list[OptunaShard]:
+    """Cells with work left, each with the samples already recorded (to warm-start its search).
+    An evaluation-only set has no search of its own: its rows follow its training cell's samples."""
+    pending_keys = {t.trial_key for t in sets.training_trials(list(plan.trials), pending)}
     cells: dict[tuple, list[Trial]] = {}
     for trial in plan.trials:
-        cells.setdefault((trial.checkpoint.checkpoint_id, trial.task), []).append(trial)
+        if not sets.evaluation_only(trial):
+            cells.setdefault((trial.checkpoint.checkpoint_id, trial.task), []).append(trial)
     recorded = read_trials(study_dir).to_pandas().set_index("trial_key") if done else None
     n_seeds, n_samples = len(spec.finetuning.seeds), spec.finetuning.optuna.learning_rates_per_cell
     grids, searches = [], []
@@ -357,7 +416,8 @@ def optuna_shards(spec: StudySpec, plan: StudyPlan, pending: list[Trial], done: 
             continue
         by_sample = [trials[k * n_seeds:(k + 1) * n_seeds] for k in range(n_samples)]
         complete = 0
-        while complete < n_samples and all(t.trial_key in done for t in by_sample[complete]):
+        while complete < n_samples and all(t.trial_key in done and all(c.trial_key in done for c in sets.companions(t))
+                                           for t in by_sample[complete]):
             complete += 1
         evaluated = [(float(recorded.loc[by_sample[k][0].trial_key, "learning_rate"]),
                       sum(search_score(recorded.loc[t.trial_key].to_dict()) for t in by_sample[k]) / n_seeds)
@@ -365,5 +425,5 @@ def optuna_shards(spec: StudySpec, plan: StudyPlan, pending: list[Trial], done: 
         grids.append(by_sample)
         searches.append(CellSearch(samples_total=n_samples, seeds=n_seeds, first_sample=complete, evaluated=evaluated))
     cells_per_shard = max(1, spec.resources.trials_per_shard // (n_samples * n_seeds))
-    return [OptunaShard(grids[i:i + cells_per_shard], searches[i:i + cells_per_shard], study_dir, task_dirs)
+    return [OptunaShard(grids[i:i + cells_per_shard], searches[i:i + cells_per_shard], study_dir, task_dirs, sets)
             for i in range(0, len(grids), cells_per_shard)]

@@ -215,13 +215,27 @@ def continued_run(spec, grid, source: str, base: dict, steps: int, ratio: float,
     )
 
 
-def finetune_protocol(spec: StudySpec) -> dict:
-    """The settings every trial shares; part of each trial key."""
+# Settings only one family reads: part of that family's trial keys only, so editing the QA
+# stride does not turn every classification trial into a changed cell.
+FAMILY_SETTINGS = {"extractive_qa": ("doc_stride",), "retrieval": ("retrieval_temperature",)}
+
+
+def finetune_protocol(spec: StudySpec, task: str | None = None) -> dict:
+    """The settings every trial shares; with `task`, those of its family and its own budget.
+    Part of each trial key."""
     ft = spec.finetuning
-    return {key: getattr(ft, key) for key in (
+    family = task_dict(task)["family"] if task else None
+    protocol = {key: getattr(ft, key) for key in (
         "batch_size", "max_steps", "epochs", "max_length", "warmup_ratio", "betas", "eps",
-        "weight_decay", "grad_clip", "max_train_examples", "max_eval_examples",
+        "weight_decay", "grad_clip", "max_train_examples", "max_eval_examples", *FAMILY_SETTINGS.get(family, ()),
     )}
+    return {**protocol, **task_budget(spec, task)}
+
+
+def task_budget(spec: StudySpec, task: str | None) -> dict:
+    """The task's own max_steps / epochs where its `task_budgets` entry sets them."""
+    budget = spec.finetuning.task_budgets.get(task)
+    return {key: getattr(budget, key) for key in ("max_steps", "epochs") if budget and getattr(budget, key) is not None}
 
 
 def cell_key(checkpoint: EvaluatedCheckpoint, task: str, protocol: dict) -> dict:
@@ -232,10 +246,10 @@ def cell_key(checkpoint: EvaluatedCheckpoint, task: str, protocol: dict) -> dict
 def plan_trials(spec: StudySpec, checkpoints: list[EvaluatedCheckpoint]) -> list[Trial]:
     """Grid: checkpoint x task x learning rate x seed. Optuna: checkpoint x task x sample x seed,
     where sample k of a cell is the k-th learning rate its search proposes."""
-    ft, protocol = spec.finetuning, finetune_protocol(spec)
+    ft = spec.finetuning
     trials = []
     for ckpt, task in itertools.product(checkpoints, ft.tasks):
-        cell = cell_key(ckpt, task, protocol)
+        cell = cell_key(ckpt, task, finetune_protocol(spec, task))
         if ft.search == "grid":
             trials += [Trial(trial_key=stable_key({**cell, "lr": lr, "seed": seed}), checkpoint=ckpt, task=task,
                              learning_rate=lr, seed=seed)

@@ -202,6 +202,20 @@ class OptunaSpec:
 
 
 @dataclass(kw_only=True, slots=True)
+class TaskBudgetSpec:
+    max_steps: int | None = None
+    """Optimizer steps per trial at most, for this task (None: finetuning.max_steps)."""
+    epochs: float | None = None
+    """Passes over this task's training split at most (None: finetuning.epochs)."""
+
+    def check(self):
+        if self.max_steps is not None and self.max_steps <= 0:
+            yield "max_steps", f"must be positive, got {self.max_steps}"
+        if self.epochs is not None and self.epochs <= 0:
+            yield "epochs", f"must be positive, got {self.epochs}"
+
+
+@dataclass(kw_only=True, slots=True)
 class FinetuningSpec:
     tasks: list[str]
     """Task names (see `sweeper.catalog.TASKS`)."""
@@ -222,8 +236,14 @@ class FinetuningSpec:
     """At most this many optimizer steps per trial."""
     epochs: float = 1.0
     """At most this many passes over the training split."""
+    task_budgets: dict[str, TaskBudgetSpec] = field(default_factory=dict)
+    """Per-task max_steps / epochs replacing the ones above (the paper: one epoch for CoNLL and UNER)."""
     max_length: int = 128
-    """Tokens per example after truncation."""
+    """Tokens per example after truncation (per window for extractive QA)."""
+    doc_stride: int = 128
+    """Extractive QA: tokens shared by consecutive windows of a context longer than max_length."""
+    retrieval_temperature: float = 0.05
+    """Retrieval: temperature of the in-batch InfoNCE loss over cosine similarities."""
     warmup_ratio: float = 0.1
     """Share of the steps with linear warmup; then linear decay to 0."""
     betas: list[float] = field(default_factory=lambda: [0.9, 0.95])
@@ -247,6 +267,19 @@ class FinetuningSpec:
         for i, task in enumerate(self.tasks):
             if task not in TASKS:
                 yield f"tasks[{i}]", f"unknown task {task!r}{suggestion(task, list(TASKS))}"
+            elif TASKS[task].train_task and TASKS[task].train_task not in self.tasks:
+                trained_on = TASKS[task].train_task
+                yield f"tasks[{i}]", (f"{task!r} is an evaluation-only set scored with the model trained on "
+                                      f"{trained_on!r}; add {trained_on!r} to tasks")
+        for task in self.task_budgets:
+            if task not in self.tasks:
+                yield f"task_budgets.{task}", f"{task!r} is not in tasks{suggestion(task, self.tasks)}"
+        if any(TASKS[t].family == "extractive_qa" for t in self.tasks if t in TASKS) and (
+                not 0 <= self.doc_stride < self.max_length // 2):
+            yield "doc_stride", (f"must be in [0, max_length / 2) so a window advances over a long context, "
+                                 f"got {self.doc_stride} with max_length {self.max_length}")
+        if self.retrieval_temperature <= 0:
+            yield "retrieval_temperature", f"must be positive, got {self.retrieval_temperature}"
         for key in ("tasks", "learning_rates", "seeds"):
             if not getattr(self, key) and not (key == "learning_rates" and self.search == "optuna"):
                 yield key, "empty grid: give at least one value"

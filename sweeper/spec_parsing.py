@@ -109,7 +109,10 @@ def convert(value, annotation, path: str, context: Context):
     if origin is dict or annotation is dict:
         if not isinstance(value, dict):
             context.fail(path, f"expected a mapping, got {type_name(value)}")
-        return dict(value)
+        if not args:
+            return dict(value)
+        return {convert(key, args[0], path, context): convert(item, args[1], f"{path}.{key}", context)
+                for key, item in value.items()}
     if dataclasses.is_dataclass(annotation):
         return build_dataclass(annotation, value, path, context)
     if annotation is bool:

@@ -67,3 +67,14 @@ def smoke_study(ray_head, tmp_path_factory):
     )
     assert submitted.returncode == 0, submitted.stdout[-5000:] + submitted.stderr[-3000:]
     return study_dir, submitted.stdout
+
+
+@pytest.fixture(scope="session")
+def wordpiece_dir(tmp_path_factory) -> str:
+    """A small WordPiece tokenizer trained on the built-in corpus (for task-data tests)."""
+    from trainables.corpus import prepare_corpus
+
+    out = tmp_path_factory.mktemp("corpus") / "corpus"
+    prepare_corpus({"source": "wordnet", "text_column": "text", "tokenizer": "train-wordpiece", "vocab_size": 512,
+                    "max_documents": 300}, str(out))
+    return str(out / "tokenizer")

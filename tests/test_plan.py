@@ -18,10 +18,11 @@ def test_run_names_follow_the_authors_scheme():
 def test_micro_plan_counts_and_names():
     plan = plan_study(load_spec(SPECS / "micro.yaml"))
     names = [run.name for run in plan.runs]
-    assert names == ["tiny-mlm40-300", "tiny-clm-300", "tiny-clm-75-mlm40-300", "tiny-clm-150-mlm40-300"]
+    assert names == ["tiny-mlm40-600", "tiny-clm-600", "tiny-clm-150-mlm40-600", "tiny-clm-300-mlm40-600"]
     ids = [c.checkpoint_id for c in plan.checkpoints]
-    assert "tiny-mlm40-300-100" in ids and "tiny-clm-300-100" in ids and len(ids) == 6
-    assert len(plan.trials) == 6 * 2 * 3 * 2
+    assert "tiny-mlm40-600-200" in ids and "tiny-clm-600-200" in ids and len(ids) == 6
+    assert len(plan.trials) == 6 * 5 * 3 * 2
+    assert {t.task for t in plan.trials} >= {"wordnet-usage-retrieval", "wordnet-definition-retrieval"}
     assert len({t.trial_key for t in plan.trials}) == len(plan.trials)
 
 
@@ -31,16 +32,23 @@ def test_keys_are_stable_and_extending_a_grid_keeps_existing_keys():
     assert first == {t.trial_key for t in plan_study(load_spec(SPECS / "micro.yaml")).trials}
     more_seeds = replace(spec, finetuning=replace(spec.finetuning, seeds=[0, 1, 2]))
     extended = {t.trial_key for t in plan_study(more_seeds).trials}
-    assert first < extended and len(extended - first) == 6 * 2 * 3
+    assert first < extended and len(extended - first) == 6 * 5 * 3
+    trials = plan_study(spec).trials
     changed = replace(spec, finetuning=replace(spec.finetuning, max_steps=41))
-    assert not first & {t.trial_key for t in plan_study(changed).trials}, "a protocol change alters every cell"
+    kept = first & {t.trial_key for t in plan_study(changed).trials}
+    assert kept == {t.trial_key for t in trials if t.task == "wordnet-supersense-qa"}, (
+        "a protocol change alters every cell but those of a task with its own step budget")
+    stride = replace(spec, finetuning=replace(spec.finetuning, doc_stride=8))
+    altered = first - {t.trial_key for t in plan_study(stride).trials}
+    assert altered == {t.trial_key for t in trials if t.task == "wordnet-supersense-qa"}, (
+        "a family's own setting alters that family's cells only")
 
 
 def test_pure_splits_of_a_biphasic_grid_collapse_into_pure_runs():
     spec = load_spec(SPECS / "micro.yaml")
     grid = replace(spec.pretraining.runs[2], clm_fraction=[0.0, 0.25, 1.0])
     plan = plan_study(replace(spec, pretraining=replace(spec.pretraining, runs=[grid])))
-    assert [r.name for r in plan.runs] == ["tiny-mlm40-300", "tiny-clm-75-mlm40-300", "tiny-clm-300"]
+    assert [r.name for r in plan.runs] == ["tiny-mlm40-600", "tiny-clm-150-mlm40-600", "tiny-clm-600"]
     assert [r.objective for r in plan.runs] == ["mlm", "clm-mlm", "clm"]
 
 

@@ -127,12 +127,14 @@ def test_every_malformed_file_exits_2_names_its_key_and_starts_no_ray(tmp_path):
         assert path in stderr and key in stderr and reason in stderr, f"{name}: {stderr}"
 
 
-def test_a_planned_but_unimplemented_family_is_refused_before_running(tmp_path):
-    path = tmp_path / "qa.yaml"
-    path.write_text(with_change("[wordnet-supersense-cls, ", "[squad, "))
+def test_an_evaluation_only_set_needs_its_training_task(tmp_path):
+    path = tmp_path / "ir.yaml"
+    path.write_text(with_change("[wordnet-supersense-cls, ", "[nq, wordnet-supersense-cls, "))
     result = subprocess.run([sys.executable, "-m", "sweeper", "run", str(path), "--storage", str(tmp_path / "s")],
                             capture_output=True, text=True, cwd=ROOT)
-    assert result.returncode == 2 and "finetuning.tasks[0]" in result.stderr and "not implemented" in result.stderr
+    assert result.returncode == 2, result.stderr
+    assert "finetuning.tasks[0]" in result.stderr and "add 'msmarco'" in result.stderr
+    assert not (tmp_path / "s").exists()
 
 
 def test_shipped_specs_load():

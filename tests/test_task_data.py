@@ -4,21 +4,12 @@ from __future__ import annotations
 import pytest
 
 from sweeper.catalog import task_dict
-from trainables.corpus import prepare_corpus
 from trainables.finetune_loop import run_trial
 from trainables.tasks import data as task_data
 
 PROTOCOL = {"threads": 1, "betas": [0.9, 0.95], "eps": 1e-5, "weight_decay": 0.1, "batch_size": 8,
             "micro_batch_size": 4, "max_steps": 3, "epochs": 1.0, "warmup_ratio": 0.1, "grad_clip": 1.0,
-            "eval_batch_size": 16}
-
-
-@pytest.fixture(scope="module")
-def tokenizer_dir(tmp_path_factory):
-    out = tmp_path_factory.mktemp("corpus") / "corpus"
-    prepare_corpus({"source": "wordnet", "text_column": "text", "tokenizer": "train-wordpiece", "vocab_size": 512,
-                    "max_documents": 300}, str(out))
-    return str(out / "tokenizer")
+            "eval_batch_size": 16, "doc_stride": 8, "retrieval_temperature": 0.05}
 
 
 def test_splits_follow_the_paper():
@@ -32,15 +23,16 @@ def test_splits_follow_the_paper():
     assert task_data.load_task_splits(task, None, None)["validation"] == splits["validation"], "seed 42, stable"
 
 
-@pytest.mark.parametrize("name", ["wordnet-supersense-cls", "wordnet-supersense-tag"])
-def test_a_grid_of_trials_tokenises_each_data_set_once(tmp_path, monkeypatch, tokenizer_dir, name):
+@pytest.mark.parametrize("name", ["wordnet-supersense-cls", "wordnet-supersense-tag", "wordnet-supersense-qa",
+                                  "wordnet-usage-retrieval"])
+def test_a_grid_of_trials_tokenises_each_data_set_once(tmp_path, monkeypatch, wordpiece_dir, name):
     task = task_dict(name)
     out = tmp_path / "prepared"
     builds = []
     real_splits = task_data.load_task_splits
     monkeypatch.setattr(task_data, "load_task_splits", lambda *a: builds.append(1) or real_splits(*a))
     for _ in range(3):  # three prepare calls (say, three shards): one build
-        meta = task_data.prepare_task_data(task, tokenizer_dir, 32, str(out), 48, 16)
+        meta = task_data.prepare_task_data(task, wordpiece_dir, 32, str(out), 48, 16, {"doc_stride": 8})
     assert builds == [1] and meta["sizes"] == {"train": 48, "validation": 16, "test": 16}
 
     # Trials read the prepared arrays and never load a tokenizer.

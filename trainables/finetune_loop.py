@@ -7,19 +7,15 @@ of the same checkpoint and task placed on one worker load them once.
 """
 from __future__ import annotations
 
-import json
 import math
 import time
 from functools import lru_cache
 
 import numpy as np
 import torch
-import torch.nn.functional as F
 
 from trainables.schedule import linear_warmup_decay_lr
-from trainables.tasks.data import IGNORE, load_prepared
-from trainables.tasks.heads import HEADS
-from trainables.tasks.metrics import accuracy, entity_f1
+from trainables.tasks.data import FAMILIES, load_prepared
 
 
 @lru_cache(maxsize=2)
@@ -58,61 +54,40 @@ def device_and_autocast():
     return device, torch.autocast("cuda", dtype=torch.bfloat16, enabled=device.type == "cuda")
 
 
-def batch_tensors(split: dict, rows, device, *keys):
-    return [torch.from_numpy(split[key][rows].astype(np.int64)).to(device) for key in keys]
-
-
-def evaluate(model, split: dict, family: str, labels: list[str], batch_size: int) -> float:
+def evaluate(model, split: dict, meta: dict, protocol: dict) -> float:
+    """The family's score of the current weights on one split, in [0, 100]."""
     model.eval()
-    predictions = []
     device, autocast = device_and_autocast()
     with torch.no_grad(), autocast:
-        for start in range(0, len(split["input_ids"]), batch_size):
-            ids, mask = batch_tensors(split, slice(start, start + batch_size), device, "input_ids", "attention_mask")
-            predictions.append(model(ids, mask).argmax(-1).cpu().numpy())
+        score = FAMILIES[meta["family"]].score(model, split, meta, protocol["eval_batch_size"], device, protocol)
     model.train()
-    predicted = np.concatenate(predictions)
-    if family == "sequence_classification":
-        return accuracy(predicted, split["labels"])
-    return entity_f1(*word_level_tags(predicted, split, labels))
-
-
-def word_level_tags(predicted: np.ndarray, split: dict, labels: list[str]):
-    """Predicted and gold BIO tags per word; words cut by truncation count as predicted 'O'."""
-    predicted_tags, gold_tags = [], []
-    for row, gold_json in enumerate(split["gold_tags"]):
-        gold = json.loads(str(gold_json))
-        tags = ["O"] * len(gold)
-        for position in np.nonzero(split["word_index"][row] >= 0)[0]:
-            tags[split["word_index"][row, position]] = labels[predicted[row, position]]
-        predicted_tags.append(tags)
-        gold_tags.append(gold)
-    return predicted_tags, gold_tags
+    return score
 
 
 def run_trial(trial: dict, protocol: dict) -> dict:
-    """Train on the task's train split, then score the final weights on validation and test."""
+    """Train on the task's train split, then score the final weights on validation and test, and
+    (retrieval) on each evaluation-only set in `trial["also_evaluate"]` with the same weights."""
     started = time.time()
+    protocol = {**protocol, **protocol.get("task_budgets", {}).get(trial["task"]["name"], {})}
     torch.set_num_threads(protocol["threads"])
     torch.manual_seed(trial["seed"])
     rng = np.random.default_rng(trial["seed"])
     meta, splits = cached_task_data(trial["task_data_dir"])
-    family, labels = trial["task"]["family"], meta["labels"]
+    family = FAMILIES[trial["task"]["family"]]
     device, autocast = device_and_autocast()
-    model = HEADS[family](build_backbone(trial["checkpoint_path"], trial.get("random_init_config")),
-                          len(labels)).to(device)
+    model = family.build(build_backbone(trial["checkpoint_path"], trial.get("random_init_config")), meta).to(device)
     optimizer = torch.optim.AdamW(
         model.parameters(), lr=trial["learning_rate"], betas=tuple(protocol["betas"]),
         eps=protocol["eps"], weight_decay=protocol["weight_decay"],
     )
     train = splits["train"]
-    n_train, batch = len(train["input_ids"]), protocol["batch_size"]
+    n_train, batch = family.train_size(train), protocol["batch_size"]
     micro = min(batch, protocol["micro_batch_size"])
     steps = min(protocol["max_steps"], math.ceil(protocol["epochs"] * n_train / batch))
-    order = np.concatenate([rng.permutation(n_train) for _ in range(math.ceil(steps * batch / n_train) + 1)])
-    status, loss_value = "ok", float("nan")
+    order = np.concatenate([rng.permutation(n_train) for _ in range(math.ceil(steps * batch / max(n_train, 1)) + 1)])
+    status, loss_value, step = "ok", float("nan"), -1
     curve = []  # validation score every `eval_every` steps: the eval-curve table
-    eval_every, eval_batch = protocol.get("eval_every", 0), protocol["eval_batch_size"]
+    eval_every = protocol.get("eval_every", 0)
     for step in range(steps):
         for group in optimizer.param_groups:
             group["lr"] = linear_warmup_decay_lr(
@@ -122,11 +97,8 @@ def run_trial(trial: dict, protocol: dict) -> dict:
         total = 0.0
         for start in range(0, batch, micro):  # gradient accumulation to the effective batch
             chunk = indices[start:start + micro]
-            ids, mask, target = batch_tensors(train, chunk, device, "input_ids", "attention_mask", "labels")
             with autocast:
-                logits = model(ids, mask)
-            loss = F.cross_entropy(logits.float().reshape(-1, logits.shape[-1]), target.reshape(-1),
-                                   ignore_index=IGNORE)
+                loss = family.loss(model, train, chunk, device, protocol)
             (loss * len(chunk) / len(indices)).backward()
             total += loss.item() * len(chunk) / len(indices)
         if not math.isfinite(total):
@@ -138,14 +110,18 @@ def run_trial(trial: dict, protocol: dict) -> dict:
         optimizer.zero_grad(set_to_none=True)
         if eval_every and (step + 1) % eval_every == 0 and step + 1 < steps:
             curve.append({"step": step + 1, "train_loss": loss_value,
-                          "validation_score": evaluate(model, splits["validation"], family, labels, eval_batch)})
+                          "validation_score": evaluate(model, splits["validation"], meta, protocol)})
     result = {"trial_key": trial["trial_key"], "learning_rate": trial["learning_rate"], "status": status,
-              "train_loss": loss_value,
-              "train_steps": (step + 1 if status == "ok" else step) if steps else 0, "metric": trial["task"]["metric"],
-              "validation_score": float("nan"), "test_score": float("nan")}
+              "train_loss": loss_value, "train_steps": step + 1 if status == "ok" else step,
+              "metric": trial["task"]["metric"], "validation_score": float("nan"), "test_score": float("nan"),
+              "also_evaluated": {}}
     if status == "ok":
-        result["validation_score"] = evaluate(model, splits["validation"], family, labels, eval_batch)
-        result["test_score"] = evaluate(model, splits["test"], family, labels, eval_batch)
+        result["validation_score"] = evaluate(model, splits["validation"], meta, protocol)
+        result["test_score"] = evaluate(model, splits["test"], meta, protocol)
+        for other in trial.get("also_evaluate", []):
+            other_meta, other_splits = cached_task_data(other["task_data_dir"])
+            result["also_evaluated"][other["trial_key"]] = {
+                split: evaluate(model, other_splits[split], other_meta, protocol) for split in ("validation", "test")}
     result["curve"] = curve + [{"step": result["train_steps"], "train_loss": loss_value,
                                 "validation_score": result["validation_score"], "test_score": result["test_score"]}]
     del model, optimizer

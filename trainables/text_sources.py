@@ -1,8 +1,10 @@
 """Where text comes from: the shipped WordNet-derived files, local files, or the Hugging Face hub.
 
 Built-in names resolve to files in `trainables/data_files/` (see its README for source and
-licence); a path to .jsonl/.json/.parquet/.txt reads locally; anything else is a hub dataset id
-(`name` or `name:config`), which needs network access a cluster has and these machines do not.
+licence); a path to .jsonl/.json/.parquet/.txt reads locally, and a local directory holds one such
+file per split (`train.jsonl`, `validation.parquet`, ...): a hub data set copied to a disk keeps its
+schema and its task mapping. Anything else is a hub dataset id (`name` or `name:config`), which
+needs network access a cluster has and these machines do not.
 """
 from __future__ import annotations
 
@@ -16,7 +18,11 @@ BUILTIN_FILES = {
     "wordnet": DATA_DIR / "wordnet" / "corpus.jsonl.gz",
     "wordnet-supersense-cls": DATA_DIR / "wordnet" / "supersense_cls.jsonl.gz",
     "wordnet-supersense-tag": DATA_DIR / "wordnet" / "supersense_tag.jsonl.gz",
+    "wordnet-supersense-qa": DATA_DIR / "wordnet" / "supersense_qa.jsonl.gz",
+    "wordnet-usage-retrieval": DATA_DIR / "wordnet" / "usage_retrieval.jsonl.gz",
+    "wordnet-definition-retrieval": DATA_DIR / "wordnet" / "definition_retrieval.jsonl.gz",
 }
+SPLIT_FILE_SUFFIXES = (".jsonl", ".jsonl.gz", ".json", ".parquet")
 
 
 def read_jsonl(path: Path) -> Iterator[dict]:
@@ -27,9 +33,16 @@ def read_jsonl(path: Path) -> Iterator[dict]:
                 yield json.loads(line)
 
 
-def iter_rows(source: str, split: str | None = None) -> Iterator[dict]:
-    """Rows of a built-in file, a local file, or a hub dataset split."""
+def iter_rows(source: str, split: str | None = None, data_files: dict | None = None) -> Iterator[dict]:
+    """Rows of a built-in file, a local file or split directory, or a hub dataset split
+    (`data_files`: split -> files of the hub repository, for sources without a runnable builder)."""
     path = BUILTIN_FILES.get(source) or Path(source)
+    if path.is_dir():
+        split = split or "train"
+        files = [path / f"{split}{suffix}" for suffix in SPLIT_FILE_SUFFIXES if (path / f"{split}{suffix}").exists()]
+        if not files:
+            raise FileNotFoundError(f"{path} has no file for split {split!r} ({split}.jsonl/.json/.parquet)")
+        path = files[0]
     if path.exists():
         if path.suffix == ".parquet":
             import pyarrow.parquet as pq
@@ -43,7 +56,13 @@ def iter_rows(source: str, split: str | None = None) -> Iterator[dict]:
     import datasets
 
     name, _, config = source.partition(":")
-    yield from datasets.load_dataset(name, config or None, split=split or "train", streaming=True)
+    split = split or "train"
+    if data_files:
+        files = data_files[split]
+        files = [f"hf://datasets/{name}/{f}" for f in (files if isinstance(files, list) else [files])]
+        yield from datasets.load_dataset("json", data_files={split: files}, split=split, streaming=True)
+        return
+    yield from datasets.load_dataset(name, config or None, split=split, streaming=True)
 
 
 def iter_corpus_texts(source: str, text_column: str, max_documents: int | None) -> Iterator[str]:

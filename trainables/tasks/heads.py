@@ -1,8 +1,6 @@
 """Task heads on the bidirectional backbone (the paper fine-tunes every checkpoint this way)."""
 from __future__ import annotations
 
-from functools import partial
-
 import torch
 from torch import nn
 
@@ -26,6 +24,3 @@ class LinearHead(nn.Module):
         hidden = self.backbone(input_ids, attention_mask=attention_mask, causal=False).last_hidden_state
         return self.head(mean_pool(hidden, attention_mask) if self.pooled else hidden)
 
-
-HEADS = {"sequence_classification": partial(LinearHead, pooled=True),
-         "token_classification": partial(LinearHead, pooled=False)}

@@ -1,0 +1,104 @@
+"""Retrieval: a bi-encoder (one backbone, mean pooling) trained with in-batch-negative InfoNCE on
+query / positive pairs, scored by NDCG@10 over the split's labelled document pool.
+
+The in-batch negatives are the other pairs of the same forward pass (the micro-batch): set
+`micro_batch_size` to `batch_size` for the paper's 31 negatives per query. One trained model is
+scored on every evaluation set of the study that names this task as its `train_task`.
+"""
+from __future__ import annotations
+
+import numpy as np
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from trainables.tasks.adapters import retrieval_split
+from trainables.tasks.heads import mean_pool
+from trainables.tasks.metrics import ndcg_at_k
+
+
+class BiEncoder(nn.Module):
+    def __init__(self, backbone: nn.Module):
+        super().__init__()
+        self.backbone = backbone
+
+    def forward(self, input_ids, attention_mask):
+        hidden = self.backbone(input_ids, attention_mask=attention_mask, causal=False).last_hidden_state
+        return F.normalize(mean_pool(hidden, attention_mask).float(), dim=-1)
+
+
+def tokenise(tokenizer, texts: list[str], max_length: int) -> tuple[np.ndarray, np.ndarray]:
+    if not texts:  # an evaluation-only set has no training split
+        return np.zeros((0, max_length), dtype=np.int32), np.zeros((0, max_length), dtype=np.int8)
+    enc = tokenizer(texts, truncation=True, max_length=max_length, padding="max_length")
+    return (np.asarray(enc["input_ids"], dtype=np.int32).reshape(len(texts), max_length),
+            np.asarray(enc["attention_mask"], dtype=np.int8).reshape(len(texts), max_length))
+
+
+def encode_split(rows: list[dict], schema: str, tokenizer, max_length: int, training: bool) -> dict[str, np.ndarray]:
+    queries, documents = retrieval_split(rows, schema)
+    doc_ids = list(documents)
+    position = {doc: i for i, doc in enumerate(doc_ids)}
+    query_ids, query_mask = tokenise(tokenizer, [q["query"] for q in queries], max_length)
+    doc_tokens, doc_mask = tokenise(tokenizer, [documents[d] for d in doc_ids], max_length)
+    positives = [[position[d] for d in q["positives"]] for q in queries]
+    arrays = {
+        "query_input_ids": query_ids, "query_attention_mask": query_mask,
+        "doc_input_ids": doc_tokens, "doc_attention_mask": doc_mask,
+        # relevant documents of query q: positive_docs[positive_offsets[q]:positive_offsets[q + 1]]
+        "positive_offsets": np.cumsum([0] + [len(p) for p in positives]).astype(np.int64),
+        "positive_docs": np.asarray([d for p in positives for d in p], dtype=np.int64),
+    }
+    if training:  # one (query, first positive) pair per query
+        arrays["pair_query"] = np.arange(len(queries), dtype=np.int64)
+        arrays["pair_doc"] = np.asarray([p[0] for p in positives], dtype=np.int64)
+    return arrays
+
+
+def embed(model, ids: np.ndarray, mask: np.ndarray, batch_size: int, device) -> torch.Tensor:
+    chunks = [model(torch.from_numpy(ids[i:i + batch_size].astype(np.int64)).to(device),
+                    torch.from_numpy(mask[i:i + batch_size].astype(np.int64)).to(device)).cpu()
+              for i in range(0, len(ids), batch_size)]
+    return torch.cat(chunks) if chunks else torch.zeros(0, 1)
+
+
+class Retrieval:
+    @staticmethod
+    def encode(splits: dict[str, list[dict]], task: dict, tokenizer, max_length: int, protocol: dict):
+        arrays = {split: encode_split(rows, task["schema"], tokenizer, max_length, training=split == "train")
+                  for split, rows in splits.items()}
+        return arrays, {"labels": [], "pool": {split: len(a["doc_input_ids"]) for split, a in arrays.items()}}
+
+    @staticmethod
+    def build(backbone, meta: dict):
+        return BiEncoder(backbone)
+
+    @staticmethod
+    def train_size(split: dict) -> int:
+        return len(split.get("pair_query", ()))
+
+    @staticmethod
+    def loss(model, split: dict, rows: np.ndarray, device, protocol: dict) -> torch.Tensor:
+        queries, docs = split["pair_query"][rows], split["pair_doc"][rows]
+        q = model(*(torch.from_numpy(split[f"query_{k}"][queries].astype(np.int64)).to(device)
+                    for k in ("input_ids", "attention_mask")))
+        d = model(*(torch.from_numpy(split[f"doc_{k}"][docs].astype(np.int64)).to(device)
+                    for k in ("input_ids", "attention_mask")))
+        logits = q @ d.T / protocol["retrieval_temperature"]
+        # A document that is also another pair's positive is no negative for this query.
+        same = torch.from_numpy(docs[:, None] == docs[None, :]).to(device) & ~torch.eye(len(docs), dtype=torch.bool,
+                                                                                          device=device)
+        logits = logits.masked_fill(same, torch.finfo(logits.dtype).min)
+        return F.cross_entropy(logits, torch.arange(len(docs), device=device))
+
+    @staticmethod
+    def score(model, split: dict, meta: dict, batch_size: int, device, protocol: dict) -> float:
+        n_queries = len(split["query_input_ids"])
+        if n_queries == 0:
+            return float("nan")
+        queries = embed(model, split["query_input_ids"], split["query_attention_mask"], batch_size, device)
+        docs = embed(model, split["doc_input_ids"], split["doc_attention_mask"], batch_size, device)
+        top = torch.topk(queries @ docs.T, k=min(10, len(docs)), dim=-1).indices.numpy()
+        offsets, positives = split["positive_offsets"], split["positive_docs"]
+        relevance = [{int(d): 1 for d in positives[offsets[q]:offsets[q + 1]]} for q in range(n_queries)]
+        return ndcg_at_k([[int(d) for d in row] for row in top], relevance, k=10)
