@@ -325,19 +325,23 @@ def run_finetuning(spec: StudySpec, plan: StudyPlan, study_dir: Path, tokenizer_
     needed = {t.checkpoint.run.tokenizer for t in pending}
     task_dirs = prepare_tasks(spec, study_dir, {k: v for k, v in tokenizer_dirs.items() if k in needed})
     res = spec.resources
-    # Settings that do not change a trial's outcome stay out of its key (finetune_protocol).
-    protocol = {**finetune_protocol(spec), "doc_stride": spec.finetuning.doc_stride,
-                "retrieval_temperature": spec.finetuning.retrieval_temperature,
-                "task_budgets": {task: task_budget(spec, task) for task in spec.finetuning.tasks},
-                "micro_batch_size": spec.finetuning.micro_batch_size,
-                "eval_batch_size": spec.finetuning.eval_batch_size, "eval_every": spec.finetuning.eval_every,
-                "threads": max(1, int(res.cpus_per_trial))}
+    protocol = worker_protocol(spec)
     sets = EvaluationSets(plan, spec.finetuning.tasks, done)
     shards = (grid_shards(sets.training_trials(list(plan.trials), pending), study_dir, task_dirs,
                           res.trials_per_shard, sets)
               if spec.finetuning.search == "grid"
               else optuna_shards(spec, plan, pending, done, study_dir, task_dirs, sets))
     return run_shards(spec, shards, study_dir, protocol, gate=Gate(scheduler))
+
+
+def worker_protocol(spec: StudySpec) -> dict:
+    """Everything a trial's worker reads besides its payload. Settings that do not change a
+    trial's outcome (micro-batch, eval batch, threads) stay out of its key (finetune_protocol)."""
+    ft = spec.finetuning
+    return {**finetune_protocol(spec), "doc_stride": ft.doc_stride, "retrieval_temperature": ft.retrieval_temperature,
+            "task_budgets": {task: task_budget(spec, task) for task in ft.tasks},
+            "micro_batch_size": ft.micro_batch_size, "eval_batch_size": ft.eval_batch_size,
+            "eval_every": ft.eval_every, "threads": max(1, int(spec.resources.cpus_per_trial))}
 
 
 def run_shards(spec: StudySpec, shards: list, study_dir: Path, protocol: dict,

@@ -313,6 +313,9 @@ class ResourcesSpec:
     """Cap on trials running at once (None: as many as resources allow)."""
     trials_per_shard: int = 2000
     """Fine-tuning trials per Tuner run; bounds the driver's memory on large grids."""
+    sharding: Literal["ddp", "fsdp"] = "ddp"
+    """How a worker group splits a run: ddp replicates the model on every worker; fsdp shards
+    parameters, gradients and optimizer state (FSDP2 `fully_shard` per block), for 610m/1b."""
     max_failures: int = 2
     """Pretraining worker-group restarts from the last checkpoint before a run is failed."""
 

@@ -11,6 +11,8 @@ Importing `trainables` registers the architecture with the Auto classes, so
 """
 from __future__ import annotations
 
+import importlib.util
+
 import torch
 import torch.nn.functional as F
 from torch import nn
@@ -102,6 +104,28 @@ def build_attention_mask(
     return allowed, False
 
 
+FLASH_ATTN_AVAILABLE = importlib.util.find_spec("flash_attn") is not None
+
+
+def varlen_segments(document_ids: torch.Tensor) -> tuple[torch.Tensor, int]:
+    """Packed rows -> flash-attn's varlen layout: int32 cumulative lengths of the documents of
+    the flattened (batch x seq) tokens, and the longest document. A document never spans two
+    rows (a row boundary always starts a new segment)."""
+    batch, seq = document_ids.shape
+    starts = torch.ones_like(document_ids, dtype=torch.bool)
+    starts[:, 1:] = document_ids[:, 1:] != document_ids[:, :-1]
+    positions = torch.nonzero(starts.flatten(), as_tuple=True)[0]
+    cu_seqlens = torch.cat([positions, positions.new_tensor([batch * seq])]).to(torch.int32)
+    return cu_seqlens, int((cu_seqlens[1:] - cu_seqlens[:-1]).max())
+
+
+def use_flash_varlen(hidden: torch.Tensor, attention_mask, document_ids) -> bool:
+    """flash-attn's varlen kernel for packed pretraining batches on GPU (no padding to mask, and
+    bf16/fp16 under autocast); SDPA with a block mask everywhere else (CPU, fine-tuning)."""
+    return (FLASH_ATTN_AVAILABLE and hidden.is_cuda and document_ids is not None and attention_mask is None
+            and torch.is_autocast_enabled("cuda"))
+
+
 class Attention(nn.Module):
     def __init__(self, config: LlamaEncoderConfig):
         super().__init__()
@@ -113,12 +137,20 @@ class Attention(nn.Module):
         self.v_proj = nn.Linear(config.hidden_size, self.num_kv_heads * self.head_dim, bias=False)
         self.o_proj = nn.Linear(self.num_heads * self.head_dim, config.hidden_size, bias=False)
 
-    def forward(self, hidden, cos, sin, mask, is_causal):
+    def forward(self, hidden, cos, sin, mask, is_causal, varlen=None):
         batch, seq, _ = hidden.shape
         q = self.q_proj(hidden).view(batch, seq, self.num_heads, self.head_dim).transpose(1, 2)
         k = self.k_proj(hidden).view(batch, seq, self.num_kv_heads, self.head_dim).transpose(1, 2)
         v = self.v_proj(hidden).view(batch, seq, self.num_kv_heads, self.head_dim).transpose(1, 2)
         q, k = apply_rotary(q, cos, sin), apply_rotary(k, cos, sin)
+        if varlen is not None:  # packed documents as separate sequences: no mask, no wasted FLOPs
+            from flash_attn import flash_attn_varlen_func
+
+            cu_seqlens, max_len = varlen
+            flat = [t.transpose(1, 2).reshape(batch * seq, t.shape[1], self.head_dim).to(torch.bfloat16)
+                    for t in (q, k, v)]
+            out = flash_attn_varlen_func(*flat, cu_seqlens, cu_seqlens, max_len, max_len, causal=is_causal)
+            return self.o_proj(out.reshape(batch, seq, -1).to(hidden.dtype))
         out = F.scaled_dot_product_attention(
             q, k, v, attn_mask=mask, is_causal=is_causal,
             enable_gqa=self.num_kv_heads != self.num_heads,
@@ -145,8 +177,8 @@ class Block(nn.Module):
         self.post_attention_layernorm = nn.RMSNorm(config.hidden_size, eps=config.rms_norm_eps)
         self.mlp = SwiGLU(config)
 
-    def forward(self, hidden, cos, sin, mask, is_causal):
-        hidden = hidden + self.self_attn(self.input_layernorm(hidden), cos, sin, mask, is_causal)
+    def forward(self, hidden, cos, sin, mask, is_causal, varlen=None):
+        hidden = hidden + self.self_attn(self.input_layernorm(hidden), cos, sin, mask, is_causal, varlen)
         return hidden + self.mlp(self.post_attention_layernorm(hidden))
 
 
@@ -181,9 +213,13 @@ class LlamaEncoderModel(LlamaEncoderPreTrainedModel):
         hidden = self.embed_tokens(input_ids)
         head_dim = self.config.hidden_size // self.config.num_attention_heads
         cos, sin = rotary_tables(position_ids, head_dim, self.config.rope_theta, hidden.dtype)
-        mask, is_causal = build_attention_mask(attention_mask, document_ids, causal, seq, input_ids.device)
+        if use_flash_varlen(hidden, attention_mask, document_ids):
+            mask, is_causal, varlen = None, causal, varlen_segments(document_ids)
+        else:
+            mask, is_causal = build_attention_mask(attention_mask, document_ids, causal, seq, input_ids.device)
+            varlen = None
         for layer in self.layers:
-            hidden = layer(hidden, cos, sin, mask, is_causal)
+            hidden = layer(hidden, cos, sin, mask, is_causal, varlen)
         return BaseModelOutput(last_hidden_state=self.norm(hidden))
 
 

@@ -64,6 +64,64 @@ def unwrap(model):
     return getattr(model, "module", model)
 
 
+def sharded(run: dict, world: int) -> bool:
+    return world > 1 and run.get("sharding") == "fsdp"
+
+
+def distribute(model, run: dict, world: int):
+    """DDP (Ray's `prepare_model`) or FSDP2: `fully_shard` on each block, then on the root, so a
+    block's parameters are gathered only while it runs. (Ray's parallel_strategy="fsdp" is FSDP1
+    and GPU-only.)"""
+    if world <= 1:
+        return model
+    if sharded(run, world):
+        from torch.distributed.fsdp import fully_shard
+
+        for block in model.model.layers:
+            fully_shard(block)
+        return fully_shard(model)
+    import ray.train.torch
+
+    return ray.train.torch.prepare_model(model)
+
+
+def full_states(model, optimizer, run: dict, world: int) -> tuple[dict | None, dict]:
+    """(model, optimizer) state dicts as one process holds them. Sharded: gathered to rank 0 on
+    the CPU (a collective: every rank calls it; the other ranks get empty dicts)."""
+    if not sharded(run, world):
+        return None, optimizer.state_dict()
+    from torch.distributed.checkpoint.state_dict import (
+        StateDictOptions,
+        get_model_state_dict,
+        get_optimizer_state_dict,
+    )
+
+    options = StateDictOptions(full_state_dict=True, cpu_offload=True)
+    return get_model_state_dict(model, options=options), get_optimizer_state_dict(model, optimizer, options=options)
+
+
+def save_hf(model, directory: Path, state: dict | None) -> None:
+    """Hugging Face files. A sharded model is saved from its gathered state through a plain
+    `LlamaEncoderForMaskedLM` (FSDP2 renames the module's class, which would leak into
+    config.json's `architectures`)."""
+    if state is None:
+        unwrap(model).save_pretrained(directory)
+        return
+    with torch.device("meta"):
+        plain = LlamaEncoderForMaskedLM(model.config)
+    plain.load_state_dict(state, assign=True)
+    plain.save_pretrained(directory)
+
+
+def restore_optimizer(model, optimizer, state: dict, run: dict, world: int) -> None:
+    if not sharded(run, world):
+        optimizer.load_state_dict(state)
+        return
+    from torch.distributed.checkpoint.state_dict import StateDictOptions, set_optimizer_state_dict
+
+    set_optimizer_state_dict(model, optimizer, optim_state_dict=state, options=StateDictOptions(full_state_dict=True))
+
+
 def save_checkpoint(model, optimizer, run: dict, step: int, log: list[dict], metrics: dict) -> None:
     import ray.train
 
@@ -71,10 +129,11 @@ def save_checkpoint(model, optimizer, run: dict, step: int, log: list[dict], met
     # With a worker group (even of one) Ray persists checkpoints; local mode persists nothing.
     distributed = run["workers"] > 0
     tmp = Path(tempfile.mkdtemp(prefix="sweeper-ckpt-", dir=None if distributed else run["run_dir"]))
+    model_state, optimizer_state = full_states(model, optimizer, run, context.get_world_size())
     if context.get_world_rank() == 0:
-        unwrap(model).save_pretrained(tmp)
+        save_hf(model, tmp, model_state)
         shutil.copytree(Path(run["corpus_dir"]) / "tokenizer", tmp, dirs_exist_ok=True)
-        torch.save({"optimizer": optimizer.state_dict(), "step": step, "log": log}, tmp / "training_state.pt")
+        torch.save({"optimizer": optimizer_state, "step": step, "log": log}, tmp / "training_state.pt")
         marker = {
             "run_name": run["name"], "run_key": run["run_key"], "step": step,
             "tokens_seen": (run["data_offset_steps"] + step) * run["global_batch_size"] * run["seq_len"],
@@ -109,9 +168,9 @@ def resume_directory(run: dict):
     return contextlib.nullcontext(latest_local_checkpoint(run["run_dir"]))
 
 
-def restore_training_state(directory: Path, optimizer, run: dict) -> tuple[int, list[dict]]:
+def restore_training_state(directory: Path, model, optimizer, run: dict, world: int) -> tuple[int, list[dict]]:
     state = torch.load(Path(directory) / "training_state.pt", weights_only=False)
-    optimizer.load_state_dict(state["optimizer"])
+    restore_optimizer(model, optimizer, state["optimizer"], run, world)
     print(f"[pretrain {run['name']}] resumed from step {state['step']}", flush=True)
     return state["step"], state["log"]
 
@@ -157,15 +216,12 @@ def train_loop_per_worker(run: dict) -> None:
     with resume_directory(run) as resume:
         model = (LlamaEncoderForMaskedLM.from_pretrained(resume) if resume
                  else initial_model(run, corpus.meta["vocab_size"])).to(device)
-        if world > 1:
-            import ray.train.torch
-
-            model = ray.train.torch.prepare_model(model)
+        model = distribute(model, run, world)
         optimizer = torch.optim.AdamW(
             model.parameters(), lr=run["peak_lr"], betas=tuple(run["betas"]), eps=run["eps"],
             weight_decay=run["weight_decay"],
         )
-        start, log = restore_training_state(resume, optimizer, run) if resume else (0, [])
+        start, log = restore_training_state(resume, model, optimizer, run, world) if resume else (0, [])
     masking = MaskingConfig(
         mask_ratio=run["mask_ratio"] or 0.0, mask_token_id=corpus.meta["mask_token_id"],
         vocab_size=unwrap(model).config.vocab_size, random_replace=run["random_replace"],
