@@ -7,7 +7,10 @@ mode (`TorchTrainer(num_workers=0).fit()`), with its schedule, objective switch,
 logging and checkpointing. Throughput is taken over the steps after a warm-up, from each loop's
 own timing. Target: the sweeper within 5 % of the bare loop (ratio >= 0.95).
 
-    .venv/bin/python benchmarks/pretrain_throughput.py [--preset tiny] [--steps 60] [--threads 2]
+    .venv/bin/python benchmarks/pretrain_throughput.py [--preset tiny] [--steps 60] [--threads 2] [--compile]
+
+`--compile` adds the sweeper's loop with `pretraining.compile: true` (torch.compile per block;
+the compile time falls in the warm-up steps, which are not timed).
 """
 from __future__ import annotations
 
@@ -23,7 +26,7 @@ os.environ.setdefault("RAY_AUTH_MODE", "disabled")
 
 
 def bare_loop(corpus_dir: str, model_config: dict, objective: str, steps: int, batch: int, seq_len: int,
-              warmup: int) -> float:
+              warmup: int, device: str = "cpu") -> float:
     """Tokens/s of a plain loop over the same batches (after `warmup` steps)."""
     import torch
     import torch.nn.functional as F
@@ -32,7 +35,8 @@ def bare_loop(corpus_dir: str, model_config: dict, objective: str, steps: int, b
     from trainables.model import LlamaEncoderConfig, build_model
 
     corpus = PackedCorpus(corpus_dir, seq_len, order_seed=0)
-    model = build_model(LlamaEncoderConfig(**model_config), seed=0)
+    model = build_model(LlamaEncoderConfig(**model_config), seed=0).to(device)
+    autocast = torch.autocast("cuda", dtype=torch.bfloat16, enabled=device == "cuda")
     optimizer = torch.optim.AdamW(model.parameters(), lr=1e-3, betas=(0.9, 0.95), eps=1e-5, weight_decay=0.1)
     generator = torch.Generator().manual_seed(0)
     mask_id = corpus.meta["mask_token_id"]
@@ -41,24 +45,28 @@ def bare_loop(corpus_dir: str, model_config: dict, objective: str, steps: int, b
         if step == warmup:
             started, tokens = time.perf_counter(), 0
         ids = corpus.batch(step, batch).input_ids
-        if objective == "mlm":
-            selected = torch.rand(ids.shape, generator=generator) < 0.4
-            labels = torch.where(selected, ids, -100)
-            logits = model(torch.where(selected, mask_id, ids)).logits
-            loss = F.cross_entropy(logits.view(-1, logits.shape[-1]), labels.view(-1), ignore_index=-100)
-        else:
-            logits = model(ids, causal=True).logits[:, :-1]
-            loss = F.cross_entropy(logits.reshape(-1, logits.shape[-1]), ids[:, 1:].reshape(-1))
+        selected = (torch.rand(ids.shape, generator=generator) < 0.4).to(device)
+        ids = ids.to(device)
+        with autocast:
+            if objective == "mlm":
+                labels = torch.where(selected, ids, -100)
+                logits = model(torch.where(selected, mask_id, ids)).logits.float()
+                loss = F.cross_entropy(logits.view(-1, logits.shape[-1]), labels.view(-1), ignore_index=-100)
+            else:
+                logits = model(ids, causal=True).logits[:, :-1].float()
+                loss = F.cross_entropy(logits.reshape(-1, logits.shape[-1]), ids[:, 1:].reshape(-1))
         loss.backward()
         torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
         optimizer.step()
         optimizer.zero_grad(set_to_none=True)
         tokens += ids.numel()
+    if device == "cuda":
+        torch.cuda.synchronize()
     return tokens / (time.perf_counter() - started)
 
 
 def sweeper_loop(corpus_dir: str, model_config: dict, objective: str, steps: int, batch: int, seq_len: int,
-                 warmup: int, threads: int, run_dir: Path) -> float:
+                 warmup: int, threads: int, run_dir: Path, compile_blocks: bool = False, device: str = "cpu") -> float:
     """Tokens/s of trainables.pretrain_loop under Ray Train local mode (after `warmup` steps)."""
     from ray.train import RunConfig, ScalingConfig
     from ray.train.torch import TorchTrainer
@@ -74,7 +82,8 @@ def sweeper_loop(corpus_dir: str, model_config: dict, objective: str, steps: int
         "global_batch_size": batch, "seq_len": seq_len, "peak_lr": 1e-3, "betas": [0.9, 0.95], "eps": 1e-5,
         "weight_decay": 0.1, "grad_clip": 1.0, "warmup_steps": 0, "decay_steps": 0,
         "log_every": warmup, "save_every": 0, "seed": 0, "data_seed": 0, "threads": threads, "workers": 0,
-        "use_gpu": False, "init_kind": "scratch", "init_from": None, "data_offset_steps": 0, "tracking": {},
+        "use_gpu": device == "cuda", "init_kind": "scratch", "init_from": None, "data_offset_steps": 0, "tracking": {},
+        "compile": compile_blocks,
     }
     TorchTrainer(train_loop_per_worker, train_loop_config=run, scaling_config=ScalingConfig(num_workers=0),
                  run_config=RunConfig(name=run["name"], storage_path=str(run_dir.parent))).fit()
@@ -92,6 +101,11 @@ def main() -> None:
     parser.add_argument("--batch", type=int, default=16)
     parser.add_argument("--seq-len", type=int, default=128)
     parser.add_argument("--threads", type=int, default=2)
+    parser.add_argument("--device", default="cpu", choices=["cpu", "cuda"],
+                        help="cuda: bf16 autocast (and flash-attn varlen in the sweeper's loop when installed); prints MFU")
+    parser.add_argument("--peak-tflops", type=float, default=989.0, help="the GPU's dense bf16 peak, for MFU (H100 SXM: 989)")
+    parser.add_argument("--compile", action="store_true",
+                        help="also time the sweeper's loop with pretraining.compile (torch.compile per block)")
     args = parser.parse_args()
 
     import torch
@@ -108,12 +122,26 @@ def main() -> None:
     print(f"machine: {platform.machine()}, {os.cpu_count()} CPUs, torch {torch.__version__}, "
           f"{args.threads} threads; preset {args.preset}, batch {args.batch} x {args.seq_len} tokens, "
           f"{args.steps} steps ({args.warmup} warm-up)")
+    from sweeper.cost import parameter_count
+
+    def mfu(tokens_per_s: float) -> str:
+        """Model FLOPs utilisation: 6 x parameters x tokens/s over the GPU's peak (GPU only)."""
+        if args.device != "cuda":
+            return ""
+        return f"  MFU {6 * parameter_count(config) * tokens_per_s / (args.peak_tflops * 1e12):.1%}"
+
     print(f"{'objective':10s} {'bare tok/s':>12s} {'sweeper tok/s':>14s} {'ratio':>7s}")
     for objective in ("mlm", "clm"):
-        bare = bare_loop(corpus_dir, config, objective, args.steps, args.batch, args.seq_len, args.warmup)
+        bare = bare_loop(corpus_dir, config, objective, args.steps, args.batch, args.seq_len, args.warmup, args.device)
         ours = sweeper_loop(corpus_dir, config, objective, args.steps, args.batch, args.seq_len, args.warmup,
-                            args.threads, work / f"run-{objective}")
-        print(f"{objective:10s} {bare:12,.0f} {ours:14,.0f} {ours / bare:7.3f}", flush=True)
+                            args.threads, work / f"run-{objective}", device=args.device)
+        print(f"{objective:10s} {bare:12,.0f} {ours:14,.0f} {ours / bare:7.3f}{mfu(ours)}", flush=True)
+        if args.compile:
+            compiled = sweeper_loop(corpus_dir, config, objective, args.steps, args.batch, args.seq_len, args.warmup,
+                                    args.threads, work / f"run-{objective}-compiled", compile_blocks=True,
+                                    device=args.device)
+            print(f"{objective + '+compile':10s} {bare:12,.0f} {compiled:14,.0f} {compiled / bare:7.3f}  "
+                  f"(compiled / eager sweeper: {compiled / ours:.3f}){mfu(compiled)}", flush=True)
 
 
 if __name__ == "__main__":

@@ -62,7 +62,7 @@ def run_payload(run: PretrainingRun, spec: StudySpec, study_dir: Path, corpus_di
         "warmup_steps": run.warmup_steps, "decay_steps": run.decay_steps,
         "log_every": pre.log_every, "save_every": pre.save_every, "seed": pre.seed, "data_seed": spec.data.order_seed,
         "threads": max(1, int(res.cpus_per_worker)), "workers": res.pretraining_workers,
-        "sharding": res.sharding,
+        "sharding": res.sharding, "compile": pre.compile,
         "use_gpu": res.gpus_per_worker > 0, "init_kind": init_kind, "init_from": init_from,
         "data_offset_steps": run.steps_before, "tracking": asdict(spec.tracking),
     }

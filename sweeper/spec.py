@@ -150,6 +150,9 @@ class PretrainingSpec:
     """Steps between progress lines and pretraining-table rows."""
     save_every: int = 1000
     """Steps between resume checkpoints (0: only at evaluated checkpoints); a restarted run loses at most this many."""
+    compile: bool = False
+    """torch.compile each transformer block (fixed shapes: compiled once per run); pays on GPU over
+    long runs, not on a few hundred CPU steps (benchmarks/pretrain_throughput.py --compile)."""
     seed: int = 0
     """Weight-initialisation seed (the same for every run)."""
 

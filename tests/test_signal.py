@@ -21,15 +21,12 @@ from trainables.finetune_loop import run_trial
 
 from conftest import ROOT, run_sweeper
 
-LEARNING_RATES = [0.001, 0.003]
-
-
 @pytest.fixture(scope="module")
 def micro_clm_study(ray_head, tmp_path_factory):
     spec = yaml.safe_load((ROOT / "search_spaces" / "micro.yaml").read_text())
     spec["study"] = "micro-signal"
     spec["pretraining"]["runs"] = [{"objective": "clm"}]  # identity as in micro.yaml; no intermediate checkpoint
-    spec["finetuning"].update(learning_rates=LEARNING_RATES, seeds=[0])
+    spec["finetuning"].update(seeds=[0])  # the micro study's learning rates, one seed
     spec["resources"].update(cpus_per_worker=2)  # threads of the local-mode run: not part of its key
     folder = tmp_path_factory.mktemp("signal")
     path = folder / "micro-signal.yaml"
@@ -61,7 +58,7 @@ def test_a_micro_pretrained_model_beats_random_weights_on_every_family(micro_clm
         if info["train_task"]:
             continue  # scored by its training task's trials below
         companions = [t for t in spec.finetuning.tasks if task_dict(t)["train_task"] == task]
-        for lr in LEARNING_RATES:
+        for lr in spec.finetuning.learning_rates:
             result = run_trial({"trial_key": task, "checkpoint_path": None, "random_init_config": run.model_config,
                                 "task": info, "task_data_dir": task_dirs[task], "learning_rate": lr, "seed": 0,
                                 "also_evaluate": [{"trial_key": c, "task_data_dir": task_dirs[c]} for c in companions]},

@@ -48,3 +48,16 @@ def test_a_grid_of_trials_tokenises_each_data_set_once(tmp_path, monkeypatch, wo
                             "task": task, "task_data_dir": str(out), "learning_rate": lr, "seed": seed}, PROTOCOL)
         assert result["status"] == "ok" and 0 <= result["test_score"] <= 100
     assert builds == [1]
+
+
+def test_trained_tokenizer_ids_do_not_depend_on_the_process(wordpiece_dir):
+    """The WordPiece trainer numbers its tokens in hash-map order, which differs per process
+    (the same tokens, other ids: other initial embeddings for the same study). The sweeper
+    renumbers them: special tokens first, then the others sorted."""
+    import json
+    from pathlib import Path
+
+    vocab = json.loads((Path(wordpiece_dir) / "tokenizer.json").read_text())["model"]["vocab"]
+    by_id = sorted(vocab, key=vocab.get)
+    assert by_id[:5] == ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]"]
+    assert by_id[5:] == sorted(by_id[5:]) and sorted(vocab.values()) == list(range(len(vocab)))

@@ -33,6 +33,12 @@ def train_wordpiece_tokenizer(texts: list[str], vocab_size: int):
     tokenizer.decoder = decoders.WordPiece()
     trainer = trainers.WordPieceTrainer(vocab_size=vocab_size, special_tokens=SPECIAL_TOKENS)
     tokenizer.train_from_iterator(texts, trainer=trainer)
+    # The trainer picks the same tokens every time but numbers them in hash-map order, which
+    # differs between processes: renumber them (special tokens, then the rest sorted) so two
+    # studies on the same corpus get the same token ids, hence the same initial embeddings.
+    trained = tokenizer.get_vocab()
+    ordered = SPECIAL_TOKENS + sorted(token for token in trained if token not in SPECIAL_TOKENS)
+    tokenizer.model = models.WordPiece(vocab={token: i for i, token in enumerate(ordered)}, unk_token="[UNK]")
     cls_id, sep_id = tokenizer.token_to_id("[CLS]"), tokenizer.token_to_id("[SEP]")
     tokenizer.post_processor = processors.TemplateProcessing(
         single="[CLS] $A [SEP]", pair="[CLS] $A [SEP] $B [SEP]",

@@ -216,6 +216,11 @@ def train_loop_per_worker(run: dict) -> None:
     with resume_directory(run) as resume:
         model = (LlamaEncoderForMaskedLM.from_pretrained(resume) if resume
                  else initial_model(run, corpus.meta["vocab_size"])).to(device)
+        if run.get("compile"):
+            # In place, block by block: state-dict names stay Hugging Face's, and FSDP2 then
+            # shards compiled blocks (its recommended order).
+            for block in model.model.layers:
+                block.compile()
         model = distribute(model, run, world)
         optimizer = torch.optim.AdamW(
             model.parameters(), lr=run["peak_lr"], betas=tuple(run["betas"]), eps=run["eps"],
