@@ -120,9 +120,6 @@ def test_fsdp2_sharded_run_matches_the_single_process_run(ray_head, tmp_path):
     steps an update is about lr x sign(gradient), so reduction-order noise flips near-zero
     gradients' updates (measured: FSDP vs single process 0.96, DDP vs single process 1.07, in
     L2 over all weights, against 1.59 of total movement from the initial weights)."""
-    import torch
-    from transformers import AutoModelForMaskedLM
-
     sharded_spec = ROOT / "tests" / "specs" / "fsdp.yaml"
     local_spec = tmp_path / "local.yaml"
     local_spec.write_text(sharded_spec.read_text().replace("pretraining_workers: 2", "pretraining_workers: 0"))
