@@ -36,7 +36,7 @@ def micro_clm_study(ray_head, tmp_path_factory):
     micro_runs = {run.name: run.run_key for run in plan_study(load_spec(ROOT / "search_spaces" / "micro.yaml")).runs}
     (run,) = plan_study(load_spec(path)).runs
     assert micro_runs[run.name] == run.run_key, "the test pretrains the micro study's own run"
-    return load_spec(path), run, folder / "study"
+    return load_spec(path), run, folder / "study", ray_head[0]
 
 
 def best_test_score(results: list[dict]) -> float:
@@ -46,27 +46,35 @@ def best_test_score(results: list[dict]) -> float:
 
 @pytest.mark.e2e
 def test_a_micro_pretrained_model_beats_random_weights_on_every_family(micro_clm_study):
-    spec, run, study_dir = micro_clm_study
+    spec, run, study_dir, ray_address = micro_clm_study
     rows = read_trials(study_dir).to_pandas()
     assert set(rows["status"]) == {"ok"}
     protocol = worker_protocol(spec)
     cache = study_dir / "cache" / "tasks"
     task_dirs = {task: str(next(cache.glob(f"{task}-study-*"))) for task in spec.finetuning.tasks}
-    random_scores = {task: [] for task in spec.finetuning.tasks}
+    # The random-weight side: the same trials, two at a time as Ray tasks on the test's head.
+    import ray
+
+    payloads = []
     for task in spec.finetuning.tasks:
         info = task_dict(task)
         if info["train_task"]:
-            continue  # scored by its training task's trials below
+            continue  # scored by its training task's trials
         companions = [t for t in spec.finetuning.tasks if task_dict(t)["train_task"] == task]
-        for lr in spec.finetuning.learning_rates:
-            result = run_trial({"trial_key": task, "checkpoint_path": None, "random_init_config": run.model_config,
-                                "task": info, "task_data_dir": task_dirs[task], "learning_rate": lr, "seed": 0,
-                                "also_evaluate": [{"trial_key": c, "task_data_dir": task_dirs[c]} for c in companions]},
-                               protocol)
-            random_scores[task].append(result)
-            for companion in companions:
-                random_scores[companion].append({"validation_score": result["also_evaluated"][companion]["validation"],
-                                                 "test_score": result["also_evaluated"][companion]["test"]})
+        payloads += [{"trial_key": task, "checkpoint_path": None, "random_init_config": run.model_config,
+                      "task": info, "task_data_dir": task_dirs[task], "learning_rate": lr, "seed": 0,
+                      "also_evaluate": [{"trial_key": c, "task_data_dir": task_dirs[c]} for c in companions]}
+                     for lr in spec.finetuning.learning_rates]
+    ray.init(address=ray_address, log_to_driver=False)
+    try:
+        results = ray.get([ray.remote(run_trial).options(num_cpus=1).remote(p, protocol) for p in payloads])
+    finally:
+        ray.shutdown()
+    random_scores = {task: [] for task in spec.finetuning.tasks}
+    for result in results:
+        random_scores[result["trial_key"]].append(result)
+        for companion, scores in result["also_evaluated"].items():
+            random_scores[companion].append({"validation_score": scores["validation"], "test_score": scores["test"]})
     lines, losing = [], []
     for task in spec.finetuning.tasks:
         pretrained = best_test_score(rows[rows.task == task][["validation_score", "test_score"]].to_dict("records"))
