@@ -142,7 +142,7 @@ class GridShard:
 
     def __init__(self, trials: list[Trial], study_dir: Path, task_dirs: dict, sets: EvaluationSets | None = None):
         self.trials, self.sets = trials, sets or EvaluationSets()
-        self.payloads = [trial_payload(t, study_dir, task_dirs, sets) for t in trials]
+        self.payloads = [trial_payload(t, study_dir, task_dirs, self.sets) for t in trials]
 
     def __len__(self) -> int:
         return len(self.trials)
