@@ -3,13 +3,20 @@ beats the same architecture with random weights (fixed seeds, each side at its b
 
 The pretrained side is the micro study's CLM run (`tiny-clm-600`, the same run key as in
 micro.yaml) pretrained and fine-tuned by `sweeper run` on the test's Ray head; the random side runs
-the same trial function on the same prepared task data with the same protocol and seeds. At this
+the same trial function on the same prepared task data with the same protocol and seed, as Ray
+tasks on the same head while the run pretrains (one CPU each; the run holds the other). At this
 scale the CLM run is the one whose features help every family (the paper's data-efficiency
 finding: CLM learns faster early on); the micro report shows the MLM runs' scores beside it.
 """
 from __future__ import annotations
 
+import os
+import subprocess
+import sys
+import time
+
 import pytest
+import ray
 import yaml
 
 from sweeper.catalog import task_dict
@@ -19,24 +26,30 @@ from sweeper.spec import load_spec
 from sweeper.store import read_trials
 from trainables.finetune_loop import run_trial
 
-from conftest import ROOT, run_sweeper
+from conftest import ROOT
 
-@pytest.fixture(scope="module")
-def micro_clm_study(ray_head, tmp_path_factory):
+
+def micro_clm_spec(folder) -> str:
     spec = yaml.safe_load((ROOT / "search_spaces" / "micro.yaml").read_text())
     spec["study"] = "micro-signal"
     spec["pretraining"]["runs"] = [{"objective": "clm"}]  # identity as in micro.yaml; no intermediate checkpoint
     spec["finetuning"].update(seeds=[0])  # the micro study's learning rates, one seed
-    spec["resources"].update(cpus_per_worker=2)  # threads of the local-mode run: not part of its key
-    folder = tmp_path_factory.mktemp("signal")
     path = folder / "micro-signal.yaml"
     path.write_text(yaml.safe_dump(spec))
-    result = run_sweeper("run", str(path), "--storage", str(folder / "study"), address=ray_head[0])
-    assert result.returncode == 0, result.stdout[-4000:] + result.stderr[-3000:]
-    micro_runs = {run.name: run.run_key for run in plan_study(load_spec(ROOT / "search_spaces" / "micro.yaml")).runs}
-    (run,) = plan_study(load_spec(path)).runs
-    assert micro_runs[run.name] == run.run_key, "the test pretrains the micro study's own run"
-    return load_spec(path), run, folder / "study", ray_head[0]
+    return str(path)
+
+
+def prepared_task_dirs(study_dir, tasks: list[str], driver: subprocess.Popen, timeout: float = 300) -> dict:
+    """The study's tokenised task folders, once the running study has written them."""
+    deadline = time.time() + timeout
+    while time.time() < deadline:
+        found = {task: next((study_dir / "cache" / "tasks").glob(f"{task}-study-*/meta.json"), None)
+                 for task in tasks} if (study_dir / "cache" / "tasks").exists() else {}
+        if found and all(found.values()):
+            return {task: str(meta.parent) for task, meta in found.items()}
+        assert driver.poll() is None, driver.communicate()[0][-4000:]
+        time.sleep(2)
+    raise AssertionError("the study did not prepare its task data")
 
 
 def best_test_score(results: list[dict]) -> float:
@@ -45,17 +58,19 @@ def best_test_score(results: list[dict]) -> float:
 
 
 @pytest.mark.e2e
-def test_a_micro_pretrained_model_beats_random_weights_on_every_family(micro_clm_study):
-    spec, run, study_dir, ray_address = micro_clm_study
-    rows = read_trials(study_dir).to_pandas()
-    assert set(rows["status"]) == {"ok"}
-    protocol = worker_protocol(spec)
-    cache = study_dir / "cache" / "tasks"
-    task_dirs = {task: str(next(cache.glob(f"{task}-study-*"))) for task in spec.finetuning.tasks}
-    # The random-weight side: the same trials, two at a time as Ray tasks on the test's head.
-    import ray
+def test_a_micro_pretrained_model_beats_random_weights_on_every_family(ray_head, tmp_path):
+    spec_path, study_dir = micro_clm_spec(tmp_path), tmp_path / "study"
+    spec = load_spec(spec_path)
+    (run,) = plan_study(spec).runs
+    micro_runs = {r.name: r.run_key for r in plan_study(load_spec(ROOT / "search_spaces" / "micro.yaml")).runs}
+    assert micro_runs[run.name] == run.run_key, "the test pretrains the micro study's own run"
+    env = {**os.environ, "RAY_ADDRESS": ray_head[0], "PYTHONUNBUFFERED": "1"}
+    driver = subprocess.Popen([sys.executable, "-m", "sweeper", "run", spec_path, "--storage", str(study_dir)],
+                              cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    task_dirs = prepared_task_dirs(study_dir, spec.finetuning.tasks, driver)
 
-    payloads = []
+    # The random-weight side, while the run pretrains.
+    protocol, payloads = worker_protocol(spec), []
     for task in spec.finetuning.tasks:
         info = task_dict(task)
         if info["train_task"]:
@@ -65,16 +80,21 @@ def test_a_micro_pretrained_model_beats_random_weights_on_every_family(micro_clm
                       "task": info, "task_data_dir": task_dirs[task], "learning_rate": lr, "seed": 0,
                       "also_evaluate": [{"trial_key": c, "task_data_dir": task_dirs[c]} for c in companions]}
                      for lr in spec.finetuning.learning_rates]
-    ray.init(address=ray_address, log_to_driver=False)
+    ray.init(address=ray_head[0], log_to_driver=False)
     try:
         results = ray.get([ray.remote(run_trial).options(num_cpus=1).remote(p, protocol) for p in payloads])
     finally:
         ray.shutdown()
+    output = driver.communicate(timeout=900)[0]
+    assert driver.returncode == 0, output[-4000:]
+
     random_scores = {task: [] for task in spec.finetuning.tasks}
     for result in results:
         random_scores[result["trial_key"]].append(result)
         for companion, scores in result["also_evaluated"].items():
             random_scores[companion].append({"validation_score": scores["validation"], "test_score": scores["test"]})
+    rows = read_trials(study_dir).to_pandas()
+    assert set(rows["status"]) == {"ok"}
     lines, losing = [], []
     for task in spec.finetuning.tasks:
         pretrained = best_test_score(rows[rows.task == task][["validation_score", "test_score"]].to_dict("records"))
