@@ -43,7 +43,7 @@ def bench_spec(args):
     )
 
 
-def fake_checkpoint(study_dir: Path, plan, corpus: Path) -> None:
+def fake_checkpoint(study_dir: Path, plan, corpus: str) -> None:
     """Fresh weights of the planned architecture at the planned checkpoint path, with the tokenizer."""
     from sweeper.pretraining import checkpoint_path
     from trainables.model import LlamaEncoderConfig, build_model
@@ -51,7 +51,7 @@ def fake_checkpoint(study_dir: Path, plan, corpus: Path) -> None:
     (ckpt,) = plan.checkpoints
     path = checkpoint_path(study_dir, ckpt.run, ckpt.step)
     build_model(LlamaEncoderConfig(**ckpt.run.model_config), seed=0).save_pretrained(path)
-    shutil.copytree(corpus / "tokenizer", path, dirs_exist_ok=True)
+    shutil.copytree(Path(corpus) / "tokenizer", path, dirs_exist_ok=True)
 
 
 def packed_run(spec, plan, study_dir: Path, task_dirs: dict, per_device: int, device: str) -> float:
@@ -97,7 +97,7 @@ def main() -> None:
     study_dir = Path(tempfile.mkdtemp(prefix="bench-trials-")) / "study"
     corpora = prepare_corpora(spec, plan, study_dir)
     fake_checkpoint(study_dir, plan, next(iter(corpora.values())))
-    task_dirs = prepare_tasks(spec, study_dir, {t: d / "tokenizer" for t, d in corpora.items()})
+    task_dirs = prepare_tasks(spec, study_dir, corpora)
     print(f"machine: {platform.machine()}, {os.cpu_count()} CPUs, device {args.device}; preset {args.preset}, "
           f"{args.trials} trials of {TASK} x {args.steps} steps per packing level")
     base = None

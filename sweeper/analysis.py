@@ -102,9 +102,11 @@ def stability(trials: pd.DataFrame, lr_range: tuple[float, float] = (1e-5, 1e-4)
         in_range, used = ok, f"all ({ok['learning_rate'].min():g}..{ok['learning_rate'].max():g}; none in {used})"
     if in_range.empty:
         return pd.DataFrame(), used
-    centred = in_range.assign(centred=in_range["test_score"] - in_range.groupby(["checkpoint_id", "task"])[
-        "test_score"].transform("mean"))
-    table = (centred.groupby(["checkpoint_id", "run_name", "objective", "task_category"])
+    cell = in_range.groupby(["checkpoint_id", "task"])["test_score"]
+    # A (checkpoint, task) with a single trial has no spread to show (centred it is always 0).
+    centred = in_range.assign(centred=(in_range["test_score"] - cell.transform("mean"))
+                              .where(cell.transform("size") > 1))
+    table = (centred.groupby(["checkpoint_id", "run_name", "objective", "init_from", "task_category"], dropna=False)
                     .agg(spread=("centred", "std"), runs=("centred", "size")).reset_index())
     return table, used
 

@@ -10,8 +10,8 @@ from __future__ import annotations
 import json
 import time
 from dataclasses import dataclass, field
-from pathlib import Path
 
+from sweeper import storage
 from sweeper.plan import FAMILY_SETTINGS, StudyPlan, finetune_protocol, task_budget
 from sweeper.pretraining import RUN_FILE, run_dir
 from sweeper.spec import StudySpec
@@ -70,14 +70,13 @@ def resolved_settings(spec: StudySpec, plan: StudyPlan) -> dict:
     return json.loads(json.dumps(settings, default=str))  # as it reads back from disk (tuples -> lists)
 
 
-def find_changes(spec: StudySpec, plan: StudyPlan, study_dir: Path) -> Changes:
+def find_changes(spec: StudySpec, plan: StudyPlan, study_dir: str) -> Changes:
     changes = Changes()
     changed_runs = set()
     for run in plan.runs:
-        recorded = run_dir(study_dir, run) / RUN_FILE
-        if not recorded.exists():
+        old = storage.read_json(storage.join(run_dir(study_dir, run), RUN_FILE))
+        if old is None:
             continue
-        old = json.loads(recorded.read_text())
         if old["run_key"] != run.run_key:
             changed_runs.add(run.name)
             changes.runs.append((run.name, old["run_key"], differences(old["identity"], run.identity)
@@ -92,8 +91,7 @@ def find_changes(spec: StudySpec, plan: StudyPlan, study_dir: Path) -> Changes:
             recorded_cells[(row["checkpoint_id"], row["task"], row["learning_rate"], row["seed"])] = row
     if not recorded_cells:
         return changes
-    resolved_path = study_dir / RESOLVED_FILE
-    old_settings = json.loads(resolved_path.read_text()) if resolved_path.exists() else {}
+    old_settings = storage.read_json(storage.join(study_dir, RESOLVED_FILE), default={})
     setting_diff = differences(old_settings, resolved_settings(spec, plan)) if old_settings else []
     for trial in plan.trials:
         cell = (trial.checkpoint.checkpoint_id, trial.task, trial.learning_rate, trial.seed)
@@ -105,13 +103,13 @@ def find_changes(spec: StudySpec, plan: StudyPlan, study_dir: Path) -> Changes:
     return changes
 
 
-def apply_recompute(changes: Changes, plan: StudyPlan, study_dir: Path) -> None:
+def apply_recompute(changes: Changes, plan: StudyPlan, study_dir: str) -> None:
     """Move changed runs aside (kept, never deleted) so they retrain from scratch."""
     by_name = {run.name: run for run in plan.runs}
     for name, old_key, _ in changes.runs:
         source = run_dir(study_dir, by_name[name])
-        source.rename(source.with_name(f"{name}.superseded-{old_key}-{int(time.time())}"))
+        storage.move_tree(source, storage.join(storage.parent(source), f"{name}.superseded-{old_key}-{int(time.time())}"))
 
 
-def record_settings(spec: StudySpec, plan: StudyPlan, study_dir: Path) -> None:
-    (study_dir / RESOLVED_FILE).write_text(json.dumps(resolved_settings(spec, plan), indent=1, default=str))
+def record_settings(spec: StudySpec, plan: StudyPlan, study_dir: str) -> None:
+    storage.write_json(storage.join(study_dir, RESOLVED_FILE), resolved_settings(spec, plan))

@@ -9,15 +9,21 @@ import argparse
 import sys
 from pathlib import Path
 
+from sweeper import storage
 from sweeper.spec import SpecError, load_spec
 
 EXIT_SPEC_ERROR = 2
 EXIT_CHANGED = 3
 
 
-def study_dir_for(spec, flag: str | None) -> Path:
-    """--storage, else the spec's storage, else ./studies/<study name>."""
-    return Path(flag or spec.storage or Path("studies") / spec.study).resolve()
+def study_dir_for(spec, flag: str | None) -> str:
+    """--storage, else the spec's storage, else ./studies/<study name>: an absolute path or a URI."""
+    if flag and (problem := storage.scheme_error(flag)):
+        raise SpecError("command line", "--storage", problem)
+    location = storage.normalize(flag or spec.storage or Path("studies") / spec.study)
+    if problem := storage.reach_error(location):
+        raise SpecError("command line" if flag else "spec", "--storage" if flag else "storage", problem)
+    return location
 
 
 def command_plan(args) -> int:
@@ -70,7 +76,7 @@ def command_run(args) -> int:
     if changes:
         print(f"[study] recomputing changed cells:\n{changes.describe()}", flush=True)
         apply_recompute(changes, plan, study_dir)
-    study_dir.mkdir(parents=True, exist_ok=True)
+    storage.make_dirs(study_dir)
     record_settings(spec, plan, study_dir)
     from sweeper.runner import run_study  # imports Ray: only after the spec is known good
 
@@ -80,9 +86,9 @@ def command_run(args) -> int:
 def command_status(args) -> int:
     from sweeper.status import print_status
 
-    study_dir = Path(args.study_dir)
-    if not (study_dir / "spec.yaml").exists():
-        print(f"error: {study_dir} is not a study directory (no spec.yaml)", file=sys.stderr)
+    study_dir = storage.normalize(args.study_dir)
+    if not storage.exists(storage.join(study_dir, "spec.yaml")):
+        print(f"error: {storage.display(study_dir)} is not a study directory (no spec.yaml)", file=sys.stderr)
         return 1
     print_status(study_dir)
     return 0
@@ -91,9 +97,10 @@ def command_status(args) -> int:
 def command_report(args) -> int:
     from sweeper.report import write_report
 
-    study_dir = Path(args.study_dir)
-    if not (study_dir / "results").exists():
-        print(f"error: {study_dir} holds no results (expected {study_dir}/results/)", file=sys.stderr)
+    study_dir = storage.normalize(args.study_dir)
+    if not storage.list_names(storage.join(study_dir, "results")):
+        print(f"error: {storage.display(study_dir)} holds no results (expected "
+              f"{storage.display(storage.join(study_dir, 'results'))}/)", file=sys.stderr)
         return 1
     write_report(study_dir)
     return 0
@@ -104,20 +111,21 @@ def build_parser() -> argparse.ArgumentParser:
     commands = parser.add_subparsers(dest="command", required=True)
     run = commands.add_parser("run", help="run (or resume) a study from a search-space file")
     run.add_argument("spec", help="search-space YAML file, e.g. search_spaces/micro.yaml")
-    run.add_argument("--storage", help="study directory (default: the spec's storage, else ./studies/<study>)")
+    run.add_argument("--storage", help="study directory or s3:// / gs:// URI (default: the spec's storage, "
+                                       "else ./studies/<study>)")
     run.add_argument("--retry-failed", action="store_true", help="run failed runs and trials again")
     run.add_argument("--recompute-changed", action="store_true",
                      help="recompute cells whose settings changed since their results were recorded")
     run.set_defaults(handler=command_run)
     status = commands.add_parser("status", help="done / running / pending / diverged / failed per stage")
-    status.add_argument("study_dir")
+    status.add_argument("study_dir", help="study directory or URI")
     status.set_defaults(handler=command_status)
     plan = commands.add_parser("plan", help="print what a spec would run and cost, without running it")
     plan.add_argument("spec")
     plan.add_argument("-v", "--verbose", action="store_true", help="list every pretraining run")
     plan.set_defaults(handler=command_plan)
     report = commands.add_parser("report", help="write report.md for a study directory")
-    report.add_argument("study_dir")
+    report.add_argument("study_dir", help="study directory or URI")
     report.set_defaults(handler=command_report)
     return parser
 

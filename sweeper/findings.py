@@ -151,7 +151,10 @@ def finding_3(categories: pd.DataFrame, stability_table: pd.DataFrame) -> Verdic
             verdict.evidence.append(f"step {step}, {category}: CLM {fmt(a.iloc[0]['mean'], a.iloc[0]['ci95'])} vs "
                                     f"MLM {fmt(b.iloc[0]['mean'], b.iloc[0]['ci95'])}")
     if not stability_table.empty:
-        spread = stability_table.groupby("objective")["spread"].mean()
+        # Runs from scratch only (continued runs are another question), and only where the
+        # spread exists: one seed at one learning rate has none.
+        scratch = stability_table[stability_table["init_from"].isna()]
+        spread = scratch.groupby("objective")["spread"].mean().dropna()
         if {"clm", "mlm"} <= set(spread.index):
             less = spread["clm"] < spread["mlm"]
             outcomes.append(SUPPORTS if less else CONTRADICTS)

@@ -11,10 +11,8 @@ Built for the paper's ~18,000 trials from the start:
 """
 from __future__ import annotations
 
-import json
 import logging
 import os
-import shutil
 import socket
 import time
 from datetime import datetime, timezone
@@ -24,6 +22,7 @@ from pathlib import Path
 import ray
 from ray import tune
 
+from sweeper import storage
 from sweeper.catalog import task_dict
 from sweeper.pretraining import checkpoint_path
 from sweeper.progress import ProgressLine
@@ -52,11 +51,14 @@ def finetune_trainable(config: dict, shard: "GridShard | OptunaShard", protocol:
     tune.report({**result, SEARCH_METRIC: search_score(result)})
 
 
-def prepare_task(task: dict, tokenizer_dir: str, max_length: int, out_dir: str, max_train, max_eval,
+def prepare_task(task: dict, corpus_dir: str, max_length: int, out_dir: str, max_train, max_eval,
                  settings: dict) -> dict:
+    """Ray task: tokenise one task with the tokenizer of the prepared corpus at `corpus_dir`."""
+    from trainables.corpus import META_FILE
     from trainables.tasks.data import prepare_task_data
 
-    return prepare_task_data(task, tokenizer_dir, max_length, out_dir, max_train, max_eval, settings)
+    tokenizer_dir = storage.local_copy(corpus_dir, META_FILE, only="tokenizer")
+    return prepare_task_data(task, str(tokenizer_dir), max_length, out_dir, max_train, max_eval, settings)
 
 
 def encoding_settings(spec: StudySpec, task: str) -> dict:
@@ -64,20 +66,21 @@ def encoding_settings(spec: StudySpec, task: str) -> dict:
     return {"doc_stride": spec.finetuning.doc_stride} if task_dict(task)["family"] == "extractive_qa" else {}
 
 
-def prepare_tasks(spec: StudySpec, study_dir: Path, tokenizer_dirs: dict) -> dict[tuple, str]:
-    """Tokenise each task once per tokenizer and max length (Ray tasks, in parallel); return
-    (tokenizer key, task) -> prepared dir. Every trial reads these; none tokenises."""
+def prepare_tasks(spec: StudySpec, study_dir: str, corpus_dirs: dict) -> dict[tuple, str]:
+    """Tokenise each task once per tokenizer (the tokenizer of each prepared corpus in
+    `corpus_dirs`) and max length, in parallel Ray tasks; return (tokenizer key, task) ->
+    prepared dir. Every trial reads these; none tokenises."""
     ft = spec.finetuning
     dirs = {
-        (tokenizer, task): str(study_dir / "cache" / "tasks" / (
+        (tokenizer, task): storage.join(study_dir, "cache", "tasks", (
             f"{task}-{stable_key({'tokenizer': tokenizer}) if tokenizer else 'study'}-len{ft.max_length}-"
             f"{ft.max_train_examples or 'all'}-{ft.max_eval_examples or 'all'}"
             + "".join(f"-{key}{value}" for key, value in encoding_settings(spec, task).items())))
-        for tokenizer in tokenizer_dirs for task in ft.tasks
+        for tokenizer in corpus_dirs for task in ft.tasks
     }
     remote = ray.remote(prepare_task).options(num_cpus=1)
     metas = ray.get([
-        remote.remote(task_dict(task), str(tokenizer_dirs[tokenizer]), ft.max_length, out,
+        remote.remote(task_dict(task), corpus_dirs[tokenizer], ft.max_length, out,
                       ft.max_train_examples, ft.max_eval_examples, encoding_settings(spec, task))
         for (tokenizer, task), out in dirs.items()
     ])
@@ -124,10 +127,10 @@ class EvaluationSets:
                 and (t.trial_key in pending_keys or any(c.trial_key in pending_keys for c in self.companions(t)))]
 
 
-def trial_payload(trial: Trial, study_dir: Path, task_dirs: dict, sets: EvaluationSets) -> dict:
+def trial_payload(trial: Trial, study_dir: str, task_dirs: dict, sets: EvaluationSets) -> dict:
     ckpt = trial.checkpoint
     return {
-        "trial_key": trial.trial_key, "checkpoint_path": str(checkpoint_path(study_dir, ckpt.run, ckpt.step)),
+        "trial_key": trial.trial_key, "checkpoint_path": checkpoint_path(study_dir, ckpt.run, ckpt.step),
         "task": task_dict(trial.task), "task_data_dir": task_dirs[(ckpt.run.tokenizer, trial.task)],
         "learning_rate": trial.learning_rate, "seed": trial.seed,
         "also_evaluate": [{"trial_key": c.trial_key, "task_data_dir": task_dirs[(ckpt.run.tokenizer, c.task)]}
@@ -140,7 +143,7 @@ class GridShard:
 
     group_size = 1
 
-    def __init__(self, trials: list[Trial], study_dir: Path, task_dirs: dict, sets: EvaluationSets | None = None):
+    def __init__(self, trials: list[Trial], study_dir: str, task_dirs: dict, sets: EvaluationSets | None = None):
         self.trials, self.sets = trials, sets or EvaluationSets()
         self.payloads = [trial_payload(t, study_dir, task_dirs, self.sets) for t in trials]
 
@@ -166,7 +169,7 @@ class OptunaShard:
     Rows of a sample are recorded together once all its seeds are done, so the store only ever
     holds whole samples, which is what lets a resumed search warm-start from them."""
 
-    def __init__(self, cells: list[list[list[Trial]]], searches: list[CellSearch], study_dir: Path, task_dirs: dict,
+    def __init__(self, cells: list[list[list[Trial]]], searches: list[CellSearch], study_dir: str, task_dirs: dict,
                  sets: EvaluationSets):
         self.cells = cells  # cells[c][sample][seed index] -> planned trial
         self.searches, self.sets, self.study_dir, self.task_dirs = searches, sets, study_dir, task_dirs
@@ -216,7 +219,7 @@ def trial_row(study: str, trial: Trial, result: dict | None, status: str, error:
 class ResultsRecorder(tune.Callback):
     """Tune callback: turns finished trials into store rows, written in batches."""
 
-    def __init__(self, study: str, study_dir: Path, shard, progress: ProgressLine,
+    def __init__(self, study: str, study_dir: str, shard, progress: ProgressLine,
                  flush_rows: int = 50, flush_seconds: float = 10.0, extra: dict | None = None, tracker=None):
         self.study, self.study_dir, self.shard, self.progress = study, study_dir, shard, progress
         self.tracker = tracker
@@ -298,17 +301,17 @@ def trial_error_text(trial) -> str:
 LIVE_FILE = "live.json"
 
 
-def write_live_state(study_dir: Path, running_trials: int) -> None:
+def write_live_state(study_dir: str, running_trials: int) -> None:
     """`live.json`: the driver's pid and trials in flight, for `sweeper status`."""
-    tmp = study_dir / f".{LIVE_FILE}.tmp"
-    tmp.write_text(json.dumps({"pid": os.getpid(), "host": socket.gethostname(),
-                               "running_trials": running_trials, "updated_at": time.time()}))
-    tmp.replace(study_dir / LIVE_FILE)
+    storage.write_json(storage.join(study_dir, LIVE_FILE), {
+        "pid": os.getpid(), "host": socket.gethostname(), "running_trials": running_trials,
+        "updated_at": time.time()}, indent=None)
 
 
-def run_finetuning(spec: StudySpec, plan: StudyPlan, study_dir: Path, tokenizer_dirs: dict, *,
+def run_finetuning(spec: StudySpec, plan: StudyPlan, study_dir: str, corpus_dirs: dict, *,
                    scheduler=None, retry_failed: bool = False) -> dict[str, int]:
     """Run every planned trial not yet recorded; returns the tally of outcomes of this call.
+    `corpus_dirs`: tokenizer key -> prepared corpus (whose tokenizer encodes the tasks).
 
     With a pretraining `scheduler` still running, trials start as their checkpoints appear
     (pipelining); trials of runs that failed are skipped."""
@@ -323,7 +326,7 @@ def run_finetuning(spec: StudySpec, plan: StudyPlan, study_dir: Path, tokenizer_
     if not pending:
         return {}
     needed = {t.checkpoint.run.tokenizer for t in pending}
-    task_dirs = prepare_tasks(spec, study_dir, {k: v for k, v in tokenizer_dirs.items() if k in needed})
+    task_dirs = prepare_tasks(spec, study_dir, {k: v for k, v in corpus_dirs.items() if k in needed})
     res = spec.resources
     protocol = worker_protocol(spec)
     sets = EvaluationSets(plan, spec.finetuning.tasks, done)
@@ -344,13 +347,15 @@ def worker_protocol(spec: StudySpec) -> dict:
             "eval_every": ft.eval_every, "threads": max(1, int(spec.resources.cpus_per_trial))}
 
 
-def run_shards(spec: StudySpec, shards: list, study_dir: Path, protocol: dict,
+def run_shards(spec: StudySpec, shards: list, study_dir: str, protocol: dict,
                trainable_fn=finetune_trainable, gate: Gate | None = None) -> dict[str, int]:
     """One Tuner run per shard, outcomes recorded as they come; returns the tally. The
     benchmarks pass their own `trainable_fn` to time this machinery with a fixed workload."""
     res = spec.resources
     progress = ProgressLine("finetune", sum(len(shard) for shard in shards), unit="trials")
     tracker = start_wandb(spec, study_dir)
+    # Tune's own state goes to the study's filesystem (an object store included).
+    tune_filesystem, tune_path = storage.filesystem(storage.join(study_dir, "tune"))
     for number, shard in enumerate(shards):
         trainable = tune.with_resources(
             tune.with_parameters(trainable_fn, shard=shard, protocol=protocol),
@@ -364,7 +369,8 @@ def run_shards(spec: StudySpec, shards: list, study_dir: Path, protocol: dict,
             tune_config=tune.TuneConfig(reuse_actors=True, max_concurrent_trials=res.max_concurrent_trials,
                                         trial_dirname_creator=short_trial_dirname, **search),
             run_config=tune.RunConfig(
-                name=name, storage_path=str(study_dir / "tune"), verbose=0,
+                name=name, storage_path=tune_path, verbose=0,
+                storage_filesystem=tune_filesystem if storage.is_remote(study_dir) else None,
                 callbacks=[ResultsRecorder(spec.study, study_dir, shard, progress, extra={
                     "cpus": res.cpus_per_trial, "gpus": res.gpus_per_trial, "code_version": code_version()},
                     tracker=tracker)],
@@ -374,7 +380,7 @@ def run_shards(spec: StudySpec, shards: list, study_dir: Path, protocol: dict,
         tuner.fit()
         # Every outcome is in the store now; Tune's own state (an empty folder per trial and a
         # JSON rewritten as trials finish) is no record and is not kept.
-        shutil.rmtree(study_dir / "tune" / name, ignore_errors=True)
+        storage.remove_tree(storage.join(study_dir, "tune", name))
         for table in (TRIALS, EVAL_CURVES):
             compact(study_dir, table)
     progress.finish()
@@ -383,7 +389,7 @@ def run_shards(spec: StudySpec, shards: list, study_dir: Path, protocol: dict,
     return dict(progress.tally)
 
 
-def start_wandb(spec: StudySpec, study_dir: Path):
+def start_wandb(spec: StudySpec, study_dir: str):
     """Optional W&B run for the grid's trials, logged by the driver (one run, not one per trial:
     Ray's WandbLoggerCallback starts an actor per trial, too heavy for 18,000 of them)."""
     if not spec.tracking.wandb:
@@ -394,16 +400,17 @@ def start_wandb(spec: StudySpec, study_dir: Path):
         print("[tracking] wandb is not installed (pip install 'sweeper[tracking]'); not logging", flush=True)
         return None
     return wandb.init(project=spec.tracking.project, name=f"{spec.study}-trials", id=f"{spec.study}-trials",
-                      resume="allow", mode=spec.tracking.mode, dir=str(study_dir), reinit="create_new",
+                      resume="allow", mode=spec.tracking.mode, dir=str(storage.scratch_dir(study_dir, "")),
+                      reinit="create_new",
                       config=asdict(spec.finetuning))
 
 
-def grid_shards(pending: list[Trial], study_dir: Path, task_dirs: dict, size: int,
+def grid_shards(pending: list[Trial], study_dir: str, task_dirs: dict, size: int,
                 sets: EvaluationSets | None = None) -> list[GridShard]:
     return [GridShard(pending[i:i + size], study_dir, task_dirs, sets) for i in range(0, len(pending), size)]
 
 
-def optuna_shards(spec: StudySpec, plan: StudyPlan, pending: list[Trial], done: set[str], study_dir: Path,
+def optuna_shards(spec: StudySpec, plan: StudyPlan, pending: list[Trial], done: set[str], study_dir: str,
                   task_dirs: dict, sets: EvaluationSets) -> list[OptunaShard]:
     """Cells with work left, each with the samples already recorded (to warm-start its search).
     An evaluation-only set has no search of its own: its rows follow its training cell's samples."""

@@ -5,17 +5,17 @@ resources allow. With `pretraining_workers: 0` the fit is Train's local mode, in
 process (no worker-group start, ~40 s saved per run on a laptop); with N workers Train starts a
 worker group (DDP) and persists checkpoints to `storage_path/<run name>`. Either way the run's
 checkpoints land in `<study>/pretraining/<run name>/step-<N>/`, and Train resumes a rerun of
-the same name from the latest one.
+the same name from the latest one. The study may live in an object store: Train is handed the
+store's pyarrow filesystem, and the run's markers are single objects (sweeper.storage).
 """
 from __future__ import annotations
 
-import json
 import time
 from dataclasses import asdict
-from pathlib import Path
 
 import ray
 
+from sweeper import storage
 from sweeper.plan import PretrainingRun
 from sweeper.spec import StudySpec
 from sweeper.store import PRETRAINING, write_rows
@@ -26,32 +26,38 @@ DONE_FILE = "sweeper_done.json"
 FAILED_FILE = "sweeper_failed.json"
 
 
-def run_dir(study_dir: Path, run: PretrainingRun) -> Path:
-    return study_dir / "pretraining" / run.name
+def run_dir(study_dir: str, run: PretrainingRun) -> str:
+    return storage.join(study_dir, "pretraining", run.name)
 
 
-def checkpoint_path(study_dir: Path, run: PretrainingRun, step: int) -> Path:
-    return run_dir(study_dir, run) / f"step-{step}"
+def checkpoint_path(study_dir: str, run: PretrainingRun, step: int) -> str:
+    return storage.join(run_dir(study_dir, run), f"step-{step}")
 
 
-def is_done(study_dir: Path, run: PretrainingRun) -> bool:
-    done = run_dir(study_dir, run) / DONE_FILE
-    return done.exists() and json.loads(done.read_text()).get("run_key") == run.run_key
+def marker_of_this_run(study_dir: str, run: PretrainingRun, file_name: str) -> bool:
+    """Whether the run folder holds `file_name` written for this run's key (not for a former
+    configuration of the same name)."""
+    found = storage.read_json(storage.join(run_dir(study_dir, run), file_name), default={})
+    return found.get("run_key") == run.run_key
 
 
-def run_payload(run: PretrainingRun, spec: StudySpec, study_dir: Path, corpus_dir: str,
+def is_done(study_dir: str, run: PretrainingRun) -> bool:
+    return marker_of_this_run(study_dir, run, DONE_FILE)
+
+
+def run_payload(run: PretrainingRun, spec: StudySpec, study_dir: str, corpus_dir: str,
                 runs_by_name: dict[str, PretrainingRun]) -> dict:
     """Everything the worker loop needs, as plain data (workers never import the driver)."""
     pre, res = spec.pretraining, spec.resources
     if run.init_from_run:
         source = runs_by_name[run.init_from_run]
-        init_kind, init_from = "study", str(checkpoint_path(study_dir, source, source.total_steps))
+        init_kind, init_from = "study", checkpoint_path(study_dir, source, source.total_steps)
     elif run.init_from_hf:
         init_kind, init_from = "hf", run.init_from_hf
     else:
         init_kind, init_from = "scratch", None
     return {
-        "name": run.name, "run_key": run.run_key, "run_dir": str(run_dir(study_dir, run)),
+        "name": run.name, "run_key": run.run_key, "run_dir": run_dir(study_dir, run),
         "corpus_dir": corpus_dir, "model_config": run.model_config, "objective": run.objective,
         "mask_ratio": run.mask_ratio, "clm_fraction": run.clm_fraction, "switch_step": run.switch_step,
         "random_replace": pre.random_replace, "keep_original": pre.keep_original,
@@ -75,7 +81,9 @@ def fit_run(payload: dict, resources: dict) -> dict:
 
     from trainables.pretrain_loop import train_loop_per_worker
 
-    Path(payload["run_dir"]).mkdir(parents=True, exist_ok=True)
+    storage.make_dirs(payload["run_dir"])
+    # Train writes `storage_path/<name>/`: the run folder, on the study's filesystem.
+    filesystem, runs_path = storage.filesystem(storage.parent(payload["run_dir"]))
     workers = payload["workers"]
     scaling = ScalingConfig(
         num_workers=workers, use_gpu=payload["use_gpu"] and workers > 0,
@@ -85,7 +93,8 @@ def fit_run(payload: dict, resources: dict) -> dict:
     trainer = TorchTrainer(
         train_loop_per_worker, train_loop_config=payload, scaling_config=scaling,
         run_config=RunConfig(
-            name=payload["name"], storage_path=str(Path(payload["run_dir"]).parent),
+            name=payload["name"], storage_path=runs_path,
+            storage_filesystem=filesystem if storage.is_remote(payload["run_dir"]) else None,
             failure_config=FailureConfig(max_failures=resources["max_failures"]),
         ),
     )
@@ -94,24 +103,21 @@ def fit_run(payload: dict, resources: dict) -> dict:
     return {"run_name": payload["name"], "wall_time_s": time.time() - started}
 
 
-def record_finished_run(study: str, study_dir: Path, run: PretrainingRun, wall_time_s: float) -> None:
+def record_finished_run(study: str, study_dir: str, run: PretrainingRun, wall_time_s: float) -> None:
     """Write the run's training log to the pretraining table, then mark it done."""
-    final = checkpoint_path(study_dir, run, run.total_steps)
-    log = json.loads((final / "train_log.json").read_text())
+    log = storage.read_json(storage.join(checkpoint_path(study_dir, run, run.total_steps), "train_log.json"))
     write_rows(study_dir, PRETRAINING, [
         {"study": study, "run_name": run.name, "run_key": run.run_key, "objective": run.objective, **row}
         for row in log
     ])
-    (run_dir(study_dir, run) / FAILED_FILE).unlink(missing_ok=True)
-    (run_dir(study_dir, run) / DONE_FILE).write_text(json.dumps(
-        {"run_key": run.run_key, "wall_time_s": wall_time_s, "identity": run.identity,
-         "run": {k: v for k, v in asdict(run).items() if k != "identity"}}, indent=1, default=str,
-    ))
+    storage.remove(storage.join(run_dir(study_dir, run), FAILED_FILE))
+    storage.write_json(storage.join(run_dir(study_dir, run), DONE_FILE), {
+        "run_key": run.run_key, "wall_time_s": wall_time_s, "identity": run.identity,
+        "run": {k: v for k, v in asdict(run).items() if k != "identity"}})
 
 
-def has_failed(study_dir: Path, run: PretrainingRun) -> bool:
-    failed = run_dir(study_dir, run) / FAILED_FILE
-    return failed.exists() and json.loads(failed.read_text()).get("run_key") == run.run_key
+def has_failed(study_dir: str, run: PretrainingRun) -> bool:
+    return marker_of_this_run(study_dir, run, FAILED_FILE)
 
 
 class PretrainingScheduler:
@@ -122,7 +128,7 @@ class PretrainingScheduler:
     they unblock; `checkpoint_ready()` says whether a checkpoint can be fine-tuned yet. Each run
     is fitted in its own Ray task, in parallel as far as the cluster's resources allow."""
 
-    def __init__(self, spec: StudySpec, runs: list[PretrainingRun], study_dir: Path, corpus_dirs: dict,
+    def __init__(self, spec: StudySpec, runs: list[PretrainingRun], study_dir: str, corpus_dirs: dict,
                  retry_failed: bool = False):
         self.spec, self.study_dir, self.corpus_dirs = spec, study_dir, corpus_dirs
         self.by_name = {run.name: run for run in runs}
@@ -157,11 +163,9 @@ class PretrainingScheduler:
                 print(f"[pretrain] {run.name} skipped: its source {run.init_from_run} failed", flush=True)
             elif run.init_from_run is None or run.init_from_run in self.done:
                 self.waiting.remove(run)
-                directory = run_dir(self.study_dir, run)
-                directory.mkdir(parents=True, exist_ok=True)
-                (directory / RUN_FILE).write_text(json.dumps({"run_key": run.run_key, "identity": run.identity},
-                                                             indent=1, default=str))
-                payload = run_payload(run, self.spec, self.study_dir, str(self.corpus_dirs[run.tokenizer]),
+                storage.write_json(storage.join(run_dir(self.study_dir, run), RUN_FILE),
+                                   {"run_key": run.run_key, "identity": run.identity})
+                payload = run_payload(run, self.spec, self.study_dir, self.corpus_dirs[run.tokenizer],
                                       self.by_name)
                 self.futures[self.task.remote(payload, self.resources)] = run
 
@@ -179,11 +183,11 @@ class PretrainingScheduler:
             outcome = ray.get(future)
         except Exception as error:  # the other runs go on; every failure is reported
             message = f"{type(error).__name__}: {str(error).strip()[-2000:]}"
-            (run_dir(self.study_dir, run) / FAILED_FILE).write_text(json.dumps(
-                {"run_key": run.run_key, "error": message, "failed_at": time.time()}, indent=1))
+            failed_file = storage.join(run_dir(self.study_dir, run), FAILED_FILE)
+            storage.write_json(failed_file, {"run_key": run.run_key, "error": message, "failed_at": time.time()})
             self.failed.add(run.name)
             print(f"[pretrain] {run.name} FAILED: {message.splitlines()[0][:300]} "
-                  f"(details in {run_dir(self.study_dir, run) / FAILED_FILE})", flush=True)
+                  f"(details in {storage.display(failed_file)})", flush=True)
             return
         record_finished_run(self.spec.study, self.study_dir, run, outcome["wall_time_s"])
         self.done.add(run.name)
@@ -203,8 +207,8 @@ class PretrainingScheduler:
         checkpoint counts once a later one (or the end of the run) shows the upload finished."""
         if run.name in self.done:
             return True
-        markers = [int(p.parent.name.removeprefix("step-"))
-                   for p in run_dir(self.study_dir, run).glob(f"step-*/{MARKER_FILE}")]
+        markers = [int(storage.name(storage.parent(marker)).removeprefix("step-"))
+                   for marker in storage.find_files(run_dir(self.study_dir, run), f"step-*/{MARKER_FILE}")]
         if self.spec.resources.pretraining_workers == 0:
             return step in markers
         return any(m > step for m in markers)

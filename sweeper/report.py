@@ -5,13 +5,12 @@ partial results: it reports on what is recorded and says what is missing.
 """
 from __future__ import annotations
 
-import json
 import math
 from pathlib import Path
 
 import pandas as pd
 
-from sweeper import analysis, figures
+from sweeper import analysis, figures, storage
 from sweeper.findings import check_findings
 from sweeper.store import read_trials
 
@@ -19,8 +18,7 @@ PLAN_FILE = "plan.json"
 
 
 def planned_trial_keys(study_dir: str | Path) -> list[str] | None:
-    path = Path(study_dir) / PLAN_FILE
-    return json.loads(path.read_text()).get("trial_keys") if path.exists() else None
+    return storage.read_json(storage.join(study_dir, PLAN_FILE), default={}).get("trial_keys")
 
 
 def fmt(value, digits: int = 2) -> str:
@@ -79,13 +77,14 @@ def curve_table(frame: pd.DataFrame, index: list[str], title: str, note: str) ->
 
 
 def build_report(study_dir: str | Path, lr_range: tuple[float, float] = (1e-5, 1e-4)) -> tuple[str, list[Path]]:
-    """The report text and the figures written (into `<study>/figures/`)."""
-    study_dir = Path(study_dir)
+    """The report text and the figures drawn (into `<study>/figures/`, or a local folder that
+    `write_report` uploads when the study is in an object store)."""
+    study_dir = str(study_dir)
     trials = read_trials(study_dir).to_pandas()
     planned = planned_trial_keys(study_dir)
     if planned is not None:
         trials = trials[trials["trial_key"].isin(set(planned))]  # superseded cells leave the report
-    study = trials["study"].iloc[0] if not trials.empty else study_dir.name
+    study = trials["study"].iloc[0] if not trials.empty else storage.name(study_dir)
     out = [f"# Study report: {study}", "", coverage(trials, len(planned) if planned is not None else None), ""]
     best = analysis.best_lr_table(trials)
     if best.empty:
@@ -93,8 +92,7 @@ def build_report(study_dir: str | Path, lr_range: tuple[float, float] = (1e-5, 1
     categories = analysis.category_scores(trials, best)
     final = analysis.final_only(categories)
     stability, used_range = analysis.stability(trials, lr_range)
-    figure_dir = study_dir / "figures"
-    figure_dir.mkdir(exist_ok=True)
+    figure_dir = storage.scratch_dir(study_dir, "figures")
     made, skipped = [], []
 
     def figure(name: str, path: Path | None, why_not: str) -> None:
@@ -156,11 +154,17 @@ def build_report(study_dir: str | Path, lr_range: tuple[float, float] = (1e-5, 1
     return "\n".join(out) + "\n", made
 
 
-def write_report(study_dir: str | Path, lr_range: tuple[float, float] = (1e-5, 1e-4)) -> Path:
+def write_report(study_dir: str | Path, lr_range: tuple[float, float] = (1e-5, 1e-4)) -> str:
+    """Write `report.md` and the figures into the study; returns the report's location."""
+    study_dir = str(study_dir)
     text, made = build_report(study_dir, lr_range)
-    path = Path(study_dir) / "report.md"
-    path.write_text(text)
+    if storage.is_remote(study_dir):
+        for figure in made:
+            storage.write_bytes(storage.join(study_dir, "figures", figure.name), figure.read_bytes())
+    path = storage.join(study_dir, "report.md")
+    storage.write_text(path, text)
     summary = text.split("## Fine-tuning stability")[0].split("## Per task")[0]
     print(summary.rstrip())
-    print(f"[report] {path} ({len(made)} figures in {Path(study_dir) / 'figures'})")
+    print(f"[report] {storage.display(path)} ({len(made)} figures in "
+          f"{storage.display(storage.join(study_dir, 'figures'))})")
     return path

@@ -5,14 +5,13 @@ directory already holds, so running the same command again resumes the study.
 """
 from __future__ import annotations
 
-import json
 import os
-import shutil
 import time
 from pathlib import Path
 
 import ray
 
+from sweeper import storage
 from sweeper.finetuning import run_finetuning
 from sweeper.plan import StudyPlan, stable_key
 from sweeper.pretraining import PretrainingScheduler
@@ -27,14 +26,14 @@ def prepare_corpus_task(data: dict, out_dir: str) -> dict:
     return prepare_corpus(data, out_dir)
 
 
-def corpus_dir(study_dir: Path, tokenizer: str | None) -> Path:
+def corpus_dir(study_dir: str, tokenizer: str | None) -> str:
     """The study's corpus, or the same text encoded for a Hugging Face CPT source's tokenizer."""
     if tokenizer is None:
-        return study_dir / "cache" / "corpus"
-    return study_dir / "cache" / f"corpus-{stable_key({'tokenizer': tokenizer})}"
+        return storage.join(study_dir, "cache", "corpus")
+    return storage.join(study_dir, "cache", f"corpus-{stable_key({'tokenizer': tokenizer})}")
 
 
-def prepare_corpora(spec: StudySpec, plan: StudyPlan, study_dir: Path) -> dict[str | None, Path]:
+def prepare_corpora(spec: StudySpec, plan: StudyPlan, study_dir: str) -> dict[str | None, str]:
     """One prepared corpus per tokenizer the runs need, built in parallel Ray tasks (once ever)."""
     tokenizers = sorted({run.tokenizer for run in plan.runs}, key=lambda t: (t is not None, t or ""))
     remote = ray.remote(prepare_corpus_task).options(num_cpus=1)
@@ -43,7 +42,7 @@ def prepare_corpora(spec: StudySpec, plan: StudyPlan, study_dir: Path) -> dict[s
         data = {"source": spec.data.corpus, "text_column": spec.data.text_column,
                 "tokenizer": tokenizer or spec.data.tokenizer, "vocab_size": spec.data.vocab_size,
                 "max_documents": spec.data.max_documents}
-        futures[tokenizer] = remote.remote(data, str(corpus_dir(study_dir, tokenizer)))
+        futures[tokenizer] = remote.remote(data, corpus_dir(study_dir, tokenizer))
     for tokenizer, future in futures.items():
         meta = ray.get(future)
         print(f"[corpus] {meta['documents']:,} documents, {meta['tokens']:,} tokens, vocabulary "
@@ -62,35 +61,36 @@ def connect_ray() -> None:
     ray.init(address=os.environ.get("RAY_ADDRESS"), log_to_driver=True, configure_logging=False)
 
 
-def write_plan_file(plan: StudyPlan, study_dir: Path) -> None:
+def write_plan_file(plan: StudyPlan, study_dir: str) -> None:
     """`plan.json`: the planned trial keys, so reports and `sweeper status` know what is missing."""
-    (study_dir / PLAN_FILE).write_text(json.dumps({
+    storage.write_json(storage.join(study_dir, PLAN_FILE), {
         "trials": len(plan.trials), "trial_keys": [t.trial_key for t in plan.trials],
         "runs": {run.name: run.run_key for run in plan.runs},
-    }))
+    }, indent=None)
 
 
-def run_study(spec: StudySpec, spec_path: Path, plan: StudyPlan, study_dir: Path, *,
+def run_study(spec: StudySpec, spec_path: Path, plan: StudyPlan, study_dir: str, *,
               retry_failed: bool = False) -> int:
-    """Run or resume the study; returns the exit status (1 if any run or trial failed)."""
+    """Run or resume the study at `study_dir` (a path or an object-store URI); returns the
+    exit status (1 if any run or trial failed)."""
     started = time.time()
-    study_dir.mkdir(parents=True, exist_ok=True)
-    shutil.copyfile(spec_path, study_dir / "spec.yaml")
+    storage.make_dirs(study_dir)
+    storage.write_text(storage.join(study_dir, "spec.yaml"), Path(spec_path).read_text())
     write_plan_file(plan, study_dir)
     print(f"[study] {spec.study}: {len(plan.runs)} pretraining runs, {len(plan.checkpoints)} checkpoints, "
-          f"{len(plan.trials)} fine-tuning trials -> {study_dir}", flush=True)
+          f"{len(plan.trials)} fine-tuning trials -> {storage.display(study_dir)}", flush=True)
     connect_ray()
     corpora = prepare_corpora(spec, plan, study_dir)
     # Pretraining and fine-tuning run side by side: a checkpoint's trials start once it is written.
     scheduler = PretrainingScheduler(spec, list(plan.runs), study_dir, corpora, retry_failed)
     scheduler.start()
-    tally = run_finetuning(spec, plan, study_dir, {t: d / "tokenizer" for t, d in corpora.items()},
-                           scheduler=scheduler, retry_failed=retry_failed)
+    tally = run_finetuning(spec, plan, study_dir, corpora, scheduler=scheduler, retry_failed=retry_failed)
     failed_runs = scheduler.wait()
     report = write_report(study_dir)
-    print(f"[study] finished in {format_duration(time.time() - started)}; report: {report}", flush=True)
+    print(f"[study] finished in {format_duration(time.time() - started)}; report: {storage.display(report)}",
+          flush=True)
     if failed_runs or tally.get("failed"):
         print(f"[study] incomplete: {len(failed_runs)} pretraining run(s) and {tally.get('failed', 0)} trial(s) "
-              f"failed; `sweeper status {study_dir}` lists them, `--retry-failed` reruns them", flush=True)
+              f"failed; `sweeper status {storage.display(study_dir)}` lists them, `--retry-failed` reruns them", flush=True)
         return 1
     return 0

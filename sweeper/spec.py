@@ -10,6 +10,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Literal
 
+from sweeper.storage import scheme_error
 from sweeper.catalog import MODEL_PRESETS, TASKS
 from sweeper.spec_parsing import SpecError, build_dataclass, load_yaml, suggestion
 
@@ -369,7 +370,7 @@ class StudySpec:
     finetuning: FinetuningSpec
     """The fine-tuning grid (Ray Tune)."""
     storage: str | None = None
-    """Where the study lives (default ./studies/<study>); the --storage flag wins."""
+    """Where the study lives: a path, or an s3:// or gs:// URI (default ./studies/<study>); --storage wins."""
     model: ModelSpec = field(default_factory=ModelSpec)
     """Backbone architecture."""
     data: DataSpec = field(default_factory=DataSpec)
@@ -384,9 +385,8 @@ class StudySpec:
     def check(self):
         if not self.study or "/" in self.study:
             yield "study", f"must be a non-empty name without '/', got {self.study!r}"
-        if self.storage is not None and "://" in self.storage:
-            yield "storage", (f"{self.storage!r}: object-store URIs are not supported yet; use a path every "
-                              "node sees (NFS/EFS mount)")
+        if self.storage is not None and (problem := scheme_error(self.storage)):
+            yield "storage", problem
         yield from self.check_references()
 
     def check_references(self):
@@ -404,7 +404,6 @@ class StudySpec:
 
 def load_spec(path: str | Path) -> StudySpec:
     """Parse and validate a spec file; raises SpecError on any mistake."""
-    path = Path(path)
     data, context = load_yaml(path)
     return build_dataclass(StudySpec, data, "", context)
 

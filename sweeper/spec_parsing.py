@@ -66,11 +66,14 @@ class Context:
         raise SpecError(self.file, path, reason, self.lines.line(path))
 
 
-def load_yaml(path: Path) -> tuple[dict, Context]:
+def load_yaml(path: str | Path) -> tuple[dict, Context]:
+    """The file's mapping (a path, or the URI of a study's copy of its spec)."""
+    from sweeper import storage
+
     try:
-        text = path.read_text()
+        text = storage.read_text(str(path))
     except OSError as error:
-        raise SpecError(str(path), "", f"cannot read the file: {error.strerror}") from None
+        raise SpecError(str(path), "", f"cannot read the file: {error.strerror or error}") from None
     context = Context(str(path), LineIndex(text))
     try:
         data = yaml.safe_load(text)

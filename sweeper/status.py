@@ -5,12 +5,11 @@ the run folders, the results store, and the driver's `live.json` heartbeat.
 """
 from __future__ import annotations
 
-import json
 import os
 import time
 from collections import Counter
-from pathlib import Path
 
+from sweeper import storage
 from sweeper.finetuning import LIVE_FILE
 from sweeper.plan import plan_study
 from sweeper.pretraining import has_failed, is_done, run_dir
@@ -30,30 +29,30 @@ def pid_alive(pid: int) -> bool:
     return True
 
 
-def study_status(study_dir: Path) -> dict:
-    spec = load_spec(study_dir / "spec.yaml")
+def study_status(study_dir: str) -> dict:
+    spec = load_spec(storage.join(study_dir, "spec.yaml"))
     plan = plan_study(spec)
     runs: dict[str, list[str]] = {"done": [], "running": [], "pending": [], "failed": []}
     now = time.time()
     for run in plan.runs:
-        progress_file = run_dir(study_dir, run) / "progress.json"
         if is_done(study_dir, run):
             runs["done"].append(run.name)
-        elif has_failed(study_dir, run):
+            continue
+        if has_failed(study_dir, run):
             runs["failed"].append(run.name)
-        elif progress_file.exists() and now - json.loads(progress_file.read_text())["updated_at"] < STALE_AFTER_S:
-            progress = json.loads(progress_file.read_text())
+            continue
+        progress = storage.read_json(storage.join(run_dir(study_dir, run), "progress.json"))
+        if progress is not None and now - progress["updated_at"] < STALE_AFTER_S:
             runs["running"].append(f"{run.name} (step {progress['step']}/{progress['total_steps']})")
         else:
             runs["pending"].append(run.name)
     planned = {t.trial_key for t in plan.trials}
-    trials = read_trials(study_dir).to_pandas() if (study_dir / "results").exists() else None
-    recorded = trials[trials["trial_key"].isin(planned)] if trials is not None else None
+    trials = read_trials(study_dir).to_pandas()
+    recorded = trials[trials["trial_key"].isin(planned)] if not trials.empty else None
     counts = Counter(recorded["status"]) if recorded is not None else Counter()
     running = 0
-    live = study_dir / LIVE_FILE
-    if live.exists():
-        state = json.loads(live.read_text())
+    state = storage.read_json(storage.join(study_dir, LIVE_FILE))
+    if state is not None:
         fresh = now - state["updated_at"] < STALE_AFTER_S
         if fresh and (state["host"] != os.uname().nodename or pid_alive(state["pid"])):
             running = state["running_trials"]
@@ -65,11 +64,11 @@ def study_status(study_dir: Path) -> dict:
                                                           "error"]].to_dict("records")}
 
 
-def print_status(study_dir: Path) -> None:
+def print_status(study_dir: str) -> None:
     status = study_status(study_dir)
     runs, trials = status["runs"], status["trials"]
     total_runs = sum(len(v) for v in runs.values())
-    print(f"study {status['study']} ({study_dir})")
+    print(f"study {status['study']} ({storage.display(study_dir)})")
     print(f"  pretraining: {total_runs} runs: " + ", ".join(f"{len(v)} {k}" for k, v in runs.items()))
     for state in ("running", "failed", "pending"):
         for name in runs[state]:

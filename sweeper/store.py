@@ -8,6 +8,9 @@ partition's batch files into one (after each shard), which keeps 18,000 trials i
 files. A trial recorded twice (a driver killed between writing and learning it had, or a
 compaction killed between its rename and its deletes) is read once: `read_trials` keeps one row
 per trial key, preferring an `ok` row, then the latest.
+
+In an object store (`s3://`, `gs://`) a batch file is one upload, which no reader sees half
+done, so it is written under its final name (sweeper.storage).
 """
 from __future__ import annotations
 
@@ -20,6 +23,8 @@ from urllib.parse import quote
 import pyarrow as pa
 import pyarrow.dataset as ds
 import pyarrow.parquet as pq
+
+from sweeper import storage
 
 TRIALS = "trials"
 EVAL_CURVES = "eval_curves"
@@ -91,11 +96,11 @@ PARTITION = {TRIALS: "task", EVAL_CURVES: "task", PRETRAINING: "run_name"}
 ROW_KEY = {TRIALS: ["trial_key"], EVAL_CURVES: ["trial_key", "step"], PRETRAINING: ["run_key", "step"]}
 
 
-def table_dir(study_dir: str | Path, table: str) -> Path:
-    return Path(study_dir) / "results" / table
+def table_dir(study_dir: str | Path, table: str) -> str:
+    return storage.join(str(study_dir), "results", table)
 
 
-def write_rows(study_dir: str | Path, table: str, rows: list[dict]) -> list[Path]:
+def write_rows(study_dir: str | Path, table: str, rows: list[dict]) -> list[str]:
     """Append `rows` as one new Parquet file per partition, atomically. Returns the files."""
     if not rows:
         return []
@@ -110,30 +115,43 @@ def write_rows(study_dir: str | Path, table: str, rows: list[dict]) -> list[Path
             for value, group in by_value.items()]
 
 
-def partition_dir(study_dir: str | Path, table: str, value: str) -> Path:
-    return table_dir(study_dir, table) / f"{PARTITION[table]}={quote(value, safe='')}"
+def partition_dir(study_dir: str | Path, table: str, value: str) -> str:
+    return storage.join(table_dir(study_dir, table), f"{PARTITION[table]}={quote(value, safe='')}")
 
 
-def publish(directory: Path, name: str, arrow: pa.Table) -> Path:
-    """Write under a dot-name (skipped by readers), fsync, rename into place."""
-    directory.mkdir(parents=True, exist_ok=True)
-    tmp = directory / f".{name}.tmp"
+def publish(directory: str, name: str, arrow: pa.Table) -> str:
+    """Local: write under a dot-name (skipped by readers), fsync, rename into place. Object
+    store: one upload under the final name."""
+    if storage.is_remote(directory):
+        fs, path = storage.filesystem(storage.join(directory, name))
+        pq.write_table(arrow, path, filesystem=fs)
+        return storage.join(directory, name)
+    Path(directory).mkdir(parents=True, exist_ok=True)
+    tmp = Path(directory) / f".{name}.tmp"
     pq.write_table(arrow, tmp)
     with open(tmp, "rb") as handle:
         os.fsync(handle.fileno())
-    os.replace(tmp, directory / name)
-    return directory / name
+    os.replace(tmp, Path(directory) / name)
+    return str(Path(directory) / name)
+
+
+def part_files(partition: str) -> list[str]:
+    return [storage.join(partition, name) for name in storage.list_names(partition, folders=False)
+            if name.startswith("part-") and name.endswith(".parquet")]
 
 
 def read_table(study_dir: str | Path, table: str) -> pa.Table:
     """All rows of a table (empty, with the schema, when nothing was written yet)."""
     directory = table_dir(study_dir, table)
     schema = SCHEMAS[table]
-    if not directory.exists() or not any(directory.glob("*=*/part-*.parquet")):
+    files = [f for partition in storage.list_names(directory, folders=True) if "=" in partition
+             for f in part_files(storage.join(directory, partition))]
+    if not files:
         return schema.empty_table()
     column = PARTITION[table]
     partitioning = ds.partitioning(pa.schema([schema.field(column)]), flavor="hive")
-    return ds.dataset(directory, format="parquet", partitioning=partitioning, schema=schema).to_table()
+    fs, path = storage.filesystem(directory)
+    return ds.dataset(path, filesystem=fs, format="parquet", partitioning=partitioning, schema=schema).to_table()
 
 
 def compact(study_dir: str | Path, table: str) -> int:
@@ -142,22 +160,26 @@ def compact(study_dir: str | Path, table: str) -> int:
     deduplicate. Returns the number of files removed."""
     removed = 0
     directory = table_dir(study_dir, table)
-    if not directory.exists():
-        return 0
-    for partition in sorted(p for p in directory.iterdir() if p.is_dir()):
-        parts = sorted(partition.glob("part-*.parquet"))
+    for partition in storage.list_names(directory, folders=True):
+        partition = storage.join(directory, partition)
+        parts = sorted(part_files(partition))
         if len(parts) < 2:
             continue
-        frame = pa.concat_tables(pq.read_table(p) for p in parts).to_pandas()
+        frame = pa.concat_tables(read_part(p) for p in parts).to_pandas()
         frame = keep_one_row_per_key(frame, table)
         schema = SCHEMAS[table].remove(SCHEMAS[table].get_field_index(PARTITION[table]))
         merged = pa.Table.from_pandas(frame[schema.names], schema=schema, preserve_index=False)
         stamp = f"{time.strftime('%Y%m%dT%H%M%S')}-{uuid.uuid4().hex[:8]}"
         publish(partition, f"part-{stamp}-compacted.parquet", merged)
         for part in parts:
-            part.unlink()
+            storage.remove(part)
             removed += 1
     return removed
+
+
+def read_part(location: str) -> pa.Table:
+    fs, path = storage.filesystem(location)
+    return pq.read_table(path, filesystem=fs)
 
 
 def keep_one_row_per_key(frame, table: str):

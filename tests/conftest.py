@@ -1,10 +1,13 @@
-"""Shared fixtures: one real local Ray head for the end-to-end tests, and the smoke study it ran."""
+"""Shared fixtures: one real local Ray head for the end-to-end tests, the smoke study it ran,
+and a real S3 endpoint on the loopback (moto's server) for studies kept in an object store."""
 from __future__ import annotations
 
 import os
 import socket
 import subprocess
 import sys
+import time
+import uuid
 from pathlib import Path
 
 import pytest
@@ -78,3 +81,31 @@ def wordpiece_dir(tmp_path_factory) -> str:
     prepare_corpus({"source": "wordnet", "text_column": "text", "tokenizer": "train-wordpiece", "vocab_size": 512,
                     "max_documents": 300}, str(out))
     return str(out / "tokenizer")
+
+
+@pytest.fixture(scope="session")
+def object_store():
+    """moto's S3 server on 127.0.0.1 with one bucket; yields `uri(name)` -> a fresh
+    `s3://...` location in it that any process (Ray workers included) can use as it is: the
+    credentials and the endpoint travel in the URI."""
+    import pyarrow.fs as pafs
+
+    port = free_port()
+    server = subprocess.Popen([sys.executable, "-m", "moto.server", "-H", "127.0.0.1", "-p", str(port)],
+                              stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    try:
+        deadline = time.time() + 60
+        while True:
+            try:
+                socket.create_connection(("127.0.0.1", port), timeout=1).close()
+                break
+            except OSError:
+                assert server.poll() is None and time.time() < deadline, "moto's S3 server did not start"
+                time.sleep(0.2)
+        query = f"endpoint_override=127.0.0.1:{port}&scheme=http"
+        bucket, prefix = "sweeper-tests", uuid.uuid4().hex[:8]
+        pafs.FileSystem.from_uri(f"s3://testing:testing@{bucket}?{query}&allow_bucket_creation=true")[0].create_dir(bucket)
+        yield lambda name: f"s3://testing:testing@{bucket}/{prefix}/{name}?{query}"
+    finally:
+        server.terminate()
+        server.wait(timeout=30)

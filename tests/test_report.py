@@ -95,6 +95,18 @@ def test_findings_verdicts_with_their_evidence(clear_study, tmp_path_factory):
     assert verdict.verdict == CANNOT_TELL and "cannot tell" in " ".join(verdict.evidence)
 
 
+def test_stability_finding_needs_a_spread_and_runs_from_scratch(clear_study):
+    """One seed at one learning rate has no spread, and a continued run is no MLM-from-scratch
+    run: neither may decide finding 3."""
+    trials = read_trials(clear_study).to_pandas()
+    one_cell = trials[(trials["seed"] == 0) & (trials["learning_rate"] == 3e-5)]
+    verdict = check_findings(analysis.category_scores(one_cell), analysis.stability(one_cell)[0])[2]
+    assert verdict.verdict == CANNOT_TELL, verdict.evidence
+    continued = trials.assign(init_from=trials["objective"].map({"mlm": "m-clm-100", "clm": None}))
+    verdict = check_findings(analysis.category_scores(continued), analysis.stability(continued)[0])[2]
+    assert verdict.verdict == CANNOT_TELL and "needs final CLM and MLM" in " ".join(verdict.evidence)
+
+
 def test_report_works_on_partial_results_and_says_what_is_missing(clear_study):
     import json
 

@@ -49,7 +49,7 @@ def test_driver_killed_mid_grid_then_rerun_loses_and_duplicates_nothing(ray_head
     study_dir, spec = tmp_path / "study", SPECS / "resume.yaml"
     plan = plan_study(load_spec(spec))
     driver = start_sweeper("run", str(spec), "--storage", str(study_dir), address=ray_head[0])
-    wait_for(lambda: list(table_dir(study_dir, TRIALS).rglob("part-*.parquet")) if table_dir(study_dir, TRIALS).exists()
+    wait_for(lambda: list(Path(table_dir(study_dir, TRIALS)).rglob("part-*.parquet")) if Path(table_dir(study_dir, TRIALS)).exists()
              else None, timeout=300, what="the first batch of trial rows", process=driver)
     driver.send_signal(signal.SIGKILL)
     driver.wait()
@@ -137,12 +137,12 @@ def test_killing_a_writer_never_leaves_an_unreadable_file(tmp_path, delay):
     writer = subprocess.Popen([sys.executable, "-c", WRITER, str(tmp_path)], cwd=ROOT,
                               stdout=subprocess.PIPE, text=True)
     assert writer.stdout.readline().strip() == "ready"
-    wait_for(lambda: list(table_dir(tmp_path, TRIALS).rglob("part-*.parquet")), 60, "a first batch", writer)
+    wait_for(lambda: list(Path(table_dir(tmp_path, TRIALS)).rglob("part-*.parquet")), 60, "a first batch", writer)
     time.sleep(delay)  # then die somewhere inside a later write
     writer.send_signal(signal.SIGKILL)
     writer.wait()
-    files = list(table_dir(tmp_path, TRIALS).rglob("part-*.parquet"))
+    files = list(Path(table_dir(tmp_path, TRIALS)).rglob("part-*.parquet"))
     for path in files:
         assert pq.read_metadata(path).num_rows == 5000
-    assert ds.dataset(table_dir(tmp_path, TRIALS), format="parquet").to_table().num_rows == 5000 * len(files)
+    assert ds.dataset(Path(table_dir(tmp_path, TRIALS)), format="parquet").to_table().num_rows == 5000 * len(files)
     assert read_table(tmp_path, TRIALS).num_rows == 5000 * len(files)

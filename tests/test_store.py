@@ -1,5 +1,6 @@
 """Results store: Hive-partitioned batches as atomic Parquet files, compaction, one row per trial on read."""
 from datetime import datetime, timedelta, timezone
+from pathlib import Path
 
 import pyarrow.parquet as pq
 
@@ -17,7 +18,7 @@ def row(key, status="ok", score=50.0, minutes=0, task="t"):
 def test_batches_round_trip_by_partition_and_leave_no_temporary_files(tmp_path):
     write_rows(tmp_path, TRIALS, [row("a"), row("b", task="sst2")])
     write_rows(tmp_path, TRIALS, [row("c", status="failed")])
-    files = sorted(table_dir(tmp_path, TRIALS).rglob("*"))
+    files = sorted(Path(table_dir(tmp_path, TRIALS)).rglob("*"))
     parts = [f for f in files if f.is_file()]
     assert all(f.name.startswith("part-") and f.suffix == ".parquet" for f in parts)
     assert sorted(p.parent.name for p in parts) == ["task=sst2", "task=t", "task=t"]
@@ -44,7 +45,7 @@ def test_compaction_merges_batches_into_one_file_per_partition(tmp_path):
     write_rows(tmp_path, TRIALS, [row("k0-0", status="failed", minutes=3, task="task0")])  # a duplicate
     before = read_trials(tmp_path).to_pandas()
     assert compact(tmp_path, TRIALS) == 11
-    files = list(table_dir(tmp_path, TRIALS).rglob("part-*.parquet"))
+    files = list(Path(table_dir(tmp_path, TRIALS)).rglob("part-*.parquet"))
     assert len(files) == 2
     after = read_table(tmp_path, TRIALS).to_pandas()
     assert len(after) == 20 and after["trial_key"].is_unique
@@ -61,14 +62,14 @@ def test_duckdb_polars_and_pandas_read_the_store_without_the_project(tmp_path):
     write_rows(tmp_path, TRIALS, [row(f"k{i}", task=["sst2", "mnli", "conll2003"][i % 3]) for i in range(30)])
     write_rows(tmp_path, PRETRAINING, [{"study": "s", "run_name": "r", "run_key": "k", "step": s, "loss": 1.0}
                                        for s in range(7)])
-    root = table_dir(tmp_path, TRIALS)
+    root = Path(table_dir(tmp_path, TRIALS))
     glob = f"{root}/*/*.parquet"
     source = f"read_parquet('{glob}', hive_partitioning=true)"
     assert duckdb.sql(f"select count(*), count(distinct task) from {source}").fetchall() == [(30, 3)]
     assert pl.scan_parquet(glob, hive_partitioning=True).select(pl.len()).collect().item() == 30
     frame = pd.read_parquet(root)
     assert len(frame) == 30 and set(frame["task"].astype(str)) == {"sst2", "mnli", "conll2003"}
-    assert len(pd.read_parquet(table_dir(tmp_path, PRETRAINING))) == 7
+    assert len(pd.read_parquet(Path(table_dir(tmp_path, PRETRAINING)))) == 7
 
 
 def test_empty_store_reads_as_empty_table(tmp_path):

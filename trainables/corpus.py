@@ -15,7 +15,7 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from trainables.build_once import build_directory_once
+from sweeper import storage
 from trainables.text_sources import iter_corpus_texts
 
 SPECIAL_TOKENS = ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]"]
@@ -64,14 +64,14 @@ def load_or_train_tokenizer(name: str, texts: list[str], vocab_size: int):
 
 
 def prepare_corpus(corpus: dict, out_dir: str) -> dict:
-    """Build `out_dir` once (idempotent: a finished directory is reused) and return its meta.
+    """Build `out_dir` (a study location) once (idempotent: a finished directory is reused)
+    and return its meta.
 
     `corpus` is the plain-dict form of the spec's data section: source, text_column, tokenizer,
     vocab_size, max_documents.
     """
-    out = Path(out_dir)
-    build_directory_once(out, META_FILE, lambda tmp: build_corpus(corpus, tmp))
-    return json.loads((out / META_FILE).read_text())
+    storage.build_once(out_dir, META_FILE, lambda tmp: build_corpus(corpus, tmp))
+    return storage.read_json(storage.join(out_dir, META_FILE))
 
 
 def build_corpus(corpus: dict, tmp: Path) -> None:
@@ -103,8 +103,9 @@ class PackedCorpus:
     """Fixed-length windows over the token stream, visited in one seeded order per epoch."""
 
     def __init__(self, corpus_dir: str, seq_len: int, order_seed: int):
-        self.meta = json.loads((Path(corpus_dir) / META_FILE).read_text())
-        self.tokens = np.load(Path(corpus_dir) / "tokens.npy", mmap_mode="r")
+        local = storage.local_copy(corpus_dir, META_FILE)  # memory-mapped: it must be on a disk
+        self.meta = json.loads((local / META_FILE).read_text())
+        self.tokens = np.load(local / "tokens.npy", mmap_mode="r")
         self.seq_len = seq_len
         self.order_seed = order_seed
         self.num_windows = self.tokens.size // seq_len

@@ -14,6 +14,7 @@ from functools import lru_cache
 import numpy as np
 import torch
 
+from sweeper import storage
 from trainables.schedule import linear_warmup_decay_lr
 from trainables.tasks.data import FAMILIES, load_prepared
 
@@ -24,9 +25,11 @@ def cached_backbone_state(checkpoint_path: str):
     from transformers import AutoModel
     from transformers.utils import logging as hf_logging
 
+    from trainables.pretrain_loop import MARKER
+
     hf_logging.set_verbosity_error()
     hf_logging.disable_progress_bar()
-    model = AutoModel.from_pretrained(checkpoint_path)
+    model = AutoModel.from_pretrained(storage.local_copy(checkpoint_path, MARKER))
     return model.config, {k: v.clone() for k, v in model.state_dict().items()}
 
 

@@ -11,7 +11,9 @@ Checkpoint layout, `<run_dir>/step-<N>/`: Hugging Face files (config.json, model
 tokenizer), `training_state.pt`, and `sweeper_checkpoint.json` written last (the marker that the
 directory is complete). With distributed workers Ray Train persists the directory (to any
 storage URI) under `storage_path/<run name>/step-<N>`; in local mode the loop publishes it there
-itself with an atomic rename.
+itself (sweeper.storage: an atomic rename on a disk, an upload with the marker last to an object
+store). The run folder is a study location: a path, or a URI whose files the loop reads through
+node-local copies.
 """
 from __future__ import annotations
 
@@ -25,6 +27,8 @@ from pathlib import Path
 
 import torch
 
+from sweeper import storage
+from trainables.corpus import META_FILE as CORPUS_MARKER
 from trainables.corpus import PackedCorpus
 from trainables.model import LlamaEncoderConfig, LlamaEncoderForMaskedLM, build_model
 from trainables.objectives import MaskingConfig, clm_loss, mlm_loss, objective_at_step
@@ -37,27 +41,30 @@ def checkpoint_dir_name(step: int) -> str:
     return f"step-{step}"
 
 
-def latest_local_checkpoint(run_dir: str) -> Path | None:
-    """The complete checkpoint (marker present) with the highest step, if any."""
-    found = [(json.loads(p.read_text())["step"], p.parent) for p in Path(run_dir).glob(f"step-*/{MARKER}")]
-    return max(found)[1] if found else None
+def saved_steps(run_dir: str) -> dict[int, str]:
+    """Complete checkpoints of a run (marker present): step -> location."""
+    return {int(storage.name(storage.parent(marker)).removeprefix("step-")): storage.parent(marker)
+            for marker in storage.find_files(run_dir, f"step-*/{MARKER}")}
+
+
+def latest_checkpoint(run_dir: str) -> str | None:
+    """The complete checkpoint with the highest step, if any."""
+    steps = saved_steps(run_dir)
+    return steps[max(steps)] if steps else None
 
 
 def write_progress(run: dict, row: dict) -> None:
     """`<run_dir>/progress.json`: where the run is, for `sweeper status` (and tests that kill it)."""
     progress = {**row, "total_steps": run["total_steps"], "pid": os.getpid(), "updated_at": time.time()}
-    tmp = Path(run["run_dir"]) / ".progress.json.tmp"
-    tmp.write_text(json.dumps(progress))
-    tmp.replace(Path(run["run_dir"]) / "progress.json")
+    storage.write_json(storage.join(run["run_dir"], "progress.json"), progress, indent=None)
 
 
 def drop_superseded_resume_checkpoints(run: dict, keep: int, evaluated: set[int]) -> None:
     """Resume-only checkpoints (`save_every`) are needed until a newer one exists; evaluated
     checkpoints are kept for fine-tuning. Local mode only: Ray Train manages its own."""
-    for marker in Path(run["run_dir"]).glob(f"step-*/{MARKER}"):
-        step = int(marker.parent.name.removeprefix("step-"))
+    for step, location in saved_steps(run["run_dir"]).items():
         if step < keep and step not in evaluated:
-            shutil.rmtree(marker.parent, ignore_errors=True)
+            storage.remove_tree(location)
 
 
 def unwrap(model):
@@ -128,11 +135,14 @@ def save_checkpoint(model, optimizer, run: dict, step: int, log: list[dict], met
     context = ray.train.get_context()
     # With a worker group (even of one) Ray persists checkpoints; local mode persists nothing.
     distributed = run["workers"] > 0
-    tmp = Path(tempfile.mkdtemp(prefix="sweeper-ckpt-", dir=None if distributed else run["run_dir"]))
+    # Local mode on a disk: built inside the run folder, so publishing is one rename.
+    beside = not distributed and not storage.is_remote(run["run_dir"])
+    tmp = Path(tempfile.mkdtemp(prefix="sweeper-ckpt-", dir=run["run_dir"] if beside else None))
     model_state, optimizer_state = full_states(model, optimizer, run, context.get_world_size())
     if context.get_world_rank() == 0:
         save_hf(model, tmp, model_state)
-        shutil.copytree(Path(run["corpus_dir"]) / "tokenizer", tmp, dirs_exist_ok=True)
+        shutil.copytree(storage.local_copy(run["corpus_dir"], CORPUS_MARKER, only="tokenizer"), tmp,
+                        dirs_exist_ok=True)
         torch.save({"optimizer": optimizer_state, "step": step, "log": log}, tmp / "training_state.pt")
         marker = {
             "run_name": run["name"], "run_key": run["run_key"], "step": step,
@@ -150,10 +160,8 @@ def save_checkpoint(model, optimizer, run: dict, step: int, log: list[dict], met
         ray.train.report(metrics, checkpoint=checkpoint, checkpoint_dir_name=name)
         shutil.rmtree(tmp, ignore_errors=True)
         return
-    final = Path(run["run_dir"]) / name
-    if final.exists():  # left by a run that died after publishing: same step, same content
-        shutil.rmtree(final)
-    tmp.rename(final)
+    # A folder of this step left by a run that died after publishing has the same content.
+    storage.publish_tree(tmp, storage.join(run["run_dir"], name), MARKER)
     ray.train.report(metrics)
 
 
@@ -165,7 +173,8 @@ def resume_directory(run: dict):
     checkpoint = ray.train.get_checkpoint()
     if checkpoint is not None:
         return checkpoint.as_directory()
-    return contextlib.nullcontext(latest_local_checkpoint(run["run_dir"]))
+    latest = latest_checkpoint(run["run_dir"])
+    return contextlib.nullcontext(storage.local_copy(latest, MARKER) if latest else None)
 
 
 def restore_training_state(directory: Path, model, optimizer, run: dict, world: int) -> tuple[int, list[dict]]:
@@ -187,14 +196,14 @@ def start_wandb(run: dict):
         print("[tracking] wandb is not installed (pip install 'sweeper[tracking]'); not logging", flush=True)
         return None
     return wandb.init(project=tracking["project"], name=run["name"], id=run["run_key"], resume="allow",
-                      mode=tracking["mode"], dir=run["run_dir"], reinit="create_new",
+                      mode=tracking["mode"], dir=str(storage.scratch_dir(run["run_dir"], "")), reinit="create_new",
                       config={k: v for k, v in run.items() if k != "tracking"})
 
 
 def initial_model(run: dict, vocab_size: int) -> LlamaEncoderForMaskedLM:
     """Fresh weights, or the decayed checkpoint continued pretraining starts from."""
     if run["init_kind"] == "study":
-        return LlamaEncoderForMaskedLM.from_pretrained(run["init_from"])
+        return LlamaEncoderForMaskedLM.from_pretrained(storage.local_copy(run["init_from"], MARKER))
     if run["init_kind"] == "hf":
         from trainables.convert import encoder_from_causal_lm
 

@@ -13,7 +13,7 @@ from pathlib import Path
 
 import numpy as np
 
-from trainables.build_once import build_directory_once
+from sweeper import storage
 from trainables.tasks.classification import SequenceClassification, TokenClassification
 from trainables.tasks.qa import ExtractiveQA
 from trainables.tasks.retrieval import Retrieval
@@ -21,6 +21,7 @@ from trainables.text_sources import iter_rows
 
 VALIDATION_SHARE, VALIDATION_SEED = 0.05, 42
 SPLITS = ("train", "validation", "test")
+META = "meta.json"  # written last: the prepared folder is complete
 
 FAMILIES = {
     "sequence_classification": SequenceClassification,
@@ -70,9 +71,8 @@ def sample(rows: list[dict], limit: int | None) -> list[dict]:
 def prepare_task_data(task: dict, tokenizer_dir: str, max_length: int, out_dir: str,
                       max_train: int | None = None, max_eval: int | None = None,
                       settings: dict | None = None) -> dict:
-    """Tokenise the task's three splits into `out_dir` unless already there; return its meta.
-    `settings`: the family's encoding settings (extractive QA: `doc_stride`)."""
-    out = Path(out_dir)
+    """Tokenise the task's three splits into `out_dir` (a study location) unless already
+    there; return its meta. `settings`: the family's encoding settings (extractive QA: `doc_stride`)."""
 
     def build(tmp: Path) -> None:
         from transformers import AutoTokenizer
@@ -84,15 +84,15 @@ def prepare_task_data(task: dict, tokenizer_dir: str, max_length: int, out_dir: 
             np.savez(tmp / f"{split}.npz", **arrays[split])
         meta = {"task": task["name"], "family": task["family"], "max_length": max_length, **meta,
                 "sizes": {split: len(rows) for split, rows in splits.items()}}
-        (tmp / "meta.json").write_text(json.dumps(meta, indent=1))
+        (tmp / META).write_text(json.dumps(meta, indent=1))
 
-    build_directory_once(out, "meta.json", build)
-    return json.loads((out / "meta.json").read_text())
+    storage.build_once(out_dir, META, build)
+    return storage.read_json(storage.join(out_dir, META))
 
 
 def load_prepared(out_dir: str) -> tuple[dict, dict[str, dict[str, np.ndarray]]]:
-    out = Path(out_dir)
-    meta = json.loads((out / "meta.json").read_text())
+    out = storage.local_copy(out_dir, META)
+    meta = json.loads((out / META).read_text())
     splits = {}
     for split in SPLITS:
         with np.load(out / f"{split}.npz") as data:

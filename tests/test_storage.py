@@ -1,0 +1,128 @@
+"""Study storage: the same operations on a local folder and on a real S3 endpoint (moto's server
+on the loopback), and the results store written to and read back from the object store."""
+from __future__ import annotations
+
+import subprocess
+import sys
+from datetime import datetime, timezone
+from pathlib import Path
+
+import pyarrow.dataset as ds
+import pytest
+
+from sweeper import storage
+from sweeper.store import TRIALS, compact, read_table, read_trials, table_dir, write_rows
+
+from conftest import ROOT
+
+
+@pytest.fixture(params=["local", "s3"])
+def location(request, tmp_path, object_store) -> str:
+    return str(tmp_path / "study") if request.param == "local" else object_store(f"unit-{id(request)}/study")
+
+
+@pytest.fixture(autouse=True)
+def private_cache(tmp_path, monkeypatch):
+    monkeypatch.setenv("SWEEPER_CACHE", str(tmp_path / "cache"))
+
+
+def test_files_round_trip_and_listing(location):
+    assert not storage.exists(storage.join(location, "a.json"))
+    assert storage.read_json(storage.join(location, "a.json"), default={"none": 1}) == {"none": 1}
+    storage.write_json(storage.join(location, "a.json"), {"x": 1})
+    storage.write_json(storage.join(location, "a.json"), {"x": 2})  # replaced whole
+    assert storage.read_json(storage.join(location, "a.json")) == {"x": 2}
+    for step in (10, 20):
+        storage.write_text(storage.join(location, "run", f"step-{step}", "marker.json"), str(step))
+    storage.write_text(storage.join(location, "run", "tmp-1", "marker.json"), "stray")
+    found = storage.find_files(storage.join(location, "run"), "step-*/marker.json")
+    assert [storage.read_text(f) for f in found] == ["10", "20"]
+    assert storage.list_names(storage.join(location, "run"), folders=True) == ["step-10", "step-20", "tmp-1"]
+    assert storage.list_names(location, folders=False) == ["a.json"]
+    assert storage.list_names(storage.join(location, "missing")) == []
+    storage.remove(storage.join(location, "a.json"))
+    storage.remove(storage.join(location, "a.json"))  # missing is fine
+    assert not storage.exists(storage.join(location, "a.json"))
+    storage.move_tree(storage.join(location, "run"), storage.join(location, "old-run"))
+    assert storage.list_names(storage.join(location, "old-run"), folders=True) == ["step-10", "step-20", "tmp-1"]
+    assert not storage.list_names(storage.join(location, "run"))
+    storage.remove_tree(storage.join(location, "old-run"))
+    assert not storage.exists(storage.join(location, "old-run", "step-10", "marker.json"))
+
+
+def build_folder(folder: Path, version: str = "1") -> None:
+    (folder / "sub").mkdir()
+    (folder / "sub" / "weights.bin").write_bytes(b"\0" * 1000 + version.encode())
+    (folder / "config.json").write_text("{}")
+    (folder / "marker.json").write_text(version)
+
+
+def test_build_once_publishes_a_whole_folder_that_local_copy_reads(location, tmp_path):
+    calls = []
+
+    def build(folder: Path) -> None:
+        calls.append(folder)
+        build_folder(folder)
+
+    target = storage.join(location, "cache", "corpus")
+    storage.build_once(target, "marker.json", build)
+    storage.build_once(target, "marker.json", build)
+    assert len(calls) == 1, "a finished folder is reused"
+    copy = storage.local_copy(target, "marker.json")
+    assert (copy / "sub" / "weights.bin").read_bytes().endswith(b"1")
+    sub = storage.local_copy(target, "marker.json", only="sub")
+    assert sub.name.endswith("sub") and sorted(p.name for p in sub.iterdir()) == ["weights.bin"]
+    if storage.is_remote(target):
+        assert str(copy).startswith(str(tmp_path / "cache")), "remote folders are copied into the node's cache"
+        # Published again with other content (a recomputed run): the new marker means a new copy.
+        local = tmp_path / "v2"
+        local.mkdir()
+        build_folder(local, "2")
+        storage.publish_tree(local, target, "marker.json")
+        assert not local.exists()
+        again = storage.local_copy(target, "marker.json")
+        assert again != copy and (again / "sub" / "weights.bin").read_bytes().endswith(b"2")
+        with pytest.raises(FileNotFoundError):
+            storage.local_copy(storage.join(location, "nothing-here"), "marker.json")
+    else:
+        assert copy == Path(target), "a local folder is read where it is"
+
+
+def row(key: str, task: str, status: str = "ok", minute: int = 0) -> dict:
+    return {"study": "s", "trial_key": key, "checkpoint_id": "c", "task": task, "learning_rate": 1e-3, "seed": 0,
+            "status": status, "test_score": 50.0, "finished_at": datetime(2026, 1, 1, 0, minute, tzinfo=timezone.utc)}
+
+
+def test_results_store_in_an_object_store(object_store):
+    study = object_store("store/study")
+    write_rows(study, TRIALS, [row("a", "sst2", status="failed"), row("b", "conll2003")])
+    write_rows(study, TRIALS, [row("a", "sst2", minute=5), row("c", "sst2")])
+    assert compact(study, TRIALS) == 2  # the two sst2 batch files merged into one
+    assert storage.list_names(storage.join(table_dir(study, TRIALS), "task=sst2")) != []
+    rows = read_trials(study).to_pandas().set_index("trial_key")
+    assert sorted(rows.index) == ["a", "b", "c"] and rows.loc["a", "status"] == "ok"
+    # Plain pyarrow reads the same Hive-partitioned files from the bucket, no sweeper code involved.
+    fs, path = storage.filesystem(table_dir(study, TRIALS))
+    direct = ds.dataset(path, filesystem=fs, format="parquet", partitioning="hive").to_table()
+    assert sorted(direct.column("task").to_pylist()) == ["conll2003", "sst2", "sst2"]
+    assert read_table(object_store("store/empty"), TRIALS).num_rows == 0
+
+
+def test_locations_join_display_and_validate():
+    uri = "s3://key:secret@bucket/studies/x?endpoint_override=127.0.0.1:9000&scheme=http"
+    assert storage.join(uri, "results", "trials") == \
+        "s3://key:secret@bucket/studies/x/results/trials?endpoint_override=127.0.0.1:9000&scheme=http"
+    assert storage.parent(storage.join(uri, "a")) == uri and storage.name(storage.join(uri, "a")) == "a"
+    assert storage.display(uri) == "s3://bucket/studies/x", "credentials and query never printed"
+    assert storage.normalize("file:///tmp/x/../y") == "/tmp/y"
+    assert storage.normalize("gs://bucket/x") == "gs://bucket/x"
+    assert storage.scheme_error("gs://bucket/x") is None and storage.scheme_error("/local/path") is None
+    assert "unsupported storage scheme 'ftp'" in storage.scheme_error("ftp://host/x")
+
+
+def test_a_bad_storage_flag_exits_2_before_anything_starts(tmp_path):
+    result = subprocess.run([sys.executable, "-m", "sweeper", "run", "search_spaces/smoke.yaml",
+                             "--storage", "ftp://host/study"], cwd=ROOT, capture_output=True, text=True)
+    assert result.returncode == 2
+    assert "--storage: unsupported storage scheme 'ftp'" in result.stderr
+    assert "[study]" not in result.stdout
