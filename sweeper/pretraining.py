@@ -138,6 +138,7 @@ class PretrainingScheduler:
         self.waiting = [run for run in runs if run.name not in self.done | self.failed]
         self.total = len(self.waiting)
         self.futures: dict = {}
+        self.listings: dict[str, tuple[float, list[int]]] = {}  # run name -> (listed at, saved steps)
         res = spec.resources
         self.resources = {"cpus_per_worker": res.cpus_per_worker, "gpus_per_worker": res.gpus_per_worker,
                           "max_failures": res.max_failures}
@@ -207,11 +208,20 @@ class PretrainingScheduler:
         checkpoint counts once a later one (or the end of the run) shows the upload finished."""
         if run.name in self.done:
             return True
-        markers = [int(storage.name(storage.parent(marker)).removeprefix("step-"))
-                   for marker in storage.find_files(run_dir(self.study_dir, run), f"step-*/{MARKER_FILE}")]
+        markers = self.saved_steps(run)
         if self.spec.resources.pretraining_workers == 0:
             return step in markers
         return any(m > step for m in markers)
+
+    def saved_steps(self, run: PretrainingRun, max_age_s: float = 2.0) -> list[int]:
+        """Steps whose marker the run folder holds, listed at most every `max_age_s` per run:
+        the grid asks once per pending trial, and in an object store a listing is a request."""
+        listed_at, steps = self.listings.get(run.name, (0.0, []))
+        if time.time() - listed_at > max_age_s:
+            steps = [int(storage.name(storage.parent(marker)).removeprefix("step-"))
+                     for marker in storage.find_files(run_dir(self.study_dir, run), f"step-*/{MARKER_FILE}")]
+            self.listings[run.name] = (time.time(), steps)
+        return steps
 
     def blocked(self, run: PretrainingRun) -> bool:
         """A run that failed (or whose source failed) will never write its missing checkpoints."""

@@ -1,19 +1,22 @@
 """Continued pretraining for real: from the study's own decayed checkpoint and from a Hugging
-Face Llama causal LM built from config and saved locally (with a tokenizer that has no [MASK])."""
+Face Llama causal LM built from config and saved locally (with a tokenizer that has no [MASK]).
+
+The study lives in an object store (a real S3 endpoint on the loopback): every stage reads and
+writes it through sweeper.storage, the continued run downloads its source checkpoint, trials
+download checkpoints and tokenised data, and a rerun, `status` and `report` work on the URI."""
 from __future__ import annotations
 
-import json
-
-import pyarrow.dataset as ds
 import pytest
 import torch
 from tokenizers import Tokenizer, models, pre_tokenizers, trainers
 from transformers import AutoTokenizer, LlamaConfig, LlamaForCausalLM, PreTrainedTokenizerFast
 
 import trainables  # noqa: F401
+from sweeper import storage
+from sweeper.store import TRIALS, read_table
 from trainables.text_sources import iter_corpus_texts
 
-from conftest import run_sweeper
+from conftest import ROOT, run_sweeper
 
 pytestmark = pytest.mark.e2e
 
@@ -44,7 +47,7 @@ pretraining:
   decay_steps: 4
   log_every: 10
   runs:
-    - {{objective: clm}}
+    - {{objective: clm, checkpoint_steps: [10]}}
     - objective: mlm
       init_from: [nano-clm-20, "hf:{hf}"]
       steps: [10]
@@ -63,23 +66,26 @@ finetuning:
 """
 
 
-def test_continued_pretraining_from_study_and_hub_checkpoints(ray_head, tmp_path):
+def test_continued_pretraining_from_study_and_hub_checkpoints_in_an_object_store(ray_head, tmp_path, object_store):
     hf_dir = tmp_path / "tiny-llama"
     hf_vocab = save_tiny_causal_lm(hf_dir)
     spec = tmp_path / "cpt.yaml"
     spec.write_text(SPEC.format(hf=hf_dir))
     plan = run_sweeper("plan", str(spec), "-v", address=ray_head[0])
     assert "nano-clm-dec20-mlm40-30" in plan.stdout and "hf-tiny-llama-mlm40-10" in plan.stdout, plan.stdout
-    study = tmp_path / "study"
-    result = run_sweeper("run", str(spec), "--storage", str(study), address=ray_head[0])
+    study = object_store("cpt/study")
+    result = run_sweeper("run", str(spec), "--storage", study, address=ray_head[0])
     assert result.returncode == 0, result.stdout[-5000:] + result.stderr[-3000:]
+    assert "testing:testing" not in result.stdout + result.stderr, "credentials are never printed"
+    assert not list(ROOT.glob("s3*")), "nothing of the study lands in a local folder named after the URI"
 
-    own = study / "pretraining" / "nano-clm-dec20-mlm40-30" / "step-10"
-    marker = json.loads((own / "sweeper_checkpoint.json").read_text())
+    own = storage.join(study, "pretraining", "nano-clm-dec20-mlm40-30", "step-10")
+    marker = storage.read_json(storage.join(own, "sweeper_checkpoint.json"))
     assert marker["objective"] == "mlm" and marker["phase"] == "mlm"
     assert marker["tokens_seen"] == (20 + 10) * 4 * 64, "continues the data stream after the source's 20 steps"
 
-    hub = study / "pretraining" / "hf-tiny-llama-mlm40-10" / "step-10"
+    hub = storage.local_copy(storage.join(study, "pretraining", "hf-tiny-llama-mlm40-10", "step-10"),
+                             "sweeper_checkpoint.json")
     encoder = trainables.model.LlamaEncoderForMaskedLM.from_pretrained(hub)
     tokenizer = AutoTokenizer.from_pretrained(hub)
     assert tokenizer.mask_token == "[MASK]" and len(tokenizer) == hf_vocab + 1
@@ -89,6 +95,19 @@ def test_continued_pretraining_from_study_and_hub_checkpoints(ray_head, tmp_path
     assert torch.allclose(encoder.model.layers[0].mlp.up_proj.weight, source.model.layers[0].mlp.up_proj.weight,
                           atol=0.05), "trained 10 steps on from the hub weights, not from scratch"
 
-    trials = ds.dataset(study / "results" / "trials", format="parquet").to_table().to_pandas()
-    assert set(trials["checkpoint_id"]) == {"nano-clm-20", "nano-clm-dec20-mlm40-30", "hf-tiny-llama-mlm40-10"}
+    trials = read_table(study, TRIALS).to_pandas()
+    assert sorted(trials["checkpoint_id"]) == sorted(
+        ["nano-clm-20", "nano-clm-20-10", "nano-clm-dec20-mlm40-30", "hf-tiny-llama-mlm40-10"])
     assert (trials["status"] == "ok").all()
+    assert storage.exists(storage.join(study, "report.md"))
+    assert storage.list_names(storage.join(study, "figures")), "figures uploaded beside the report"
+    assert not storage.list_names(storage.join(study, "tune")), "Tune's scratch state is not kept"
+
+    rerun = run_sweeper("run", str(spec), "--storage", study, address=ray_head[0])
+    assert rerun.returncode == 0, rerun.stdout[-3000:] + rerun.stderr[-3000:]
+    assert "3 already done" in rerun.stdout and "4 already recorded, 0 blocked by failed runs, 0 to run" in rerun.stdout
+    assert len(read_table(study, TRIALS)) == 4, "a rerun duplicates nothing"
+    status = run_sweeper("status", study, address=ray_head[0])
+    assert status.returncode == 0 and "3 done" in status.stdout and "4 ok" in status.stdout, status.stdout + status.stderr
+    report = run_sweeper("report", study, address=ray_head[0])
+    assert report.returncode == 0 and "[report] s3://sweeper-tests/" in report.stdout, report.stdout + report.stderr

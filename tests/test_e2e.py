@@ -10,8 +10,10 @@ import torch
 from transformers import AutoConfig, AutoModel, AutoModelForMaskedLM
 
 import trainables  # noqa: F401  (registers the architecture)
+from sweeper import storage
 from sweeper.plan import plan_study
 from sweeper.spec import load_spec
+from sweeper.store import TRIALS, read_table
 
 from conftest import ROOT, run_sweeper
 
@@ -97,32 +99,36 @@ def test_rerunning_the_study_redoes_nothing(smoke_study, ray_head):
 
 
 @pytest.mark.e2e
-def test_fsdp2_sharded_run_matches_the_single_process_run(ray_head, tmp_path):
+def test_fsdp2_sharded_run_matches_the_single_process_run(ray_head, tmp_path, object_store):
     """A real Train worker group (~40 s of fixed cost): two workers with `fully_shard` see the two
     halves of each global batch and must train like the single-process run: the same loss curve. Weights match only loosely: in AdamW's first
     steps an update is about lr x sign(gradient), so reduction-order noise flips near-zero
     gradients' updates (measured: FSDP vs single process 0.96, DDP vs single process 1.07, in
-    L2 over all weights, against 1.59 of total movement from the initial weights)."""
+    L2 over all weights, against 1.59 of total movement from the initial weights).
+    The sharded study lives in an object store (Train persists the worker group's checkpoints
+    through the store's filesystem), the single-process one in a local folder."""
     sharded_spec = ROOT / "tests" / "specs" / "fsdp.yaml"
     local_spec = tmp_path / "local.yaml"
     local_spec.write_text(sharded_spec.read_text().replace("pretraining_workers: 2", "pretraining_workers: 0"))
     logs, weights = {}, {}
-    for name, spec in (("fsdp", sharded_spec), ("local", local_spec)):
-        result = run_sweeper("run", str(spec), "--storage", str(tmp_path / name), address=ray_head[0])
+    for name, spec, study in (("fsdp", sharded_spec, object_store("fsdp/study")),
+                              ("local", local_spec, str(tmp_path / "local"))):
+        result = run_sweeper("run", str(spec), "--storage", study, address=ray_head[0])
         assert result.returncode == 0, result.stdout[-4000:] + result.stderr[-4000:]
-        final = tmp_path / name / "pretraining" / "nano-clm-20" / "step-20"
+        run_dir = storage.join(study, "pretraining", "nano-clm-20")
+        final = storage.local_copy(storage.join(run_dir, "step-20"), "sweeper_checkpoint.json")
         assert json.loads((final / "config.json").read_text())["architectures"] == ["LlamaEncoderForMaskedLM"]
         logs[name] = [row["loss"] for row in json.loads((final / "train_log.json").read_text())]
         weights[name] = AutoModelForMaskedLM.from_pretrained(final).state_dict()
-        run_dir = tmp_path / name / "pretraining" / "nano-clm-20"
         for step in (10, 20):
-            assert json.loads((run_dir / f"step-{step}" / "sweeper_checkpoint.json").read_text())["step"] == step
-            assert (run_dir / f"step-{step}" / "training_state.pt").exists()
-        assert (run_dir / "sweeper_done.json").exists()
-        assert ds.dataset(tmp_path / name / "results" / "trials", format="parquet").to_table().num_rows == 2
-        # Offline W&B: the pretraining curve from rank 0, the trials from the driver.
-        assert list((run_dir / "wandb").glob("offline-run-*/run-*.wandb"))
-        assert list((tmp_path / name / "wandb").glob("offline-run-*/run-*.wandb"))
+            assert storage.read_json(storage.join(run_dir, f"step-{step}", "sweeper_checkpoint.json"))["step"] == step
+            assert storage.exists(storage.join(run_dir, f"step-{step}", "training_state.pt"))
+        assert storage.exists(storage.join(run_dir, "sweeper_done.json"))
+        assert read_table(study, TRIALS).num_rows == 2
+        # Offline W&B: the pretraining curve from rank 0, the trials from the driver (in the
+        # node's scratch folder when the study is in an object store).
+        assert list((storage.scratch_dir(run_dir, "") / "wandb").glob("offline-run-*/run-*.wandb"))
+        assert list((storage.scratch_dir(study, "") / "wandb").glob("offline-run-*/run-*.wandb"))
     assert len(logs["fsdp"]) == len(logs["local"]) == 4
     assert all(abs(a - b) < 3e-3 * abs(b) for a, b in zip(logs["fsdp"], logs["local"])), logs
     from trainables.model import build_model
