@@ -249,11 +249,16 @@ def publish_tree(local_dir: Path, location: str, marker: str) -> None:
     shutil.rmtree(local_dir, ignore_errors=True)
 
 
-def copy_tree_from(location: str, local_dir: Path, only: str | None = None) -> None:
-    """Download the folder `location` (or its sub-folder `only`) into `local_dir`."""
-    source = join(location, only) if only else location
-    fs, path = filesystem(source)
-    pafs.copy_files(path, str(local_dir), source_filesystem=fs, destination_filesystem=pafs.LocalFileSystem())
+def copy_tree_from(location: str, local_dir: Path, only: str | None = None, skip: tuple[str, ...] = ()) -> None:
+    """Download the folder `location` (or its sub-folder `only`) into `local_dir`, less the
+    files named in `skip`."""
+    fs, path = filesystem(join(location, only) if only else location)
+    for info in fs.get_file_info(pafs.FileSelector(path, recursive=True)):
+        if info.type != pafs.FileType.File or info.base_name in skip:
+            continue
+        target = local_dir / info.path[len(path.rstrip("/")) + 1:]
+        target.parent.mkdir(parents=True, exist_ok=True)
+        pafs.copy_files(info.path, str(target), source_filesystem=fs, destination_filesystem=pafs.LocalFileSystem())
 
 
 def cache_root() -> Path:
@@ -273,21 +278,23 @@ def scratch_dir(location: str, purpose: str) -> Path:
     return path
 
 
-def local_copy(location: str, marker: str, only: str | None = None) -> Path:
+def local_copy(location: str, marker: str, only: str | None = None, skip: tuple[str, ...] = ()) -> Path:
     """A folder on this node's disk with the content of the complete folder `location`.
     Local: `location` itself (its writers published it whole). Remote: a copy in the cache,
     made once per node and per content of its marker (FileNotFoundError when there is none
-    yet); `only` copies just that sub-folder (a corpus's tokenizer, not its token stream)."""
+    yet); `only` copies just that sub-folder (a corpus's tokenizer, not its token stream), and
+    files named in `skip` stay behind (a checkpoint's optimizer state, when only its weights
+    are read)."""
     if not is_remote(location):
         return Path(location, only) if only else Path(location)
     stamp = hashlib.sha256(read_bytes(join(location, marker))).hexdigest()[:16]
     parts = urlsplit(location)
     base = cache_root() / "copies" / parts.scheme / parts.netloc.rsplit("@", 1)[-1] / parts.path.strip("/")
-    target = base / (f"{stamp}-{only}" if only else stamp)
+    target = base / "-".join([stamp, *([only] if only else []), *(f"no-{name}" for name in sorted(skip))])
     if not target.exists():
         base.mkdir(parents=True, exist_ok=True)
         tmp = Path(tempfile.mkdtemp(prefix=f".{target.name}.tmp-", dir=base))
-        copy_tree_from(location, tmp, only)
+        copy_tree_from(location, tmp, only, skip)
         try:
             tmp.rename(target)  # atomic; a process that lost the race keeps the winner's copy
         except OSError:

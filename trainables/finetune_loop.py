@@ -25,11 +25,11 @@ def cached_backbone_state(checkpoint_path: str):
     from transformers import AutoModel
     from transformers.utils import logging as hf_logging
 
-    from trainables.pretrain_loop import MARKER
+    from trainables.pretrain_loop import MARKER, STATE_FILE
 
     hf_logging.set_verbosity_error()
     hf_logging.disable_progress_bar()
-    model = AutoModel.from_pretrained(storage.local_copy(checkpoint_path, MARKER))
+    model = AutoModel.from_pretrained(storage.local_copy(checkpoint_path, MARKER, skip=(STATE_FILE,)))
     return model.config, {k: v.clone() for k, v in model.state_dict().items()}
 
 

@@ -35,6 +35,7 @@ from trainables.objectives import MaskingConfig, clm_loss, mlm_loss, objective_a
 from trainables.schedule import wsd_lr
 
 MARKER = "sweeper_checkpoint.json"
+STATE_FILE = "training_state.pt"  # optimizer state and log, read only to resume the run
 
 
 def checkpoint_dir_name(step: int) -> str:
@@ -143,7 +144,7 @@ def save_checkpoint(model, optimizer, run: dict, step: int, log: list[dict], met
         save_hf(model, tmp, model_state)
         shutil.copytree(storage.local_copy(run["corpus_dir"], CORPUS_MARKER, only="tokenizer"), tmp,
                         dirs_exist_ok=True)
-        torch.save({"optimizer": optimizer_state, "step": step, "log": log}, tmp / "training_state.pt")
+        torch.save({"optimizer": optimizer_state, "step": step, "log": log}, tmp / STATE_FILE)
         marker = {
             "run_name": run["name"], "run_key": run["run_key"], "step": step,
             "tokens_seen": (run["data_offset_steps"] + step) * run["global_batch_size"] * run["seq_len"],
@@ -178,7 +179,7 @@ def resume_directory(run: dict):
 
 
 def restore_training_state(directory: Path, model, optimizer, run: dict, world: int) -> tuple[int, list[dict]]:
-    state = torch.load(Path(directory) / "training_state.pt", weights_only=False)
+    state = torch.load(Path(directory) / STATE_FILE, weights_only=False)
     restore_optimizer(model, optimizer, state["optimizer"], run, world)
     print(f"[pretrain {run['name']}] resumed from step {state['step']}", flush=True)
     return state["step"], state["log"]
@@ -203,7 +204,9 @@ def start_wandb(run: dict):
 def initial_model(run: dict, vocab_size: int) -> LlamaEncoderForMaskedLM:
     """Fresh weights, or the decayed checkpoint continued pretraining starts from."""
     if run["init_kind"] == "study":
-        return LlamaEncoderForMaskedLM.from_pretrained(storage.local_copy(run["init_from"], MARKER))
+        # Weights only: a continued run starts a fresh optimizer.
+        weights = storage.local_copy(run["init_from"], MARKER, skip=(STATE_FILE,))
+        return LlamaEncoderForMaskedLM.from_pretrained(weights)
     if run["init_kind"] == "hf":
         from trainables.convert import encoder_from_causal_lm
 
