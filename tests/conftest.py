@@ -37,6 +37,9 @@ def ray_cli(*args: str, env=None, timeout: float = 600) -> subprocess.CompletedP
 def ray_head(tmp_path_factory):
     """`ray start --head` on 127.0.0.1 with 2 CPUs; yields (GCS address, dashboard URL)."""
     port, dashboard = free_port(), free_port()
+    # Node-local copies of object-store folders go to a test folder, not ~/.cache/sweeper: Ray's
+    # processes inherit this from `ray start`, the tests' own process reads the same.
+    os.environ["SWEEPER_CACHE"] = str(tmp_path_factory.mktemp("sweeper-cache"))
     # As from an activated venv: the job's `python` entrypoint is this environment's python.
     env = {**os.environ, "RAY_AUTH_MODE": "disabled", "PATH": f"{BIN}{os.pathsep}{os.environ['PATH']}"}
     started = ray_cli("start", "--head", "--node-ip-address=127.0.0.1", f"--port={port}",

@@ -128,3 +128,19 @@ def test_a_bad_storage_flag_exits_2_before_anything_starts(tmp_path):
     assert result.returncode == 2
     assert "--storage: unsupported storage scheme 'ftp'" in result.stderr
     assert "[study]" not in result.stdout
+
+
+def test_a_spec_may_name_an_object_store_and_a_missing_bucket_stops_the_run(tmp_path, object_store):
+    from sweeper.cli import study_dir_for
+    from sweeper.spec import load_spec
+
+    smoke = (ROOT / "search_spaces" / "smoke.yaml").read_text()
+    spec_path = tmp_path / "spec.yaml"
+    spec_path.write_text(smoke + f"storage: {object_store('from-spec/study')}\n")
+    spec = load_spec(spec_path)
+    assert study_dir_for(spec, None) == spec.storage and study_dir_for(spec, "/x/y") == "/x/y"
+    missing = object_store("x").replace("@sweeper-tests/", "@no-such-bucket/")
+    result = subprocess.run([sys.executable, "-m", "sweeper", "run", str(spec_path), "--storage", missing],
+                            cwd=ROOT, capture_output=True, text=True)
+    assert result.returncode == 2 and "bucket 'no-such-bucket' does not exist" in result.stderr, result.stderr
+    assert "testing:testing" not in result.stderr and "[study]" not in result.stdout
