@@ -1,7 +1,6 @@
 """Faults with real processes and signals on a real local Ray cluster: nothing lost, nothing run twice."""
 from __future__ import annotations
 
-import json
 import os
 import signal
 import subprocess
@@ -13,6 +12,7 @@ import pyarrow.dataset as ds
 import pyarrow.parquet as pq
 import pytest
 
+from sweeper import storage
 from sweeper.plan import plan_study
 from sweeper.spec import load_spec
 from sweeper.store import TRIALS, read_table, table_dir
@@ -88,34 +88,35 @@ def test_driver_killed_mid_grid_then_rerun_loses_and_duplicates_nothing(ray_head
     assert "30 trials: 20 ok, 0 running, 0 pending, 10 diverged, 0 failed" in status.stdout
 
 
-@pytest.mark.parametrize("workers", [0, 1], ids=["local-mode", "train-worker-group"])
-def test_pretraining_process_killed_mid_run_resumes_to_the_planned_result(ray_head, tmp_path, workers):
-    """Local mode: Ray retries the task. Worker group: Train's FailureConfig restarts it and
-    `ray.train.get_checkpoint()` hands back the last reported checkpoint."""
-    study_dir, spec = tmp_path / "study", tmp_path / "worker_kill.yaml"
+@pytest.mark.parametrize("workers,where", [(0, "s3"), (1, "disk")], ids=["local-mode-in-s3", "train-worker-group"])
+def test_pretraining_process_killed_mid_run_resumes_to_the_planned_result(ray_head, tmp_path, object_store,
+                                                                          workers, where):
+    """Local mode: Ray retries the task, and the loop finds its last checkpoint in the study (here
+    an S3 bucket: listed, downloaded with its optimizer state). Worker group: Train's
+    FailureConfig restarts it and `ray.train.get_checkpoint()` hands back the last reported one."""
+    study_dir = object_store(f"kill-{workers}/study") if where == "s3" else str(tmp_path / "study")
+    spec = tmp_path / "worker_kill.yaml"
     spec.write_text((SPECS / "worker_kill.yaml").read_text() + f"resources: {{pretraining_workers: {workers}}}\n")
-    run_dir = study_dir / "pretraining" / "tiny-clm-30-mlm40-60"
-    driver = start_sweeper("run", str(spec), "--storage", str(study_dir), address=ray_head[0])
-    progress_file = run_dir / "progress.json"
+    run_dir = storage.join(study_dir, "pretraining", "tiny-clm-30-mlm40-60")
+    driver = start_sweeper("run", str(spec), "--storage", study_dir, address=ray_head[0])
 
     def past_step_25():
-        if progress_file.exists():
-            progress = json.loads(progress_file.read_text())
-            return progress if progress["step"] >= 25 else None
+        progress = storage.read_json(storage.join(run_dir, "progress.json"))
+        return progress if progress and progress["step"] >= 25 else None
     progress = wait_for(past_step_25, timeout=300, what="step 25", process=driver)
     os.kill(progress["pid"], signal.SIGKILL)  # the process running the training loop
     output, _ = driver.communicate(timeout=600)
     assert driver.returncode == 0, output[-5000:]
     assert "resumed from step 20" in output or "resumed from step 30" in output, output[-5000:]
 
-    steps = sorted(int(p.parent.name.split("-")[1]) for p in run_dir.glob("step-*/sweeper_checkpoint.json"))
+    steps = sorted(storage.read_json(m)["step"] for m in storage.find_files(run_dir, "step-*/sweeper_checkpoint.json"))
     if workers == 0:
         assert steps == [20, 40, 60], "every planned checkpoint, resume-only ones cleaned up"
     else:  # Ray Train keeps every reported checkpoint, resume-only ones (save_every: 10) included
         assert steps == [10, 20, 30, 40, 50, 60]
-    final = json.loads((run_dir / "step-60" / "sweeper_checkpoint.json").read_text())
+    final = storage.read_json(storage.join(run_dir, "step-60", "sweeper_checkpoint.json"))
     assert final["step"] == 60 and final["switch_step"] == 30 and final["phase"] == "mlm"
-    log = json.loads((run_dir / "step-60" / "train_log.json").read_text())
+    log = storage.read_json(storage.join(run_dir, "step-60", "train_log.json"))
     assert [row["step"] for row in log] == list(range(5, 61, 5)), "each logged step once, none lost"
     assert [row["phase"] for row in log] == ["clm"] * 6 + ["mlm"] * 6, "switch exactly at step 30"
 
