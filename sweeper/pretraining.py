@@ -218,8 +218,7 @@ class PretrainingScheduler:
         the grid asks once per pending trial, and in an object store a listing is a request."""
         listed_at, steps = self.listings.get(run.name, (0.0, []))
         if time.time() - listed_at > max_age_s:
-            steps = [int(storage.name(storage.parent(marker)).removeprefix("step-"))
-                     for marker in storage.find_files(run_dir(self.study_dir, run), f"step-*/{MARKER_FILE}")]
+            steps = list(storage.step_folders(run_dir(self.study_dir, run), MARKER_FILE))
             self.listings[run.name] = (time.time(), steps)
         return steps
 

@@ -76,13 +76,17 @@ def reach_error(location: str) -> str | None:
     return None
 
 
+def bucket_and_path(location: str) -> tuple[str, str]:
+    """(bucket, path inside it) of a URI, credentials left out."""
+    parts = urlsplit(location)
+    return parts.netloc.rsplit("@", 1)[-1], parts.path
+
+
 def display(location: str) -> str:
     """The location with any credentials (`s3://key:secret@bucket`) hidden, for printing."""
     if not is_remote(location):
         return location
-    parts = urlsplit(location)
-    host = parts.netloc.rsplit("@", 1)[-1]
-    return urlunsplit((parts.scheme, host, parts.path, "", ""))
+    return urlunsplit((urlsplit(location).scheme, *bucket_and_path(location), "", ""))
 
 
 def join(location: str, *parts: str) -> str:
@@ -116,9 +120,9 @@ def filesystem(location: str) -> tuple[pafs.FileSystem, str]:
     One filesystem object per bucket and query (an S3 client is costly to create)."""
     if not is_remote(location):
         return pafs.LocalFileSystem(), str(location)
-    scheme, netloc, path, query, _ = urlsplit(location)
+    scheme, netloc, _, query, _ = urlsplit(location)
     filesystem_ = _filesystem_of_root(urlunsplit((scheme, netloc, "", query, "")))
-    return filesystem_, f"{netloc.rsplit('@', 1)[-1]}{path}".rstrip("/")
+    return filesystem_, "".join(bucket_and_path(location)).rstrip("/")
 
 
 def exists(location: str) -> bool:
@@ -226,8 +230,10 @@ def find_files(location: str, pattern: str) -> list[str]:
                   if rel.count("/") == depth and PurePosixPath(rel).match(pattern))
 
 
-def files_under(directory: Path) -> list[Path]:
-    return sorted(p for p in directory.rglob("*") if p.is_file())
+def step_folders(location: str, marker: str) -> dict[int, str]:
+    """The complete `step-<N>` folders (marker present) of a run folder: N -> location."""
+    return {int(name(parent(found)).removeprefix("step-")): parent(found)
+            for found in find_files(location, f"step-*/{marker}")}
 
 
 def publish_tree(local_dir: Path, location: str, marker: str) -> None:
@@ -242,7 +248,7 @@ def publish_tree(local_dir: Path, location: str, marker: str) -> None:
         Path(local_dir).rename(target)
         return
     fs, path = filesystem(location)
-    files = files_under(Path(local_dir))
+    files = [f for f in Path(local_dir).rglob("*") if f.is_file()]
     for file in sorted(files, key=lambda f: f.name == marker):  # the marker last
         pafs.copy_files(str(file), f"{path}/{file.relative_to(local_dir).as_posix()}",
                         source_filesystem=pafs.LocalFileSystem(), destination_filesystem=fs)
@@ -265,14 +271,16 @@ def cache_root() -> Path:
     return Path(os.environ.get("SWEEPER_CACHE") or Path.home() / ".cache" / "sweeper")
 
 
+def in_cache(kind: str, location: str) -> Path:
+    """This node's folder of kind `kind` ("scratch", "copies") for a remote location."""
+    bucket, path = bucket_and_path(location)
+    return cache_root() / kind / urlsplit(location).scheme / bucket / path.strip("/")
+
+
 def scratch_dir(location: str, purpose: str) -> Path:
     """A node-local working folder tied to a location: the folder itself when local (so
     nothing changes there), else one in the cache (W&B's files, figures before upload)."""
-    if not is_remote(location):
-        path = Path(location)
-    else:
-        parts = urlsplit(location)
-        path = cache_root() / "scratch" / parts.scheme / parts.netloc.rsplit("@", 1)[-1] / parts.path.strip("/")
+    path = in_cache("scratch", location) if is_remote(location) else Path(location)
     path = path / purpose if purpose else path
     path.mkdir(parents=True, exist_ok=True)
     return path
@@ -288,8 +296,7 @@ def local_copy(location: str, marker: str, only: str | None = None, skip: tuple[
     if not is_remote(location):
         return Path(location, only) if only else Path(location)
     stamp = hashlib.sha256(read_bytes(join(location, marker))).hexdigest()[:16]
-    parts = urlsplit(location)
-    base = cache_root() / "copies" / parts.scheme / parts.netloc.rsplit("@", 1)[-1] / parts.path.strip("/")
+    base = in_cache("copies", location)
     target = base / "-".join([stamp, *([only] if only else []), *(f"no-{name}" for name in sorted(skip))])
     if not target.exists():
         base.mkdir(parents=True, exist_ok=True)

@@ -151,7 +151,9 @@ def read_table(study_dir: str | Path, table: str) -> pa.Table:
     column = PARTITION[table]
     partitioning = ds.partitioning(pa.schema([schema.field(column)]), flavor="hive")
     fs, path = storage.filesystem(directory)
-    return ds.dataset(path, filesystem=fs, format="parquet", partitioning=partitioning, schema=schema).to_table()
+    # The files just listed, not the folder: an object store is listed once, not twice.
+    return ds.dataset([storage.filesystem(f)[1] for f in files], filesystem=fs, format="parquet",
+                      partitioning=partitioning, partition_base_dir=path, schema=schema).to_table()
 
 
 def compact(study_dir: str | Path, table: str) -> int:

@@ -42,15 +42,9 @@ def checkpoint_dir_name(step: int) -> str:
     return f"step-{step}"
 
 
-def saved_steps(run_dir: str) -> dict[int, str]:
-    """Complete checkpoints of a run (marker present): step -> location."""
-    return {int(storage.name(storage.parent(marker)).removeprefix("step-")): storage.parent(marker)
-            for marker in storage.find_files(run_dir, f"step-*/{MARKER}")}
-
-
 def latest_checkpoint(run_dir: str) -> str | None:
     """The complete checkpoint with the highest step, if any."""
-    steps = saved_steps(run_dir)
+    steps = storage.step_folders(run_dir, MARKER)
     return steps[max(steps)] if steps else None
 
 
@@ -63,7 +57,7 @@ def write_progress(run: dict, row: dict) -> None:
 def drop_superseded_resume_checkpoints(run: dict, keep: int, evaluated: set[int]) -> None:
     """Resume-only checkpoints (`save_every`) are needed until a newer one exists; evaluated
     checkpoints are kept for fine-tuning. Local mode only: Ray Train manages its own."""
-    for step, location in saved_steps(run["run_dir"]).items():
+    for step, location in storage.step_folders(run["run_dir"], MARKER).items():
         if step < keep and step not in evaluated:
             storage.remove_tree(location)
 
