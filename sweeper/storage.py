@@ -10,7 +10,8 @@ What each kind guarantees, and how the study relies on it:
 - Local: a file or folder is written under a temporary name and renamed into place, so a reader
   sees all of it or nothing (as before this module existed).
 - Object store: there is no rename, but one object is written whole by one upload (S3 and GCS
-  never show half an object). A folder (checkpoint, tokenised data, corpus) is uploaded file by
+  never store half an object; a small file rewritten while pyarrow reads it can come back cut
+  short, which `read_json` reads again). A folder (checkpoint, tokenised data, corpus) is uploaded file by
   file with its *marker* last, so "marker present" means "folder complete", and readers look
   for the marker first.
 - Code that needs files on a disk (Hugging Face loaders, memory-mapped tokens) asks for
@@ -25,6 +26,7 @@ import json
 import os
 import shutil
 import tempfile
+import time
 from collections.abc import Callable
 from functools import lru_cache
 from pathlib import Path, PurePosixPath
@@ -144,12 +146,23 @@ def read_text(location: str) -> str:
     return read_bytes(location).decode()
 
 
-def read_json(location: str, default=None):
-    """The JSON object at `location`, or `default` when there is none."""
-    try:
-        return json.loads(read_text(location))
-    except FileNotFoundError:
-        return default
+def read_json(location: str, default=None, patience_s: float = 5.0):
+    """The JSON object at `location`, or `default` when there is none.
+
+    pyarrow reads an object by asking its size, then its bytes: when a writer replaces a small
+    file (progress.json, live.json) between the two, the bytes read are a splice of both
+    versions (seen in CI against S3): cut short, so not valid JSON. It is read again (for up to
+    `patience_s`: a real writer rewrites such a file every few seconds at most)."""
+    deadline = time.monotonic() + patience_s
+    while True:
+        try:
+            return json.loads(read_text(location))
+        except FileNotFoundError:
+            return default
+        except json.JSONDecodeError:
+            if not is_remote(location) or time.monotonic() > deadline:
+                raise
+            time.sleep(0.02)
 
 
 def write_bytes(location: str, data: bytes) -> None:

@@ -144,3 +144,31 @@ def test_a_spec_may_name_an_object_store_and_a_missing_bucket_stops_the_run(tmp_
                             cwd=ROOT, capture_output=True, text=True)
     assert result.returncode == 2 and "bucket 'no-such-bucket' does not exist" in result.stderr, result.stderr
     assert "testing:testing" not in result.stderr and "[study]" not in result.stdout
+
+
+def test_a_small_file_rewritten_while_it_is_read_is_never_read_half(object_store):
+    """pyarrow asks an object's size, then its bytes; a rewrite in between splices two
+    versions (about one read in five here without the re-read). progress.json is rewritten at
+    every log step while `sweeper status` and the tests read it."""
+    import threading
+    import time
+
+    location = storage.join(object_store("rewritten"), "progress.json")
+    storage.write_json(location, {"step": 0})
+    stop = threading.Event()
+
+    def rewrite():
+        step = 0
+        while not stop.is_set():
+            step += 1
+            storage.write_json(location, {"step": step, "pad": "x" * (step % 50)}, indent=None)
+            time.sleep(0.002)  # still ~100 rewrites a second, far more than any real writer
+
+    writer = threading.Thread(target=rewrite)
+    writer.start()
+    try:
+        steps = [storage.read_json(location)["step"] for _ in range(150)]
+    finally:
+        stop.set()
+        writer.join()
+    assert steps == sorted(steps) and steps[-1] > 0
