@@ -1,0 +1,32 @@
+"""Every run key and trial key of the shipped and test specs stays what it was.
+
+`tests/data/pinned_keys.json` was written by `scripts/pin_keys.py` before the configuration
+types changed; a refactor that moves a field, renames a setting or reorders a hash would give
+recorded cells new keys (their results would be recomputed). Small specs are compared key by
+key, so a failure names the cell; paper.yaml's 18,000 trial keys by count and digest.
+"""
+from __future__ import annotations
+
+import json
+import sys
+
+import pytest
+
+from conftest import ROOT
+
+sys.path.insert(0, str(ROOT / "scripts"))
+from pin_keys import SPECS, keys_of  # noqa: E402
+
+PINNED = json.loads((ROOT / "tests" / "data" / "pinned_keys.json").read_text())
+
+
+@pytest.mark.parametrize("relative", sorted(SPECS))
+def test_run_and_trial_keys_are_the_pinned_ones(relative):
+    pinned, now = PINNED[relative], keys_of(relative, SPECS[relative])
+    assert now["runs"] == pinned["runs"], "run names or run keys changed"
+    assert now["trial_count"] == pinned["trial_count"]
+    if "trials" in pinned:
+        changed = {cell: (key, now["trials"].get(cell)) for cell, key in pinned["trials"].items()
+                   if now["trials"].get(cell) != key}
+        assert not changed, f"{len(changed)} trial keys changed, e.g. {list(changed.items())[:3]}"
+    assert now["trials_sha256"] == pinned["trials_sha256"], "trial keys changed"
