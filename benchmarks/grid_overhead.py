@@ -29,15 +29,15 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
 
-def sleep_trainable(config: dict, shard, protocol: dict) -> None:
+def sleep_trainable(config: dict, shard, seconds: float) -> None:
     """The fixed workload: sleep, then report what a trial reports."""
     from ray import tune
 
     trial = shard.trial(config)
-    if protocol["seconds"]:
-        time.sleep(protocol["seconds"])
+    if seconds:
+        time.sleep(seconds)
     tune.report({"trial_key": trial.trial_key, "status": "ok", "validation_score": 50.0, "test_score": 50.0,
-                 "train_loss": 1.0, "train_steps": 1, "wall_time_s": protocol["seconds"], "search_score": 50.0,
+                 "train_loss": 1.0, "train_steps": 1, "wall_time_s": seconds, "search_score": 50.0,
                  "curve": []})
 
 
@@ -49,12 +49,15 @@ def plain_tune_trainable(config: dict) -> None:
 
 
 def sweeper_run(spec, trials, study_dir: Path, seconds: float) -> float:
-    from sweeper.finetuning import grid_shards, run_shards
+    from sweeper.finetuning import run_shards
+    from sweeper.layout import StudyLayout
+    from sweeper.shards import grid_shards
 
+    layout = StudyLayout(str(study_dir))
     fake_dirs = {(t.checkpoint.run.tokenizer, t.task): "unused" for t in trials}
-    shards = grid_shards(list(trials), study_dir, fake_dirs, spec.resources.trials_per_shard)
+    shards = grid_shards(list(trials), layout, fake_dirs, spec.resources.trials_per_shard)
     started = time.perf_counter()
-    run_shards(spec, shards, study_dir, {"seconds": seconds}, trainable_fn=sleep_trainable)
+    run_shards(spec, shards, layout, trainable_fn=sleep_trainable, seconds=seconds)
     return time.perf_counter() - started
 
 

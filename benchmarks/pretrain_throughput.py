@@ -71,22 +71,26 @@ def sweeper_loop(corpus_dir: str, model_config: dict, objective: str, steps: int
     from ray.train import RunConfig, ScalingConfig
     from ray.train.torch import TorchTrainer
 
+    from sweeper.configs import AdamWConfig, InitSource, PhaseConfig, PretrainConfig
+    from sweeper.registry import OBJECTIVES
     from trainables.pretrain_loop import train_loop_per_worker
 
     run_dir.mkdir(parents=True)
-    run = {
-        "name": f"bench-{objective}", "run_key": "bench", "run_dir": str(run_dir), "corpus_dir": corpus_dir,
-        "model_config": model_config, "objective": objective, "mask_ratio": 0.4,
-        "clm_fraction": 1.0 if objective == "clm" else 0.0, "switch_step": steps if objective == "clm" else 0,
-        "random_replace": 0.0, "keep_original": 0.0, "total_steps": steps, "checkpoint_steps": [],
-        "global_batch_size": batch, "seq_len": seq_len, "peak_lr": 1e-3, "betas": [0.9, 0.95], "eps": 1e-5,
-        "weight_decay": 0.1, "grad_clip": 1.0, "warmup_steps": 0, "decay_steps": 0,
-        "log_every": warmup, "save_every": 0, "seed": 0, "data_seed": 0, "threads": threads, "workers": 0,
-        "use_gpu": device == "cuda", "init_kind": "scratch", "init_from": None, "data_offset_steps": 0, "tracking": {},
-        "compile": compile_blocks,
-    }
-    TorchTrainer(train_loop_per_worker, train_loop_config=run, scaling_config=ScalingConfig(num_workers=0),
-                 run_config=RunConfig(name=run["name"], storage_path=str(run_dir.parent))).fit()
+    info = OBJECTIVES[objective]
+    run = PretrainConfig(
+        name=f"bench-{objective}", run_key="bench", run_dir=str(run_dir), corpus_dir=corpus_dir,
+        model_config=model_config, objective=objective, mask_ratio=0.4 if objective == "mlm" else None,
+        clm_fraction=1.0 if objective == "clm" else 0.0, switch_step=steps if objective == "clm" else 0,
+        init=InitSource(kind="scratch"), total_steps=steps, checkpoint_steps=(),
+        phases=(PhaseConfig(objective=objective, loss=info.loss, start_step=0, end_step=steps,
+                            settings={**info.settings, "mask_ratio": 0.4} if objective == "mlm" else {}),),
+        global_batch_size=batch, seq_len=seq_len, peak_lr=1e-3,
+        optimizer=AdamWConfig(betas=(0.9, 0.95), eps=1e-5, weight_decay=0.1, grad_clip=1.0),
+        warmup_steps=0, decay_steps=0, log_every=warmup, save_every=0, seed=0, data_seed=0, threads=threads,
+        workers=0, use_gpu=device == "cuda", compile=compile_blocks,
+    )
+    TorchTrainer(train_loop_per_worker, train_loop_config={"run": run}, scaling_config=ScalingConfig(num_workers=0),
+                 run_config=RunConfig(name=run.name, storage_path=str(run_dir.parent))).fit()
     log = json.loads((run_dir / f"step-{steps}" / "train_log.json").read_text())
     # Rows every `warmup` steps, each a window of equal tokens; drop the first (the warm-up).
     timed = [row["tokens_per_s"] for row in log if row["step"] > warmup]
@@ -111,13 +115,14 @@ def main() -> None:
     import torch
 
     from sweeper.catalog import MODEL_PRESETS
+    from sweeper.configs import CorpusConfig
     from trainables.corpus import prepare_corpus
 
     torch.set_num_threads(args.threads)
     work = Path(tempfile.mkdtemp(prefix="bench-pretrain-"))
     corpus_dir = str(work / "corpus")
-    prepare_corpus({"source": "wordnet", "text_column": "text", "tokenizer": "train-wordpiece",
-                    "vocab_size": 2048, "max_documents": 3000}, corpus_dir)
+    prepare_corpus(CorpusConfig(source="wordnet", text_column="text", tokenizer="train-wordpiece",
+                                vocab_size=2048, max_documents=3000), corpus_dir)
     config = {**MODEL_PRESETS[args.preset], "vocab_size": 2048}
     print(f"machine: {platform.machine()}, {os.cpu_count()} CPUs, torch {torch.__version__}, "
           f"{args.threads} threads; preset {args.preset}, batch {args.batch} x {args.seq_len} tokens, "

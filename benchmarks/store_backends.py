@@ -15,8 +15,6 @@ from __future__ import annotations
 import argparse
 import os
 import platform
-import socket
-import subprocess
 import sys
 import tempfile
 import time
@@ -31,7 +29,7 @@ SHARD_TRIALS = 2_000  # resources.trials_per_shard of paper.yaml
 
 
 def trial_rows(count: int) -> list[dict]:
-    from sweeper.finetuning import trial_row
+    from sweeper.recording import trial_row
     from sweeper.plan import plan_study
     from sweeper.spec import load_spec
 
@@ -62,36 +60,16 @@ def record(study: str, rows: list[dict]) -> dict[str, float]:
     return timings
 
 
-def s3_server() -> tuple[subprocess.Popen, str]:
-    import pyarrow.fs as pafs
-
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        port = sock.getsockname()[1]
-    server = subprocess.Popen([sys.executable, "-m", "moto.server", "-H", "127.0.0.1", "-p", str(port)],
-                              stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-    for _ in range(300):
-        try:
-            socket.create_connection(("127.0.0.1", port), timeout=1).close()
-            break
-        except OSError:
-            time.sleep(0.1)
-    query = f"endpoint_override=127.0.0.1:{port}&scheme=http"
-    pafs.FileSystem.from_uri(f"s3://bench:bench@bench?{query}&allow_bucket_creation=true")[0].create_dir("bench")
-    return server, f"s3://bench:bench@bench/paper?{query}"
-
-
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--trials", type=int, default=18_000)
     args = parser.parse_args()
+    from sweeper.local_s3 import local_s3
+
     rows = trial_rows(args.trials)
-    server, uri = s3_server()
-    try:
+    with local_s3("bench") as s3:
         results = {"local disk": record(str(Path(tempfile.mkdtemp(prefix="bench-store-")) / "paper"), rows),
-                   "S3 (moto, loopback)": record(uri, rows)}
-    finally:
-        server.terminate()
+                   "S3 (moto, loopback)": record(s3.uri("paper"), rows)}
     print(f"machine: {platform.machine()}, {os.cpu_count()} CPUs; {len(rows):,} trial rows of paper.yaml in "
           f"batches of {BATCH_ROWS}, compacted every {SHARD_TRIALS:,}")
     base = sum(results["local disk"][k] for k in ("write", "compact", "read"))

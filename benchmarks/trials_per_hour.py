@@ -43,29 +43,29 @@ def bench_spec(args):
     )
 
 
-def fake_checkpoint(study_dir: Path, plan, corpus: str) -> None:
+def fake_checkpoint(layout, plan, corpus: str) -> None:
     """Fresh weights of the planned architecture at the planned checkpoint path, with the tokenizer."""
-    from sweeper.pretraining import checkpoint_path
     from trainables.model import LlamaEncoderConfig, build_model
 
     (ckpt,) = plan.checkpoints
-    path = checkpoint_path(study_dir, ckpt.run, ckpt.step)
+    path = layout.checkpoint(ckpt.run.name, ckpt.step)
     build_model(LlamaEncoderConfig(**ckpt.run.model_config), seed=0).save_pretrained(path)
     shutil.copytree(Path(corpus) / "tokenizer", path, dirs_exist_ok=True)
 
 
-def packed_run(spec, plan, study_dir: Path, task_dirs: dict, per_device: int, device: str) -> float:
+def packed_run(spec, plan, layout, task_dirs: dict, per_device: int, device: str) -> float:
     """Trials/hour with `per_device` trials sharing one device."""
-    from sweeper.finetuning import EvaluationSets, grid_shards, run_shards, worker_protocol
+    from sweeper.finetuning import run_shards
+    from sweeper.shards import EvaluationSets, grid_shards, trial_runtime
 
     share = 1.0 / per_device
     resources = (replace(spec.resources, gpus_per_trial=share, cpus_per_trial=share) if device == "cuda"
                  else replace(spec.resources, cpus_per_trial=share, max_concurrent_trials=per_device))
     spec = replace(spec, resources=resources)
-    shutil.rmtree(study_dir / "results", ignore_errors=True)
-    shards = grid_shards(list(plan.trials), study_dir, task_dirs, len(plan.trials), EvaluationSets())
+    shutil.rmtree(layout.results, ignore_errors=True)
+    shards = grid_shards(list(plan.trials), layout, task_dirs, len(plan.trials), EvaluationSets(), trial_runtime(spec))
     started = time.perf_counter()
-    tally = run_shards(spec, shards, study_dir, worker_protocol(spec))
+    tally = run_shards(spec, shards, layout)
     wall = time.perf_counter() - started
     assert tally.get("ok") == len(plan.trials), tally
     return len(plan.trials) * 3600 / wall
@@ -81,9 +81,10 @@ def main() -> None:
 
     import ray
 
-    from sweeper.finetuning import prepare_tasks
+    from sweeper.layout import StudyLayout
     from sweeper.plan import plan_study
     from sweeper.runner import connect_ray, prepare_corpora
+    from sweeper.task_prep import prepare_tasks
 
     spec = bench_spec(args)
     plan = plan_study(spec)
@@ -94,15 +95,15 @@ def main() -> None:
     connect_ray() if os.environ.get("RAY_ADDRESS") else ray.init(
         num_cpus=1 if args.device == "cpu" else os.cpu_count(), num_gpus=1 if args.device == "cuda" else 0,
         log_to_driver=False)
-    study_dir = Path(tempfile.mkdtemp(prefix="bench-trials-")) / "study"
-    corpora = prepare_corpora(spec, plan, study_dir)
-    fake_checkpoint(study_dir, plan, next(iter(corpora.values())))
-    task_dirs = prepare_tasks(spec, study_dir, corpora)
+    layout = StudyLayout(str(Path(tempfile.mkdtemp(prefix="bench-trials-")) / "study"))
+    corpora = prepare_corpora(spec, plan, layout)
+    fake_checkpoint(layout, plan, next(iter(corpora.values())))
+    task_dirs = prepare_tasks(spec, layout, corpora)
     print(f"machine: {platform.machine()}, {os.cpu_count()} CPUs, device {args.device}; preset {args.preset}, "
           f"{args.trials} trials of {TASK} x {args.steps} steps per packing level")
     base = None
     for per_device in (1, 2, 4):
-        rate = packed_run(spec, plan, study_dir, task_dirs, per_device, args.device)
+        rate = packed_run(spec, plan, layout, task_dirs, per_device, args.device)
         base = base or rate
         print(f"{per_device} trial(s) per {args.device}: {rate:8,.0f} trials/hour   ratio {rate / base:.2f}", flush=True)
 

@@ -15,7 +15,7 @@ import math
 
 import pandas as pd
 
-CATEGORIES = ("SC", "TC", "QA", "IR")
+from sweeper import registry
 RUN_COLUMNS = ["checkpoint_id", "run_name", "objective", "clm_fraction", "mask_ratio", "checkpoint_step",
                "total_steps", "tokens_seen", "init_from", "steps_before"]
 
@@ -84,10 +84,18 @@ def category_scores(trials: pd.DataFrame, best: pd.DataFrame | None = None) -> p
     return table.merge(runs, on="checkpoint_id")
 
 
+def ordered_categories(present) -> list[str]:
+    """The categories present, in the registered families' order (SC, TC, QA, IR, then plugins'),
+    then any other recorded category: a category is never dropped from a table or figure."""
+    present = set(present)
+    known = [c for c in registry.categories() if c in present]
+    return known + sorted(present - set(known))
+
+
 def wide(categories: pd.DataFrame, value: str = "mean") -> pd.DataFrame:
     """Checkpoints as rows, categories as columns."""
     table = categories.pivot_table(index="checkpoint_id", columns="task_category", values=value, dropna=False)
-    return table[[c for c in CATEGORIES if c in table.columns]]
+    return table[ordered_categories(table.columns)]
 
 
 def stability(trials: pd.DataFrame, lr_range: tuple[float, float] = (1e-5, 1e-4)) -> tuple[pd.DataFrame, str]:

@@ -1,7 +1,7 @@
 """What a spec can name: fine-tuning tasks and model presets (pure data, no torch).
 
-The driver resolves these into plain dicts that travel to workers inside each trial's or run's
-config, so the worker side never imports the driver.
+A task (`sweeper.configs.TaskInfo`) travels to the workers inside each trial's config; its family
+(`sweeper.registry.FAMILIES`) names the worker-side implementation.
 
 A task names where its rows come from and how their columns map onto the family's fields
 (`schema` picks the adapter for QA and retrieval sources); the family (sequence_classification,
@@ -13,7 +13,7 @@ set is 5 % of its evaluation split, the rest being its test set.
 """
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass, field
+from sweeper.configs import TaskInfo
 
 
 ONTONOTES5_TAGS = (
@@ -22,38 +22,6 @@ ONTONOTES5_TAGS = (
     "I-WORK_OF_ART", "B-FAC", "B-TIME", "I-CARDINAL", "B-LOC", "B-QUANTITY", "I-QUANTITY", "I-NORP", "I-LOC",
     "B-PRODUCT", "I-TIME", "B-EVENT", "I-EVENT", "I-FAC", "B-LANGUAGE", "I-PRODUCT", "I-ORDINAL", "I-LANGUAGE",
 )
-
-
-@dataclass(frozen=True, kw_only=True, slots=True)
-class TaskInfo:
-    name: str
-    family: str
-    """sequence_classification | token_classification | extractive_qa | retrieval."""
-    category: str
-    """Report category: SC, TC, QA or IR."""
-    source: str
-    """Built-in file name, local path, or hub dataset id (`name:config`)."""
-    metric: str
-    text_fields: tuple[str, ...] = ("sentence",)
-    """Columns joined into one input; with prefixes for sentence pairs."""
-    field_prefixes: tuple[str, ...] = ("",)
-    label_field: str = "label"
-    label_names: tuple[str, ...] = ()
-    """Label vocabulary when the source stores integer ids (hub datasets)."""
-    train_split: str = "train"
-    test_split: str = "validation"
-    split_column: str | None = None
-    """For single-file sources: the column that says which split a row belongs to."""
-    schema: str = "columns"
-    """Row layout: `columns` (text/label fields above), QA `squad` | `record`, retrieval
-    `msmarco` | `pairs` (query, answer) | `mldr` (positive/negative passages)."""
-    data_files: dict = field(default_factory=dict)
-    """Hub sources without a builder that `datasets` 5 runs (script datasets): split -> files in
-    the hub repository, read with the `json` builder."""
-    with_no_answer: bool = False
-    """Extractive QA: questions may have no answer in the context (SQuAD v2 rules)."""
-    train_task: str | None = None
-    """Retrieval: an evaluation-only set scored with the model trained on this task."""
 
 
 TASKS: dict[str, TaskInfo] = {
@@ -123,9 +91,6 @@ def get_task(name: str) -> TaskInfo:
         raise KeyError(f"unknown task {name!r}; known: {', '.join(sorted(TASKS))}") from None
 
 
-def task_dict(name: str) -> dict:
-    """The plain-dict form a worker receives."""
-    return asdict(get_task(name))
 
 
 # Model presets: LlamaEncoderConfig fields. Paper Table 1 sizes plus tiny CPU presets. The
@@ -146,3 +111,9 @@ MODEL_PRESETS: dict[str, dict] = {
     "1b-authors": dict(hidden_size=1728, intermediate_size=4096, num_hidden_layers=26,
                        num_attention_heads=18, num_key_value_heads=6),
 }
+
+
+def register_task(info: TaskInfo) -> TaskInfo:
+    """Make a data set nameable in specs (a plugin's tasks; the shipped ones are listed above)."""
+    TASKS[info.name] = info
+    return info

@@ -9,15 +9,14 @@ from __future__ import annotations
 
 import json
 import time
-from dataclasses import dataclass, field
+from dataclasses import asdict, dataclass, field
 
 from sweeper import storage
-from sweeper.plan import FAMILY_SETTINGS, StudyPlan, finetune_protocol, task_budget
-from sweeper.pretraining import RUN_FILE, run_dir
+from sweeper.catalog import get_task
+from sweeper.layout import StudyLayout
+from sweeper.plan import StudyPlan, finetune_protocol, task_overrides
 from sweeper.spec import StudySpec
-from sweeper.store import read_table, TRIALS
-
-RESOLVED_FILE = "resolved.json"
+from sweeper.store import TRIALS, read_table
 
 
 @dataclass
@@ -60,28 +59,24 @@ def differences(old: dict, new: dict) -> list[str]:
 
 def resolved_settings(spec: StudySpec, plan: StudyPlan) -> dict:
     """What trial keys depend on besides the run: the protocol and each task's definition."""
-    from sweeper.catalog import task_dict
-
     tasks = spec.finetuning.tasks
-    settings = {"protocol": finetune_protocol(spec), "tasks": {t: task_dict(t) for t in tasks},
-                "task_protocol": {t: {k: v for k, v in finetune_protocol(spec, t).items()
-                                      if k in FAMILY_SETTINGS.get(task_dict(t)["family"], ()) or k in task_budget(spec, t)}
-                                  for t in tasks}}
+    settings = {"protocol": finetune_protocol(spec).key_fields(), "tasks": {t: asdict(get_task(t)) for t in tasks},
+                "task_protocol": {t: task_overrides(spec, t) for t in tasks}}
     return json.loads(json.dumps(settings, default=str))  # as it reads back from disk (tuples -> lists)
 
 
-def find_changes(spec: StudySpec, plan: StudyPlan, study_dir: str) -> Changes:
+def find_changes(spec: StudySpec, plan: StudyPlan, layout: StudyLayout) -> Changes:
     changes = Changes()
     changed_runs = set()
     for run in plan.runs:
-        old = storage.read_json(storage.join(run_dir(study_dir, run), RUN_FILE))
+        old = storage.read_json(layout.run(run.name).started)
         if old is None:
             continue
         if old["run_key"] != run.run_key:
             changed_runs.add(run.name)
             changes.runs.append((run.name, old["run_key"], differences(old["identity"], run.identity)
                                  or ["configuration changed"]))
-    table = read_table(study_dir, TRIALS)
+    table = read_table(layout.root, TRIALS)
     if table.num_rows == 0:
         return changes
     planned = {t.trial_key for t in plan.trials}
@@ -91,7 +86,7 @@ def find_changes(spec: StudySpec, plan: StudyPlan, study_dir: str) -> Changes:
             recorded_cells[(row["checkpoint_id"], row["task"], row["learning_rate"], row["seed"])] = row
     if not recorded_cells:
         return changes
-    old_settings = storage.read_json(storage.join(study_dir, RESOLVED_FILE), default={})
+    old_settings = storage.read_json(layout.resolved, default={})
     setting_diff = differences(old_settings, resolved_settings(spec, plan)) if old_settings else []
     for trial in plan.trials:
         cell = (trial.checkpoint.checkpoint_id, trial.task, trial.learning_rate, trial.seed)
@@ -103,13 +98,11 @@ def find_changes(spec: StudySpec, plan: StudyPlan, study_dir: str) -> Changes:
     return changes
 
 
-def apply_recompute(changes: Changes, plan: StudyPlan, study_dir: str) -> None:
+def apply_recompute(changes: Changes, layout: StudyLayout) -> None:
     """Move changed runs aside (kept, never deleted) so they retrain from scratch."""
-    by_name = {run.name: run for run in plan.runs}
     for name, old_key, _ in changes.runs:
-        source = run_dir(study_dir, by_name[name])
-        storage.move_tree(source, storage.join(storage.parent(source), f"{name}.superseded-{old_key}-{int(time.time())}"))
+        storage.move_tree(layout.run(name).root, layout.superseded_run(name, old_key, int(time.time())))
 
 
-def record_settings(spec: StudySpec, plan: StudyPlan, study_dir: str) -> None:
-    storage.write_json(storage.join(study_dir, RESOLVED_FILE), resolved_settings(spec, plan))
+def record_settings(spec: StudySpec, plan: StudyPlan, layout: StudyLayout) -> None:
+    storage.write_json(layout.resolved, resolved_settings(spec, plan))

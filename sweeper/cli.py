@@ -10,6 +10,7 @@ import sys
 from pathlib import Path
 
 from sweeper import storage
+from sweeper.layout import StudyLayout
 from sweeper.spec import SpecError, load_spec
 
 EXIT_SPEC_ERROR = 2
@@ -67,7 +68,8 @@ def command_run(args) -> int:
     from sweeper.changes import apply_recompute, find_changes, record_settings
 
     study_dir = study_dir_for(spec, args.storage)
-    changes = find_changes(spec, plan, study_dir)
+    layout = StudyLayout(study_dir)
+    changes = find_changes(spec, plan, layout)
     if changes and not args.recompute_changed:
         print(f"error: the spec changes settings that recorded results depend on.\n{changes.describe()}\n"
               "Nothing was started. Rerun with --recompute-changed to recompute these cells "
@@ -75,9 +77,9 @@ def command_run(args) -> int:
         return EXIT_CHANGED
     if changes:
         print(f"[study] recomputing changed cells:\n{changes.describe()}", flush=True)
-        apply_recompute(changes, plan, study_dir)
+        apply_recompute(changes, layout)
     storage.make_dirs(study_dir)
-    record_settings(spec, plan, study_dir)
+    record_settings(spec, plan, layout)
     from sweeper.runner import run_study  # imports Ray: only after the spec is known good
 
     return run_study(spec, Path(args.spec), plan, study_dir, retry_failed=args.retry_failed)
@@ -87,7 +89,7 @@ def command_status(args) -> int:
     from sweeper.status import print_status
 
     study_dir = storage.normalize(args.study_dir)
-    if not storage.exists(storage.join(study_dir, "spec.yaml")):
+    if not storage.exists(StudyLayout(study_dir).spec):
         print(f"error: {storage.display(study_dir)} is not a study directory (no spec.yaml)", file=sys.stderr)
         return 1
     print_status(study_dir)
@@ -98,9 +100,10 @@ def command_report(args) -> int:
     from sweeper.report import write_report
 
     study_dir = storage.normalize(args.study_dir)
-    if not storage.list_names(storage.join(study_dir, "results")):
+    results = StudyLayout(study_dir).results
+    if not storage.list_names(results):
         print(f"error: {storage.display(study_dir)} holds no results (expected "
-              f"{storage.display(storage.join(study_dir, 'results'))}/)", file=sys.stderr)
+              f"{storage.display(results)}/)", file=sys.stderr)
         return 1
     write_report(study_dir)
     return 0

@@ -11,7 +11,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from sweeper.catalog import get_task
-from sweeper.plan import PretrainingRun, StudyPlan, finetune_protocol
+from sweeper.plan import StudyPlan, finetune_protocol
+from sweeper.runs import PretrainingRun
 from sweeper.spec import StudySpec
 
 
@@ -51,7 +52,7 @@ def pretraining_cost(spec: StudySpec, runs: tuple[PretrainingRun, ...]) -> Stage
 def finetuning_cost(spec: StudySpec, plan: StudyPlan) -> StageCost:
     ft = spec.finetuning
     train_tokens = {task: 0 if get_task(task).train_task else
-                    finetune_protocol(spec, task)["max_steps"] * ft.batch_size * ft.max_length for task in ft.tasks}
+                    finetune_protocol(spec, task).max_steps * ft.batch_size * ft.max_length for task in ft.tasks}
     eval_tokens = spec.cost.finetune_eval_examples * ft.max_length
     flops, unknown = 0.0, 0
     for trial in plan.trials:

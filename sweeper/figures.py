@@ -10,13 +10,13 @@ matplotlib.use("Agg")  # files only; no display on clusters and CI
 import matplotlib.pyplot as plt  # noqa: E402
 import pandas as pd  # noqa: E402
 
-from sweeper.analysis import CATEGORIES  # noqa: E402
+from sweeper.analysis import ordered_categories  # noqa: E402
 
 OBJECTIVE_COLOURS = {"mlm": "tab:blue", "clm": "tab:orange", "clm-mlm": "tab:green"}
 
 
 def present(frame: pd.DataFrame) -> list[str]:
-    return [c for c in CATEGORIES if c in set(frame["task_category"])]
+    return ordered_categories(frame["task_category"])
 
 
 def save(fig, path: Path) -> Path:

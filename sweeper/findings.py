@@ -12,9 +12,10 @@ from dataclasses import dataclass, field
 
 import pandas as pd
 
-from sweeper.analysis import CATEGORIES, final_only
+from sweeper.analysis import final_only
 
 SUPPORTS, CONTRADICTS, CANNOT_TELL = "supports", "contradicts", "cannot tell"
+CATEGORIES = ("SC", "TC", "QA", "IR")  # the paper's categories, which its findings speak of
 
 FINDINGS = (
     "MLM beats CLM on SC and QA at every size; CLM ties or wins on TC.",

@@ -4,9 +4,10 @@ Each run's fit is launched from a Ray task, so runs proceed in parallel as far a
 resources allow. With `pretraining_workers: 0` the fit is Train's local mode, in that task's
 process (no worker-group start, ~40 s saved per run on a laptop); with N workers Train starts a
 worker group (DDP) and persists checkpoints to `storage_path/<run name>`. Either way the run's
-checkpoints land in `<study>/pretraining/<run name>/step-<N>/`, and Train resumes a rerun of
-the same name from the latest one. The study may live in an object store: Train is handed the
-store's pyarrow filesystem, and the run's markers are single objects (sweeper.storage).
+checkpoints land in the run's folder (sweeper.layout), and Train resumes a rerun of the same
+name from the latest one. The loop receives a typed `PretrainConfig` (sweeper.configs). The
+study may live in an object store: Train is handed the store's pyarrow filesystem, and the
+run's markers are single objects (sweeper.storage).
 """
 from __future__ import annotations
 
@@ -16,108 +17,79 @@ from dataclasses import asdict
 import ray
 
 from sweeper import storage
-from sweeper.plan import PretrainingRun
+from sweeper.configs import AdamWConfig, InitSource, PretrainConfig
+from sweeper.layout import TRAIN_LOG, StudyLayout
+from sweeper.runs import PretrainingRun
 from sweeper.spec import StudySpec
 from sweeper.store import PRETRAINING, write_rows
 
-RUN_FILE = "sweeper_run.json"
-MARKER_FILE = "sweeper_checkpoint.json"  # written last into a checkpoint by trainables.pretrain_loop
-DONE_FILE = "sweeper_done.json"
-FAILED_FILE = "sweeper_failed.json"
 
-
-def run_dir(study_dir: str, run: PretrainingRun) -> str:
-    return storage.join(study_dir, "pretraining", run.name)
-
-
-def checkpoint_path(study_dir: str, run: PretrainingRun, step: int) -> str:
-    return storage.join(run_dir(study_dir, run), f"step-{step}")
-
-
-def marker_of_this_run(study_dir: str, run: PretrainingRun, file_name: str) -> bool:
-    """Whether the run folder holds `file_name` written for this run's key (not for a former
-    configuration of the same name)."""
-    found = storage.read_json(storage.join(run_dir(study_dir, run), file_name), default={})
-    return found.get("run_key") == run.run_key
-
-
-def is_done(study_dir: str, run: PretrainingRun) -> bool:
-    return marker_of_this_run(study_dir, run, DONE_FILE)
-
-
-def run_payload(run: PretrainingRun, spec: StudySpec, study_dir: str, corpus_dir: str,
-                runs_by_name: dict[str, PretrainingRun]) -> dict:
-    """Everything the worker loop needs, as plain data (workers never import the driver)."""
+def pretrain_config(run: PretrainingRun, spec: StudySpec, layout: StudyLayout, corpus_dir: str,
+                    runs_by_name: dict[str, PretrainingRun]) -> PretrainConfig:
+    """Everything the worker loop reads, typed (workers never import the driver)."""
     pre, res = spec.pretraining, spec.resources
     if run.init_from_run:
         source = runs_by_name[run.init_from_run]
-        init_kind, init_from = "study", checkpoint_path(study_dir, source, source.total_steps)
+        init = InitSource(kind="study", location=layout.checkpoint(source.name, source.total_steps))
     elif run.init_from_hf:
-        init_kind, init_from = "hf", run.init_from_hf
+        init = InitSource(kind="hf", location=run.init_from_hf)
     else:
-        init_kind, init_from = "scratch", None
-    return {
-        "name": run.name, "run_key": run.run_key, "run_dir": run_dir(study_dir, run),
-        "corpus_dir": corpus_dir, "model_config": run.model_config, "objective": run.objective,
-        "mask_ratio": run.mask_ratio, "clm_fraction": run.clm_fraction, "switch_step": run.switch_step,
-        "random_replace": pre.random_replace, "keep_original": pre.keep_original,
-        "total_steps": run.total_steps, "checkpoint_steps": list(run.checkpoint_steps),
-        "global_batch_size": pre.global_batch_size, "seq_len": spec.data.seq_len,
-        "peak_lr": pre.optimizer.peak_lr, "betas": pre.optimizer.betas, "eps": pre.optimizer.eps,
-        "weight_decay": pre.optimizer.weight_decay, "grad_clip": pre.optimizer.grad_clip,
-        "warmup_steps": run.warmup_steps, "decay_steps": run.decay_steps,
-        "log_every": pre.log_every, "save_every": pre.save_every, "seed": pre.seed, "data_seed": spec.data.order_seed,
-        "threads": max(1, int(res.cpus_per_worker)), "workers": res.pretraining_workers,
-        "sharding": res.sharding, "compile": pre.compile,
-        "use_gpu": res.gpus_per_worker > 0, "init_kind": init_kind, "init_from": init_from,
-        "data_offset_steps": run.steps_before, "tracking": asdict(spec.tracking),
-    }
+        init = InitSource(kind="scratch")
+    return PretrainConfig(
+        name=run.name, run_key=run.run_key, objective=run.objective, mask_ratio=run.mask_ratio,
+        clm_fraction=run.clm_fraction, switch_step=run.switch_step, run_dir=layout.run(run.name).root,
+        corpus_dir=corpus_dir, model_config=run.model_config, init=init, phases=run.phases,
+        total_steps=run.total_steps, checkpoint_steps=run.checkpoint_steps,
+        global_batch_size=pre.global_batch_size, seq_len=spec.data.seq_len, peak_lr=pre.optimizer.peak_lr,
+        optimizer=AdamWConfig.of(pre.optimizer), warmup_steps=run.warmup_steps, decay_steps=run.decay_steps,
+        seed=pre.seed, data_seed=spec.data.order_seed, data_offset_steps=run.steps_before,
+        log_every=pre.log_every, save_every=pre.save_every, workers=res.pretraining_workers,
+        threads=max(1, int(res.cpus_per_worker)), sharding=res.sharding, compile=pre.compile,
+        use_gpu=res.gpus_per_worker > 0, tracking=spec.tracking,
+    )
 
 
-def fit_run(payload: dict, resources: dict) -> dict:
+def fit_run(run: PretrainConfig, resources: dict) -> dict:
     """Body of the Ray task that owns one run: build the TorchTrainer and fit it."""
     from ray.train import FailureConfig, RunConfig, ScalingConfig
     from ray.train.torch import TorchTrainer
 
     from trainables.pretrain_loop import train_loop_per_worker
 
-    storage.make_dirs(payload["run_dir"])
+    storage.make_dirs(run.run_dir)
     # Train writes `storage_path/<name>/`: the run folder, on the study's filesystem.
-    filesystem, runs_path = storage.filesystem(storage.parent(payload["run_dir"]))
-    workers = payload["workers"]
+    filesystem, runs_path = storage.filesystem(storage.parent(run.run_dir))
+    workers = run.workers
     scaling = ScalingConfig(
-        num_workers=workers, use_gpu=payload["use_gpu"] and workers > 0,
+        num_workers=workers, use_gpu=run.use_gpu and workers > 0,
         resources_per_worker={"CPU": resources["cpus_per_worker"], "GPU": resources["gpus_per_worker"]}
         if workers > 0 else None,
     )
     trainer = TorchTrainer(
-        train_loop_per_worker, train_loop_config=payload, scaling_config=scaling,
+        train_loop_per_worker, train_loop_config={"run": run}, scaling_config=scaling,
         run_config=RunConfig(
-            name=payload["name"], storage_path=runs_path,
-            storage_filesystem=filesystem if storage.is_remote(payload["run_dir"]) else None,
+            name=run.name, storage_path=runs_path,
+            storage_filesystem=filesystem if storage.is_remote(run.run_dir) else None,
             failure_config=FailureConfig(max_failures=resources["max_failures"]),
         ),
     )
     started = time.time()
     trainer.fit()
-    return {"run_name": payload["name"], "wall_time_s": time.time() - started}
+    return {"run_name": run.name, "wall_time_s": time.time() - started}
 
 
-def record_finished_run(study: str, study_dir: str, run: PretrainingRun, wall_time_s: float) -> None:
+def record_finished_run(study: str, layout: StudyLayout, run: PretrainingRun, wall_time_s: float) -> None:
     """Write the run's training log to the pretraining table, then mark it done."""
-    log = storage.read_json(storage.join(checkpoint_path(study_dir, run, run.total_steps), "train_log.json"))
-    write_rows(study_dir, PRETRAINING, [
+    run_layout = layout.run(run.name)
+    log = storage.read_json(storage.join(run_layout.checkpoint(run.total_steps), TRAIN_LOG))
+    write_rows(layout.root, PRETRAINING, [
         {"study": study, "run_name": run.name, "run_key": run.run_key, "objective": run.objective, **row}
         for row in log
     ])
-    storage.remove(storage.join(run_dir(study_dir, run), FAILED_FILE))
-    storage.write_json(storage.join(run_dir(study_dir, run), DONE_FILE), {
+    storage.remove(run_layout.failed)
+    storage.write_json(run_layout.done, {
         "run_key": run.run_key, "wall_time_s": wall_time_s, "identity": run.identity,
         "run": {k: v for k, v in asdict(run).items() if k != "identity"}})
-
-
-def has_failed(study_dir: str, run: PretrainingRun) -> bool:
-    return marker_of_this_run(study_dir, run, FAILED_FILE)
 
 
 class PretrainingScheduler:
@@ -128,13 +100,13 @@ class PretrainingScheduler:
     they unblock; `checkpoint_ready()` says whether a checkpoint can be fine-tuned yet. Each run
     is fitted in its own Ray task, in parallel as far as the cluster's resources allow."""
 
-    def __init__(self, spec: StudySpec, runs: list[PretrainingRun], study_dir: str, corpus_dirs: dict,
+    def __init__(self, spec: StudySpec, runs: list[PretrainingRun], layout: StudyLayout, corpus_dirs: dict,
                  retry_failed: bool = False):
-        self.spec, self.study_dir, self.corpus_dirs = spec, study_dir, corpus_dirs
+        self.spec, self.layout, self.corpus_dirs = spec, layout, corpus_dirs
         self.by_name = {run.name: run for run in runs}
-        self.done = {run.name for run in runs if is_done(study_dir, run)}
-        self.failed = {run.name for run in runs
-                       if run.name not in self.done and has_failed(study_dir, run) and not retry_failed}
+        self.done = {run.name for run in runs if layout.run(run.name).is_done(run.run_key)}
+        self.failed = {run.name for run in runs if run.name not in self.done
+                       and layout.run(run.name).has_failed(run.run_key) and not retry_failed}
         self.waiting = [run for run in runs if run.name not in self.done | self.failed]
         self.total = len(self.waiting)
         self.futures: dict = {}
@@ -164,11 +136,9 @@ class PretrainingScheduler:
                 print(f"[pretrain] {run.name} skipped: its source {run.init_from_run} failed", flush=True)
             elif run.init_from_run is None or run.init_from_run in self.done:
                 self.waiting.remove(run)
-                storage.write_json(storage.join(run_dir(self.study_dir, run), RUN_FILE),
-                                   {"run_key": run.run_key, "identity": run.identity})
-                payload = run_payload(run, self.spec, self.study_dir, self.corpus_dirs[run.tokenizer],
-                                      self.by_name)
-                self.futures[self.task.remote(payload, self.resources)] = run
+                storage.write_json(self.layout.run(run.name).started, {"run_key": run.run_key, "identity": run.identity})
+                config = pretrain_config(run, self.spec, self.layout, self.corpus_dirs[run.tokenizer], self.by_name)
+                self.futures[self.task.remote(config, self.resources)] = run
 
     def poll(self, timeout: float = 0.0) -> None:
         """Record what finished (waiting up to `timeout` s for something to), launch what it unblocks."""
@@ -184,13 +154,13 @@ class PretrainingScheduler:
             outcome = ray.get(future)
         except Exception as error:  # the other runs go on; every failure is reported
             message = f"{type(error).__name__}: {str(error).strip()[-2000:]}"
-            failed_file = storage.join(run_dir(self.study_dir, run), FAILED_FILE)
+            failed_file = self.layout.run(run.name).failed
             storage.write_json(failed_file, {"run_key": run.run_key, "error": message, "failed_at": time.time()})
             self.failed.add(run.name)
             print(f"[pretrain] {run.name} FAILED: {message.splitlines()[0][:300]} "
                   f"(details in {storage.display(failed_file)})", flush=True)
             return
-        record_finished_run(self.spec.study, self.study_dir, run, outcome["wall_time_s"])
+        record_finished_run(self.spec.study, self.layout, run, outcome["wall_time_s"])
         self.done.add(run.name)
         finished = self.total - len(self.waiting) - len(self.futures)
         print(f"[pretrain] {run.name} done in {outcome['wall_time_s']:.0f}s ({finished}/{self.total})", flush=True)
@@ -218,7 +188,7 @@ class PretrainingScheduler:
         the grid asks once per pending trial, and in an object store a listing is a request."""
         listed_at, steps = self.listings.get(run.name, (0.0, []))
         if time.time() - listed_at > max_age_s:
-            steps = list(storage.step_folders(run_dir(self.study_dir, run), MARKER_FILE))
+            steps = list(self.layout.run(run.name).saved_checkpoints())
             self.listings[run.name] = (time.time(), steps)
         return steps
 

@@ -12,13 +12,12 @@ import pandas as pd
 
 from sweeper import analysis, figures, storage
 from sweeper.findings import check_findings
+from sweeper.layout import StudyLayout
 from sweeper.store import read_trials
-
-PLAN_FILE = "plan.json"
 
 
 def planned_trial_keys(study_dir: str | Path) -> list[str] | None:
-    return storage.read_json(storage.join(study_dir, PLAN_FILE), default={}).get("trial_keys")
+    return storage.read_json(StudyLayout(str(study_dir)).plan, default={}).get("trial_keys")
 
 
 def fmt(value, digits: int = 2) -> str:
@@ -70,7 +69,7 @@ def curve_table(frame: pd.DataFrame, index: list[str], title: str, note: str) ->
     if frame.empty:
         return []
     table = frame.pivot_table(index=index, columns="task_category", values="mean")
-    table = table[[c for c in analysis.CATEGORIES if c in table.columns]]
+    table = table[analysis.ordered_categories(table.columns)]
     rows = [[*(str(v) for v in (key if isinstance(key, tuple) else (key,))), *(fmt(x) for x in values)]
             for key, values in zip(table.index, table.values)]
     return [f"## {title}", "", note, "", markdown_table([*index, *table.columns], rows), ""]
@@ -157,14 +156,15 @@ def build_report(study_dir: str | Path, lr_range: tuple[float, float] = (1e-5, 1
 def write_report(study_dir: str | Path, lr_range: tuple[float, float] = (1e-5, 1e-4)) -> str:
     """Write `report.md` and the figures into the study; returns the report's location."""
     study_dir = str(study_dir)
+    layout = StudyLayout(study_dir)
     text, made = build_report(study_dir, lr_range)
     if storage.is_remote(study_dir):
         for figure in made:
-            storage.write_bytes(storage.join(study_dir, "figures", figure.name), figure.read_bytes())
-    path = storage.join(study_dir, "report.md")
+            storage.write_bytes(storage.join(layout.figures, figure.name), figure.read_bytes())
+    path = layout.report
     storage.write_text(path, text)
     summary = text.split("## Fine-tuning stability")[0].split("## Per task")[0]
     print(summary.rstrip())
     print(f"[report] {storage.display(path)} ({len(made)} figures in "
-          f"{storage.display(storage.join(study_dir, 'figures'))})")
+          f"{storage.display(layout.figures)})")
     return path

@@ -11,38 +11,38 @@ from pathlib import Path
 
 import ray
 
-from sweeper import storage
+from sweeper import registry, storage
+from sweeper.configs import CorpusConfig, stable_key
 from sweeper.finetuning import run_finetuning
-from sweeper.plan import StudyPlan, stable_key
+from sweeper.layout import StudyLayout
+from sweeper.plan import StudyPlan
 from sweeper.pretraining import PretrainingScheduler
 from sweeper.progress import format_duration
-from sweeper.report import PLAN_FILE, write_report
+from sweeper.report import write_report
 from sweeper.spec import StudySpec
 
 
-def prepare_corpus_task(data: dict, out_dir: str) -> dict:
+def prepare_corpus_task(config: CorpusConfig, out_dir: str) -> dict:
     from trainables.corpus import prepare_corpus
 
-    return prepare_corpus(data, out_dir)
+    return prepare_corpus(config, out_dir)
 
 
-def corpus_dir(study_dir: str, tokenizer: str | None) -> str:
+def corpus_dir(layout: StudyLayout, tokenizer: str | None) -> str:
     """The study's corpus, or the same text encoded for a Hugging Face CPT source's tokenizer."""
-    if tokenizer is None:
-        return storage.join(study_dir, "cache", "corpus")
-    return storage.join(study_dir, "cache", f"corpus-{stable_key({'tokenizer': tokenizer})}")
+    return layout.corpus(None if tokenizer is None else stable_key({"tokenizer": tokenizer}))
 
 
-def prepare_corpora(spec: StudySpec, plan: StudyPlan, study_dir: str) -> dict[str | None, str]:
+def prepare_corpora(spec: StudySpec, plan: StudyPlan, layout: StudyLayout) -> dict[str | None, str]:
     """One prepared corpus per tokenizer the runs need, built in parallel Ray tasks (once ever)."""
     tokenizers = sorted({run.tokenizer for run in plan.runs}, key=lambda t: (t is not None, t or ""))
     remote = ray.remote(prepare_corpus_task).options(num_cpus=1)
     futures = {}
     for tokenizer in tokenizers:
-        data = {"source": spec.data.corpus, "text_column": spec.data.text_column,
-                "tokenizer": tokenizer or spec.data.tokenizer, "vocab_size": spec.data.vocab_size,
-                "max_documents": spec.data.max_documents}
-        futures[tokenizer] = remote.remote(data, corpus_dir(study_dir, tokenizer))
+        config = CorpusConfig(source=spec.data.corpus, text_column=spec.data.text_column,
+                              tokenizer=tokenizer or spec.data.tokenizer, vocab_size=spec.data.vocab_size,
+                              max_documents=spec.data.max_documents)
+        futures[tokenizer] = remote.remote(config, corpus_dir(layout, tokenizer))
     for tokenizer, future in futures.items():
         meta = ray.get(future)
         print(f"[corpus] {meta['documents']:,} documents, {meta['tokens']:,} tokens, vocabulary "
@@ -50,7 +50,20 @@ def prepare_corpora(spec: StudySpec, plan: StudyPlan, study_dir: str) -> dict[st
         if tokenizer is None and meta["vocab_size"] > spec.data.vocab_size:
             raise RuntimeError(f"the tokenizer has {meta['vocab_size']} tokens but data.vocab_size is "
                                f"{spec.data.vocab_size}: raise data.vocab_size")
-    return {tokenizer: corpus_dir(study_dir, tokenizer) for tokenizer in tokenizers}
+    return {tokenizer: corpus_dir(layout, tokenizer) for tokenizer in tokenizers}
+
+
+def plugin_runtime_env() -> dict | None:
+    """With plugins (SWEEPER_PLUGINS), the job's workers get the same variable and the driver's
+    PYTHONPATH, so they import the plugins' implementations as the driver did. (On a cluster the
+    plugin modules must also be on the nodes: `ray job submit --working-dir`, or py_modules.)"""
+    plugins = os.environ.get(registry.PLUGINS_VARIABLE)
+    if not plugins:
+        return None
+    env_vars = {registry.PLUGINS_VARIABLE: plugins}
+    if os.environ.get("PYTHONPATH"):
+        env_vars["PYTHONPATH"] = os.environ["PYTHONPATH"]
+    return {"env_vars": env_vars}
 
 
 def connect_ray() -> None:
@@ -58,12 +71,13 @@ def connect_ray() -> None:
     if ray.is_initialized():
         return
     os.environ.setdefault("RAY_DEDUP_LOGS", "0")  # keep every run's progress line
-    ray.init(address=os.environ.get("RAY_ADDRESS"), log_to_driver=True, configure_logging=False)
+    ray.init(address=os.environ.get("RAY_ADDRESS"), log_to_driver=True, configure_logging=False,
+             runtime_env=plugin_runtime_env())
 
 
-def write_plan_file(plan: StudyPlan, study_dir: str) -> None:
+def write_plan_file(plan: StudyPlan, layout: StudyLayout) -> None:
     """`plan.json`: the planned trial keys, so reports and `sweeper status` know what is missing."""
-    storage.write_json(storage.join(study_dir, PLAN_FILE), {
+    storage.write_json(layout.plan, {
         "trials": len(plan.trials), "trial_keys": [t.trial_key for t in plan.trials],
         "runs": {run.name: run.run_key for run in plan.runs},
     }, indent=None)
@@ -74,17 +88,18 @@ def run_study(spec: StudySpec, spec_path: Path, plan: StudyPlan, study_dir: str,
     """Run or resume the study at `study_dir` (a path or an object-store URI); returns the
     exit status (1 if any run or trial failed)."""
     started = time.time()
+    layout = StudyLayout(study_dir)
     storage.make_dirs(study_dir)
-    storage.write_text(storage.join(study_dir, "spec.yaml"), Path(spec_path).read_text())
-    write_plan_file(plan, study_dir)
+    storage.write_text(layout.spec, Path(spec_path).read_text())
+    write_plan_file(plan, layout)
     print(f"[study] {spec.study}: {len(plan.runs)} pretraining runs, {len(plan.checkpoints)} checkpoints, "
           f"{len(plan.trials)} fine-tuning trials -> {storage.display(study_dir)}", flush=True)
     connect_ray()
-    corpora = prepare_corpora(spec, plan, study_dir)
+    corpora = prepare_corpora(spec, plan, layout)
     # Pretraining and fine-tuning run side by side: a checkpoint's trials start once it is written.
-    scheduler = PretrainingScheduler(spec, list(plan.runs), study_dir, corpora, retry_failed)
+    scheduler = PretrainingScheduler(spec, list(plan.runs), layout, corpora, retry_failed)
     scheduler.start()
-    tally = run_finetuning(spec, plan, study_dir, corpora, scheduler=scheduler, retry_failed=retry_failed)
+    tally = run_finetuning(spec, plan, layout, corpora, scheduler=scheduler, retry_failed=retry_failed)
     failed_runs = scheduler.wait()
     report = write_report(study_dir)
     print(f"[study] finished in {format_duration(time.time() - started)}; report: {storage.display(report)}",

@@ -2,7 +2,10 @@
 
 Every field has a one-line docstring; the shipped YAML files repeat them as comments. Each
 dataclass checks its own values in `check()`, returning (key, reason) pairs, so an error names
-the exact key. Cross-section checks (tasks, presets) live in `check_study`.
+the exact key; `StudySpec.check` does the checks that span sections. The spec is frozen: the
+plan (sweeper.plan) and the worker configs (sweeper.configs) are derived from it, never edited
+into it. The AdamW settings are `sweeper.configs.AdamWConfig`'s fields, shared by
+`pretraining.optimizer` and `finetuning`.
 """
 from __future__ import annotations
 
@@ -10,12 +13,15 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Literal
 
-from sweeper.storage import scheme_error
+from sweeper import registry
 from sweeper.catalog import MODEL_PRESETS, TASKS
+from sweeper.configs import AdamWConfig, TrackingConfig, each_positive, non_empty, non_negative, positive
+from sweeper.runs import RunNameClash, expand_base_runs, expand_runs  # sweeper.runs imports no spec
 from sweeper.spec_parsing import SpecError, build_dataclass, load_yaml, suggestion
+from sweeper.storage import scheme_error
 
 
-@dataclass(kw_only=True, slots=True)
+@dataclass(frozen=True, kw_only=True, slots=True)
 class ModelSpec:
     preset: str = "tiny"
     """Architecture preset: nano, tiny, mini (CPU) or 210m, 610m, 1b, 1b-authors (paper Table 1)."""
@@ -27,7 +33,7 @@ class ModelSpec:
             yield "preset", f"unknown preset {self.preset!r}{suggestion(self.preset, list(MODEL_PRESETS))}"
 
 
-@dataclass(kw_only=True, slots=True)
+@dataclass(frozen=True, kw_only=True, slots=True)
 class DataSpec:
     corpus: str = "wordnet"
     """Pretraining text: built-in `wordnet`, a local .jsonl/.parquet/.txt path, or a hub dataset id."""
@@ -45,35 +51,68 @@ class DataSpec:
     """Seed of the sample order, shared by every run (the same data order for all objectives)."""
 
     def check(self):
-        for key in ("vocab_size", "seq_len"):
-            if getattr(self, key) <= 0:
-                yield key, f"must be positive, got {getattr(self, key)}"
+        yield from positive(self, "vocab_size", "seq_len", "max_documents")
 
 
-@dataclass(kw_only=True, slots=True)
-class OptimizerSpec:
+@dataclass(frozen=True, kw_only=True, slots=True)
+class OptimizerSpec(AdamWConfig):
+    """AdamW (betas, eps, weight_decay, grad_clip: see AdamWConfig) at a peak learning rate."""
+
     peak_lr: float = 5e-4
     """Peak learning rate of the warmup-stable-decay schedule."""
-    betas: list[float] = field(default_factory=lambda: [0.9, 0.95])
-    """AdamW betas."""
-    eps: float = 1e-5
-    """AdamW epsilon."""
-    weight_decay: float = 0.1
-    """AdamW weight decay."""
-    grad_clip: float = 1.0
-    """Gradient-norm clipping threshold."""
 
     def check(self):
-        if self.peak_lr <= 0:
-            yield "peak_lr", f"must be positive, got {self.peak_lr}"
-        if len(self.betas) != 2 or not all(0 <= b < 1 for b in self.betas):
-            yield "betas", f"must be two numbers in [0, 1), got {self.betas}"
+        yield from AdamWConfig.check(self)
+        yield from positive(self, "peak_lr")
 
 
-@dataclass(kw_only=True, slots=True)
+@dataclass(frozen=True, kw_only=True, slots=True)
+class PhaseSpec:
+    """One stretch of a run trained with one objective (the long form of a run's objectives)."""
+
+    objective: str
+    """A registered objective: mlm, clm, or a plugin's (sweeper.registry)."""
+    until: float | None = None
+    """End of the phase as a share of the run's steps (of its pre-decay steps with
+    clm_fraction_of: pre_decay), in (0, 1]; the last phase runs to the end (leave it out)."""
+    mask_ratio: float | None = None
+    """Masking ratio of a masking objective, in (0, 1) (default: the objective's)."""
+    settings: dict = field(default_factory=dict)
+    """Other settings of the objective (see its registration), e.g. a plugin's span length."""
+
+    def check(self):
+        if self.objective not in registry.OBJECTIVES:
+            yield "objective", (f"unknown objective {self.objective!r}"
+                                f"{suggestion(self.objective, list(registry.OBJECTIVES))}; "
+                                f"registered: {', '.join(registry.OBJECTIVES)}")
+            return
+        known = registry.OBJECTIVES[self.objective].settings
+        if self.mask_ratio is not None:
+            if "mask_ratio" not in known:
+                yield "mask_ratio", f"objective {self.objective!r} masks nothing"
+            elif not 0 < self.mask_ratio < 1:
+                yield "mask_ratio", f"{self.mask_ratio} is outside (0, 1)"
+        for key in self.settings:
+            if key not in known or key == "mask_ratio":
+                yield f"settings.{key}", (f"not a setting of objective {self.objective!r}"
+                                          f"{suggestion(str(key), list(known))}; its settings: "
+                                          f"{', '.join(known) or 'none'}")
+        if self.until is not None and not 0 < self.until <= 1:
+            yield "until", f"{self.until} is outside (0, 1]"
+
+    def objective_settings(self) -> dict:
+        given = {**self.settings, **({} if self.mask_ratio is None else {"mask_ratio": self.mask_ratio})}
+        return registry.objective_settings(self.objective, given)
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
 class RunGridSpec:
-    objective: Literal["mlm", "clm", "clm-mlm"]
-    """mlm, clm, or clm-mlm (CLM for clm_fraction of the steps, then MLM)."""
+    objective: str | None = None
+    """mlm, clm, clm-mlm (CLM for clm_fraction of the steps, then MLM), or another registered
+    objective: the short form. Give this or `phases`."""
+    phases: list[PhaseSpec] | None = None
+    """The long form: objectives in step order, e.g. [{objective: clm, until: 0.25},
+    {objective: mlm, mask_ratio: 0.4}] (plans the same run, under the same key, as clm-mlm 0.25)."""
     mask_ratio: list[float] = field(default_factory=lambda: [0.4])
     """MLM masking ratios, each in (0, 1); one run per value."""
     clm_fraction: list[float] = field(default_factory=lambda: [0.25])
@@ -94,6 +133,15 @@ class RunGridSpec:
     """Decay of this entry's schedule (default: pretraining.decay_steps)."""
 
     def check(self):
+        if (self.objective is None) == (self.phases is None):
+            yield "objective", "give either objective (short form) or phases (long form)"
+            return
+        if self.objective is not None and self.objective not in (*registry.OBJECTIVES, "clm-mlm"):
+            yield "objective", (f"unknown objective {self.objective!r}"
+                                f"{suggestion(self.objective, [*registry.OBJECTIVES, 'clm-mlm'])}; "
+                                f"registered: {', '.join([*registry.OBJECTIVES, 'clm-mlm'])}")
+        if self.phases is not None:
+            yield from self.check_phases()
         if self.init_from is not None and self.objective != "mlm":
             yield "init_from", "continued pretraining is MLM: use objective: mlm with init_from"
         if self.init_from == []:
@@ -106,27 +154,31 @@ class RunGridSpec:
                 yield f"preset[{i}]", f"unknown preset {preset!r}{suggestion(preset, list(MODEL_PRESETS))}"
         if self.preset == []:
             yield "preset", "empty grid: give at least one preset or leave preset out"
-        for key in ("warmup_steps", "decay_steps"):
-            if (getattr(self, key) or 0) < 0:
-                yield key, f"must not be negative, got {getattr(self, key)}"
+        yield from non_negative(self, "warmup_steps", "decay_steps")
         for i, ratio in enumerate(self.mask_ratio):
             if not 0 < ratio < 1:
                 yield f"mask_ratio[{i}]", f"{ratio} is outside (0, 1)"
         for i, share in enumerate(self.clm_fraction):
             if not 0 <= share <= 1:
                 yield f"clm_fraction[{i}]", f"{share} is outside [0, 1]"
-        for key in ("mask_ratio", "clm_fraction", "steps"):
-            if getattr(self, key) == []:
-                yield key, "empty grid: give at least one value"
-        for i, steps in enumerate(self.steps or []):
-            if steps <= 0:
-                yield f"steps[{i}]", f"must be positive, got {steps}"
-        for i, step in enumerate(self.checkpoint_steps):
-            if step <= 0:
-                yield f"checkpoint_steps[{i}]", f"must be positive, got {step}"
+        yield from non_empty(self, "mask_ratio", "clm_fraction", "steps")
+        yield from each_positive(self, "steps", "checkpoint_steps")
+
+    def check_phases(self):
+        if not self.phases:
+            yield "phases", "empty: give at least one phase"
+            return
+        ends = [phase.until for phase in self.phases]
+        if ends[-1] is not None and ends[-1] != 1:
+            yield f"phases[{len(ends) - 1}].until", "the last phase runs to the end: leave until out (or 1)"
+        for i, end in enumerate(ends[:-1]):
+            if end is None:
+                yield f"phases[{i}].until", "every phase but the last needs until (a share of the steps)"
+            elif i and ends[i - 1] is not None and end <= ends[i - 1]:
+                yield f"phases[{i}].until", f"{end} is not after the previous phase's end ({ends[i - 1]})"
 
 
-@dataclass(kw_only=True, slots=True)
+@dataclass(frozen=True, kw_only=True, slots=True)
 class PretrainingSpec:
     runs: list[RunGridSpec]
     """Run grids; each entry expands over its list-valued fields."""
@@ -160,12 +212,8 @@ class PretrainingSpec:
     def check(self):
         if not self.runs:
             yield "runs", "empty grid: give at least one run"
-        for key in ("steps", "global_batch_size", "log_every"):
-            if getattr(self, key) <= 0:
-                yield key, f"must be positive, got {getattr(self, key)}"
-        for key in ("warmup_steps", "decay_steps", "save_every"):
-            if getattr(self, key) < 0:
-                yield key, f"must not be negative, got {getattr(self, key)}"
+        yield from positive(self, "steps", "global_batch_size", "log_every")
+        yield from non_negative(self, "warmup_steps", "decay_steps", "save_every", "random_replace", "keep_original")
         if not 0 <= self.random_replace + self.keep_original <= 1:
             yield "random_replace", "random_replace + keep_original must lie in [0, 1]"
         for i, run in enumerate(self.runs):
@@ -182,7 +230,7 @@ class PretrainingSpec:
                                                f"({warmup} + {decay})")
 
 
-@dataclass(kw_only=True, slots=True)
+@dataclass(frozen=True, kw_only=True, slots=True)
 class OptunaSpec:
     learning_rates_per_cell: int = 6
     """Learning rates Optuna tries per (checkpoint, task) cell; each is run with every seed."""
@@ -197,15 +245,14 @@ class OptunaSpec:
     a 6-sample search purely random)."""
 
     def check(self):
-        if self.learning_rates_per_cell <= 0:
-            yield "learning_rates_per_cell", f"must be positive, got {self.learning_rates_per_cell}"
+        yield from positive(self, "learning_rates_per_cell")
         if self.startup_samples < 1:
             yield "startup_samples", f"must be at least 1, got {self.startup_samples}"
         if not 0 < self.lr_min < self.lr_max:
             yield "lr_min", f"need 0 < lr_min < lr_max, got {self.lr_min} and {self.lr_max}"
 
 
-@dataclass(kw_only=True, slots=True)
+@dataclass(frozen=True, kw_only=True, slots=True)
 class TaskBudgetSpec:
     max_steps: int | None = None
     """Optimizer steps per trial at most, for this task (None: finetuning.max_steps)."""
@@ -213,14 +260,14 @@ class TaskBudgetSpec:
     """Passes over this task's training split at most (None: finetuning.epochs)."""
 
     def check(self):
-        if self.max_steps is not None and self.max_steps <= 0:
-            yield "max_steps", f"must be positive, got {self.max_steps}"
-        if self.epochs is not None and self.epochs <= 0:
-            yield "epochs", f"must be positive, got {self.epochs}"
+        yield from positive(self, "max_steps", "epochs")
 
 
-@dataclass(kw_only=True, slots=True)
-class FinetuningSpec:
+@dataclass(frozen=True, kw_only=True, slots=True)
+class FinetuningSpec(AdamWConfig):
+    """The fine-tuning protocol; its AdamW settings (betas, eps, weight_decay, grad_clip) are
+    AdamWConfig's fields, given flat under `finetuning:`."""
+
     tasks: list[str]
     """Task names (see `sweeper.catalog.TASKS`)."""
     search: Literal["grid", "optuna"] = "grid"
@@ -250,14 +297,6 @@ class FinetuningSpec:
     """Retrieval: temperature of the in-batch InfoNCE loss over cosine similarities."""
     warmup_ratio: float = 0.1
     """Share of the steps with linear warmup; then linear decay to 0."""
-    betas: list[float] = field(default_factory=lambda: [0.9, 0.95])
-    """AdamW betas."""
-    eps: float = 1e-5
-    """AdamW epsilon."""
-    weight_decay: float = 0.1
-    """AdamW weight decay."""
-    grad_clip: float = 1.0
-    """Gradient-norm clipping threshold."""
     eval_batch_size: int = 128
     """Examples per forward pass when scoring."""
     eval_every: int = 0
@@ -268,6 +307,7 @@ class FinetuningSpec:
     """Cap on validation and test examples per task (None: whole splits)."""
 
     def check(self):
+        yield from AdamWConfig.check(self)
         for i, task in enumerate(self.tasks):
             if task not in TASKS:
                 yield f"tasks[{i}]", f"unknown task {task!r}{suggestion(task, list(TASKS))}"
@@ -278,30 +318,20 @@ class FinetuningSpec:
         for task in self.task_budgets:
             if task not in self.tasks:
                 yield f"task_budgets.{task}", f"{task!r} is not in tasks{suggestion(task, self.tasks)}"
-        if any(TASKS[t].family == "extractive_qa" for t in self.tasks if t in TASKS) and (
-                not 0 <= self.doc_stride < self.max_length // 2):
-            yield "doc_stride", (f"must be in [0, max_length / 2) so a window advances over a long context, "
-                                 f"got {self.doc_stride} with max_length {self.max_length}")
-        if self.retrieval_temperature <= 0:
-            yield "retrieval_temperature", f"must be positive, got {self.retrieval_temperature}"
-        for key in ("tasks", "learning_rates", "seeds"):
-            if not getattr(self, key) and not (key == "learning_rates" and self.search == "optuna"):
-                yield key, "empty grid: give at least one value"
-        for i, lr in enumerate(self.learning_rates):
-            if lr <= 0:
-                yield f"learning_rates[{i}]", f"must be positive, got {lr}"
-        if self.eval_every < 0:
-            yield "eval_every", f"must not be negative, got {self.eval_every}"
-        for key in ("batch_size", "micro_batch_size", "max_steps", "max_length", "eval_batch_size"):
-            if getattr(self, key) <= 0:
-                yield key, f"must be positive, got {getattr(self, key)}"
+        families = {TASKS[t].family for t in self.tasks if t in TASKS}
+        for family in registry.FAMILIES.values():
+            if family.name in families and family.check is not None:
+                yield from family.check(self)
+        yield from non_empty(self, "tasks", "seeds", *(("learning_rates",) if self.search == "grid" else ()))
+        yield from each_positive(self, "learning_rates")
+        yield from non_negative(self, "eval_every")
+        yield from positive(self, "batch_size", "micro_batch_size", "max_steps", "max_length", "eval_batch_size",
+                            "epochs", "max_train_examples", "max_eval_examples")
         if not 0 <= self.warmup_ratio < 1:
             yield "warmup_ratio", f"{self.warmup_ratio} is outside [0, 1)"
-        if self.epochs <= 0:
-            yield "epochs", f"must be positive, got {self.epochs}"
 
 
-@dataclass(kw_only=True, slots=True)
+@dataclass(frozen=True, kw_only=True, slots=True)
 class ResourcesSpec:
     pretraining_workers: int = 0
     """Ray Train workers per pretraining run; 0 = local mode in one process (no ~40 s start cost)."""
@@ -324,18 +354,14 @@ class ResourcesSpec:
     """Pretraining worker-group restarts from the last checkpoint before a run is failed."""
 
     def check(self):
-        if self.pretraining_workers < 0:
-            yield "pretraining_workers", f"must not be negative, got {self.pretraining_workers}"
-        for key in ("cpus_per_worker", "gpus_per_worker", "cpus_per_trial", "gpus_per_trial"):
-            if getattr(self, key) < 0:
-                yield key, f"must not be negative, got {getattr(self, key)}"
+        yield from non_negative(self, "pretraining_workers", "cpus_per_worker", "gpus_per_worker", "cpus_per_trial",
+                                "gpus_per_trial", "max_failures")
         if self.cpus_per_trial == 0 and self.gpus_per_trial == 0:
             yield "cpus_per_trial", "a trial needs some CPU or GPU"
-        if self.trials_per_shard <= 0:
-            yield "trials_per_shard", f"must be positive, got {self.trials_per_shard}"
+        yield from positive(self, "trials_per_shard", "max_concurrent_trials")
 
 
-@dataclass(kw_only=True, slots=True)
+@dataclass(frozen=True, kw_only=True, slots=True)
 class CostSpec:
     gpu_peak_tflops: float = 989.0
     """Peak dense bf16 TFLOP/s of one GPU (H100 SXM: 989)."""
@@ -345,23 +371,12 @@ class CostSpec:
     """Validation + test examples scored per trial, for the estimate."""
 
     def check(self):
-        if self.gpu_peak_tflops <= 0:
-            yield "gpu_peak_tflops", f"must be positive, got {self.gpu_peak_tflops}"
+        yield from positive(self, "gpu_peak_tflops", "finetune_eval_examples")
         if not 0 < self.utilization <= 1:
             yield "utilization", f"{self.utilization} is outside (0, 1]"
 
 
-@dataclass(kw_only=True, slots=True)
-class TrackingSpec:
-    wandb: bool = False
-    """Also log pretraining curves and trial results to Weights & Biases (the Parquet store stays the record)."""
-    project: str = "sweeper"
-    """W&B project."""
-    mode: Literal["online", "offline"] = "offline"
-    """W&B mode; offline writes runs locally for `wandb sync`."""
-
-
-@dataclass(kw_only=True, slots=True)
+@dataclass(frozen=True, kw_only=True, slots=True)
 class StudySpec:
     study: str
     """Study name: the default storage folder and the `study` column of every result row."""
@@ -379,7 +394,7 @@ class StudySpec:
     """Ray resources per run and per trial."""
     cost: CostSpec = field(default_factory=CostSpec)
     """Cost model of `sweeper plan`: 6 x parameters x tokens FLOPs at this throughput."""
-    tracking: TrackingSpec = field(default_factory=TrackingSpec)
+    tracking: TrackingConfig = field(default_factory=TrackingConfig)
     """Optional experiment tracking."""
 
     def check(self):
@@ -390,20 +405,32 @@ class StudySpec:
         yield from self.check_references()
 
     def check_references(self):
-        """CPT sources must be runs of this study (non-CPT ones, so the order is well defined)."""
-        from sweeper.plan import expand_base_runs  # the same expansion the plan uses
-
-        base_names = {run.name for run in expand_base_runs(self)}
+        """CPT sources must be runs of this study (non-CPT ones, so the order is well defined), and
+        no two entries may plan different runs under one name."""
+        try:
+            base_names = {run.name for run in expand_base_runs(self)}
+        except RunNameClash as clash:
+            yield clash.key, clash.reason
+            return
+        unknown = False
         for i, grid in enumerate(self.pretraining.runs):
             for j, source in enumerate(grid.init_from or []):
                 if not source.startswith("hf:") and source not in base_names:
+                    unknown = True
                     yield (f"pretraining.runs[{i}].init_from[{j}]",
                            f"no run named {source!r} in this study{suggestion(source, sorted(base_names))}"
                            " (a study run name, or hf:<path> for a Hugging Face causal LM)")
+        if not unknown:
+            try:
+                expand_runs(self)
+            except RunNameClash as clash:
+                yield clash.key, clash.reason
 
 
 def load_spec(path: str | Path) -> StudySpec:
-    """Parse and validate a spec file; raises SpecError on any mistake."""
+    """Parse and validate a spec file; raises SpecError on any mistake. Plugin modules named in
+    SWEEPER_PLUGINS are imported first (their families and objectives become valid names)."""
+    registry.load_plugins()
     data, context = load_yaml(path)
     return build_dataclass(StudySpec, data, "", context)
 

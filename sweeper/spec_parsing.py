@@ -109,6 +109,13 @@ def convert(value, annotation, path: str, context: Context):
         if value is None:
             context.fail(path, "expected a list, got nothing (null)")
         return [convert(item, args[0], f"{path}[{i}]", context) for i, item in enumerate(items)]
+    if origin is tuple:  # tuple[X, ...] or a fixed length, e.g. betas: tuple[float, float]
+        if not isinstance(value, list):
+            context.fail(path, f"expected a list, got {type_name(value)}")
+        if args[-1] is not Ellipsis and len(value) != len(args):
+            context.fail(path, f"expected {len(args)} values, got {len(value)}")
+        inner = [args[0]] * len(value) if args[-1] is Ellipsis else list(args)
+        return tuple(convert(item, kind, f"{path}[{i}]", context) for i, (item, kind) in enumerate(zip(value, inner)))
     if origin is dict or annotation is dict:
         if not isinstance(value, dict):
             context.fail(path, f"expected a mapping, got {type_name(value)}")

@@ -10,9 +10,8 @@ import time
 from collections import Counter
 
 from sweeper import storage
-from sweeper.finetuning import LIVE_FILE
+from sweeper.layout import StudyLayout
 from sweeper.plan import plan_study
-from sweeper.pretraining import has_failed, is_done, run_dir
 from sweeper.spec import load_spec
 from sweeper.store import read_trials
 
@@ -30,18 +29,20 @@ def pid_alive(pid: int) -> bool:
 
 
 def study_status(study_dir: str) -> dict:
-    spec = load_spec(storage.join(study_dir, "spec.yaml"))
+    layout = StudyLayout(study_dir)
+    spec = load_spec(layout.spec)
     plan = plan_study(spec)
     runs: dict[str, list[str]] = {"done": [], "running": [], "pending": [], "failed": []}
     now = time.time()
     for run in plan.runs:
-        if is_done(study_dir, run):
+        run_layout = layout.run(run.name)
+        if run_layout.is_done(run.run_key):
             runs["done"].append(run.name)
             continue
-        if has_failed(study_dir, run):
+        if run_layout.has_failed(run.run_key):
             runs["failed"].append(run.name)
             continue
-        progress = storage.read_json(storage.join(run_dir(study_dir, run), "progress.json"))
+        progress = storage.read_json(run_layout.progress)
         if progress is not None and now - progress["updated_at"] < STALE_AFTER_S:
             runs["running"].append(f"{run.name} (step {progress['step']}/{progress['total_steps']})")
         else:
@@ -51,7 +52,7 @@ def study_status(study_dir: str) -> dict:
     recorded = trials[trials["trial_key"].isin(planned)] if not trials.empty else None
     counts = Counter(recorded["status"]) if recorded is not None else Counter()
     running = 0
-    state = storage.read_json(storage.join(study_dir, LIVE_FILE))
+    state = storage.read_json(layout.live)
     if state is not None:
         fresh = now - state["updated_at"] < STALE_AFTER_S
         if fresh and (state["host"] != os.uname().nodename or pid_alive(state["pid"])):

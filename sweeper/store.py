@@ -25,6 +25,7 @@ import pyarrow.dataset as ds
 import pyarrow.parquet as pq
 
 from sweeper import storage
+from sweeper.layout import StudyLayout
 
 TRIALS = "trials"
 EVAL_CURVES = "eval_curves"
@@ -97,7 +98,7 @@ ROW_KEY = {TRIALS: ["trial_key"], EVAL_CURVES: ["trial_key", "step"], PRETRAININ
 
 
 def table_dir(study_dir: str | Path, table: str) -> str:
-    return storage.join(str(study_dir), "results", table)
+    return StudyLayout(str(study_dir)).table(table)
 
 
 def write_rows(study_dir: str | Path, table: str, rows: list[dict]) -> list[str]:

@@ -3,10 +3,8 @@ and a real S3 endpoint on the loopback (moto's server) for studies kept in an ob
 from __future__ import annotations
 
 import os
-import socket
 import subprocess
 import sys
-import time
 import uuid
 from pathlib import Path
 
@@ -21,11 +19,7 @@ os.environ["RAY_AUTH_MODE"] = "disabled"
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("HF_DATASETS_OFFLINE", "1")
 
-
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
+from sweeper.local_s3 import free_port  # noqa: E402
 
 
 def ray_cli(*args: str, env=None, timeout: float = 600) -> subprocess.CompletedProcess:
@@ -52,9 +46,10 @@ def ray_head(tmp_path_factory):
         ray_cli("stop", "--force", env=env, timeout=120)
 
 
-def run_sweeper(*args: str, address: str, timeout: float = 900) -> subprocess.CompletedProcess:
-    """`python -m sweeper ...` as a user would run it, as a driver of the given cluster."""
-    env = {**os.environ, "RAY_ADDRESS": address, "PYTHONUNBUFFERED": "1"}
+def run_sweeper(*args: str, address: str, timeout: float = 900, env: dict | None = None) -> subprocess.CompletedProcess:
+    """`python -m sweeper ...` as a user would run it, as a driver of the given cluster (`env`:
+    extra environment variables)."""
+    env = {**os.environ, "RAY_ADDRESS": address, "PYTHONUNBUFFERED": "1", **(env or {})}
     result = subprocess.run([sys.executable, "-m", "sweeper", *args], capture_output=True, text=True,
                             env=env, cwd=ROOT, timeout=timeout)
     return result
@@ -78,11 +73,12 @@ def smoke_study(ray_head, tmp_path_factory):
 @pytest.fixture(scope="session")
 def wordpiece_dir(tmp_path_factory) -> str:
     """A small WordPiece tokenizer trained on the built-in corpus (for task-data tests)."""
+    from sweeper.configs import CorpusConfig
     from trainables.corpus import prepare_corpus
 
     out = tmp_path_factory.mktemp("corpus") / "corpus"
-    prepare_corpus({"source": "wordnet", "text_column": "text", "tokenizer": "train-wordpiece", "vocab_size": 512,
-                    "max_documents": 300}, str(out))
+    prepare_corpus(CorpusConfig(source="wordnet", text_column="text", tokenizer="train-wordpiece", vocab_size=512,
+                                max_documents=300), str(out))
     return str(out / "tokenizer")
 
 
@@ -91,24 +87,8 @@ def object_store():
     """moto's S3 server on 127.0.0.1 with one bucket; yields `uri(name)` -> a fresh
     `s3://...` location in it that any process (Ray workers included) can use as it is: the
     credentials and the endpoint travel in the URI."""
-    import pyarrow.fs as pafs
+    from sweeper.local_s3 import local_s3
 
-    port = free_port()
-    server = subprocess.Popen([sys.executable, "-m", "moto.server", "-H", "127.0.0.1", "-p", str(port)],
-                              stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-    try:
-        deadline = time.time() + 60
-        while True:
-            try:
-                socket.create_connection(("127.0.0.1", port), timeout=1).close()
-                break
-            except OSError:
-                assert server.poll() is None and time.time() < deadline, "moto's S3 server did not start"
-                time.sleep(0.2)
-        query = f"endpoint_override=127.0.0.1:{port}&scheme=http"
-        bucket, prefix = "sweeper-tests", uuid.uuid4().hex[:8]
-        pafs.FileSystem.from_uri(f"s3://testing:testing@{bucket}?{query}&allow_bucket_creation=true")[0].create_dir(bucket)
-        yield lambda name: f"s3://testing:testing@{bucket}/{prefix}/{name}?{query}"
-    finally:
-        server.terminate()
-        server.wait(timeout=30)
+    prefix = uuid.uuid4().hex[:8]
+    with local_s3("sweeper-tests") as s3:
+        yield lambda name: s3.uri(f"{prefix}/{name}")

@@ -5,9 +5,11 @@ import pytest
 import ray
 from ray import tune
 
-from sweeper.finetuning import GridShard, ResultsRecorder
+from sweeper.layout import StudyLayout
 from sweeper.plan import plan_study
 from sweeper.progress import ProgressLine
+from sweeper.recording import ResultsRecorder
+from sweeper.shards import GridShard
 from sweeper.spec import load_spec
 from sweeper.store import read_table, TRIALS
 
@@ -28,8 +30,9 @@ def test_failed_trials_are_recorded_with_their_error_and_the_grid_goes_on(ray_he
     ray.init(address=ray_head[0], log_to_driver=False,
              runtime_env={"env_vars": {"PYTHONPATH": str(ROOT / "tests")}})
     try:
-        shard = GridShard(trials, tmp_path, {(None, t.task): "unused" for t in trials})
-        recorder = ResultsRecorder("smoke", tmp_path, shard, ProgressLine("finetune", 3, unit="trials"))
+        layout = StudyLayout(str(tmp_path))
+        shard = GridShard(trials, layout, {(None, t.task): "unused" for t in trials})
+        recorder = ResultsRecorder("smoke", layout, shard, ProgressLine("finetune", 3, unit="trials"))
         tune.Tuner(
             flaky_trainable,
             param_space={"trial_index": tune.grid_search([0, 1, 2])},

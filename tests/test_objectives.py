@@ -1,4 +1,5 @@
 """Objectives: masking statistics, loss placement, causality, phase switching, LR schedule."""
+import inspect
 import math
 
 import pytest
@@ -6,21 +7,48 @@ import torch
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from sweeper.configs import AdamWConfig, InitSource, PhaseConfig, PretrainConfig
+from sweeper.runs import switch_step
+from sweeper.registry import OBJECTIVES, resolve
 from trainables.corpus import document_layout
 from trainables.model import LlamaEncoderConfig, build_model
 from trainables.objectives import (
-    IGNORE, MaskingConfig, clm_loss, clm_targets, mask_tokens, mlm_loss, objective_at_step,
+    IGNORE, LossContext, MaskingConfig, ObjectiveLoss, TokenBatch, clm_loss, clm_targets, mask_tokens, mlm_loss,
 )
-from sweeper.plan import switch_step
 from trainables.schedule import linear_warmup_decay_lr, wsd_lr
 
 VOCAB, MASK_ID, SEP_ID = 512, 4, 3
+MLM_SETTINGS = {"mask_ratio": 0.3, "random_replace": 0.0, "keep_original": 0.0}
 
 
 def tiny_model(seed=0):
     return build_model(LlamaEncoderConfig(vocab_size=VOCAB, hidden_size=32, intermediate_size=64,
                                           num_hidden_layers=2, num_attention_heads=4,
                                           num_key_value_heads=2), seed)
+
+
+def token_batch(ids: torch.Tensor, position_ids: torch.Tensor | None = None) -> TokenBatch:
+    docs, pos = document_layout(ids, SEP_ID)
+    return TokenBatch(ids, docs, pos if position_ids is None else position_ids, ids == SEP_ID)
+
+
+def loss_context(seed: int) -> LossContext:
+    return LossContext(generator=torch.Generator().manual_seed(seed), mask_token_id=MASK_ID, vocab_size=VOCAB)
+
+
+def planned_run(total: int, switch: int) -> PretrainConfig:
+    """A run of `total` steps, CLM before `switch` and MLM from there, as the driver plans it
+    (a phase of no steps is left out)."""
+    phases = tuple(phase for phase in (
+        PhaseConfig(objective="clm", loss=OBJECTIVES["clm"].loss, start_step=0, end_step=switch),
+        PhaseConfig(objective="mlm", loss=OBJECTIVES["mlm"].loss, start_step=switch, end_step=total,
+                    settings=OBJECTIVES["mlm"].settings),
+    ) if phase.start_step < phase.end_step)
+    return PretrainConfig(
+        name="test", run_key="test", objective="-".join(p.objective for p in phases), mask_ratio=0.4,
+        clm_fraction=switch / total, switch_step=switch, run_dir="unused", corpus_dir="unused", model_config={},
+        init=InitSource(kind="scratch"), phases=phases, total_steps=total, checkpoint_steps=(), global_batch_size=4,
+        seq_len=8, peak_lr=1e-3, optimizer=AdamWConfig(), warmup_steps=0, decay_steps=0, seed=0, data_seed=0)
 
 
 @settings(max_examples=25, deadline=None)
@@ -66,10 +94,10 @@ def test_bert_style_replacement_shares():
 def test_mlm_loss_is_on_masked_positions_only():
     model = tiny_model()
     ids = torch.randint(5, VOCAB, (2, 32))
-    docs, pos = document_layout(ids, SEP_ID)
-    special = torch.zeros_like(ids, dtype=torch.bool)
+    batch = token_batch(ids)
+    docs, pos, special = batch.document_ids, batch.position_ids, batch.special_mask
+    loss, n_predicted = mlm_loss(model, batch, MLM_SETTINGS, loss_context(3))
     config = MaskingConfig(mask_ratio=0.3, mask_token_id=MASK_ID, vocab_size=VOCAB)
-    loss, n_predicted = mlm_loss(model, ids, docs, pos, special, config, torch.Generator().manual_seed(3))
     corrupted, labels = mask_tokens(ids, special, config, torch.Generator().manual_seed(3))
     logits = model(corrupted, document_ids=docs, position_ids=pos).logits
     selected = labels != IGNORE
@@ -78,6 +106,26 @@ def test_mlm_loss_is_on_masked_positions_only():
     assert torch.allclose(loss, expected, atol=1e-5)
     # Targets at unmasked positions do not enter the loss: changing them changes nothing.
     assert (labels[~selected] == IGNORE).all()
+
+
+def test_mlm_settings_reach_the_masking():
+    """random_replace and keep_original are the phase's settings; the masking draws follow them."""
+    ids = torch.randint(5, VOCAB, (2, 32))
+    bert = {"mask_ratio": 0.5, "random_replace": 0.1, "keep_original": 0.1}
+    seen = []
+    model = lambda inputs, **kwargs: seen.append(inputs) or tiny_model()(inputs, **kwargs)  # noqa: E731
+    mlm_loss(model, token_batch(ids), bert, loss_context(5))
+    config = MaskingConfig(mask_token_id=MASK_ID, vocab_size=VOCAB, **bert)
+    expected, _ = mask_tokens(ids, ids == SEP_ID, config, torch.Generator().manual_seed(5))
+    assert torch.equal(seen[0], expected)
+
+
+def test_registered_losses_have_the_objective_loss_signature():
+    expected = list(inspect.signature(ObjectiveLoss.__call__).parameters)[1:]
+    for info in OBJECTIVES.values():
+        loss = resolve(info.loss)
+        assert list(inspect.signature(loss).parameters) == expected, info.name
+    assert resolve(OBJECTIVES["mlm"].loss) is mlm_loss and resolve(OBJECTIVES["clm"].loss) is clm_loss
 
 
 def test_clm_logits_ignore_the_future():
@@ -110,7 +158,7 @@ def test_clm_targets_stop_at_document_boundaries():
     ids = torch.tensor([[10, 11, SEP_ID, 20, 21, 22]])
     docs, _ = document_layout(ids, SEP_ID)
     assert clm_targets(ids, docs).tolist() == [[11, SEP_ID, IGNORE, 21, 22, IGNORE]]
-    loss, n = clm_loss(tiny_model(), ids, docs, torch.arange(6)[None])
+    loss, n = clm_loss(tiny_model(), token_batch(ids, torch.arange(6)[None]), {}, loss_context(0))
     assert n == 4 and torch.isfinite(loss)
 
 
@@ -118,14 +166,15 @@ def test_clm_targets_stop_at_document_boundaries():
 def test_objective_switches_exactly_at_the_planned_step(total, fraction):
     switch = switch_step(total, fraction)
     assert switch == round(fraction * total)
-    phases = [objective_at_step(s, switch) for s in range(total)]
+    run = planned_run(total, switch)
+    phases = [run.phase_at(s).objective for s in range(total)]
     assert phases[:switch] == ["clm"] * switch
     assert phases[switch:] == ["mlm"] * (total - switch)
 
 
 def test_pure_objectives_never_switch():
-    assert {objective_at_step(s, switch_step(100, 0.0)) for s in range(100)} == {"mlm"}
-    assert {objective_at_step(s, switch_step(100, 1.0)) for s in range(100)} == {"clm"}
+    assert {planned_run(100, switch_step(100, 0.0)).phase_at(s).objective for s in range(100)} == {"mlm"}
+    assert {planned_run(100, switch_step(100, 1.0)).phase_at(s).objective for s in range(100)} == {"clm"}
 
 
 def test_pre_decay_convention_matches_the_authors_names():

@@ -2,16 +2,25 @@
 from dataclasses import replace
 from pathlib import Path
 
-from sweeper.plan import format_steps, plan_study, run_name
-from sweeper.spec import load_spec
+import pytest
+
+from sweeper.plan import plan_study
+from sweeper.configs import PhaseConfig
+from sweeper.runs import format_steps, run_name
+from sweeper.spec import SpecError, load_spec
 
 SPECS = Path(__file__).parent.parent / "search_spaces"
 
 
 def test_run_names_follow_the_authors_scheme():
-    assert run_name("610m", "mlm", 42_000, 0.4, 0) == "610m-mlm40-42k"
-    assert run_name("610m", "clm", 42_000, None, 42_000) == "610m-clm-42k"
-    assert run_name("610m", "clm-mlm", 42_000, 0.4, 10_000) == "610m-clm-10k-mlm40-42k"
+    mlm40, mlm, clm = {"mask_ratio": 0.4}, "trainables.objectives:mlm_loss", "trainables.objectives:clm_loss"
+    assert run_name("610m", (PhaseConfig(objective="mlm", loss=mlm, start_step=0, end_step=42_000, settings=mlm40),)) \
+        == "610m-mlm40-42k"
+    assert run_name("610m", (PhaseConfig(objective="clm", loss=clm, start_step=0, end_step=42_000),)) == "610m-clm-42k"
+    assert run_name("610m", (PhaseConfig(objective="clm", loss=clm, start_step=0, end_step=10_000),
+                             PhaseConfig(objective="mlm", loss=mlm, start_step=10_000, end_step=42_000,
+                                         settings=mlm40))) \
+        == "610m-clm-10k-mlm40-42k"
     assert format_steps(300) == "300" and format_steps(12_000) == "12k"
 
 
@@ -85,3 +94,43 @@ def test_gpu_hour_estimate_follows_the_documented_cost_model():
     tokens = 42_000 * 2304 * 1024
     expected_hours = 6 * n * tokens / (989e12 * 0.4 * 3600)
     assert abs(pretraining_cost(spec, (run,)).gpu_hours - expected_hours) < 1e-6
+
+
+def spec_with_runs(tmp_path, runs_yaml: str):
+    text = (SPECS / "smoke.yaml").read_text()
+    start, end = text.index("  runs:"), text.index("finetuning:")
+    path = tmp_path / "phases.yaml"
+    path.write_text(text[:start] + "  runs:\n" + runs_yaml + text[end:])
+    return load_spec(path)
+
+
+def test_the_long_form_plans_the_short_forms_runs_under_the_same_keys(tmp_path):
+    short = {r.name: r.run_key for r in plan_study(load_spec(SPECS / "smoke.yaml")).runs}
+    long = plan_study(spec_with_runs(tmp_path, (
+        "    - phases: [{objective: mlm, mask_ratio: 0.4}]\n"
+        "      checkpoint_steps: [20]\n"
+        "    - phases: [{objective: clm}]\n"
+        "    - phases: [{objective: clm, until: 0.5}, {objective: mlm, mask_ratio: 0.4}]\n")))
+    assert {r.name: r.run_key for r in long.runs} == short
+    biphasic = long.runs[2]
+    assert [(p.objective, p.start_step, p.end_step) for p in biphasic.phases] == [("clm", 0, 20), ("mlm", 20, 40)]
+    assert (biphasic.objective, biphasic.switch_step, biphasic.clm_fraction) == ("clm-mlm", 20, 0.5)
+
+
+def test_other_phase_lists_get_their_own_names_and_keys(tmp_path):
+    plan = plan_study(spec_with_runs(tmp_path, (
+        "    - phases: [{objective: clm, until: 0.25}, {objective: mlm, mask_ratio: 0.3, until: 0.75}, {objective: clm}]\n"
+        "    - phases: [{objective: mlm, mask_ratio: 0.4, settings: {random_replace: 0.1, keep_original: 0.1}}]\n")))
+    assert [r.name for r in plan.runs] == ["nano-clm-10-mlm30-30-clm-40", "nano-mlm40-40"]
+    three, bert = plan.runs
+    assert three.objective == "clm-mlm-clm" and three.mask_ratio == 0.3
+    assert "phases" in three.identity and "phases" in bert.identity, "not one of the paper's shapes: phases are hashed"
+    smoke_mlm = next(r for r in plan_study(load_spec(SPECS / "smoke.yaml")).runs if r.name == "nano-mlm40-40")
+    assert bert.name == smoke_mlm.name and bert.run_key != smoke_mlm.run_key, "80/10/10 masking is another run"
+
+
+def test_two_entries_planning_different_runs_under_one_name_is_a_spec_error(tmp_path):
+    with pytest.raises(SpecError) as caught:
+        spec_with_runs(tmp_path, ("    - objective: mlm\n"
+                                  "    - phases: [{objective: mlm, settings: {random_replace: 0.1}}]\n"))
+    assert "pretraining.runs[1]" in str(caught.value) and "'nano-mlm40-40' that runs[0] also plans" in str(caught.value)

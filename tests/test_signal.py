@@ -19,9 +19,11 @@ import pytest
 import ray
 import yaml
 
-from sweeper.catalog import task_dict
-from sweeper.finetuning import worker_protocol
-from sweeper.plan import plan_study
+from sweeper.catalog import get_task
+from sweeper.configs import CompanionSet, TrialConfig
+from sweeper.plan import finetune_protocol, plan_study
+from sweeper.registry import FAMILIES
+from sweeper.shards import trial_runtime
 from sweeper.spec import load_spec
 from sweeper.store import read_trials
 from trainables.finetune_loop import run_trial
@@ -70,19 +72,21 @@ def test_a_micro_pretrained_model_beats_random_weights_on_every_family(ray_head,
     task_dirs = prepared_task_dirs(study_dir, spec.finetuning.tasks, driver)
 
     # The random-weight side, while the run pretrains.
-    protocol, payloads = worker_protocol(spec), []
+    configs = []
     for task in spec.finetuning.tasks:
-        info = task_dict(task)
-        if info["train_task"]:
+        info = get_task(task)
+        if info.train_task:
             continue  # scored by its training task's trials
-        companions = [t for t in spec.finetuning.tasks if task_dict(t)["train_task"] == task]
-        payloads += [{"trial_key": task, "checkpoint_path": None, "random_init_config": run.model_config,
-                      "task": info, "task_data_dir": task_dirs[task], "learning_rate": lr, "seed": 0,
-                      "also_evaluate": [{"trial_key": c, "task_data_dir": task_dirs[c]} for c in companions]}
-                     for lr in spec.finetuning.learning_rates]
+        companions = tuple(CompanionSet(trial_key=t, task_data_dir=task_dirs[t])
+                           for t in spec.finetuning.tasks if get_task(t).train_task == task)
+        configs += [TrialConfig(trial_key=task, task=info, family=FAMILIES[info.family].implementation,
+                                protocol=finetune_protocol(spec, task, learning_rate=lr), seed=0, checkpoint_path=None,
+                                task_data_dir=task_dirs[task], runtime=trial_runtime(spec), companions=companions,
+                                random_init_config=run.model_config)
+                    for lr in spec.finetuning.learning_rates]
     ray.init(address=ray_head[0], log_to_driver=False)
     try:
-        results = ray.get([ray.remote(run_trial).options(num_cpus=1).remote(p, protocol) for p in payloads])
+        results = ray.get([ray.remote(run_trial).options(num_cpus=1).remote(config) for config in configs])
     finally:
         ray.shutdown()
     output = driver.communicate(timeout=900)[0]
@@ -99,7 +103,7 @@ def test_a_micro_pretrained_model_beats_random_weights_on_every_family(ray_head,
     for task in spec.finetuning.tasks:
         pretrained = best_test_score(rows[rows.task == task][["validation_score", "test_score"]].to_dict("records"))
         random = best_test_score(random_scores[task])
-        lines.append(f"{task} ({task_dict(task)['family']}): pretrained {pretrained:.1f} vs random {random:.1f}")
+        lines.append(f"{task} ({get_task(task).family}): pretrained {pretrained:.1f} vs random {random:.1f}")
         if not pretrained > random:
             losing.append(task)
     print("\n".join(lines))

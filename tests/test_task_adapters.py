@@ -8,14 +8,18 @@ source is swapped for the local folder.
 from __future__ import annotations
 
 import json
+from dataclasses import replace
 
 import numpy as np
 import pytest
 from transformers import AutoTokenizer
 
-from sweeper.catalog import TASKS, task_dict
+from sweeper.catalog import TASKS
+from sweeper.configs import TaskInfo
+from sweeper.registry import FAMILIES, resolve
 from trainables.tasks.adapters import retrieval_split
-from trainables.tasks.data import FAMILIES, load_task_splits
+from trainables.tasks.data import load_task_splits
+from trainables.tasks.family import TaskFamily
 from trainables.tasks.metrics import normalize_answer
 from trainables.tasks.qa import best_answers, encode_examples
 from trainables.text_sources import iter_rows
@@ -28,9 +32,13 @@ PAPER_TASKS = ["sst2", "mnli", "qqp", "conll2003", "ontonotes5", "uner-en", "squ
 SETTINGS = {"doc_stride": 8, "retrieval_temperature": 0.05}
 
 
-def local(name: str) -> dict:
+def local(name: str) -> TaskInfo:
     """The catalog's task with its source swapped for the local copy (hub-only file lists dropped)."""
-    return task_dict(name) | {"source": str(HUB / name), "data_files": {}}
+    return replace(TASKS[name], source=str(HUB / name), data_files={})
+
+
+def family_of(task: TaskInfo) -> TaskFamily:
+    return resolve(FAMILIES[task.family].implementation)
 
 
 @pytest.fixture(scope="module")
@@ -47,14 +55,15 @@ def test_every_paper_data_set_has_a_local_copy_and_a_catalog_entry():
 def test_hub_schema_loads_splits_and_encodes(name, tokenizer):
     task = local(name)
     splits = load_task_splits(task, None, None)
-    if task["train_task"]:  # evaluation-only: 5 % of its evaluation split is validation, the rest test
+    if task.train_task:  # evaluation-only: 5 % of its evaluation split is validation, the rest test
         assert not splits["train"] and len(splits["validation"]) == 1
-        assert len(splits["test"]) + 1 == len(list(iter_rows(task["source"], task["test_split"])))
+        assert len(splits["test"]) + 1 == len(list(iter_rows(task.source, task.test_split)))
     else:
-        assert len(splits["test"]) == len(list(iter_rows(task["source"], task["test_split"])))
-        assert len(splits["train"]) + len(splits["validation"]) == len(list(iter_rows(task["source"], "train")))
-    arrays, meta = FAMILIES[task["family"]].encode(splits, task, tokenizer, 48, SETTINGS)
+        assert len(splits["test"]) == len(list(iter_rows(task.source, task.test_split)))
+        assert len(splits["train"]) + len(splits["validation"]) == len(list(iter_rows(task.source, "train")))
+    arrays, meta = family_of(task).encode(splits, task, tokenizer, 48, SETTINGS)
     assert set(arrays) == {"train", "validation", "test"}
+    assert family_of(task).describe(meta)
     for split, columns in arrays.items():
         lengths = {len(v) for k, v in columns.items() if not k.startswith(("doc_", "positive_", "contexts", "gold_"))}
         assert len(lengths) <= 1, f"{split}: columns of different lengths {lengths}"
@@ -68,10 +77,10 @@ def test_hub_schema_loads_splits_and_encodes(name, tokenizer):
 def test_sequence_classification_maps_class_ids_to_names_and_joins_pairs(name, expected, tokenizer):
     task = local(name)
     splits = load_task_splits(task, None, None)
-    arrays, meta = FAMILIES[task["family"]].encode(splits, task, tokenizer, 48, SETTINGS)
+    arrays, meta = family_of(task).encode(splits, task, tokenizer, 48, SETTINGS)
     assert [meta["labels"][i] for i in arrays["test"]["labels"]] == expected
     text = tokenizer.decode(arrays["test"]["input_ids"][0], skip_special_tokens=True).lower()
-    for prefix in task["field_prefixes"]:
+    for prefix in task.field_prefixes:
         assert prefix.strip().rstrip(":").lower() in text
 
 
@@ -82,7 +91,7 @@ def test_sequence_classification_maps_class_ids_to_names_and_joins_pairs(name, e
 ])
 def test_token_classification_maps_tag_ids_to_names(name, expected, tokenizer):
     task = local(name)
-    arrays, meta = FAMILIES[task["family"]].encode(load_task_splits(task, None, None), task, tokenizer, 48, SETTINGS)
+    arrays, meta = family_of(task).encode(load_task_splits(task, None, None), task, tokenizer, 48, SETTINGS)
     assert json.loads(str(arrays["test"]["gold_tags"][0])) == expected
     first_subtokens = arrays["test"]["labels"][0][arrays["test"]["labels"][0] >= 0]
     assert [meta["labels"][i] for i in first_subtokens] == expected
@@ -91,7 +100,7 @@ def test_token_classification_maps_tag_ids_to_names(name, expected, tokenizer):
 @pytest.mark.parametrize("name", ["squad", "squad-v2", "record"])
 def test_qa_windows_point_at_the_gold_span_or_at_the_null_position(name, tokenizer):
     task = local(name)
-    arrays, _ = FAMILIES[task["family"]].encode(load_task_splits(task, None, None), task, tokenizer, 48, SETTINGS)
+    arrays, _ = family_of(task).encode(load_task_splits(task, None, None), task, tokenizer, 48, SETTINGS)
     train = arrays["train"]
     windows_per_example = np.bincount(train["example_index"])
     if name != "record":
@@ -148,3 +157,16 @@ def test_retrieval_evaluation_only_sets_name_their_training_task():
     assert TASKS["nq"].train_task == TASKS["mldr-en"].train_task == "msmarco"
     assert TASKS["wordnet-definition-retrieval"].train_task == "wordnet-usage-retrieval"
     assert TASKS["msmarco"].train_task is None
+
+
+def test_every_registered_family_implements_the_task_family_contract():
+    import inspect
+
+    methods = {name: inspect.signature(value.__func__) for name, value in vars(TaskFamily).items()
+               if isinstance(value, staticmethod)}
+    assert set(methods) == {"encode", "build", "train_size", "loss", "score", "describe"}
+    for info in FAMILIES.values():
+        family = resolve(info.implementation)
+        for name, signature in methods.items():
+            assert list(inspect.signature(getattr(family, name)).parameters) == list(signature.parameters), (
+                info.name, name)

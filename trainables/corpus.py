@@ -9,17 +9,18 @@ which makes resuming exact.
 from __future__ import annotations
 
 import json
-from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
 import torch
 
 from sweeper import storage
+from sweeper.configs import CorpusConfig
+from sweeper.layout import CORPUS_MARKER
+from trainables.objectives import TokenBatch
 from trainables.text_sources import iter_corpus_texts
 
 SPECIAL_TOKENS = ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]"]
-META_FILE = "corpus_meta.json"
 
 
 def train_wordpiece_tokenizer(texts: list[str], vocab_size: int):
@@ -63,20 +64,16 @@ def load_or_train_tokenizer(name: str, texts: list[str], vocab_size: int):
     return tokenizer
 
 
-def prepare_corpus(corpus: dict, out_dir: str) -> dict:
+def prepare_corpus(config: CorpusConfig, out_dir: str) -> dict:
     """Build `out_dir` (a study location) once (idempotent: a finished directory is reused)
-    and return its meta.
-
-    `corpus` is the plain-dict form of the spec's data section: source, text_column, tokenizer,
-    vocab_size, max_documents.
-    """
-    storage.build_once(out_dir, META_FILE, lambda tmp: build_corpus(corpus, tmp))
-    return storage.read_json(storage.join(out_dir, META_FILE))
+    and return its meta (`CORPUS_MARKER`, written last)."""
+    storage.build_once(out_dir, CORPUS_MARKER, lambda tmp: build_corpus(config, tmp))
+    return storage.read_json(storage.join(out_dir, CORPUS_MARKER))
 
 
-def build_corpus(corpus: dict, tmp: Path) -> None:
-    texts = list(iter_corpus_texts(corpus["source"], corpus["text_column"], corpus.get("max_documents")))
-    tokenizer = load_or_train_tokenizer(corpus["tokenizer"], texts, corpus["vocab_size"])
+def build_corpus(config: CorpusConfig, tmp: Path) -> None:
+    texts = list(iter_corpus_texts(config.source, config.text_column, config.max_documents))
+    tokenizer = load_or_train_tokenizer(config.tokenizer, texts, config.vocab_size)
     separator = tokenizer.sep_token_id if tokenizer.sep_token_id is not None else tokenizer.eos_token_id
     encoded = tokenizer(texts, add_special_tokens=False)["input_ids"]
     stream = np.fromiter((tok for ids in encoded for tok in (*ids, separator)), dtype=np.int32)
@@ -86,25 +83,17 @@ def build_corpus(corpus: dict, tmp: Path) -> None:
         "documents": len(texts), "tokens": int(stream.size), "vocab_size": len(tokenizer),
         "separator_id": int(separator), "mask_token_id": int(tokenizer.mask_token_id),
         "pad_token_id": int(tokenizer.pad_token_id), "special_ids": sorted(set(tokenizer.all_special_ids)),
-        "source": corpus["source"], "tokenizer": corpus["tokenizer"],
+        "source": config.source, "tokenizer": config.tokenizer,
     }
-    (tmp / META_FILE).write_text(json.dumps(meta, indent=1))
-
-
-@dataclass(slots=True)
-class PackedBatch:
-    input_ids: torch.Tensor
-    document_ids: torch.Tensor
-    position_ids: torch.Tensor
-    special_mask: torch.Tensor
+    (tmp / CORPUS_MARKER).write_text(json.dumps(meta, indent=1))
 
 
 class PackedCorpus:
     """Fixed-length windows over the token stream, visited in one seeded order per epoch."""
 
     def __init__(self, corpus_dir: str, seq_len: int, order_seed: int):
-        local = storage.local_copy(corpus_dir, META_FILE)  # memory-mapped: it must be on a disk
-        self.meta = json.loads((local / META_FILE).read_text())
+        local = storage.local_copy(corpus_dir, CORPUS_MARKER)  # memory-mapped: it must be on a disk
+        self.meta = json.loads((local / CORPUS_MARKER).read_text())
         self.tokens = np.load(local / "tokens.npy", mmap_mode="r")
         self.seq_len = seq_len
         self.order_seed = order_seed
@@ -128,14 +117,15 @@ class PackedCorpus:
             for i in range(first, first + per_rank)
         ]
 
-    def batch(self, step: int, global_batch: int, rank: int = 0, world_size: int = 1) -> PackedBatch:
+    def batch(self, step: int, global_batch: int, rank: int = 0, world_size: int = 1) -> TokenBatch:
+        """This rank's slice of global batch `step`, on the CPU."""
         rows = [
             np.asarray(self.tokens[w * self.seq_len:(w + 1) * self.seq_len])
             for w in self.window_indices(step, global_batch, rank, world_size)
         ]
         input_ids = torch.from_numpy(np.stack(rows).astype(np.int64))
-        return PackedBatch(input_ids, *document_layout(input_ids, self.meta["separator_id"]),
-                           special_mask=torch.isin(input_ids, self.special_ids))
+        return TokenBatch(input_ids, *document_layout(input_ids, self.meta["separator_id"]),
+                          special_mask=torch.isin(input_ids, self.special_ids))
 
 
 def document_layout(input_ids: torch.Tensor, separator_id: int) -> tuple[torch.Tensor, torch.Tensor]:

@@ -15,8 +15,12 @@ import numpy as np
 import torch
 
 from sweeper import storage
+from sweeper.configs import TrialConfig
+from sweeper.layout import CHECKPOINT_MARKER, TRAINING_STATE
+from sweeper.registry import resolve
 from trainables.schedule import linear_warmup_decay_lr
-from trainables.tasks.data import FAMILIES, load_prepared
+from trainables.tasks.data import load_prepared
+from trainables.tasks.family import TaskFamily
 
 
 @lru_cache(maxsize=2)
@@ -25,11 +29,9 @@ def cached_backbone_state(checkpoint_path: str):
     from transformers import AutoModel
     from transformers.utils import logging as hf_logging
 
-    from trainables.pretrain_loop import MARKER, STATE_FILE
-
     hf_logging.set_verbosity_error()
     hf_logging.disable_progress_bar()
-    model = AutoModel.from_pretrained(storage.local_copy(checkpoint_path, MARKER, skip=(STATE_FILE,)))
+    model = AutoModel.from_pretrained(storage.local_copy(checkpoint_path, CHECKPOINT_MARKER, skip=(TRAINING_STATE,)))
     return model.config, {k: v.clone() for k, v in model.state_dict().items()}
 
 
@@ -57,44 +59,40 @@ def device_and_autocast():
     return device, torch.autocast("cuda", dtype=torch.bfloat16, enabled=device.type == "cuda")
 
 
-def evaluate(model, split: dict, meta: dict, protocol: dict) -> float:
+def evaluate(model, family: TaskFamily, split: dict, meta: dict, trial: TrialConfig) -> float:
     """The family's score of the current weights on one split, in [0, 100]."""
     model.eval()
     device, autocast = device_and_autocast()
     with torch.no_grad(), autocast:
-        score = FAMILIES[meta["family"]].score(model, split, meta, protocol["eval_batch_size"], device, protocol)
+        score = family.score(model, split, meta, trial.runtime.eval_batch_size, device, trial.protocol)
     model.train()
     return score
 
 
-def run_trial(trial: dict, protocol: dict) -> dict:
+def run_trial(trial: TrialConfig) -> dict:
     """Train on the task's train split, then score the final weights on validation and test, and
-    (retrieval) on each evaluation-only set in `trial["also_evaluate"]` with the same weights."""
+    (retrieval) on each evaluation-only set in `trial.companions` with the same weights."""
     started = time.time()
-    protocol = {**protocol, **protocol.get("task_budgets", {}).get(trial["task"]["name"], {})}
-    torch.set_num_threads(protocol["threads"])
-    torch.manual_seed(trial["seed"])
-    rng = np.random.default_rng(trial["seed"])
-    meta, splits = cached_task_data(trial["task_data_dir"])
-    family = FAMILIES[trial["task"]["family"]]
+    protocol, runtime = trial.protocol, trial.runtime
+    torch.set_num_threads(runtime.threads)
+    torch.manual_seed(trial.seed)
+    rng = np.random.default_rng(trial.seed)
+    meta, splits = cached_task_data(trial.task_data_dir)
+    family: TaskFamily = resolve(trial.family)
     device, autocast = device_and_autocast()
-    model = family.build(build_backbone(trial["checkpoint_path"], trial.get("random_init_config")), meta).to(device)
-    optimizer = torch.optim.AdamW(
-        model.parameters(), lr=trial["learning_rate"], betas=tuple(protocol["betas"]),
-        eps=protocol["eps"], weight_decay=protocol["weight_decay"],
-    )
+    model = family.build(build_backbone(trial.checkpoint_path, trial.random_init_config), meta).to(device)
+    optimizer = torch.optim.AdamW(model.parameters(), lr=trial.learning_rate, **protocol.optimizer.torch_kwargs())
     train = splits["train"]
-    n_train, batch = family.train_size(train), protocol["batch_size"]
-    micro = min(batch, protocol["micro_batch_size"])
-    steps = min(protocol["max_steps"], math.ceil(protocol["epochs"] * n_train / batch))
+    n_train, batch = family.train_size(train), protocol.batch_size
+    micro = min(batch, runtime.micro_batch_size)
+    steps = min(protocol.max_steps, math.ceil(protocol.epochs * n_train / batch))
     order = np.concatenate([rng.permutation(n_train) for _ in range(math.ceil(steps * batch / max(n_train, 1)) + 1)])
     status, loss_value, step = "ok", float("nan"), -1
     curve = []  # validation score every `eval_every` steps: the eval-curve table
-    eval_every = protocol.get("eval_every", 0)
     for step in range(steps):
         for group in optimizer.param_groups:
             group["lr"] = linear_warmup_decay_lr(
-                step, peak_lr=trial["learning_rate"], total_steps=steps, warmup_ratio=protocol["warmup_ratio"]
+                step, peak_lr=trial.learning_rate, total_steps=steps, warmup_ratio=protocol.warmup_ratio
             )
         indices = order[step * batch:(step + 1) * batch]
         total = 0.0
@@ -108,23 +106,24 @@ def run_trial(trial: dict, protocol: dict) -> dict:
             status = "diverged"  # stop early, keep the last finite loss; the grid goes on
             break
         loss_value = total
-        torch.nn.utils.clip_grad_norm_(model.parameters(), protocol["grad_clip"])
+        torch.nn.utils.clip_grad_norm_(model.parameters(), protocol.optimizer.grad_clip)
         optimizer.step()
         optimizer.zero_grad(set_to_none=True)
-        if eval_every and (step + 1) % eval_every == 0 and step + 1 < steps:
+        if runtime.eval_every and (step + 1) % runtime.eval_every == 0 and step + 1 < steps:
             curve.append({"step": step + 1, "train_loss": loss_value,
-                          "validation_score": evaluate(model, splits["validation"], meta, protocol)})
-    result = {"trial_key": trial["trial_key"], "learning_rate": trial["learning_rate"], "status": status,
+                          "validation_score": evaluate(model, family, splits["validation"], meta, trial)})
+    result = {"trial_key": trial.trial_key, "learning_rate": trial.learning_rate, "status": status,
               "train_loss": loss_value, "train_steps": step + 1 if status == "ok" else step,
-              "metric": trial["task"]["metric"], "validation_score": float("nan"), "test_score": float("nan"),
+              "metric": trial.task.metric, "validation_score": float("nan"), "test_score": float("nan"),
               "also_evaluated": {}}
     if status == "ok":
-        result["validation_score"] = evaluate(model, splits["validation"], meta, protocol)
-        result["test_score"] = evaluate(model, splits["test"], meta, protocol)
-        for other in trial.get("also_evaluate", []):
-            other_meta, other_splits = cached_task_data(other["task_data_dir"])
-            result["also_evaluated"][other["trial_key"]] = {
-                split: evaluate(model, other_splits[split], other_meta, protocol) for split in ("validation", "test")}
+        result["validation_score"] = evaluate(model, family, splits["validation"], meta, trial)
+        result["test_score"] = evaluate(model, family, splits["test"], meta, trial)
+        for companion in trial.companions:  # scored by the same family: they share its head
+            other_meta, other_splits = cached_task_data(companion.task_data_dir)
+            result["also_evaluated"][companion.trial_key] = {
+                split: evaluate(model, family, other_splits[split], other_meta, trial)
+                for split in ("validation", "test")}
     result["curve"] = curve + [{"step": result["train_steps"], "train_loss": loss_value,
                                 "validation_score": result["validation_score"], "test_score": result["test_score"]}]
     del model, optimizer

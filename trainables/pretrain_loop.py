@@ -1,17 +1,19 @@
 """The pretraining loop Ray Train runs on each worker (or in-process in local mode).
 
-One loop serves MLM, CLM and CLM -> MLM: the objective of a step is a function of the step
-(`objective_at_step`), under one warmup-stable-decay schedule. Everything a resumed run needs
-is a function of the step or stored in the checkpoint: batch `s` is window slice `s` of a fixed
-order, the masking generator is re-seeded from (seed, step, rank), and the optimizer state and
-log travel in `training_state.pt`. A restarted run therefore continues bit-for-bit where the
-checkpoint left it, with the same phase switch step.
+One loop serves every objective: a run is a list of phases (`PretrainConfig.phases`, e.g. CLM
+then MLM), the phase of a step is `run.phase_at(step)`, and its loss is the registered function
+the phase names (`trainables.objectives.ObjectiveLoss`), under one warmup-stable-decay schedule.
+Everything a resumed run needs is a function of the step or stored in the checkpoint: batch `s`
+is window slice `s` of a fixed order, the loss generator is re-seeded from (seed, step, rank),
+and the optimizer state and log travel in `training_state.pt`. A restarted run therefore
+continues bit-for-bit where the checkpoint left it, with the same phase boundaries.
 
-Checkpoint layout, `<run_dir>/step-<N>/`: Hugging Face files (config.json, model.safetensors,
-tokenizer), `training_state.pt`, and `sweeper_checkpoint.json` written last (the marker that the
-directory is complete). With distributed workers Ray Train persists the directory (to any
-storage URI) under `storage_path/<run name>/step-<N>`; in local mode the loop publishes it there
-itself (sweeper.storage: an atomic rename on a disk, an upload with the marker last to an object
+Checkpoint layout (`sweeper.layout`), `<run_dir>/step-<N>/`: Hugging Face files (config.json,
+model.safetensors, tokenizer), `training_state.pt`, `train_log.json`, and
+`sweeper_checkpoint.json` written last (the marker that the directory is complete). With
+distributed workers Ray Train persists the directory (to any storage URI) under
+`storage_path/<run name>/step-<N>`; in local mode the loop publishes it there itself
+(sweeper.storage: an atomic rename on a disk, an upload with the marker last to an object
 store). The run folder is a study location: a path, or a URI whose files the loop reads through
 node-local copies.
 """
@@ -23,41 +25,39 @@ import os
 import shutil
 import tempfile
 import time
+from dataclasses import asdict
 from pathlib import Path
 
 import torch
 
 from sweeper import storage
-from trainables.corpus import META_FILE as CORPUS_MARKER
+from sweeper.configs import PretrainConfig
+from sweeper.layout import (
+    CHECKPOINT_MARKER,
+    CORPUS_MARKER,
+    TRAIN_LOG,
+    TRAINING_STATE,
+    RunLayout,
+    checkpoint_folder_name,
+)
+from sweeper.registry import resolve
+from sweeper.tracking import start_wandb
 from trainables.corpus import PackedCorpus
 from trainables.model import LlamaEncoderConfig, LlamaEncoderForMaskedLM, build_model
-from trainables.objectives import MaskingConfig, clm_loss, mlm_loss, objective_at_step
+from trainables.objectives import LossContext, ObjectiveLoss
 from trainables.schedule import wsd_lr
 
-MARKER = "sweeper_checkpoint.json"
-STATE_FILE = "training_state.pt"  # optimizer state and log, read only to resume the run
 
-
-def checkpoint_dir_name(step: int) -> str:
-    return f"step-{step}"
-
-
-def latest_checkpoint(run_dir: str) -> str | None:
-    """The complete checkpoint with the highest step, if any."""
-    steps = storage.step_folders(run_dir, MARKER)
-    return steps[max(steps)] if steps else None
-
-
-def write_progress(run: dict, row: dict) -> None:
+def write_progress(run: PretrainConfig, row: dict) -> None:
     """`<run_dir>/progress.json`: where the run is, for `sweeper status` (and tests that kill it)."""
-    progress = {**row, "total_steps": run["total_steps"], "pid": os.getpid(), "updated_at": time.time()}
-    storage.write_json(storage.join(run["run_dir"], "progress.json"), progress, indent=None)
+    progress = {**row, "total_steps": run.total_steps, "pid": os.getpid(), "updated_at": time.time()}
+    storage.write_json(RunLayout(run.run_dir).progress, progress, indent=None)
 
 
-def drop_superseded_resume_checkpoints(run: dict, keep: int, evaluated: set[int]) -> None:
+def drop_superseded_resume_checkpoints(run: PretrainConfig, keep: int, evaluated: set[int]) -> None:
     """Resume-only checkpoints (`save_every`) are needed until a newer one exists; evaluated
     checkpoints are kept for fine-tuning. Local mode only: Ray Train manages its own."""
-    for step, location in storage.step_folders(run["run_dir"], MARKER).items():
+    for step, location in RunLayout(run.run_dir).saved_checkpoints().items():
         if step < keep and step not in evaluated:
             storage.remove_tree(location)
 
@@ -66,11 +66,11 @@ def unwrap(model):
     return getattr(model, "module", model)
 
 
-def sharded(run: dict, world: int) -> bool:
-    return world > 1 and run.get("sharding") == "fsdp"
+def sharded(run: PretrainConfig, world: int) -> bool:
+    return world > 1 and run.sharding == "fsdp"
 
 
-def distribute(model, run: dict, world: int):
+def distribute(model, run: PretrainConfig, world: int):
     """DDP (Ray's `prepare_model`) or FSDP2: `fully_shard` on each block, then on the root, so a
     block's parameters are gathered only while it runs. (Ray's parallel_strategy="fsdp" is FSDP1
     and GPU-only.)"""
@@ -87,7 +87,7 @@ def distribute(model, run: dict, world: int):
     return ray.train.torch.prepare_model(model)
 
 
-def full_states(model, optimizer, run: dict, world: int) -> tuple[dict | None, dict]:
+def full_states(model, optimizer, run: PretrainConfig, world: int) -> tuple[dict | None, dict]:
     """(model, optimizer) state dicts as one process holds them. Sharded: gathered to rank 0 on
     the CPU (a collective: every rank calls it; the other ranks get empty dicts)."""
     if not sharded(run, world):
@@ -115,7 +115,7 @@ def save_hf(model, directory: Path, state: dict | None) -> None:
     plain.save_pretrained(directory)
 
 
-def restore_optimizer(model, optimizer, state: dict, run: dict, world: int) -> None:
+def restore_optimizer(model, optimizer, state: dict, run: PretrainConfig, world: int) -> None:
     if not sharded(run, world):
         optimizer.load_state_dict(state)
         return
@@ -124,43 +124,45 @@ def restore_optimizer(model, optimizer, state: dict, run: dict, world: int) -> N
     set_optimizer_state_dict(model, optimizer, optim_state_dict=state, options=StateDictOptions(full_state_dict=True))
 
 
-def save_checkpoint(model, optimizer, run: dict, step: int, log: list[dict], metrics: dict) -> None:
+def checkpoint_marker(run: PretrainConfig, step: int, metrics: dict) -> dict:
+    """The marker of the checkpoint at `step` (what the driver reads without torch)."""
+    return {
+        "run_name": run.name, "run_key": run.run_key, "step": step, "tokens_seen": run.tokens_seen(step),
+        "objective": run.objective, "phase": metrics["phase"], "clm_fraction": run.clm_fraction,
+        "mask_ratio": run.mask_ratio, "switch_step": run.switch_step, "total_steps": run.total_steps,
+        "loss": metrics["loss"], "phases": [asdict(phase) for phase in run.phases],
+    }
+
+
+def save_checkpoint(model, optimizer, run: PretrainConfig, step: int, log: list[dict], metrics: dict) -> None:
     import ray.train
 
     context = ray.train.get_context()
     # With a worker group (even of one) Ray persists checkpoints; local mode persists nothing.
-    distributed = run["workers"] > 0
+    distributed = run.workers > 0
     # Local mode on a disk: built inside the run folder, so publishing is one rename.
-    beside = not distributed and not storage.is_remote(run["run_dir"])
-    tmp = Path(tempfile.mkdtemp(prefix="sweeper-ckpt-", dir=run["run_dir"] if beside else None))
+    beside = not distributed and not storage.is_remote(run.run_dir)
+    tmp = Path(tempfile.mkdtemp(prefix="sweeper-ckpt-", dir=run.run_dir if beside else None))
     model_state, optimizer_state = full_states(model, optimizer, run, context.get_world_size())
     if context.get_world_rank() == 0:
         save_hf(model, tmp, model_state)
-        shutil.copytree(storage.local_copy(run["corpus_dir"], CORPUS_MARKER, only="tokenizer"), tmp,
+        shutil.copytree(storage.local_copy(run.corpus_dir, CORPUS_MARKER, only="tokenizer"), tmp,
                         dirs_exist_ok=True)
-        torch.save({"optimizer": optimizer_state, "step": step, "log": log}, tmp / STATE_FILE)
-        marker = {
-            "run_name": run["name"], "run_key": run["run_key"], "step": step,
-            "tokens_seen": (run["data_offset_steps"] + step) * run["global_batch_size"] * run["seq_len"],
-            "objective": run["objective"], "phase": metrics["phase"],
-            "clm_fraction": run["clm_fraction"], "mask_ratio": run["mask_ratio"],
-            "switch_step": run["switch_step"],
-            "total_steps": run["total_steps"], "loss": metrics["loss"],
-        }
-        (tmp / "train_log.json").write_text(json.dumps(log))  # read by the driver, no torch needed
-        (tmp / MARKER).write_text(json.dumps(marker, indent=1))
-    name = checkpoint_dir_name(step)
+        torch.save({"optimizer": optimizer_state, "step": step, "log": log}, tmp / TRAINING_STATE)
+        (tmp / TRAIN_LOG).write_text(json.dumps(log))  # read by the driver, no torch needed
+        (tmp / CHECKPOINT_MARKER).write_text(json.dumps(checkpoint_marker(run, step, metrics), indent=1))
+    name = checkpoint_folder_name(step)
     if distributed:
         checkpoint = ray.train.Checkpoint.from_directory(str(tmp)) if context.get_world_rank() == 0 else None
         ray.train.report(metrics, checkpoint=checkpoint, checkpoint_dir_name=name)
         shutil.rmtree(tmp, ignore_errors=True)
         return
     # A folder of this step left by a run that died after publishing has the same content.
-    storage.publish_tree(tmp, storage.join(run["run_dir"], name), MARKER)
+    storage.publish_tree(tmp, RunLayout(run.run_dir).checkpoint(step), CHECKPOINT_MARKER)
     ray.train.report(metrics)
 
 
-def resume_directory(run: dict):
+def resume_directory(run: PretrainConfig):
     """Context yielding the checkpoint to resume from (Ray's after a worker-group restart, else
     the newest complete one in the run folder), or None for a fresh start."""
     import ray.train
@@ -168,121 +170,105 @@ def resume_directory(run: dict):
     checkpoint = ray.train.get_checkpoint()
     if checkpoint is not None:
         return checkpoint.as_directory()
-    latest = latest_checkpoint(run["run_dir"])
-    return contextlib.nullcontext(storage.local_copy(latest, MARKER) if latest else None)
+    latest = RunLayout(run.run_dir).latest_checkpoint()
+    return contextlib.nullcontext(storage.local_copy(latest, CHECKPOINT_MARKER) if latest else None)
 
 
-def restore_training_state(directory: Path, model, optimizer, run: dict, world: int) -> tuple[int, list[dict]]:
-    state = torch.load(Path(directory) / STATE_FILE, weights_only=False)
+def restore_training_state(directory: Path, model, optimizer, run: PretrainConfig,
+                           world: int) -> tuple[int, list[dict]]:
+    # Tensors, numbers, strings, lists and dicts only: no pickled code runs on load.
+    state = torch.load(Path(directory) / TRAINING_STATE, weights_only=True)
     restore_optimizer(model, optimizer, state["optimizer"], run, world)
-    print(f"[pretrain {run['name']}] resumed from step {state['step']}", flush=True)
+    print(f"[pretrain {run.name}] resumed from step {state['step']}", flush=True)
     return state["step"], state["log"]
 
 
-def start_wandb(run: dict):
-    """Optional W&B run for this pretraining run (rank 0 only: Ray's `setup_wandb` reads the rank
-    through Train V1 internals and misfires under V2). Offline mode writes under the run folder."""
-    tracking = run.get("tracking") or {}
-    if not tracking.get("wandb"):
-        return None
-    try:
-        import wandb
-    except ImportError:
-        print("[tracking] wandb is not installed (pip install 'sweeper[tracking]'); not logging", flush=True)
-        return None
-    return wandb.init(project=tracking["project"], name=run["name"], id=run["run_key"], resume="allow",
-                      mode=tracking["mode"], dir=str(storage.scratch_dir(run["run_dir"], "")), reinit="create_new",
-                      config={k: v for k, v in run.items() if k != "tracking"})
-
-
-def initial_model(run: dict, vocab_size: int) -> LlamaEncoderForMaskedLM:
+def initial_model(run: PretrainConfig, vocab_size: int) -> LlamaEncoderForMaskedLM:
     """Fresh weights, or the decayed checkpoint continued pretraining starts from."""
-    if run["init_kind"] == "study":
+    if run.init.kind == "study":
         # Weights only: a continued run starts a fresh optimizer.
-        weights = storage.local_copy(run["init_from"], MARKER, skip=(STATE_FILE,))
+        weights = storage.local_copy(run.init.location, CHECKPOINT_MARKER, skip=(TRAINING_STATE,))
         return LlamaEncoderForMaskedLM.from_pretrained(weights)
-    if run["init_kind"] == "hf":
+    if run.init.kind == "hf":
         from trainables.convert import encoder_from_causal_lm
 
-        return encoder_from_causal_lm(run["init_from"], vocab_size)
-    return build_model(LlamaEncoderConfig(**run["model_config"]), run["seed"])
+        return encoder_from_causal_lm(run.init.location, vocab_size)
+    return build_model(LlamaEncoderConfig(**run.model_config), run.seed)
 
 
-def train_loop_per_worker(run: dict) -> None:
+def train_loop_per_worker(loop_config: dict) -> None:
+    """Ray Train's entry point; `loop_config["run"]` is the run's `PretrainConfig`."""
     import ray.train
 
     from transformers.utils import logging as hf_logging
 
+    run: PretrainConfig = loop_config["run"]
     hf_logging.disable_progress_bar()  # one progress line per log step is ours
-    torch.set_num_threads(run["threads"])
+    torch.set_num_threads(run.threads)
     context = ray.train.get_context()
     rank, world = context.get_world_rank(), context.get_world_size()
-    device = torch.device("cuda" if torch.cuda.is_available() and run.get("use_gpu") else "cpu")
-    corpus = PackedCorpus(run["corpus_dir"], run["seq_len"], run["data_seed"])
+    device = torch.device("cuda" if torch.cuda.is_available() and run.use_gpu else "cpu")
+    corpus = PackedCorpus(run.corpus_dir, run.seq_len, run.data_seed)
     with resume_directory(run) as resume:
         model = (LlamaEncoderForMaskedLM.from_pretrained(resume) if resume
                  else initial_model(run, corpus.meta["vocab_size"])).to(device)
-        if run.get("compile"):
+        if run.compile:
             # In place, block by block: state-dict names stay Hugging Face's, and FSDP2 then
             # shards compiled blocks (its recommended order).
             for block in model.model.layers:
                 block.compile()
         model = distribute(model, run, world)
-        optimizer = torch.optim.AdamW(
-            model.parameters(), lr=run["peak_lr"], betas=tuple(run["betas"]), eps=run["eps"],
-            weight_decay=run["weight_decay"],
-        )
+        optimizer = torch.optim.AdamW(model.parameters(), lr=run.peak_lr, **run.optimizer.torch_kwargs())
         start, log = restore_training_state(resume, model, optimizer, run, world) if resume else (0, [])
-    masking = MaskingConfig(
-        mask_ratio=run["mask_ratio"] or 0.0, mask_token_id=corpus.meta["mask_token_id"],
-        vocab_size=unwrap(model).config.vocab_size, random_replace=run["random_replace"],
-        keep_original=run["keep_original"],
-    )
     generator = torch.Generator(device=device)
-    tracker = start_wandb(run) if rank == 0 else None
-    evaluated_steps = set(run["checkpoint_steps"]) | {run["total_steps"]}
-    save_every = run["save_every"]
+    loss_context = LossContext(generator=generator, mask_token_id=corpus.meta["mask_token_id"],
+                               vocab_size=unwrap(model).config.vocab_size)
+    losses: dict[str, ObjectiveLoss] = {}  # phase.loss -> its function, imported once
+    tracker = None
+    if rank == 0:
+        tracker = start_wandb(run.tracking, name=run.name, run_id=run.run_key, location=run.run_dir,
+                              config={k: v for k, v in asdict(run).items() if k != "tracking"})
+    evaluated_steps = set(run.checkpoint_steps) | {run.total_steps}
     autocast = torch.autocast("cuda", dtype=torch.bfloat16, enabled=device.type == "cuda")
     window_started, window_tokens, loss_sum, loss_count = time.time(), 0, 0.0, 0
-    for step in range(start, run["total_steps"]):
-        phase = objective_at_step(step, run["switch_step"])
-        lr = wsd_lr(step, peak_lr=run["peak_lr"], total_steps=run["total_steps"],
-                    warmup_steps=run["warmup_steps"], decay_steps=run["decay_steps"])
+    for step in range(start, run.total_steps):
+        phase = run.phase_at(step)
+        if phase.loss not in losses:
+            losses[phase.loss] = resolve(phase.loss)
+        lr = wsd_lr(step, peak_lr=run.peak_lr, total_steps=run.total_steps,
+                    warmup_steps=run.warmup_steps, decay_steps=run.decay_steps)
         for group in optimizer.param_groups:
             group["lr"] = lr
         # A continued run reads on from where its source stopped: no batch is seen twice.
-        batch = corpus.batch(run["data_offset_steps"] + step, run["global_batch_size"], rank, world)
-        ids, docs, pos = (t.to(device) for t in (batch.input_ids, batch.document_ids, batch.position_ids))
+        batch = corpus.batch(run.data_offset_steps + step, run.global_batch_size, rank, world).to(device)
+        # Every step's draws are a function of (seed, step, rank): a resumed run draws the same.
+        generator.manual_seed(run.seed * 1_000_003 + step * 1_009 + rank)
         with autocast:
-            if phase == "mlm":
-                generator.manual_seed(run["seed"] * 1_000_003 + step * 1_009 + rank)
-                loss, _ = mlm_loss(model, ids, docs, pos, batch.special_mask.to(device), masking, generator)
-            else:
-                loss, _ = clm_loss(model, ids, docs, pos)
+            loss, _ = losses[phase.loss](model, batch, phase.settings, loss_context)
         loss.backward()
-        torch.nn.utils.clip_grad_norm_(model.parameters(), run["grad_clip"])
+        torch.nn.utils.clip_grad_norm_(model.parameters(), run.optimizer.grad_clip)
         optimizer.step()
         optimizer.zero_grad(set_to_none=True)
         loss_sum, loss_count = loss_sum + loss.item(), loss_count + 1
-        window_tokens += ids.numel() * world
+        window_tokens += batch.input_ids.numel() * world
         done = step + 1
-        saving = done in evaluated_steps or (save_every and done % save_every == 0)
-        if done % run["log_every"] == 0 or saving:
+        saving = done in evaluated_steps or (run.save_every and done % run.save_every == 0)
+        if done % run.log_every == 0 or saving:
             elapsed = time.time() - window_started
-            row = {"step": done, "phase": phase, "loss": loss_sum / loss_count, "lr": lr,
-                   "tokens_seen": (run["data_offset_steps"] + done) * run["global_batch_size"] * run["seq_len"],
-                   "tokens_per_s": window_tokens / max(elapsed, 1e-9)}
+            row = {"step": done, "phase": phase.objective, "loss": loss_sum / loss_count, "lr": lr,
+                   "tokens_seen": run.tokens_seen(done), "tokens_per_s": window_tokens / max(elapsed, 1e-9)}
             log.append(row)
             if rank == 0:
-                print(f"[pretrain {run['name']}] step {done}/{run['total_steps']} {phase} "
+                print(f"[pretrain {run.name}] step {done}/{run.total_steps} {phase.objective} "
                       f"loss {row['loss']:.3f} lr {lr:.2e} {row['tokens_per_s']:,.0f} tok/s", flush=True)
                 write_progress(run, row)
                 if tracker is not None:
                     tracker.log(row, step=done)
             window_started, window_tokens, loss_sum, loss_count = time.time(), 0, 0.0, 0
         if saving:
-            save_checkpoint(model, optimizer, run, done, log, {"step": done, "phase": phase, "loss": log[-1]["loss"]})
-            if rank == 0 and run["workers"] == 0:
+            save_checkpoint(model, optimizer, run, done, log,
+                            {"step": done, "phase": phase.objective, "loss": log[-1]["loss"]})
+            if rank == 0 and run.workers == 0:
                 drop_superseded_resume_checkpoints(run, keep=done, evaluated=evaluated_steps)
     if tracker is not None:
         tracker.finish()

@@ -12,29 +12,35 @@ import numpy as np
 import torch
 import torch.nn.functional as F
 
+from sweeper.configs import FinetuneProtocol, TaskInfo
 from trainables.tasks.heads import LinearHead
 from trainables.tasks.metrics import accuracy, entity_f1
 
 IGNORE = -100
 
 
-def label_of(value, label_names: list[str]) -> str:
+def label_of(value, label_names: tuple[str, ...]) -> str:
     """Hub sources store integer class ids; the label vocabulary maps them to names."""
     return label_names[value] if isinstance(value, int) and label_names else str(value)
 
 
-def label_vocabulary(task: dict, rows: list[dict]) -> list[str]:
-    if task["label_names"]:
-        return list(task["label_names"])
-    values = set()
-    for row in rows:
-        value = row[task["label_field"]]
-        values.update(value if isinstance(value, list) else [value])
-    labels = sorted(map(str, values))
-    if task["family"] == "token_classification" and "O" in labels:
-        labels.remove("O")
-        labels.insert(0, "O")
-    return labels
+def label_vocabulary(task: TaskInfo, splits: dict[str, list[dict]],
+                     first: str | None = None) -> tuple[list[str], dict[str, int]]:
+    """(labels in id order, label name -> id): the task's `label_names`, else every value of its
+    label field (a list per row for token tags) in every split, sorted, `first` (if seen) first.
+    Every split's labels: a capped training sample can miss a label the test split has."""
+    if task.label_names:
+        labels = list(task.label_names)
+    else:
+        values = set()
+        for row in (row for rows in splits.values() for row in rows):
+            value = row[task.label_field]
+            values.update(value if isinstance(value, list) else [value])
+        labels = sorted(map(str, values))
+        if first in labels:
+            labels.remove(first)
+            labels.insert(0, first)
+    return labels, {name: i for i, name in enumerate(labels)}
 
 
 def tensors(split: dict, rows, device, *keys) -> list[torch.Tensor]:
@@ -42,22 +48,27 @@ def tensors(split: dict, rows, device, *keys) -> list[torch.Tensor]:
 
 
 class SequenceClassification:
+    """`trainables.tasks.family.TaskFamily` for one label per input (a sentence or a pair)."""
+
     @staticmethod
-    def encode(splits: dict[str, list[dict]], task: dict, tokenizer, max_length: int, protocol: dict):
-        # Every split's labels: a capped training sample can miss a label the test split has.
-        labels = label_vocabulary(task, [row for rows in splits.values() for row in rows])
-        index, names = {name: i for i, name in enumerate(labels)}, list(task["label_names"])
+    def encode(splits: dict[str, list[dict]], task: TaskInfo, tokenizer, max_length: int, settings: dict):
+        labels, index = label_vocabulary(task, splits)
         arrays = {}
         for split, rows in splits.items():
             texts = ["\n".join(prefix + str(row[field])
-                               for field, prefix in zip(task["text_fields"], task["field_prefixes"])) for row in rows]
+                               for field, prefix in zip(task.text_fields, task.field_prefixes)) for row in rows]
             enc = tokenizer(texts, truncation=True, max_length=max_length, padding="max_length")
             arrays[split] = {
                 "input_ids": np.asarray(enc["input_ids"], dtype=np.int32).reshape(len(rows), max_length),
                 "attention_mask": np.asarray(enc["attention_mask"], dtype=np.int8).reshape(len(rows), max_length),
-                "labels": np.asarray([index[label_of(r[task["label_field"]], names)] for r in rows], dtype=np.int64),
+                "labels": np.asarray([index[label_of(r[task.label_field], task.label_names)] for r in rows],
+                                     dtype=np.int64),
             }
         return arrays, {"labels": labels}
+
+    @staticmethod
+    def describe(meta: dict) -> str:
+        return f"{len(meta['labels'])} labels"
 
     pooled = True
 
@@ -70,7 +81,7 @@ class SequenceClassification:
         return len(split["input_ids"])
 
     @staticmethod
-    def loss(model, split: dict, rows: np.ndarray, device, protocol: dict) -> torch.Tensor:
+    def loss(model, split: dict, rows: np.ndarray, device, protocol: FinetuneProtocol) -> torch.Tensor:
         ids, mask, target = tensors(split, rows, device, "input_ids", "attention_mask", "labels")
         logits = model(ids, mask)
         return F.cross_entropy(logits.float().reshape(-1, logits.shape[-1]), target.reshape(-1), ignore_index=IGNORE)
@@ -84,27 +95,28 @@ class SequenceClassification:
         return np.concatenate(predictions) if predictions else np.zeros((0,), dtype=np.int64)
 
     @classmethod
-    def score(cls, model, split: dict, meta: dict, batch_size: int, device, protocol: dict) -> float:
+    def score(cls, model, split: dict, meta: dict, batch_size: int, device, protocol: FinetuneProtocol) -> float:
         return accuracy(cls.predict(model, split, batch_size, device), split["labels"])
 
 
 class TokenClassification(SequenceClassification):
+    """`trainables.tasks.family.TaskFamily` for one BIO tag per word (NER), scored by entity F1."""
+
     pooled = False
 
     @staticmethod
-    def encode(splits: dict[str, list[dict]], task: dict, tokenizer, max_length: int, protocol: dict):
+    def encode(splits: dict[str, list[dict]], task: TaskInfo, tokenizer, max_length: int, settings: dict):
         """Labels on the first sub-token of each word, IGNORE on the rest; `gold_tags` keeps the
         gold tags of every word (also those cut by truncation) for entity-level scoring."""
-        labels = label_vocabulary(task, [row for rows in splits.values() for row in rows])
-        index, names = {name: i for i, name in enumerate(labels)}, list(task["label_names"])
+        labels, index = label_vocabulary(task, splits, first="O")
         arrays = {}
         for split, rows in splits.items():
-            words = [list(row[task["text_fields"][0]]) for row in rows]
+            words = [list(row[task.text_fields[0]]) for row in rows]
             enc = tokenizer(words, is_split_into_words=True, truncation=True, max_length=max_length,
                             padding="max_length")
             token_labels = np.full((len(rows), max_length), IGNORE, dtype=np.int64)
             word_index = np.full((len(rows), max_length), -1, dtype=np.int32)
-            gold = [[label_of(t, names) for t in row[task["label_field"]]] for row in rows]
+            gold = [[label_of(t, task.label_names) for t in row[task.label_field]] for row in rows]
             for i in range(len(rows)):
                 previous = None
                 for position, word in enumerate(enc.word_ids(i)):
@@ -121,7 +133,7 @@ class TokenClassification(SequenceClassification):
         return arrays, {"labels": labels}
 
     @classmethod
-    def score(cls, model, split: dict, meta: dict, batch_size: int, device, protocol: dict) -> float:
+    def score(cls, model, split: dict, meta: dict, batch_size: int, device, protocol: FinetuneProtocol) -> float:
         return entity_f1(*word_level_tags(cls.predict(model, split, batch_size, device), split, meta["labels"]))
 
 

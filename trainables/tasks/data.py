@@ -2,8 +2,8 @@
 
 Every trial of a task reads the same `.npz` files from the study's cache, so a grid of
 hundreds of trials tokenises each data set exactly once (the prepare step runs as one Ray task
-per task before the grid starts). The family (see `FAMILIES`) owns the encoding, the head, the
-loss and the score.
+per task before the grid starts). The family (`trainables.tasks.family.TaskFamily`, named by
+`module:Class` in `sweeper.registry.FAMILIES`) owns the encoding, the head, the loss and the score.
 """
 from __future__ import annotations
 
@@ -14,21 +14,14 @@ from pathlib import Path
 import numpy as np
 
 from sweeper import storage
-from trainables.tasks.classification import SequenceClassification, TokenClassification
-from trainables.tasks.qa import ExtractiveQA
-from trainables.tasks.retrieval import Retrieval
+from sweeper.configs import TaskInfo
+from sweeper.layout import TASK_MARKER
+from sweeper.registry import resolve
+from trainables.tasks.family import TaskFamily
 from trainables.text_sources import iter_rows
 
 VALIDATION_SHARE, VALIDATION_SEED = 0.05, 42
 SPLITS = ("train", "validation", "test")
-META = "meta.json"  # written last: the prepared folder is complete
-
-FAMILIES = {
-    "sequence_classification": SequenceClassification,
-    "token_classification": TokenClassification,
-    "extractive_qa": ExtractiveQA,
-    "retrieval": Retrieval,
-}
 
 
 def carve_validation(rows: list[dict]) -> tuple[list[dict], list[dict]]:
@@ -39,23 +32,23 @@ def carve_validation(rows: list[dict]) -> tuple[list[dict], list[dict]]:
     return [rows[i] for i in order[n_validation:]], [rows[i] for i in order[:n_validation]]
 
 
-def source_rows(task: dict, split: str) -> list[dict]:
-    if task["split_column"]:
-        return [r for r in iter_rows(task["source"]) if r[task["split_column"]] == split]
-    return list(iter_rows(task["source"], split, task["data_files"] or None))
+def source_rows(task: TaskInfo, split: str) -> list[dict]:
+    if task.split_column:
+        return [r for r in iter_rows(task.source) if r[task.split_column] == split]
+    return list(iter_rows(task.source, split, task.data_files or None))
 
 
-def load_task_splits(task: dict, max_train: int | None, max_eval: int | None) -> dict[str, list[dict]]:
+def load_task_splits(task: TaskInfo, max_train: int | None, max_eval: int | None) -> dict[str, list[dict]]:
     """{'train', 'validation', 'test'} rows: test = the source's official validation split,
     validation = 5 % of train (seed 42), as in the paper. An evaluation-only set (`train_task`)
     has no training rows: its validation is 5 % of its evaluation split and the rest its test.
     Limits cut after the split."""
-    if task["train_task"]:
-        test, validation = carve_validation(source_rows(task, task["test_split"]))
+    if task.train_task:
+        test, validation = carve_validation(source_rows(task, task.test_split))
         train = []
     else:
-        train, validation = carve_validation(source_rows(task, task["train_split"]))
-        test = source_rows(task, task["test_split"])
+        train, validation = carve_validation(source_rows(task, task.train_split))
+        test = source_rows(task, task.test_split)
     return {"train": sample(train, max_train), "validation": sample(validation, max_eval),
             "test": sample(test, max_eval)}
 
@@ -68,31 +61,35 @@ def sample(rows: list[dict], limit: int | None) -> list[dict]:
     return [rows[i] for i in chosen]
 
 
-def prepare_task_data(task: dict, tokenizer_dir: str, max_length: int, out_dir: str,
+def prepare_task_data(task: TaskInfo, family: str, tokenizer_dir: str, max_length: int, out_dir: str,
                       max_train: int | None = None, max_eval: int | None = None,
                       settings: dict | None = None) -> dict:
     """Tokenise the task's three splits into `out_dir` (a study location) unless already
-    there; return its meta. `settings`: the family's encoding settings (extractive QA: `doc_stride`)."""
+    there; return its meta, with `summary` (the family's one-line description) added.
+    `family`: `module:Class` of the task's family; `settings`: its encoding settings (extractive
+    QA: `doc_stride`)."""
+    implementation: TaskFamily = resolve(family)
 
     def build(tmp: Path) -> None:
         from transformers import AutoTokenizer
 
         tokenizer = AutoTokenizer.from_pretrained(tokenizer_dir)
         splits = load_task_splits(task, max_train, max_eval)
-        arrays, meta = FAMILIES[task["family"]].encode(splits, task, tokenizer, max_length, settings or {})
+        arrays, meta = implementation.encode(splits, task, tokenizer, max_length, settings or {})
         for split in SPLITS:
             np.savez(tmp / f"{split}.npz", **arrays[split])
-        meta = {"task": task["name"], "family": task["family"], "max_length": max_length, **meta,
+        meta = {"task": task.name, "family": task.family, "max_length": max_length, **meta,
                 "sizes": {split: len(rows) for split, rows in splits.items()}}
-        (tmp / META).write_text(json.dumps(meta, indent=1))
+        (tmp / TASK_MARKER).write_text(json.dumps(meta, indent=1))
 
-    storage.build_once(out_dir, META, build)
-    return storage.read_json(storage.join(out_dir, META))
+    storage.build_once(out_dir, TASK_MARKER, build)
+    meta = storage.read_json(storage.join(out_dir, TASK_MARKER))
+    return {**meta, "summary": implementation.describe(meta)}
 
 
 def load_prepared(out_dir: str) -> tuple[dict, dict[str, dict[str, np.ndarray]]]:
-    out = storage.local_copy(out_dir, META)
-    meta = json.loads((out / META).read_text())
+    out = storage.local_copy(out_dir, TASK_MARKER)
+    meta = json.loads((out / TASK_MARKER).read_text())
     splits = {}
     for split in SPLITS:
         with np.load(out / f"{split}.npz") as data:

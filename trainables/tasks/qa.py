@@ -15,6 +15,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from sweeper.configs import FinetuneProtocol, TaskInfo
 from trainables.tasks.adapters import qa_record
 from trainables.tasks.metrics import squad_scores
 
@@ -114,13 +115,20 @@ def best_answers(start_logits: np.ndarray, end_logits: np.ndarray, split: dict, 
 
 
 class ExtractiveQA:
+    """`trainables.tasks.family.TaskFamily` for answer spans in a context (SQuAD F1).
+    Encoding setting: `doc_stride`, tokens shared by consecutive windows of a long context."""
+
     @staticmethod
-    def encode(splits: dict[str, list[dict]], task: dict, tokenizer, max_length: int, protocol: dict):
-        arrays = {split: encode_examples([qa_record(row, task["schema"]) for row in rows], tokenizer, max_length,
-                                         protocol["doc_stride"])
+    def encode(splits: dict[str, list[dict]], task: TaskInfo, tokenizer, max_length: int, settings: dict):
+        arrays = {split: encode_examples([qa_record(row, task.schema) for row in rows], tokenizer, max_length,
+                                         settings["doc_stride"])
                   for split, rows in splits.items()}
-        return arrays, {"labels": [], "with_no_answer": task["with_no_answer"],
+        return arrays, {"labels": [], "with_no_answer": task.with_no_answer,
                         "windows": {split: len(a["input_ids"]) for split, a in arrays.items()}}
+
+    @staticmethod
+    def describe(meta: dict) -> str:
+        return f"{meta['windows']} windows"
 
     @staticmethod
     def build(backbone, meta: dict):
@@ -131,14 +139,14 @@ class ExtractiveQA:
         return len(split["input_ids"])  # windows: a long context trains on each of its windows
 
     @staticmethod
-    def loss(model, split: dict, rows: np.ndarray, device, protocol: dict) -> torch.Tensor:
+    def loss(model, split: dict, rows: np.ndarray, device, protocol: FinetuneProtocol) -> torch.Tensor:
         ids, mask, start, end = (torch.from_numpy(split[key][rows].astype(np.int64)).to(device) for key in (
             "input_ids", "attention_mask", "start_positions", "end_positions"))
         start_logits, end_logits = model(ids, mask)
         return (F.cross_entropy(start_logits, start) + F.cross_entropy(end_logits, end)) / 2
 
     @staticmethod
-    def score(model, split: dict, meta: dict, batch_size: int, device, protocol: dict) -> float:
+    def score(model, split: dict, meta: dict, batch_size: int, device, protocol: FinetuneProtocol) -> float:
         starts, ends = [], []
         for first in range(0, len(split["input_ids"]), batch_size):
             ids, mask = (torch.from_numpy(split[key][first:first + batch_size].astype(np.int64)).to(device)

@@ -12,6 +12,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from sweeper.configs import FinetuneProtocol, TaskInfo
 from trainables.tasks.adapters import retrieval_split
 from trainables.tasks.heads import mean_pool
 from trainables.tasks.metrics import ndcg_at_k
@@ -63,11 +64,18 @@ def embed(model, ids: np.ndarray, mask: np.ndarray, batch_size: int, device) -> 
 
 
 class Retrieval:
+    """`trainables.tasks.family.TaskFamily` for query -> document ranking (NDCG@10).
+    Loss setting: `retrieval_temperature`, the InfoNCE softmax temperature."""
+
     @staticmethod
-    def encode(splits: dict[str, list[dict]], task: dict, tokenizer, max_length: int, protocol: dict):
-        arrays = {split: encode_split(rows, task["schema"], tokenizer, max_length, training=split == "train")
+    def encode(splits: dict[str, list[dict]], task: TaskInfo, tokenizer, max_length: int, settings: dict):
+        arrays = {split: encode_split(rows, task.schema, tokenizer, max_length, training=split == "train")
                   for split, rows in splits.items()}
         return arrays, {"labels": [], "pool": {split: len(a["doc_input_ids"]) for split, a in arrays.items()}}
+
+    @staticmethod
+    def describe(meta: dict) -> str:
+        return f"document pools {meta['pool']}"
 
     @staticmethod
     def build(backbone, meta: dict):
@@ -78,13 +86,13 @@ class Retrieval:
         return len(split.get("pair_query", ()))
 
     @staticmethod
-    def loss(model, split: dict, rows: np.ndarray, device, protocol: dict) -> torch.Tensor:
+    def loss(model, split: dict, rows: np.ndarray, device, protocol: FinetuneProtocol) -> torch.Tensor:
         queries, docs = split["pair_query"][rows], split["pair_doc"][rows]
         q = model(*(torch.from_numpy(split[f"query_{k}"][queries].astype(np.int64)).to(device)
                     for k in ("input_ids", "attention_mask")))
         d = model(*(torch.from_numpy(split[f"doc_{k}"][docs].astype(np.int64)).to(device)
                     for k in ("input_ids", "attention_mask")))
-        logits = q @ d.T / protocol["retrieval_temperature"]
+        logits = q @ d.T / protocol.family_settings["retrieval_temperature"]
         # A document that is also another pair's positive is no negative for this query.
         same = torch.from_numpy(docs[:, None] == docs[None, :]).to(device) & ~torch.eye(len(docs), dtype=torch.bool,
                                                                                           device=device)
@@ -92,7 +100,7 @@ class Retrieval:
         return F.cross_entropy(logits, torch.arange(len(docs), device=device))
 
     @staticmethod
-    def score(model, split: dict, meta: dict, batch_size: int, device, protocol: dict) -> float:
+    def score(model, split: dict, meta: dict, batch_size: int, device, protocol: FinetuneProtocol) -> float:
         n_queries = len(split["query_input_ids"])
         if n_queries == 0:
             return float("nan")

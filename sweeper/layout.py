@@ -1,0 +1,155 @@
+"""The study folder: every file and folder a study holds, named in one place (Ray- and torch-free).
+
+    <study>/spec.yaml                      the spec the study was last run with
+           plan.json                       planned trial keys and run keys (reports, status)
+           resolved.json                   resolved fine-tuning settings (change detection)
+           live.json                       the driver's heartbeat: pid, host, trials in flight
+           report.md, figures/*.png        `sweeper report`
+           results/<table>/...             the Parquet store (sweeper.store)
+           tune/                           Ray Tune's state while a shard runs
+           cache/corpus[-<tokenizer key>]/ prepared corpus: tokenizer + token stream
+           cache/tasks/<task>-.../         a task tokenised once per tokenizer and length
+           pretraining/<run>/              one run (RunLayout)
+               sweeper_run.json            the run's key and identity when it was started
+               sweeper_done.json           written when the run finished (its key)
+               sweeper_failed.json         written when the run failed (its key, the error)
+               progress.json               where the run is (status, kill tests)
+               step-<N>/                   a checkpoint: Hugging Face files, tokenizer,
+                   training_state.pt       optimizer state and log (resume only)
+                   train_log.json          the loss log up to N (read by the driver)
+                   sweeper_checkpoint.json written last: the checkpoint is complete
+
+A location is a path or an object-store URI (sweeper.storage). The driver hands workers concrete
+locations (a run folder, a checkpoint folder, a cache folder); the file names inside a run and a
+checkpoint are the constants below, which the worker loops import from here.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from sweeper import storage
+
+CHECKPOINT_MARKER = "sweeper_checkpoint.json"
+"""Written last into a checkpoint folder: the folder is complete."""
+TRAINING_STATE = "training_state.pt"
+"""Optimizer state, step and log of a checkpoint; read only to resume (tensors only)."""
+TRAIN_LOG = "train_log.json"
+CORPUS_MARKER = "corpus_meta.json"
+"""Written last into a prepared corpus folder."""
+TASK_MARKER = "meta.json"
+"""Written last into a prepared task folder."""
+
+
+def checkpoint_folder_name(step: int) -> str:
+    return f"step-{step}"
+
+
+@dataclass(frozen=True, slots=True)
+class RunLayout:
+    """One pretraining run's folder."""
+
+    root: str
+
+    @property
+    def started(self) -> str:
+        return storage.join(self.root, "sweeper_run.json")
+
+    @property
+    def done(self) -> str:
+        return storage.join(self.root, "sweeper_done.json")
+
+    @property
+    def failed(self) -> str:
+        return storage.join(self.root, "sweeper_failed.json")
+
+    @property
+    def progress(self) -> str:
+        return storage.join(self.root, "progress.json")
+
+    def checkpoint(self, step: int) -> str:
+        return storage.join(self.root, checkpoint_folder_name(step))
+
+    def saved_checkpoints(self) -> dict[int, str]:
+        """step -> folder of every complete checkpoint (its marker written)."""
+        return storage.step_folders(self.root, CHECKPOINT_MARKER)
+
+    def latest_checkpoint(self) -> str | None:
+        steps = self.saved_checkpoints()
+        return steps[max(steps)] if steps else None
+
+    def marker_of(self, location: str, run_key: str) -> bool:
+        """Whether the marker file at `location` was written for this run key (not for a former
+        configuration of the same run name)."""
+        return storage.read_json(location, default={}).get("run_key") == run_key
+
+    def is_done(self, run_key: str) -> bool:
+        return self.marker_of(self.done, run_key)
+
+    def has_failed(self, run_key: str) -> bool:
+        return self.marker_of(self.failed, run_key)
+
+
+@dataclass(frozen=True, slots=True)
+class StudyLayout:
+    """Every location of one study, from its root (a path or a URI)."""
+
+    root: str
+
+    def path(self, *parts: str) -> str:
+        return storage.join(self.root, *parts)
+
+    @property
+    def spec(self) -> str:
+        return self.path("spec.yaml")
+
+    @property
+    def plan(self) -> str:
+        return self.path("plan.json")
+
+    @property
+    def resolved(self) -> str:
+        return self.path("resolved.json")
+
+    @property
+    def live(self) -> str:
+        return self.path("live.json")
+
+    @property
+    def report(self) -> str:
+        return self.path("report.md")
+
+    @property
+    def figures(self) -> str:
+        return self.path("figures")
+
+    @property
+    def results(self) -> str:
+        return self.path("results")
+
+    def table(self, name: str) -> str:
+        return self.path("results", name)
+
+    @property
+    def tune(self) -> str:
+        return self.path("tune")
+
+    def corpus(self, tokenizer_key: str | None) -> str:
+        """The study's corpus, or the same text encoded for a Hugging Face CPT source's tokenizer."""
+        return self.path("cache", "corpus" if tokenizer_key is None else f"corpus-{tokenizer_key}")
+
+    def task_cache(self, folder_name: str) -> str:
+        return self.path("cache", "tasks", folder_name)
+
+    @property
+    def pretraining(self) -> str:
+        return self.path("pretraining")
+
+    def run(self, run_name: str) -> RunLayout:
+        return RunLayout(self.path("pretraining", run_name))
+
+    def checkpoint(self, run_name: str, step: int) -> str:
+        return self.run(run_name).checkpoint(step)
+
+    def superseded_run(self, run_name: str, old_key: str, at: int) -> str:
+        """Where a run whose configuration changed is moved (kept, never deleted)."""
+        return self.path("pretraining", f"{run_name}.superseded-{old_key}-{at}")

@@ -1,0 +1,200 @@
+"""Shards: the batches of trials that one Tuner run executes, and the typed config of each trial.
+
+Tune keeps and rewrites every trial's config in its experiment state, so a trial's Tune config
+only locates it in its shard (~18 KB per trial saved on the paper's grid); the shard itself is
+shipped once to the workers by `tune.with_parameters` and turns that location into the trial's
+`TrialConfig` (sweeper.configs). Two kinds, behind one small base class:
+- `GridShard`: a fixed list of trials; the config is the trial's index (`GridSearcher`);
+- `OptunaShard`: whole (checkpoint, task) cells searched by `CellSearcher`; the config is
+  (cell, sample, seed index, learning rate), and a sample's seeds are recorded together.
+
+Evaluation-only retrieval sets (NQ, MLDR) are scored by the trial that trains their model (on
+MS MARCO): `EvaluationSets` pairs each training trial with its companions' planned trials.
+"""
+from __future__ import annotations
+
+from dataclasses import replace
+
+from sweeper import registry
+from sweeper.catalog import get_task
+from sweeper.configs import CompanionSet, TaskInfo, TrialConfig, TrialRuntime
+from sweeper.layout import StudyLayout
+from sweeper.plan import StudyPlan, Trial
+from sweeper.search import CellSearch, CellSearcher, Gate, GridSearcher, search_score
+from sweeper.spec import StudySpec
+from sweeper.store import read_trials
+
+
+def trial_runtime(spec: StudySpec) -> TrialRuntime:
+    """How trials run (never part of a key): micro batch, eval batch and curve, threads."""
+    ft = spec.finetuning
+    return TrialRuntime(micro_batch_size=ft.micro_batch_size, eval_batch_size=ft.eval_batch_size,
+                        eval_every=ft.eval_every, threads=max(1, int(spec.resources.cpus_per_trial)))
+
+
+class EvaluationSets:
+    """Evaluation-only retrieval sets and the planned trials that ride along with a training trial:
+    one Tune trial records the rows of all of them."""
+
+    def __init__(self, plan: StudyPlan | None = None, tasks: list[str] = (), recorded: set[str] = frozenset()):
+        self.recorded = recorded  # keys already in the store: a rerun records only the missing rows
+        self.by_train_task: dict[str, list[str]] = {}
+        for task in tasks:
+            if get_task(task).train_task:
+                self.by_train_task.setdefault(get_task(task).train_task, []).append(task)
+        self.index = {self.cell(t, t.task): t for t in plan.trials} if self.by_train_task else {}
+
+    @staticmethod
+    def cell(trial: Trial, task: str) -> tuple:
+        return trial.checkpoint.checkpoint_id, task, trial.learning_rate, trial.sample, trial.seed
+
+    @staticmethod
+    def evaluation_only(trial: Trial) -> bool:
+        return get_task(trial.task).train_task is not None
+
+    def companions(self, trial: Trial) -> list[Trial]:
+        return [self.index[self.cell(trial, task)] for task in self.by_train_task.get(trial.task, [])]
+
+    def training_trials(self, trials: list[Trial], pending: list[Trial]) -> list[Trial]:
+        """The trials to run: pending ones that train, and those whose companions are pending."""
+        pending_keys = {t.trial_key for t in pending}
+        return [t for t in trials if not self.evaluation_only(t)
+                and (t.trial_key in pending_keys or any(c.trial_key in pending_keys for c in self.companions(t)))]
+
+
+def task_definitions(task_dirs: dict) -> dict[str, tuple[TaskInfo, str]]:
+    """Task name -> (TaskInfo, family implementation) of every prepared task, resolved on the
+    driver: a plugin's tasks and families are registered there, not in the workers."""
+    names = {task for _, task in task_dirs}
+    return {name: (get_task(name), registry.FAMILIES[get_task(name).family].implementation) for name in names}
+
+
+def trial_config(trial: Trial, layout: StudyLayout, task_dirs: dict, sets: EvaluationSets,
+                 runtime: TrialRuntime, tasks: dict[str, tuple[TaskInfo, str]] | None = None) -> TrialConfig:
+    """The typed config the worker runs: the planned trial with concrete locations."""
+    ckpt = trial.checkpoint
+    task, family = (tasks or task_definitions(task_dirs))[trial.task]
+    return TrialConfig(
+        trial_key=trial.trial_key, task=task, family=family,
+        protocol=trial.protocol, seed=trial.seed, checkpoint_path=layout.checkpoint(ckpt.run.name, ckpt.step),
+        task_data_dir=task_dirs[(ckpt.run.tokenizer, trial.task)], runtime=runtime,
+        companions=tuple(CompanionSet(trial_key=c.trial_key, task_data_dir=task_dirs[(ckpt.run.tokenizer, c.task)])
+                         for c in sets.companions(trial)),
+    )
+
+
+class Shard:
+    """Trials for one Tuner run. Subclasses say how Tune's config locates a trial (`trial`), what
+    Tune searches over (`tuner_args`), and which trials are recorded together (`group`)."""
+
+    group_size = 1
+    """Trials whose rows are written together (an Optuna sample's seeds)."""
+
+    def __init__(self, layout: StudyLayout, task_dirs: dict, sets: EvaluationSets | None, runtime: TrialRuntime):
+        self.layout, self.task_dirs, self.runtime = layout, task_dirs, runtime
+        self.sets = sets or EvaluationSets()
+        self.tasks = task_definitions(task_dirs)
+
+    def __len__(self) -> int:
+        raise NotImplementedError
+
+    def tuner_args(self, spec: StudySpec, gate: Gate) -> dict:
+        """`param_space`, `search_alg` and `num_samples` of the Tuner."""
+        raise NotImplementedError
+
+    def trial(self, config: dict) -> Trial:
+        raise NotImplementedError
+
+    def trial_config(self, config: dict) -> TrialConfig:
+        return trial_config(self.trial(config), self.layout, self.task_dirs, self.sets, self.runtime, self.tasks)
+
+    def group(self, config: dict):
+        """Key of the group the trial's rows are held in until all of it is done (None: none)."""
+        return None
+
+
+class GridShard(Shard):
+    """Trials of a fixed grid: Tune's config is the trial's index."""
+
+    def __init__(self, trials: list[Trial], layout: StudyLayout, task_dirs: dict, sets: EvaluationSets | None = None,
+                 runtime: TrialRuntime = TrialRuntime()):
+        super().__init__(layout, task_dirs, sets, runtime)
+        self.trials = trials
+
+    def __len__(self) -> int:
+        return len(self.trials)
+
+    def tuner_args(self, spec: StudySpec, gate: Gate) -> dict:
+        return {"param_space": {}, "search_alg": GridSearcher(self.trials, gate), "num_samples": len(self.trials)}
+
+    def trial(self, config: dict) -> Trial:
+        return self.trials[config["trial_index"]]
+
+
+class OptunaShard(Shard):
+    """Whole cells searched by `CellSearcher`: Tune's config is (cell, sample, seed index, lr).
+
+    Rows of a sample are recorded together once all its seeds are done, so the store only ever
+    holds whole samples, which is what lets a resumed search warm-start from them."""
+
+    def __init__(self, cells: list[list[list[Trial]]], searches: list[CellSearch], layout: StudyLayout,
+                 task_dirs: dict, sets: EvaluationSets, runtime: TrialRuntime = TrialRuntime()):
+        super().__init__(layout, task_dirs, sets, runtime)
+        self.cells = cells  # cells[c][sample][seed index] -> planned trial
+        self.searches = searches
+        self.group_size = len(cells[0][0])
+
+    def __len__(self) -> int:
+        return sum(search.trials_left for search in self.searches)
+
+    def tuner_args(self, spec: StudySpec, gate: Gate) -> dict:
+        optuna = spec.finetuning.optuna
+        searcher = CellSearcher(self.searches, optuna.lr_min, optuna.lr_max, optuna.seed, optuna.startup_samples,
+                                checkpoints=[cell[0][0] for cell in self.cells], gate=gate)
+        return {"param_space": {}, "search_alg": searcher, "num_samples": len(self)}
+
+    def trial(self, config: dict) -> Trial:
+        return self.cells[config["cell"]][config["sample"]][config["seed_index"]]
+
+    def trial_config(self, config: dict) -> TrialConfig:
+        planned = super().trial_config(config)  # the searched learning rate replaces the plan's None
+        return replace(planned, protocol=replace(planned.protocol, learning_rate=config["learning_rate"]))
+
+    def group(self, config: dict):
+        return config["cell"], config["sample"]
+
+
+def grid_shards(pending: list[Trial], layout: StudyLayout, task_dirs: dict, size: int,
+                sets: EvaluationSets | None = None, runtime: TrialRuntime = TrialRuntime()) -> list[GridShard]:
+    return [GridShard(pending[i:i + size], layout, task_dirs, sets, runtime) for i in range(0, len(pending), size)]
+
+
+def optuna_shards(spec: StudySpec, plan: StudyPlan, pending: list[Trial], done: set[str], layout: StudyLayout,
+                  task_dirs: dict, sets: EvaluationSets) -> list[OptunaShard]:
+    """Cells with work left, each with the samples already recorded (to warm-start its search).
+    An evaluation-only set has no search of its own: its rows follow its training cell's samples."""
+    pending_keys = {t.trial_key for t in sets.training_trials(list(plan.trials), pending)}
+    cells: dict[tuple, list[Trial]] = {}
+    for trial in plan.trials:
+        if not sets.evaluation_only(trial):
+            cells.setdefault((trial.checkpoint.checkpoint_id, trial.task), []).append(trial)
+    recorded = read_trials(layout.root).to_pandas().set_index("trial_key") if done else None
+    n_seeds, n_samples = len(spec.finetuning.seeds), spec.finetuning.optuna.learning_rates_per_cell
+    grids, searches = [], []
+    for trials in cells.values():
+        if not pending_keys & {t.trial_key for t in trials}:
+            continue
+        by_sample = [trials[k * n_seeds:(k + 1) * n_seeds] for k in range(n_samples)]
+        complete = 0
+        while complete < n_samples and all(t.trial_key in done and all(c.trial_key in done for c in sets.companions(t))
+                                           for t in by_sample[complete]):
+            complete += 1
+        evaluated = [(float(recorded.loc[by_sample[k][0].trial_key, "learning_rate"]),
+                      sum(search_score(recorded.loc[t.trial_key].to_dict()) for t in by_sample[k]) / n_seeds)
+                     for k in range(complete)]
+        grids.append(by_sample)
+        searches.append(CellSearch(samples_total=n_samples, seeds=n_seeds, first_sample=complete, evaluated=evaluated))
+    cells_per_shard = max(1, spec.resources.trials_per_shard // (n_samples * n_seeds))
+    runtime = trial_runtime(spec)
+    return [OptunaShard(grids[i:i + cells_per_shard], searches[i:i + cells_per_shard], layout, task_dirs, sets, runtime)
+            for i in range(0, len(grids), cells_per_shard)]
