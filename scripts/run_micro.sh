@@ -4,6 +4,7 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 bash scripts/setup.sh
-# A laptop's local cluster needs no token auth (Ray >= 2.59 turns it on for new clusters).
-export RAY_AUTH_MODE=${RAY_AUTH_MODE:-disabled} HF_HUB_OFFLINE=1 HF_DATASETS_OFFLINE=1
+# Without RAY_ADDRESS the study starts its own Ray instance, on 127.0.0.1 only and with Ray's
+# token authentication (on by default since Ray 2.59; the token is ~/.ray/auth_token, mode 0600).
+export HF_HUB_OFFLINE=1 HF_DATASETS_OFFLINE=1
 exec .venv/bin/sweeper run search_spaces/micro.yaml "$@"

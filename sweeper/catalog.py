@@ -113,6 +113,17 @@ MODEL_PRESETS: dict[str, dict] = {
 }
 
 
+# The LlamaEncoderConfig fields `model.overrides` may set, with their types: kept here so the
+# driver checks overrides without importing torch (tests/test_spec.py compares this table with
+# trainables.model.LlamaEncoderConfig's constructor, so the two cannot drift apart).
+MODEL_FIELDS: dict[str, type] = {
+    "vocab_size": int, "hidden_size": int, "intermediate_size": int, "num_hidden_layers": int,
+    "num_attention_heads": int, "num_key_value_heads": int, "max_position_embeddings": int,
+    "rms_norm_eps": float, "rope_theta": float, "initializer_range": float,
+    "pad_token_id": int, "mask_token_id": int,
+}
+
+
 def register_task(info: TaskInfo) -> TaskInfo:
     """Make a data set nameable in specs (a plugin's tasks; the shipped ones are listed above)."""
     TASKS[info.name] = info

@@ -11,19 +11,30 @@ from pathlib import Path
 
 from sweeper import storage
 from sweeper.layout import StudyLayout
+from sweeper.lease import EXIT_LEASE, LeaseHeld, hold_lease
 from sweeper.spec import SpecError, load_spec
 
 EXIT_SPEC_ERROR = 2
 EXIT_CHANGED = 3
 
 
-def study_dir_for(spec, flag: str | None) -> str:
-    """--storage, else the spec's storage, else ./studies/<study name>: an absolute path or a URI."""
+def study_dir_for(spec, flag: str | None, spec_file: str = "spec") -> str:
+    """--storage, else the spec's storage, else ./studies/<study name>: an absolute path or a URI.
+    A local folder is created here, so one that cannot be (`/dev/null/x`, `/proc/x`, a name too
+    long) is a SpecError naming it, before anything starts; a bucket must be reachable."""
+    file, key = ("command line", "--storage") if flag else (spec_file, "storage" if spec.storage else "study")
     if flag and (problem := storage.scheme_error(flag)):
-        raise SpecError("command line", "--storage", problem)
-    location = storage.normalize(flag or spec.storage or Path("studies") / spec.study)
+        raise SpecError(file, key, problem)
+    try:
+        location = storage.normalize(flag or spec.storage or Path("studies") / spec.study)
+        storage.make_dirs(location)
+    except (OSError, ValueError) as error:  # ValueError: a NUL byte, text that is not a file name
+        where = flag or spec.storage or str(Path("studies") / spec.study)
+        reason = getattr(error, "strerror", None) or str(error)
+        where = storage.display(str(where))
+        raise SpecError(file, key, f"cannot create the study folder {where!r}: {reason}") from None
     if problem := storage.reach_error(location):
-        raise SpecError("command line" if flag else "spec", "--storage" if flag else "storage", problem)
+        raise SpecError(file, key, problem)
     return location
 
 
@@ -65,10 +76,28 @@ def command_run(args) -> int:
 
     spec = load_spec(args.spec)
     plan = plan_study(spec)
+
+    study_dir = study_dir_for(spec, args.storage, args.spec)
+    layout = StudyLayout(study_dir)
+    try:  # one driver per study: the lease comes before anything is written (sweeper.lease)
+        lease = hold_lease(layout.lease)
+    except LeaseHeld as error:
+        print(f"error: {error}", file=sys.stderr)
+        return EXIT_LEASE
+    except OSError as error:  # a folder that exists but cannot be written, as in study_dir_for
+        raise SpecError("command line" if args.storage else args.spec, "--storage" if args.storage else "storage",
+                        f"cannot write the study's lease {storage.display(layout.lease)}: "
+                        f"{error.strerror or error}") from None
+    try:
+        return run_with_lease(args, spec, plan, study_dir, layout)
+    finally:
+        lease.release()  # (and at exit: atexit)
+
+
+def run_with_lease(args, spec, plan, study_dir: str, layout: StudyLayout) -> int:
+    """`sweeper run` once the study's lease is held: changed cells, settings, then the study."""
     from sweeper.changes import apply_recompute, find_changes, record_settings
 
-    study_dir = study_dir_for(spec, args.storage)
-    layout = StudyLayout(study_dir)
     changes = find_changes(spec, plan, layout)
     if changes and not args.recompute_changed:
         print(f"error: the spec changes settings that recorded results depend on.\n{changes.describe()}\n"

@@ -15,6 +15,7 @@ from __future__ import annotations
 import hashlib
 import json
 import math
+import reprlib
 from dataclasses import asdict, dataclass, field, fields
 from typing import Literal
 
@@ -53,6 +54,42 @@ def non_empty(owner, *keys: str):
     for key in keys:
         if getattr(owner, key) == []:
             yield key, "empty grid: give at least one value"
+
+
+def non_blank(owner, *keys: str):
+    """(key, reason) for each named text field that is empty or only spaces."""
+    for key in keys:
+        value = getattr(owner, key)
+        if value is not None and not value.strip():
+            yield key, f"must not be empty, got {value!r}"
+
+
+def distinct(owner, *keys: str):
+    """(key[i], reason) for each item of the named list fields that repeats an earlier item (the
+    cells it plans would be planned twice, under one key)."""
+    for key in keys:
+        first: dict = {}
+        for i, value in enumerate(getattr(owner, key) or []):
+            if value in first:
+                yield f"{key}[{i}]", (f"{reprlib.repr(value)} is listed twice ({key}[{first[value]}] and [{i}]): "
+                                      "give each value once")
+            else:
+                first[value] = i
+
+
+SEED_LIMIT = 2**32
+"""Seeds lie in [0, 2**32): what numpy, Optuna's sampler and every torch generator accept."""
+
+
+def seeds(owner, *keys: str):
+    """(key, reason) for each named seed field (or key[i] for each item of a seed list) outside
+    [0, 2**32)."""
+    for key in keys:
+        value = getattr(owner, key)
+        items = enumerate(value) if isinstance(value, (list, tuple)) else [(None, value)]
+        for i, seed in items:
+            if seed is not None and not 0 <= seed < SEED_LIMIT:
+                yield (key if i is None else f"{key}[{i}]"), f"a seed must lie in [0, 2**32), got {seed}"
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)

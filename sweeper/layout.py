@@ -4,8 +4,10 @@
            plan.json                       planned trial keys and run keys (reports, status)
            resolved.json                   resolved fine-tuning settings (change detection)
            live.json                       the driver's heartbeat: pid, host, trials in flight
+           lease.json                      the single-writer lease of the running driver (sweeper.lease)
            report.md, figures/*.png        `sweeper report`
            results/<table>/...             the Parquet store (sweeper.store)
+           quarantine/<table>/...          damaged store files set aside, each with a .why.txt note
            tune/                           Ray Tune's state while a shard runs
            cache/corpus[-<tokenizer key>]/ prepared corpus: tokenizer + token stream
            cache/tasks/<task>-.../         a task tokenised once per tokenizer and length
@@ -25,6 +27,7 @@ checkpoint are the constants below, which the worker loops import from here.
 """
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 
 from sweeper import storage
@@ -77,16 +80,19 @@ class RunLayout:
         steps = self.saved_checkpoints()
         return steps[max(steps)] if steps else None
 
-    def marker_of(self, location: str, run_key: str) -> bool:
+    def marker_of(self, location: str, run_key: str, damaged: Callable[[str, str], None] | None = None) -> bool:
         """Whether the marker file at `location` was written for this run key (not for a former
-        configuration of the same run name)."""
-        return storage.read_json(location, default={}).get("run_key") == run_key
+        configuration of the same run name). A damaged marker (empty, not JSON) counts as absent
+        and is told to `damaged(location, why)` (storage.read_json): a run whose done marker is
+        damaged is not done, and resumes from its last checkpoint."""
+        marker = storage.read_json(location, default={}, damaged=damaged)
+        return isinstance(marker, dict) and marker.get("run_key") == run_key
 
-    def is_done(self, run_key: str) -> bool:
-        return self.marker_of(self.done, run_key)
+    def is_done(self, run_key: str, damaged: Callable[[str, str], None] | None = None) -> bool:
+        return self.marker_of(self.done, run_key, damaged)
 
-    def has_failed(self, run_key: str) -> bool:
-        return self.marker_of(self.failed, run_key)
+    def has_failed(self, run_key: str, damaged: Callable[[str, str], None] | None = None) -> bool:
+        return self.marker_of(self.failed, run_key, damaged)
 
 
 @dataclass(frozen=True, slots=True)
@@ -115,6 +121,11 @@ class StudyLayout:
         return self.path("live.json")
 
     @property
+    def lease(self) -> str:
+        """Held by the one `sweeper run` writing the study (sweeper.lease)."""
+        return self.path("lease.json")
+
+    @property
     def report(self) -> str:
         return self.path("report.md")
 
@@ -128,6 +139,11 @@ class StudyLayout:
 
     def table(self, name: str) -> str:
         return self.path("results", name)
+
+    @property
+    def quarantine(self) -> str:
+        """Damaged store files set aside: `<table>/<partition>/<part>` and its `.why.txt` note."""
+        return self.path("quarantine")
 
     @property
     def tune(self) -> str:

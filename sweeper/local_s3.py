@@ -1,8 +1,12 @@
 """A real S3 API on the loopback (moto's server) for tests, benchmarks and trying object-store
 studies offline. Needs the `test` extra (`moto[server]`); nothing else imports this module.
 
-    with local_s3("my-bucket") as location:       # s3://testing:testing@my-bucket?endpoint_override=...
-        sweeper run spec.yaml --storage "<location>/study?..."   (see `study_uri`)
+    with local_s3("my-bucket") as s3:
+        location = s3.uri("studies/x")   # s3://testing:testing@my-bucket/studies/x?endpoint_override=...
+
+The driver moves a URI's credentials into its environment and passes on locations without them
+(sweeper.storage.normalize); Ray workers then need AWS_ACCESS_KEY_ID / AWS_SECRET_ACCESS_KEY
+(`testing`) in theirs, as tests/conftest.py sets for its cluster.
 """
 from __future__ import annotations
 
@@ -21,8 +25,7 @@ class LocalS3:
     """`endpoint_override=127.0.0.1:<port>&scheme=http`: where pyarrow finds the server."""
 
     def uri(self, path: str) -> str:
-        """An `s3://` location in the bucket that any process (Ray workers included) can use as
-        it is: the credentials and the endpoint travel in the URI."""
+        """An `s3://` location in the bucket, with its test credentials and the endpoint."""
         return f"s3://testing:testing@{self.bucket}/{path}?{self.query}"
 
 

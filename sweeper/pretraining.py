@@ -26,19 +26,23 @@ from sweeper.store import PRETRAINING, write_rows
 
 def pretrain_config(run: PretrainingRun, spec: StudySpec, layout: StudyLayout, corpus_dir: str,
                     runs_by_name: dict[str, PretrainingRun]) -> PretrainConfig:
-    """Everything the worker loop reads, typed (workers never import the driver)."""
+    """Everything the worker loop reads, typed (workers never import the driver). Its locations
+    carry no credentials (`storage.strip_credentials`): workers reach the bucket through their
+    own provider chain."""
     pre, res = spec.pretraining, spec.resources
     if run.init_from_run:
         source = runs_by_name[run.init_from_run]
-        init = InitSource(kind="study", location=layout.checkpoint(source.name, source.total_steps))
+        init = InitSource(kind="study",
+                          location=storage.strip_credentials(layout.checkpoint(source.name, source.total_steps)))
     elif run.init_from_hf:
         init = InitSource(kind="hf", location=run.init_from_hf)
     else:
         init = InitSource(kind="scratch")
     return PretrainConfig(
         name=run.name, run_key=run.run_key, objective=run.objective, mask_ratio=run.mask_ratio,
-        clm_fraction=run.clm_fraction, switch_step=run.switch_step, run_dir=layout.run(run.name).root,
-        corpus_dir=corpus_dir, model_config=run.model_config, init=init, phases=run.phases,
+        clm_fraction=run.clm_fraction, switch_step=run.switch_step,
+        run_dir=storage.strip_credentials(layout.run(run.name).root),
+        corpus_dir=storage.strip_credentials(corpus_dir), model_config=run.model_config, init=init, phases=run.phases,
         total_steps=run.total_steps, checkpoint_steps=run.checkpoint_steps,
         global_batch_size=pre.global_batch_size, seq_len=spec.data.seq_len, peak_lr=pre.optimizer.peak_lr,
         optimizer=AdamWConfig.of(pre.optimizer), warmup_steps=run.warmup_steps, decay_steps=run.decay_steps,
@@ -153,7 +157,7 @@ class PretrainingScheduler:
         try:
             outcome = ray.get(future)
         except Exception as error:  # the other runs go on; every failure is reported
-            message = f"{type(error).__name__}: {str(error).strip()[-2000:]}"
+            message = storage.redact(f"{type(error).__name__}: {str(error).strip()[-2000:]}")
             failed_file = self.layout.run(run.name).failed
             storage.write_json(failed_file, {"run_key": run.run_key, "error": message, "failed_at": time.time()})
             self.failed.add(run.name)

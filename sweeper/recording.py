@@ -38,7 +38,7 @@ def trial_row(study: str, trial: Trial, result: dict | None, status: str, error:
         "seed": trial.seed, "sample": trial.sample, "status": status,
         "validation_score": result.get("validation_score"), "test_score": result.get("test_score"),
         "train_loss": result.get("train_loss"), "train_steps": result.get("train_steps"),
-        "error": error, "wall_time_s": result.get("wall_time_s"),
+        "error": storage.redact(error) if error else error, "wall_time_s": result.get("wall_time_s"),
         "finished_at": datetime.now(timezone.utc),
     }
 

@@ -1,11 +1,13 @@
 """`sweeper report STUDY_DIR`: the paper's tables, figures and findings for the study, from the store.
 
 Writes `report.md` and `figures/*.png` in the study directory and prints the summary. Works on
-partial results: it reports on what is recorded and says what is missing.
+partial results: it reports on what is recorded and says what is missing, and names the damaged
+files it met (store parts set aside, an unreadable `plan.json`).
 """
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 from pathlib import Path
 
 import pandas as pd
@@ -13,11 +15,28 @@ import pandas as pd
 from sweeper import analysis, figures, storage
 from sweeper.findings import check_findings
 from sweeper.layout import StudyLayout
-from sweeper.store import read_trials
+from sweeper.store import quarantined, read_trials
 
 
-def planned_trial_keys(study_dir: str | Path) -> list[str] | None:
-    return storage.read_json(StudyLayout(str(study_dir)).plan, default={}).get("trial_keys")
+def planned_trial_keys(study_dir: str | Path, damaged: Callable[[str, str], None] | None = None) -> list[str] | None:
+    """The planned trial keys of `plan.json`; None when it is absent or damaged (told to `damaged`)."""
+    plan = storage.read_json(StudyLayout(str(study_dir)).plan, default={}, damaged=damaged)
+    keys = plan.get("trial_keys") if isinstance(plan, dict) else None
+    return keys if isinstance(keys, list) else None
+
+
+def damage_section(study_dir: str, damaged: dict[str, str]) -> list[str]:
+    """Lines naming the store files set aside and the markers read as absent (none: no lines)."""
+    notes = quarantined(study_dir)
+    if not notes and not damaged:
+        return []
+    out = ["## Damaged files", ""]
+    if notes:
+        out += [f"{len(notes)} damaged store file(s) set aside in `quarantine/`: their rows are absent from this "
+                "report, and `sweeper run` reruns their trials.", ""]
+        out += [f"- `{n['file']}` (set aside {n['quarantined_at']}): {n['reason'][:200]}" for n in notes]
+    out += [f"- `{storage.name(location)}`: {why}; read as absent" for location, why in sorted(damaged.items())]
+    return out + [""]
 
 
 def fmt(value, digits: int = 2) -> str:
@@ -79,12 +98,14 @@ def build_report(study_dir: str | Path, lr_range: tuple[float, float] = (1e-5, 1
     """The report text and the figures drawn (into `<study>/figures/`, or a local folder that
     `write_report` uploads when the study is in an object store)."""
     study_dir = str(study_dir)
-    trials = read_trials(study_dir).to_pandas()
-    planned = planned_trial_keys(study_dir)
+    trials = read_trials(study_dir).to_pandas()  # sets damaged parts aside first
+    damaged: dict[str, str] = {}
+    planned = planned_trial_keys(study_dir, damaged=damaged.__setitem__)
     if planned is not None:
         trials = trials[trials["trial_key"].isin(set(planned))]  # superseded cells leave the report
     study = trials["study"].iloc[0] if not trials.empty else storage.name(study_dir)
     out = [f"# Study report: {study}", "", coverage(trials, len(planned) if planned is not None else None), ""]
+    out += damage_section(study_dir, damaged)
     best = analysis.best_lr_table(trials)
     if best.empty:
         return "\n".join(out + ["No finished trials yet."]) + "\n", []

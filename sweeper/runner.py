@@ -66,13 +66,50 @@ def plugin_runtime_env() -> dict | None:
     return {"env_vars": env_vars}
 
 
+SINGLE_MACHINE_VARIABLE = "RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER"
+
+
+def use_loopback_node() -> None:
+    """Make the local Ray instance about to start a loopback-only node. Ray 2.60 binds its GCS,
+    raylet, agents and workers to every interface unless the node's address is the loopback,
+    and on Linux turns a node address of 127.0.0.1 into the host's routable one, except in its
+    single-machine mode (`RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER=0`, its default on laptops). That
+    mode is set for the processes Ray starts and, as Ray reads it once when imported, for this
+    one; a value the user set is left as it is."""
+    if os.environ.get(SINGLE_MACHINE_VARIABLE) is not None:
+        return
+    os.environ[SINGLE_MACHINE_VARIABLE] = "0"
+    from ray._private import ray_constants
+
+    ray_constants.ENABLE_RAY_CLUSTER = False
+
+
+def tighten_auth_token() -> None:
+    """Ray (2.59+) writes its token file (`~/.ray/auth_token`) readable by every user: make it
+    readable by its owner only."""
+    token = Path(os.environ.get("RAY_AUTH_TOKEN_PATH") or Path.home() / ".ray" / "auth_token")
+    try:
+        if token.stat().st_mode & 0o077:
+            token.chmod(0o600)
+    except OSError:  # no token (auth off), or not ours
+        pass
+
+
 def connect_ray() -> None:
-    """Join the cluster this driver runs in (`ray job submit`, RAY_ADDRESS), else start a local one."""
+    """Join the cluster of RAY_ADDRESS (set by `ray job submit`; `RAY_ADDRESS=auto` joins one
+    started with `ray start`), else start a local Ray instance that listens on 127.0.0.1 only,
+    dashboard included, with Ray's token authentication (on by default for a new local
+    instance; RAY_AUTH_MODE=disabled turns it off, as the tests do)."""
     if ray.is_initialized():
         return
     os.environ.setdefault("RAY_DEDUP_LOGS", "0")  # keep every run's progress line
-    ray.init(address=os.environ.get("RAY_ADDRESS"), log_to_driver=True, configure_logging=False,
-             runtime_env=plugin_runtime_env())
+    options = dict(log_to_driver=True, configure_logging=False, runtime_env=plugin_runtime_env())
+    if os.environ.get("RAY_ADDRESS"):
+        ray.init(address=os.environ["RAY_ADDRESS"], **options)
+    else:
+        use_loopback_node()
+        ray.init(address="local", _node_ip_address="127.0.0.1", dashboard_host="127.0.0.1", **options)
+    tighten_auth_token()
 
 
 def write_plan_file(plan: StudyPlan, layout: StudyLayout) -> None:
@@ -90,7 +127,8 @@ def run_study(spec: StudySpec, spec_path: Path, plan: StudyPlan, study_dir: str,
     started = time.time()
     layout = StudyLayout(study_dir)
     storage.make_dirs(study_dir)
-    storage.write_text(layout.spec, Path(spec_path).read_text())
+    # The copy holds no credentials (a spec's `storage: s3://KEY:SECRET@...`): sweeper.storage.
+    storage.write_text(layout.spec, storage.redact(Path(spec_path).read_text()))
     write_plan_file(plan, layout)
     print(f"[study] {spec.study}: {len(plan.runs)} pretraining runs, {len(plan.checkpoints)} checkpoints, "
           f"{len(plan.trials)} fine-tuning trials -> {storage.display(study_dir)}", flush=True)

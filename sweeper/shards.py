@@ -15,7 +15,7 @@ from __future__ import annotations
 
 from dataclasses import replace
 
-from sweeper import registry
+from sweeper import registry, storage
 from sweeper.catalog import get_task
 from sweeper.configs import CompanionSet, TaskInfo, TrialConfig, TrialRuntime
 from sweeper.layout import StudyLayout
@@ -71,14 +71,17 @@ def task_definitions(task_dirs: dict) -> dict[str, tuple[TaskInfo, str]]:
 
 def trial_config(trial: Trial, layout: StudyLayout, task_dirs: dict, sets: EvaluationSets,
                  runtime: TrialRuntime, tasks: dict[str, tuple[TaskInfo, str]] | None = None) -> TrialConfig:
-    """The typed config the worker runs: the planned trial with concrete locations."""
+    """The typed config the worker runs: the planned trial with concrete locations, without
+    credentials (`storage.strip_credentials`: workers use their own provider chain)."""
     ckpt = trial.checkpoint
     task, family = (tasks or task_definitions(task_dirs))[trial.task]
+    strip = storage.strip_credentials
     return TrialConfig(
         trial_key=trial.trial_key, task=task, family=family,
-        protocol=trial.protocol, seed=trial.seed, checkpoint_path=layout.checkpoint(ckpt.run.name, ckpt.step),
-        task_data_dir=task_dirs[(ckpt.run.tokenizer, trial.task)], runtime=runtime,
-        companions=tuple(CompanionSet(trial_key=c.trial_key, task_data_dir=task_dirs[(ckpt.run.tokenizer, c.task)])
+        protocol=trial.protocol, seed=trial.seed, checkpoint_path=strip(layout.checkpoint(ckpt.run.name, ckpt.step)),
+        task_data_dir=strip(task_dirs[(ckpt.run.tokenizer, trial.task)]), runtime=runtime,
+        companions=tuple(CompanionSet(trial_key=c.trial_key,
+                                      task_data_dir=strip(task_dirs[(ckpt.run.tokenizer, c.task)]))
                          for c in sets.companions(trial)),
     )
 
@@ -91,7 +94,10 @@ class Shard:
     """Trials whose rows are written together (an Optuna sample's seeds)."""
 
     def __init__(self, layout: StudyLayout, task_dirs: dict, sets: EvaluationSets | None, runtime: TrialRuntime):
-        self.layout, self.task_dirs, self.runtime = layout, task_dirs, runtime
+        # A shard is shipped to the workers: its locations hold no credentials (sweeper.storage).
+        self.layout = StudyLayout(storage.strip_credentials(layout.root))
+        self.task_dirs = {key: storage.strip_credentials(location) for key, location in task_dirs.items()}
+        self.runtime = runtime
         self.sets = sets or EvaluationSets()
         self.tasks = task_definitions(task_dirs)
 

@@ -9,16 +9,71 @@ into it. The AdamW settings are `sweeper.configs.AdamWConfig`'s fields, shared b
 """
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Literal
 
 from sweeper import registry
-from sweeper.catalog import MODEL_PRESETS, TASKS
-from sweeper.configs import AdamWConfig, TrackingConfig, each_positive, non_empty, non_negative, positive
+from sweeper.catalog import MODEL_FIELDS, MODEL_PRESETS, TASKS
+from sweeper.configs import (AdamWConfig, TrackingConfig, distinct, each_positive, non_blank, non_empty,
+                             non_negative, positive, seeds)
 from sweeper.runs import RunNameClash, expand_base_runs, expand_runs  # sweeper.runs imports no spec
-from sweeper.spec_parsing import SpecError, build_dataclass, load_yaml, suggestion
+from sweeper.spec_parsing import (MAX_INT, SpecError, build_dataclass, key_text, load_yaml, shown, suggestion,
+                                  type_name)
 from sweeper.storage import scheme_error
+
+NAME_MAX_BYTES = 255
+"""Longest file or folder name most file systems take (ext4, XFS, APFS, NTFS)."""
+
+
+def number_problem(value, integer: bool) -> str | None:
+    """Why `value` (from an untyped mapping: model overrides, objective settings) is not a finite
+    number, or not an integer when `integer`, or None."""
+    if isinstance(value, bool) or not isinstance(value, int if integer else (int, float)):
+        hint = " (YAML reads 1e-5 as text: write 1.0e-5)" if not integer and parses_as_float(value) else ""
+        return f"expected {'an integer' if integer else 'a number'}, got {type_name(value)} {shown(value)}{hint}"
+    if isinstance(value, int) and abs(value) > MAX_INT:
+        return f"{shown(value)} is beyond the 64-bit integer range"
+    if not math.isfinite(value):
+        return f"must be a finite number, got {value}"
+    return None
+
+
+def parses_as_float(value) -> bool:
+    try:
+        return isinstance(value, str) and math.isfinite(float(value))
+    except ValueError:
+        return False
+
+
+def override_problems(overrides: dict):
+    """(key, reason) for each model override that is not a LlamaEncoderConfig field
+    (catalog.MODEL_FIELDS) of its type: sizes and floats positive, token ids not negative."""
+    for key, value in overrides.items():
+        where, kind = f"overrides.{key_text(key)}", MODEL_FIELDS.get(key)
+        if kind is None:
+            yield where, (f"unknown key{suggestion(str(key), list(MODEL_FIELDS))}; LlamaEncoderConfig fields: "
+                          f"{', '.join(MODEL_FIELDS)}")
+        elif problem := number_problem(value, integer=kind is int):
+            yield where, problem
+        elif str(key).endswith("_token_id") and value < 0:
+            yield where, f"must not be negative, got {value}"
+        elif not str(key).endswith("_token_id") and value <= 0:
+            yield where, f"must be positive, got {value}"
+
+
+def setting_problem(default, value) -> str | None:
+    """Why `value` cannot replace an objective setting whose registered default is `default`: a
+    number for a number (an integer for an integer), finite; otherwise a scalar of the default's type."""
+    if isinstance(default, (int, float)) and not isinstance(default, bool):
+        return number_problem(value, integer=isinstance(default, int))
+    scalar = (str, bool, int, float, type(None))
+    if isinstance(value, float) and not math.isfinite(value):
+        return f"must be a finite number, got {value}"
+    if default is None and isinstance(value, scalar) or type(value) is type(default) and isinstance(value, scalar):
+        return None
+    return f"expected {type_name(default)} like the default {shown(default)}, got {type_name(value)} {shown(value)}"
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
@@ -30,7 +85,20 @@ class ModelSpec:
 
     def check(self):
         if self.preset not in MODEL_PRESETS:
-            yield "preset", f"unknown preset {self.preset!r}{suggestion(self.preset, list(MODEL_PRESETS))}"
+            yield "preset", f"unknown preset {shown(self.preset)}{suggestion(self.preset, list(MODEL_PRESETS))}"
+        yield from override_problems(self.overrides)
+
+    def architecture_problem(self, preset: str) -> str | None:
+        """Why the preset with this section's overrides is not a model the encoder can build."""
+        config = {**MODEL_PRESETS[preset], **self.overrides}
+        hidden, heads, kv_heads = config["hidden_size"], config["num_attention_heads"], config["num_key_value_heads"]
+        if hidden % heads:
+            return f"hidden_size {hidden} is not divisible by num_attention_heads {heads}"
+        if heads % kv_heads:
+            return f"num_attention_heads {heads} is not divisible by num_key_value_heads {kv_heads}"
+        if hidden // heads % 2:
+            return f"the head size (hidden_size / num_attention_heads = {hidden // heads}) must be even (rotary)"
+        return None
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
@@ -51,7 +119,9 @@ class DataSpec:
     """Seed of the sample order, shared by every run (the same data order for all objectives)."""
 
     def check(self):
+        yield from non_blank(self, "corpus", "text_column", "tokenizer")
         yield from positive(self, "vocab_size", "seq_len", "max_documents")
+        yield from seeds(self, "order_seed")
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
@@ -82,7 +152,7 @@ class PhaseSpec:
 
     def check(self):
         if self.objective not in registry.OBJECTIVES:
-            yield "objective", (f"unknown objective {self.objective!r}"
+            yield "objective", (f"unknown objective {shown(self.objective)}"
                                 f"{suggestion(self.objective, list(registry.OBJECTIVES))}; "
                                 f"registered: {', '.join(registry.OBJECTIVES)}")
             return
@@ -92,11 +162,15 @@ class PhaseSpec:
                 yield "mask_ratio", f"objective {self.objective!r} masks nothing"
             elif not 0 < self.mask_ratio < 1:
                 yield "mask_ratio", f"{self.mask_ratio} is outside (0, 1)"
-        for key in self.settings:
+        for key, value in self.settings.items():
             if key not in known or key == "mask_ratio":
-                yield f"settings.{key}", (f"not a setting of objective {self.objective!r}"
-                                          f"{suggestion(str(key), list(known))}; its settings: "
-                                          f"{', '.join(known) or 'none'}")
+                yield f"settings.{key_text(key)}", (
+                    f"not a setting of objective {self.objective!r}{suggestion(str(key), list(known))}; "
+                    f"its settings: {', '.join(known) or 'none'}")
+            elif problem := setting_problem(known[key], value):
+                yield f"settings.{key}", problem
+            elif key in ("random_replace", "keep_original") and not 0 <= value <= 1:
+                yield f"settings.{key}", f"{value} is outside [0, 1]"
         if self.until is not None and not 0 < self.until <= 1:
             yield "until", f"{self.until} is outside (0, 1]"
 
@@ -137,7 +211,7 @@ class RunGridSpec:
             yield "objective", "give either objective (short form) or phases (long form)"
             return
         if self.objective is not None and self.objective not in (*registry.OBJECTIVES, "clm-mlm"):
-            yield "objective", (f"unknown objective {self.objective!r}"
+            yield "objective", (f"unknown objective {shown(self.objective)}"
                                 f"{suggestion(self.objective, [*registry.OBJECTIVES, 'clm-mlm'])}; "
                                 f"registered: {', '.join([*registry.OBJECTIVES, 'clm-mlm'])}")
         if self.phases is not None:
@@ -151,7 +225,7 @@ class RunGridSpec:
                 yield f"init_from[{i}]", "give a path or model name after 'hf:'"
         for i, preset in enumerate(self.preset or []):
             if preset not in MODEL_PRESETS:
-                yield f"preset[{i}]", f"unknown preset {preset!r}{suggestion(preset, list(MODEL_PRESETS))}"
+                yield f"preset[{i}]", f"unknown preset {shown(preset)}{suggestion(preset, list(MODEL_PRESETS))}"
         if self.preset == []:
             yield "preset", "empty grid: give at least one preset or leave preset out"
         yield from non_negative(self, "warmup_steps", "decay_steps")
@@ -163,6 +237,7 @@ class RunGridSpec:
                 yield f"clm_fraction[{i}]", f"{share} is outside [0, 1]"
         yield from non_empty(self, "mask_ratio", "clm_fraction", "steps")
         yield from each_positive(self, "steps", "checkpoint_steps")
+        yield from distinct(self, "mask_ratio", "clm_fraction", "steps", "checkpoint_steps", "preset", "init_from")
 
     def check_phases(self):
         if not self.phases:
@@ -214,6 +289,7 @@ class PretrainingSpec:
             yield "runs", "empty grid: give at least one run"
         yield from positive(self, "steps", "global_batch_size", "log_every")
         yield from non_negative(self, "warmup_steps", "decay_steps", "save_every", "random_replace", "keep_original")
+        yield from seeds(self, "seed")
         if not 0 <= self.random_replace + self.keep_original <= 1:
             yield "random_replace", "random_replace + keep_original must lie in [0, 1]"
         for i, run in enumerate(self.runs):
@@ -246,6 +322,7 @@ class OptunaSpec:
 
     def check(self):
         yield from positive(self, "learning_rates_per_cell")
+        yield from seeds(self, "seed")
         if self.startup_samples < 1:
             yield "startup_samples", f"must be at least 1, got {self.startup_samples}"
         if not 0 < self.lr_min < self.lr_max:
@@ -310,20 +387,22 @@ class FinetuningSpec(AdamWConfig):
         yield from AdamWConfig.check(self)
         for i, task in enumerate(self.tasks):
             if task not in TASKS:
-                yield f"tasks[{i}]", f"unknown task {task!r}{suggestion(task, list(TASKS))}"
+                yield f"tasks[{i}]", f"unknown task {shown(task)}{suggestion(task, list(TASKS))}"
             elif TASKS[task].train_task and TASKS[task].train_task not in self.tasks:
                 trained_on = TASKS[task].train_task
                 yield f"tasks[{i}]", (f"{task!r} is an evaluation-only set scored with the model trained on "
                                       f"{trained_on!r}; add {trained_on!r} to tasks")
         for task in self.task_budgets:
             if task not in self.tasks:
-                yield f"task_budgets.{task}", f"{task!r} is not in tasks{suggestion(task, self.tasks)}"
+                yield f"task_budgets.{key_text(task)}", f"{shown(task)} is not in tasks{suggestion(task, self.tasks)}"
         families = {TASKS[t].family for t in self.tasks if t in TASKS}
         for family in registry.FAMILIES.values():
             if family.name in families and family.check is not None:
                 yield from family.check(self)
         yield from non_empty(self, "tasks", "seeds", *(("learning_rates",) if self.search == "grid" else ()))
         yield from each_positive(self, "learning_rates")
+        yield from seeds(self, "seeds")
+        yield from distinct(self, "tasks", "learning_rates", "seeds")
         yield from non_negative(self, "eval_every")
         yield from positive(self, "batch_size", "micro_batch_size", "max_steps", "max_length", "eval_batch_size",
                             "epochs", "max_train_examples", "max_eval_examples")
@@ -398,10 +477,22 @@ class StudySpec:
     """Optional experiment tracking."""
 
     def check(self):
-        if not self.study or "/" in self.study:
-            yield "study", f"must be a non-empty name without '/', got {self.study!r}"
-        if self.storage is not None and (problem := scheme_error(self.storage)):
+        if problem := folder_name_problem(self.study):
+            yield "study", problem
+        if self.storage is not None and "\x00" in self.storage:
+            yield "storage", "holds a NUL character"
+        elif self.storage is not None and (problem := scheme_error(self.storage)):
             yield "storage", problem
+        workers = self.resources.pretraining_workers
+        if workers > 0 and self.pretraining.global_batch_size % workers:
+            yield "pretraining.global_batch_size", (
+                f"{self.pretraining.global_batch_size} is not divisible by resources.pretraining_workers "
+                f"({workers}): every worker takes an equal share of a step's sequences")
+        if self.model.preset in MODEL_PRESETS and not any(problem for _, problem in self.model.check()):
+            used = {p for grid in self.pretraining.runs for p in grid.preset or [self.model.preset]}
+            for preset in sorted(used & set(MODEL_PRESETS)):
+                if problem := self.model.architecture_problem(preset):
+                    yield ("model.overrides" if self.model.overrides else "model.preset"), f"preset {preset}: {problem}"
         yield from self.check_references()
 
     def check_references(self):
@@ -418,13 +509,24 @@ class StudySpec:
                 if not source.startswith("hf:") and source not in base_names:
                     unknown = True
                     yield (f"pretraining.runs[{i}].init_from[{j}]",
-                           f"no run named {source!r} in this study{suggestion(source, sorted(base_names))}"
+                           f"no run named {shown(source)} in this study{suggestion(source, sorted(base_names))}"
                            " (a study run name, or hf:<path> for a Hugging Face causal LM)")
         if not unknown:
             try:
                 expand_runs(self)
             except RunNameClash as clash:
                 yield clash.key, clash.reason
+
+
+def folder_name_problem(name: str) -> str | None:
+    """Why `name` cannot be the study's folder name (and `study` column), or None."""
+    if not name or "/" in name or name in (".", ".."):
+        return f"must be a non-empty name without '/' (and not . or ..), got {shown(name)}"
+    if any(ord(c) < 32 or ord(c) == 127 or 0xD800 <= ord(c) < 0xE000 for c in name):
+        return f"must not hold control characters (NUL, newline, tab, ...) or lone surrogates, got {shown(name)}"
+    if (size := len(name.encode())) > NAME_MAX_BYTES:
+        return f"is {size:,} bytes long (UTF-8); a folder name takes at most {NAME_MAX_BYTES}"
+    return None
 
 
 def load_spec(path: str | Path) -> StudySpec:

@@ -3,17 +3,49 @@
 Generic over the spec's dataclasses: field types come from their annotations (int, float, str,
 bool, `X | None`, `list[X]`, `dict`, `Literal[...]`, nested dataclasses), unknown keys get a
 "did you mean" suggestion, and a list-typed field also accepts one scalar (`seeds: 0`).
-YAML is safe-loaded: nothing in a spec is executed.
+A float field holds a finite number and an int field a 64-bit integer, whatever the field.
+
+YAML is safe-loaded (nothing in a spec is executed) and read within fixed bounds, whatever the
+file holds: at most MAX_SPEC_BYTES of UTF-8, MAX_DEPTH levels of nesting and MAX_NODES values
+(alias references counted). An alias is resolved once: it becomes a reference to its anchor's
+node, and every pass over the document (line index, construction) visits each node once, so an
+"alias bomb" costs what its text costs. A key given twice in one mapping is refused (YAML 1.2
+forbids it; PyYAML would keep the last silently).
 """
 from __future__ import annotations
 
 import dataclasses
 import difflib
+import math
+import reprlib
 import types
 import typing
 from pathlib import Path
 
 import yaml
+
+MAX_SPEC_BYTES = 1 << 20
+"""A spec is a few KB (paper.yaml: ~6 KB); a larger file is refused unread."""
+MAX_DEPTH = 64
+"""Levels of nesting (mappings and lists); the deepest shipped spec has 5."""
+MAX_NODES = 10_000
+"""Values, keys and alias references composed (paper.yaml has 276); PyYAML composes ~20,000 a second."""
+MAX_INT = 2**63 - 1
+"""An int field holds a 64-bit integer (what torch, numpy and Parquet store)."""
+
+_shown = reprlib.Repr()
+_shown.maxstring, _shown.maxother, _shown.maxlevel, _shown.maxlist, _shown.maxdict = 80, 80, 1, 4, 4
+
+
+def shown(value) -> str:
+    """A bounded repr of a spec value for an error message (a long string or a deep list is cut)."""
+    return _shown.repr(value)
+
+
+def key_text(key) -> str:
+    """A mapping key as it appears in a key path: itself, or a bounded repr when it is long, not
+    printable or not a string."""
+    return key if isinstance(key, str) and len(key) <= 100 and key.isprintable() else shown(key)
 
 
 class SpecError(Exception):
@@ -25,34 +57,114 @@ class SpecError(Exception):
         super().__init__(f"{where}: {key_path or '<top>'}: {reason}")
 
 
-class LineIndex:
-    """Line numbers (1-based) of every key path in a YAML document, from its node tree."""
+class SpecLoader(yaml.SafeLoader):
+    """PyYAML's SafeLoader within the bounds above. Composing (`get_single_node`) refuses nesting
+    deeper than MAX_DEPTH and more than MAX_NODES nodes, and records every key repeated in one
+    mapping (`duplicates`: mapping node, key, first line, second line); timestamps stay text
+    (no spec field is a date, and `2024-13-45` would raise)."""
 
     def __init__(self, text: str):
-        self.lines: dict[str, int] = {}
-        try:
-            root = yaml.compose(text, Loader=yaml.SafeLoader)
-        except yaml.YAMLError:
-            root = None
-        if root is not None:
-            self._walk(root, "")
+        super().__init__(text)
+        self.depth = self.nodes = 0
+        self.duplicates: list[tuple[yaml.MappingNode, str, int, int]] = []
 
-    def _walk(self, node, path: str) -> None:
-        self.lines.setdefault(path, node.start_mark.line + 1)
-        if isinstance(node, yaml.MappingNode):
-            for key, value in node.value:
-                child = f"{path}.{key.value}" if path else str(key.value)
-                self.lines[child] = key.start_mark.line + 1
-                self._walk(value, child)
-        elif isinstance(node, yaml.SequenceNode):
-            for index, value in enumerate(node.value):
-                self._walk(value, f"{path}[{index}]")
+    def compose_node(self, parent, index):
+        self.nodes += 1
+        mark = self.peek_event().start_mark
+        if self.nodes > MAX_NODES:
+            raise yaml.composer.ComposerError(None, None, f"more than {MAX_NODES:,} values: not a spec", mark)
+        if self.depth >= MAX_DEPTH:
+            raise yaml.composer.ComposerError(None, None, f"nested deeper than {MAX_DEPTH} levels", mark)
+        self.depth += 1
+        try:
+            return super().compose_node(parent, index)
+        finally:
+            self.depth -= 1
+
+    def compose_mapping_node(self, anchor):
+        node = super().compose_mapping_node(anchor)
+        first: dict[tuple[str, str], int] = {}
+        for key, _ in node.value:
+            if isinstance(key, yaml.ScalarNode):
+                line = key.start_mark.line + 1
+                if (key.tag, key.value) in first:
+                    self.duplicates.append((node, key.value, first[(key.tag, key.value)], line))
+                else:
+                    first[(key.tag, key.value)] = line
+        return node
+
+    def construct_object(self, node, deep=False):
+        try:
+            return super().construct_object(node, deep)
+        except (ValueError, OverflowError) as error:  # `!!int x`, `!!float x`, a 5,000-digit integer
+            reason = str(error).split(";")[0][:200]
+            raise yaml.constructor.ConstructorError(None, None, f"cannot read this value: {reason}",
+                                                    node.start_mark) from None
+
+
+SpecLoader.add_constructor("tag:yaml.org,2002:timestamp", yaml.SafeLoader.construct_yaml_str)
+
+
+class LineIndex:
+    """Line numbers (1-based) of every key path in a YAML document, from its node tree (each
+    node visited once: a node reached again through an alias keeps its first path), and the key
+    path of every mapping node (`paths`, by node id)."""
+
+    MAX_PATH = 1000
+    """Longer key paths (absurd keys nested deep) are not indexed: their ancestor's line is used."""
+
+    def __init__(self, source: str | yaml.Node | None):
+        self.lines: dict[str, int] = {}
+        self.paths: dict[int, str] = {}
+        root = source
+        if isinstance(source, str):
+            loader = None
+            try:
+                loader = SpecLoader(source)
+                root = loader.get_single_node()
+            except yaml.YAMLError:
+                root = None
+            finally:
+                if loader is not None:
+                    loader.dispose()
+        if root is not None:
+            self._index(root)
+
+    def _index(self, root: yaml.Node) -> None:
+        seen: set[int] = set()
+        stack = [(root, "")]
+        while stack:
+            node, path = stack.pop()
+            self.lines.setdefault(path, node.start_mark.line + 1)
+            if id(node) in seen:
+                continue
+            seen.add(id(node))
+            children = []
+            if isinstance(node, yaml.MappingNode):
+                self.paths[id(node)] = path
+                for key, value in node.value:
+                    name = key.value if isinstance(key, yaml.ScalarNode) else "?"
+                    child = f"{path}.{name}" if path else str(name)
+                    if len(child) <= self.MAX_PATH:
+                        self.lines.setdefault(child, key.start_mark.line + 1)
+                        children.append((value, child))
+            elif isinstance(node, yaml.SequenceNode):
+                children = [(value, f"{path}[{i}]") for i, value in enumerate(node.value)]
+                children = [(value, child) for value, child in children if len(child) <= self.MAX_PATH]
+            stack.extend(reversed(children))  # popped in document order: the first path wins
+
+    def path_at(self, line: int) -> str:
+        """The deepest key path given on `line` ('' when none is)."""
+        return max((path for path, at in self.lines.items() if at == line), key=len, default="")
 
     def line(self, path: str) -> int | None:
         while path:
             if path in self.lines:
                 return self.lines[path]
-            path = path.rsplit(".", 1)[0] if "." in path else ""
+            if path.endswith("]"):
+                path = path[:path.rindex("[")]
+            else:
+                path = path.rsplit(".", 1)[0] if "." in path else ""
         return self.lines.get("")
 
 
@@ -66,21 +178,86 @@ class Context:
         raise SpecError(self.file, path, reason, self.lines.line(path))
 
 
-def load_yaml(path: str | Path) -> tuple[dict, Context]:
-    """The file's mapping (a path, or the URI of a study's copy of its spec)."""
+def read_spec_bytes(location: str) -> bytes:
+    """The file's bytes (a path, a file:// URI, or the URI of a study's copy of its spec), or a
+    SpecError when it cannot be read or is larger than MAX_SPEC_BYTES (never read past that)."""
     from sweeper import storage
 
     try:
-        text = storage.read_text(str(path))
+        if storage.is_remote(location):
+            fs, inner = storage.filesystem(location)
+            with fs.open_input_stream(inner) as stream:
+                data = stream.read(MAX_SPEC_BYTES + 1)
+        else:
+            with open(storage.normalize(location), "rb") as stream:
+                data = stream.read(MAX_SPEC_BYTES + 1)
     except OSError as error:
-        raise SpecError(str(path), "", f"cannot read the file: {error.strerror or error}") from None
-    context = Context(str(path), LineIndex(text))
+        raise SpecError(location, "", f"cannot read the file: {error.strerror or error}") from None
+    except ValueError as error:  # a NUL byte in the path, a malformed URI
+        raise SpecError(location, "", f"cannot read the file: {error}") from None
+    if len(data) > MAX_SPEC_BYTES:
+        raise SpecError(location, "", f"the file is larger than {MAX_SPEC_BYTES // 1024:,} KiB: not a spec")
+    return data
+
+
+def decode_spec(location: str, data: bytes) -> str:
+    """UTF-8 text (a UTF-8 byte-order mark dropped), or a SpecError naming the line of the first
+    byte that is not UTF-8, a UTF-16/32 file, or a NUL character."""
+    for bom, encoding in ((b"\xff\xfe\x00\x00", "UTF-32"), (b"\x00\x00\xfe\xff", "UTF-32"),
+                          (b"\xff\xfe", "UTF-16"), (b"\xfe\xff", "UTF-16")):
+        if data.startswith(bom):
+            raise SpecError(location, "", f"the file is {encoding} text: save it as UTF-8", 1)
     try:
-        data = yaml.safe_load(text)
+        text = data.decode("utf-8")
+    except UnicodeDecodeError as error:
+        line = data.count(b"\n", 0, error.start) + 1
+        raise SpecError(location, "", f"not UTF-8 text (byte 0x{data[error.start]:02x} at offset {error.start}): "
+                                      "save the file as UTF-8", line) from None
+    if "\x00" in text:
+        line = text.count("\n", 0, text.index("\x00")) + 1
+        raise SpecError(location, "", "the file holds a NUL character (UTF-16 text without a byte-order mark, "
+                                      "or a binary file?): save it as UTF-8 text", line)
+    return text.removeprefix("\ufeff")
+
+
+def load_yaml(path: str | Path) -> tuple[dict, Context]:
+    """The file's mapping (a path, or the URI of a study's copy of its spec), read within the
+    bounds of this module."""
+    file = str(path)
+    text = decode_spec(file, read_spec_bytes(file))
+    loader = None
+    try:
+        loader = SpecLoader(text)
+        root = loader.get_single_node()
+        lines = LineIndex(root)
+        if loader.duplicates:
+            node, key, first, second = min(loader.duplicates, key=lambda d: d[3])
+            parent, key = lines.paths.get(id(node), ""), key_text(key)
+            where = (f"given twice on line {first}" if first == second
+                     else f"given on line {first} and again on line {second}")
+            raise SpecError(file, f"{parent}.{key}" if parent else key,
+                            f"duplicate key: {where} (YAML forbids repeating a key in one mapping; keep one)", second)
+        data = loader.construct_document(root) if root is not None else None
+    except yaml.reader.ReaderError as error:
+        line = text.count("\n", 0, error.position) + 1
+        character = f" (#x{error.character:04x})" if isinstance(error.character, int) else ""
+        raise SpecError(file, "", f"malformed YAML: {error.reason}{character}", line) from None
+    except yaml.constructor.ConstructorError as error:  # the document is composed: name the key
+        line = error.problem_mark.line + 1 if error.problem_mark else None
+        raise SpecError(file, lines.path_at(line) if line else "", f"malformed YAML: {error.problem}", line) from None
     except yaml.YAMLError as error:
-        mark = getattr(error, "problem_mark", None)
+        mark, context_mark = getattr(error, "problem_mark", None), getattr(error, "context_mark", None)
         problem = getattr(error, "problem", None) or str(error).splitlines()[0]
-        raise SpecError(str(path), "", f"malformed YAML: {problem}", mark.line + 1 if mark else None) from None
+        if context := getattr(error, "context", None):  # "found duplicate anchor 'a'; first occurrence"
+            at = "" if not (context_mark and mark) else (
+                f" (line {context_mark.line + 1})" if context_mark.line != mark.line
+                else f" (column {context_mark.column + 1})" if context_mark.column != mark.column else "")
+            problem = f"{context}{at}, {problem}"
+        raise SpecError(file, "", f"malformed YAML: {problem}", mark.line + 1 if mark else None) from None
+    finally:
+        if loader is not None:
+            loader.dispose()
+    context = Context(file, lines)
     if not isinstance(data, dict):
         context.fail("", f"the file must hold a mapping of keys, not {type_name(data)}")
     return data, context
@@ -101,8 +278,8 @@ def convert(value, annotation, path: str, context: Context):
         return convert(value, inner[0], path, context)
     if origin is typing.Literal:
         if value not in args:
-            hint = suggestion(str(value), [str(a) for a in args])
-            context.fail(path, f"{value!r} is not one of {', '.join(map(repr, args))}{hint}")
+            hint = suggestion(value, [str(a) for a in args]) if isinstance(value, str) else ""
+            context.fail(path, f"{shown(value)} is not one of {', '.join(map(repr, args))}{hint}")
         return value
     if origin is list:
         items = value if isinstance(value, list) else [value]
@@ -127,30 +304,45 @@ def convert(value, annotation, path: str, context: Context):
         return build_dataclass(annotation, value, path, context)
     if annotation is bool:
         if not isinstance(value, bool):
-            context.fail(path, f"expected true or false, got {type_name(value)} {value!r}")
+            context.fail(path, f"expected true or false, got {type_name(value)} {shown(value)}")
         return value
     if annotation is int:
         if isinstance(value, bool) or not isinstance(value, int):
-            context.fail(path, f"expected an integer, got {type_name(value)} {value!r}")
+            context.fail(path, f"expected an integer, got {type_name(value)} {shown(value)}")
+        if abs(value) > MAX_INT:
+            context.fail(path, f"{shown(value)} is beyond the 64-bit integer range")
         return value
     if annotation is float:
-        if isinstance(value, str):  # PyYAML reads 1e-5 (no dot) as a string
-            try:
-                return float(value)
-            except ValueError:
-                pass
-        if isinstance(value, bool) or not isinstance(value, (int, float)):
-            context.fail(path, f"expected a number, got {type_name(value)} {value!r}")
-        return float(value)
+        return finite_number(value, path, context)
     if annotation is str:
         if not isinstance(value, str):
-            context.fail(path, f"expected a string, got {type_name(value)} {value!r}")
+            context.fail(path, f"expected a string, got {type_name(value)} {shown(value)}")
         return value
     raise TypeError(f"spec field type {annotation!r} is not supported")  # a bug, not a user error
 
 
+def finite_number(value, path: str, context: Context) -> float:
+    """A float field's value: a finite number (NaN, .inf, 1e999 or an integer beyond the float
+    range would corrupt training silently or fail hours later)."""
+    number = value
+    if isinstance(value, str):  # PyYAML reads 1e-5 (no dot) as a string
+        try:
+            number = float(value)
+        except ValueError:
+            pass
+    if isinstance(number, bool) or not isinstance(number, (int, float)):
+        context.fail(path, f"expected a number, got {type_name(value)} {shown(value)}")
+    try:
+        number = float(number)
+    except OverflowError:
+        context.fail(path, f"{shown(value)} is beyond the range of a number")
+    if not math.isfinite(number):
+        context.fail(path, f"must be a finite number, got {shown(value)}")
+    return number
+
+
 def suggestion(word: str, options: list[str]) -> str:
-    close = difflib.get_close_matches(word, options, n=1, cutoff=0.6)
+    close = difflib.get_close_matches(word[:100], options, n=1, cutoff=0.6)
     return f" (did you mean {close[0]!r}?)" if close else ""
 
 
@@ -163,7 +355,8 @@ def build_dataclass(cls, value, path: str, context: Context):
     fields = {f.name: f for f in dataclasses.fields(cls)}
     for key in value:
         if key not in fields:
-            where = f"{path}.{key}" if path else str(key)
+            name = key_text(key)
+            where = f"{path}.{name}" if path else name
             context.fail(where, f"unknown key{suggestion(str(key), list(fields))}; "
                                 f"known keys: {', '.join(fields)}")
     kwargs = {}

@@ -21,16 +21,19 @@ What each kind guarantees, and how the study relies on it:
 """
 from __future__ import annotations
 
+import errno
 import hashlib
 import json
 import os
+import re
 import shutil
+import sys
 import tempfile
 import time
 from collections.abc import Callable
 from functools import lru_cache
 from pathlib import Path, PurePosixPath
-from urllib.parse import urlsplit, urlunsplit
+from urllib.parse import unquote, urlsplit, urlunsplit
 
 import pyarrow.fs as pafs
 
@@ -38,12 +41,15 @@ OBJECT_STORE_SCHEMES = ("s3", "gs", "gcs")
 
 
 def normalize(location: str | Path) -> str:
-    """A location as the study keeps it: an absolute path, or the URI unchanged."""
+    """A location as the study keeps it: an absolute path, or the URI without credentials. The
+    driver calls this on `--storage` / the spec's `storage:` first: an s3:// URI's credentials go
+    into its environment there (`use_credentials`), so it and a local Ray it starts reach the
+    bucket, and no location the study passes on carries them."""
     text = str(location)
     if text.startswith("file://"):
         return str(Path(urlsplit(text).path).resolve())
     if is_remote(text):
-        return text
+        return use_credentials(text)
     return str(Path(text).resolve())
 
 
@@ -59,7 +65,7 @@ def scheme_error(location: str) -> str | None:
     if scheme not in OBJECT_STORE_SCHEMES:
         return f"unsupported storage scheme {scheme!r}: use a path, or s3://, gs:// (or file://)"
     if not urlsplit(location).netloc:
-        return f"{location!r} names no bucket"
+        return f"{redact(location)!r} names no bucket"
     return None
 
 
@@ -74,7 +80,7 @@ def reach_error(location: str) -> str | None:
         if fs.get_file_info(bucket).type == pafs.FileType.NotFound:
             return f"bucket {bucket!r} does not exist (create it first, or check the endpoint)"
     except (OSError, ValueError) as error:
-        return f"cannot reach {display(location)}: {str(error).splitlines()[0]}"
+        return f"cannot reach {display(location)}: {redact(str(error).splitlines()[0])}"
     return None
 
 
@@ -85,10 +91,50 @@ def bucket_and_path(location: str) -> tuple[str, str]:
 
 
 def display(location: str) -> str:
-    """The location with any credentials (`s3://key:secret@bucket`) hidden, for printing."""
+    """The location with any credentials (`s3://key:secret@bucket`) and its query hidden, for printing."""
     if not is_remote(location):
         return location
-    return urlunsplit((urlsplit(location).scheme, *bucket_and_path(location), "", ""))
+    return redact(urlunsplit((urlsplit(location).scheme, *bucket_and_path(location), "", "")))
+
+
+# Credentials: `s3://KEY:SECRET@bucket/...` is accepted, but the key and secret never leave the
+# driver. Whatever crosses to a worker (PretrainConfig, TrialConfig, a shard), goes to W&B or is
+# written into the study (the spec copy, rows, failure notes) holds `strip_credentials(location)`
+# or `redact(text)`; the driver reaches the bucket through its environment (`use_credentials`),
+# the workers of a cluster through their own provider chain (instance role, AWS_* variables).
+_URI_CREDENTIALS = re.compile(
+    r"""\b((?:s3|gs|gcs)://)"""            # an object-store URI, then its user info:
+    r"""(?:[^\s/?#'"<>]*@"""                # `key:secret@` (a secret may hold `@`: up to the last one)
+    r"""|[^\s/?#@:'"<>]+:[^\s@'"<>]*@)""")  # or `key:se/cret@` (a `/` a writer forgot to escape)
+
+
+def redact(text: str) -> str:
+    """`text` with the `user:password@` of every s3:// and gs:// URI in it removed (tracebacks,
+    log lines, a spec's text): `s3://KEY:SECRET@bucket/x` -> `s3://bucket/x`."""
+    return _URI_CREDENTIALS.sub(r"\1", text)
+
+
+def strip_credentials(location: str | None) -> str | None:
+    """The location without its `key:secret@` (query kept: `s3://bucket/x?endpoint_override=...`):
+    what may leave the driver. A path (or None) is returned unchanged."""
+    if location is None or not is_remote(location):
+        return location
+    scheme, netloc, path, query, fragment = urlsplit(str(location))
+    return redact(urlunsplit((scheme, netloc.rsplit("@", 1)[-1], path, query, fragment)))
+
+
+def use_credentials(location: str) -> str:
+    """Put the `key:secret@` of an s3:// location into this process's environment, where pyarrow's
+    S3 provider chain reads them (and a local Ray started from here inherits them), and return the
+    location without them. A location without credentials changes nothing."""
+    parts = urlsplit(str(location))
+    if parts.scheme == "s3" and "@" in parts.netloc:
+        key, _, secret = parts.netloc.rsplit("@", 1)[0].partition(":")
+        wanted = {"AWS_ACCESS_KEY_ID": unquote(key), "AWS_SECRET_ACCESS_KEY": unquote(secret)}
+        if any(os.environ.get(name) != value for name, value in wanted.items()):
+            os.environ.update(wanted)
+            os.environ.pop("AWS_SESSION_TOKEN", None)  # it belonged to other credentials
+    return strip_credentials(location)
 
 
 def join(location: str, *parts: str) -> str:
@@ -119,10 +165,12 @@ def _filesystem_of_root(root: str) -> pafs.FileSystem:
 
 def filesystem(location: str) -> tuple[pafs.FileSystem, str]:
     """(pyarrow filesystem, path on it): what pyarrow, Ray Train and Tune take for a location.
-    One filesystem object per bucket and query (an S3 client is costly to create)."""
+    One filesystem object per bucket and query (an S3 client is costly to create). The object
+    holds no credentials (they are in the environment, `use_credentials`): Ray pickles it into
+    Tune's state and the trainables' payloads, and pyarrow pickles explicit keys with it."""
     if not is_remote(location):
         return pafs.LocalFileSystem(), str(location)
-    scheme, netloc, _, query, _ = urlsplit(location)
+    scheme, netloc, _, query, _ = urlsplit(use_credentials(location))
     filesystem_ = _filesystem_of_root(urlunsplit((scheme, netloc, "", query, "")))
     return filesystem_, "".join(bucket_and_path(location)).rstrip("/")
 
@@ -146,27 +194,67 @@ def read_text(location: str) -> str:
     return read_bytes(location).decode()
 
 
-def read_json(location: str, default=None, patience_s: float = 5.0):
+def read_json(location: str, default=None, patience_s: float = 5.0,
+              damaged: Callable[[str, str], None] | None = None):
     """The JSON object at `location`, or `default` when there is none.
 
     pyarrow reads an object by asking its size, then its bytes: when a writer replaces a small
     file (progress.json, live.json) between the two, the bytes read are a splice of both
     versions (seen in CI against S3): cut short, so not valid JSON. It is read again (for up to
-    `patience_s`: a real writer rewrites such a file every few seconds at most)."""
+    `patience_s`: a real writer rewrites such a file every few seconds at most).
+
+    A file that stays unreadable (empty or cut short: a power loss before its rename reached the
+    disk) is damaged: it reads as `default`, i.e. absent, and `damaged(location, why)` is told
+    (without one, a warning names it on stderr). A local file is not read again: no writer
+    replaces a local file half-way."""
     deadline = time.monotonic() + patience_s
     while True:
         try:
             return json.loads(read_text(location))
         except FileNotFoundError:
             return default
-        except json.JSONDecodeError:
-            if not is_remote(location) or time.monotonic() > deadline:
-                raise
-            time.sleep(0.02)
+        except ValueError as error:  # JSONDecodeError, UnicodeDecodeError
+            if is_remote(location) and time.monotonic() < deadline:
+                time.sleep(0.02)
+                continue
+            why = "empty file" if isinstance(error, json.JSONDecodeError) and not error.doc.strip() \
+                else f"not JSON ({error})"
+            if damaged is None:
+                print(f"[storage] damaged file {display(location)}: {why}; read as absent", file=sys.stderr, flush=True)
+            else:
+                damaged(location, why)
+            return default
+
+
+def sync_path(path: str | Path) -> None:
+    """fsync a local file or folder (a folder: the names in it, so a rename in it survives a
+    power loss). A filesystem that cannot sync a folder (EINVAL) is left as it is."""
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    except OSError as error:
+        if error.errno != errno.EINVAL:
+            raise
+    finally:
+        os.close(fd)
+
+
+def sync_tree(folder: Path) -> None:
+    """fsync every file below `folder`, then every folder, deepest first, `folder` last."""
+    folders = []
+    for path in Path(folder).rglob("*"):
+        if path.is_dir():
+            folders.append(path)
+        else:
+            sync_path(path)
+    for path in sorted(folders, key=lambda f: len(f.parts), reverse=True):
+        sync_path(path)
+    sync_path(folder)
 
 
 def write_bytes(location: str, data: bytes) -> None:
-    """Replace the file whole: a reader sees the old content or the new, never a part."""
+    """Replace the file whole: a reader sees the old content or the new, never a part. Local:
+    the file, then its folder, are fsynced (one each), so a power loss keeps one of the two."""
     if is_remote(location):
         fs, path = filesystem(location)
         with fs.open_output_stream(path) as stream:
@@ -175,8 +263,12 @@ def write_bytes(location: str, data: bytes) -> None:
     target = Path(location)
     target.parent.mkdir(parents=True, exist_ok=True)
     tmp = target.with_name(f".{target.name}.tmp-{os.getpid()}")
-    tmp.write_bytes(data)
+    with open(tmp, "wb") as handle:
+        handle.write(data)
+        handle.flush()
+        os.fsync(handle.fileno())  # the bytes on disk before the name: never an empty file after a power loss
     os.replace(tmp, target)
+    sync_path(target.parent)  # the rename itself
 
 
 def write_text(location: str, text: str) -> None:
@@ -252,13 +344,18 @@ def step_folders(location: str, marker: str) -> dict[int, str]:
 def publish_tree(local_dir: Path, location: str, marker: str) -> None:
     """Make the finished folder `local_dir` appear at `location`, marker last, and drop
     `local_dir`. Local: one rename (`local_dir` must be on the same disk), replacing a folder
-    left there before (same step of the same run: same content). Remote: an upload, file by file."""
+    left there before (same step of the same run: same content), each file and folder fsynced
+    before it and the parent folder after it. Remote: an upload, file by file."""
     if not is_remote(location):
         target = Path(location)
+        sync_tree(Path(local_dir))  # the content on disk before the name
         if target.exists():
             shutil.rmtree(target)
         target.parent.mkdir(parents=True, exist_ok=True)
         Path(local_dir).rename(target)
+        sync_path(target.parent)
+        if Path(local_dir).parent != target.parent:
+            sync_path(Path(local_dir).parent)
         return
     fs, path = filesystem(location)
     files = [f for f in Path(local_dir).rglob("*") if f.is_file()]
@@ -338,16 +435,22 @@ def build_once(location: str, marker: str, build: Callable[[Path], None]) -> Non
     shutil.rmtree(tmp, ignore_errors=True)
     tmp.mkdir(parents=True)
     build(tmp)
+    sync_tree(tmp)
     try:
         tmp.rename(out)
     except OSError:
         shutil.rmtree(tmp, ignore_errors=True)
+        return
+    sync_path(out.parent)
 
 
 def move_tree(source: str, target: str) -> None:
     """Rename a folder (local) or copy it then delete it (object store: no rename)."""
     if not is_remote(source):
         Path(source).rename(target)
+        sync_path(Path(target).parent)
+        if Path(source).parent != Path(target).parent:
+            sync_path(Path(source).parent)
         return
     fs, source_path = filesystem(source)
     _, target_path = filesystem(target)

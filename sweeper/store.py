@@ -11,12 +11,22 @@ per trial key, preferring an `ok` row, then the latest.
 
 In an object store (`s3://`, `gs://`) a batch file is one upload, which no reader sees half
 done, so it is written under its final name (sweeper.storage).
+
+A part that cannot be read anyway (truncated, empty, not Parquet: a disk fault, a power loss on
+a filesystem that lost it, a hand edit) never stops a read: reading the table (`read_table`,
+`read_trials`, `finished_trial_keys`, `compact`) moves it to `<study>/quarantine/<table>/` with a
+note saying why and when (`quarantined` lists them; `sweeper status` and `report` name them) and
+reads the rest. Its trials are then absent, so `sweeper run` runs them again.
 """
 from __future__ import annotations
 
 import os
+import re
+import sys
 import time
 import uuid
+from collections.abc import Callable
+from datetime import datetime, timezone
 from pathlib import Path
 from urllib.parse import quote
 
@@ -121,8 +131,8 @@ def partition_dir(study_dir: str | Path, table: str, value: str) -> str:
 
 
 def publish(directory: str, name: str, arrow: pa.Table) -> str:
-    """Local: write under a dot-name (skipped by readers), fsync, rename into place. Object
-    store: one upload under the final name."""
+    """Local: write under a dot-name (skipped by readers), fsync, rename into place, fsync the
+    folder. Object store: one upload under the final name."""
     if storage.is_remote(directory):
         fs, path = storage.filesystem(storage.join(directory, name))
         pq.write_table(arrow, path, filesystem=fs)
@@ -130,9 +140,9 @@ def publish(directory: str, name: str, arrow: pa.Table) -> str:
     Path(directory).mkdir(parents=True, exist_ok=True)
     tmp = Path(directory) / f".{name}.tmp"
     pq.write_table(arrow, tmp)
-    with open(tmp, "rb") as handle:
-        os.fsync(handle.fileno())
+    storage.sync_path(tmp)
     os.replace(tmp, Path(directory) / name)
+    storage.sync_path(directory)  # the rename: a power loss leaves the whole file or none
     return str(Path(directory) / name)
 
 
@@ -142,25 +152,131 @@ def part_files(partition: str) -> list[str]:
 
 
 def read_table(study_dir: str | Path, table: str) -> pa.Table:
-    """All rows of a table (empty, with the schema, when nothing was written yet)."""
+    """All rows of a table (empty, with the schema, when nothing was written yet). A part that
+    cannot be read is set aside (`set_aside`) and the others are read: its rows are absent, so
+    its trials run again."""
     directory = table_dir(study_dir, table)
+    files, vanished = list_parts(directory), 0
+    while files:
+        try:
+            return read_parts(directory, table, files)
+        except FileNotFoundError:  # a compaction replaced parts since they were listed: list again
+            vanished += 1
+            if vanished == 3:
+                raise
+            files = list_parts(directory)
+        except DAMAGE:
+            # The common case pays nothing: parts are checked one by one only once a read failed.
+            kept = set_aside_damaged(study_dir, table, files, lambda f: read_parts(directory, table, [f]))
+            if len(kept) == len(files):
+                raise
+            files = kept
+    return SCHEMAS[table].empty_table()
+
+
+def list_parts(directory: str) -> list[str]:
+    return [f for partition in storage.list_names(directory, folders=True) if "=" in partition
+            for f in part_files(storage.join(directory, partition))]
+
+
+def read_parts(directory: str, table: str, files: list[str]) -> pa.Table:
     schema = SCHEMAS[table]
-    files = [f for partition in storage.list_names(directory, folders=True) if "=" in partition
-             for f in part_files(storage.join(directory, partition))]
-    if not files:
-        return schema.empty_table()
-    column = PARTITION[table]
-    partitioning = ds.partitioning(pa.schema([schema.field(column)]), flavor="hive")
+    partitioning = ds.partitioning(pa.schema([schema.field(PARTITION[table])]), flavor="hive")
     fs, path = storage.filesystem(directory)
     # The files just listed, not the folder: an object store is listed once, not twice.
     return ds.dataset([storage.filesystem(f)[1] for f in files], filesystem=fs, format="parquet",
                       partitioning=partitioning, partition_base_dir=path, schema=schema).to_table()
 
 
+DAMAGE = (pa.ArrowException, OSError)
+"""What reading a damaged part raises: ArrowInvalid (truncated, empty, not Parquet: no footer),
+OSError (a footer but corrupt pages), ArrowTypeError (columns of another type)."""
+
+
+def why_unreadable(read: Callable[[], object]) -> str | None:
+    """Why `read()` fails, or None when it works or its file is gone (compacted away since it
+    was listed). A failure other than ArrowInvalid is tried twice: an object store's read can
+    fail in transit, and a healthy part must not be set aside for that."""
+    why = None
+    for _ in range(2):
+        try:
+            read()
+            return None
+        except FileNotFoundError:
+            return None
+        except DAMAGE as error:
+            text = re.sub(r"^Could not open Parquet input source '[^']*': ", "", " ".join(str(error).split()))
+            why = f"{type(error).__name__}: {text}"  # the file is named beside it
+            if isinstance(error, pa.ArrowInvalid):
+                break
+    return why
+
+
+def set_aside_damaged(study_dir: str | Path, table: str, files: list[str],
+                      read: Callable[[str], object]) -> list[str]:
+    """Quarantine the files that `read(file)` cannot read; returns the others."""
+    kept = []
+    for location in files:
+        why = why_unreadable(lambda: read(location))
+        if why is None:
+            kept.append(location)
+        else:
+            set_aside(study_dir, table, location, why)
+    return kept
+
+
+NOTE_SUFFIX = ".why.txt"
+"""A quarantined part's note: `<part>.why.txt` beside it."""
+
+
+def set_aside(study_dir: str | Path, table: str, location: str, why: str) -> None:
+    """Move a damaged part to `<study>/quarantine/<table>/<partition>/<name>`, beside its note
+    `<name>.why.txt` (the part's place in the store, when, why). The note is written first: a
+    process killed between the two leaves the part in the store with a note, and the next read
+    moves it. A part that cannot be moved (a read-only study) stays, and is named on stderr."""
+    layout = StudyLayout(str(study_dir))
+    relative = f"{storage.name(storage.parent(location))}/{storage.name(location)}"
+    target = storage.join(layout.quarantine, table, relative)
+    at = datetime.now(timezone.utc).isoformat(timespec="seconds")
+    note = storage.join(storage.parent(target), storage.name(target) + NOTE_SUFFIX)
+    try:
+        storage.write_text(note, f"file: results/{table}/{relative}\nquarantined_at: {at}\nreason: {why}\n")
+        fs, source_path = storage.filesystem(location)
+        fs.move(source_path, storage.filesystem(target)[1])  # a rename; copy + delete in an object store
+        if not storage.is_remote(target):
+            storage.sync_path(storage.parent(target))
+            storage.sync_path(storage.parent(location))
+    except OSError as error:
+        if not storage.exists(location):
+            return  # set aside meanwhile by another reader
+        try:
+            storage.remove(note)
+        except OSError:
+            pass
+        print(f"[store] damaged file {storage.display(location)} ({why}) could not be set aside: {error}; "
+              "its rows are left out of this read", file=sys.stderr, flush=True)
+        return
+    print(f"[store] damaged file set aside: {storage.display(location)} -> {storage.display(target)} ({why}); "
+          "its rows are absent from the store until its trials run again", file=sys.stderr, flush=True)
+
+
+def quarantined(study_dir: str | Path) -> list[dict]:
+    """The parts set aside so far, from their notes: `file` (its place in the store),
+    `quarantined_at`, `reason`, and `note` (the note's location); oldest first."""
+    layout = StudyLayout(str(study_dir))
+    notes = []
+    for location in storage.find_files(layout.quarantine, f"*/*/*{NOTE_SUFFIX}"):
+        fields = dict(line.split(": ", 1) for line in storage.read_text(location).splitlines() if ": " in line)
+        notes.append({"file": fields.get("file", location), "quarantined_at": fields.get("quarantined_at", ""),
+                      "reason": fields.get("reason", ""), "note": location})
+    return sorted(notes, key=lambda n: (n["quarantined_at"], n["file"]))
+
+
 def compact(study_dir: str | Path, table: str) -> int:
     """Merge each partition's files into one, one row per row key (ok/latest first for trials).
     Safe to interrupt: the merged file is published before the parts are removed, and readers
-    deduplicate. Returns the number of files removed."""
+    deduplicate. A part that cannot be read is set aside, and the others are merged. Returns the
+    number of files removed."""
     removed = 0
     directory = table_dir(study_dir, table)
     for partition in storage.list_names(directory, folders=True):
@@ -168,7 +284,14 @@ def compact(study_dir: str | Path, table: str) -> int:
         parts = sorted(part_files(partition))
         if len(parts) < 2:
             continue
-        frame = pa.concat_tables(read_part(p) for p in parts).to_pandas()
+        try:
+            tables = [read_part(p) for p in parts]
+        except DAMAGE:
+            parts = set_aside_damaged(study_dir, table, parts, read_part)
+            if len(parts) < 2:
+                continue
+            tables = [read_part(p) for p in parts]
+        frame = pa.concat_tables(tables).to_pandas()
         frame = keep_one_row_per_key(frame, table)
         schema = SCHEMAS[table].remove(SCHEMAS[table].get_field_index(PARTITION[table]))
         merged = pa.Table.from_pandas(frame[schema.names], schema=schema, preserve_index=False)

@@ -18,6 +18,13 @@ BIN = Path(sys.executable).parent
 os.environ["RAY_AUTH_MODE"] = "disabled"
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("HF_DATASETS_OFFLINE", "1")
+# Credentials never leave the driver: workers get s3:// locations without `key:secret@` and use
+# their provider chain, here the environment `ray start` passes on to the test cluster's
+# processes (moto's server takes any key). No instance-metadata lookups on a developer's box.
+os.environ["AWS_ACCESS_KEY_ID"] = "testing"
+os.environ["AWS_SECRET_ACCESS_KEY"] = "testing"
+os.environ["AWS_EC2_METADATA_DISABLED"] = "true"
+os.environ.pop("AWS_SESSION_TOKEN", None)
 
 from sweeper.local_s3 import free_port  # noqa: E402
 
@@ -85,8 +92,8 @@ def wordpiece_dir(tmp_path_factory) -> str:
 @pytest.fixture(scope="session")
 def object_store():
     """moto's S3 server on 127.0.0.1 with one bucket; yields `uri(name)` -> a fresh
-    `s3://...` location in it that any process (Ray workers included) can use as it is: the
-    credentials and the endpoint travel in the URI."""
+    `s3://testing:testing@...?endpoint_override=...` location in it. The driver uses the URI's
+    credentials; workers get it without them and use the environment set above."""
     from sweeper.local_s3 import local_s3
 
     prefix = uuid.uuid4().hex[:8]

@@ -98,6 +98,37 @@ def test_rerunning_the_study_redoes_nothing(smoke_study, ray_head):
     assert os.stat(checkpoint).st_mtime_ns == mtime
 
 
+def test_a_damaged_part_and_markers_are_set_aside_and_the_rerun_redoes_exactly_their_trials(smoke_study, ray_head):
+    """A truncated Parquet part, an empty done marker and an empty live.json: the rerun names and
+    quarantines the part, records exactly its trials again, and retrains nothing."""
+    from datetime import datetime, timezone
+
+    import pyarrow.parquet as pq
+
+    study_dir, _ = smoke_study
+    planned = {t.trial_key for t in plan_study(load_spec(SMOKE)).trials}
+    (part,) = (study_dir / "results" / "trials" / "task=wordnet-supersense-cls").glob("part-*.parquet")
+    lost = set(pq.read_table(part).column("trial_key").to_pylist())
+    assert 0 < len(lost) < len(planned)
+    part.write_bytes(part.read_bytes()[:part.stat().st_size // 2])
+    done_marker = study_dir / "pretraining" / "nano-mlm40-40" / "sweeper_done.json"
+    done_marker.write_text("")
+    (study_dir / "live.json").write_text("")
+    between = datetime.now(timezone.utc)
+
+    status = run_sweeper("status", str(study_dir), address=ray_head[0])
+    assert status.returncode == 0 and part.name in status.stdout + status.stderr, status.stdout + status.stderr
+    rerun = run_sweeper("run", str(SMOKE), "--storage", str(study_dir), address=ray_head[0])
+    assert rerun.returncode == 0, rerun.stdout[-4000:] + rerun.stderr[-3000:]
+    assert f"{len(planned)} trials: {len(planned) - len(lost)} already recorded" in rerun.stdout
+    rows = read_table(study_dir, TRIALS).to_pandas()  # every row written, none deduplicated
+    assert rows["trial_key"].is_unique and set(rows["trial_key"]) == planned
+    assert set(rows.loc[rows["finished_at"] > between, "trial_key"]) == lost, "the lost trials, no more, no fewer"
+    assert (study_dir / "quarantine" / "trials" / "task=wordnet-supersense-cls" / part.name).exists()
+    assert json.loads(done_marker.read_text())["run_key"], "the run was marked done again"
+    assert "## Damaged files" in (study_dir / "report.md").read_text()
+
+
 @pytest.mark.e2e
 def test_fsdp2_sharded_run_matches_the_single_process_run(ray_head, tmp_path, object_store):
     """A real Train worker group (~40 s of fixed cost): two workers with `fully_shard` see the two

@@ -141,3 +141,10 @@ def test_smoke_report_figures_and_values_match_the_parquet_rows(smoke_study):
         line = next(l for l in text.splitlines() if l.startswith(f"| {checkpoint} |") and f"{best_lr:.1e}" in l
                     and task in text.split(l)[0].rsplit("### ", 1)[1])
         assert f"| {by_lr.loc[best_lr, 'test']:.2f} |" in line, line
+
+
+def test_a_damaged_plan_reads_as_absent_and_is_named(clear_study):
+    (clear_study / "plan.json").write_text('{"trials": 150, "trial_ke')  # cut short
+    text, _ = build_report(clear_study)
+    assert "- `plan.json`: not JSON" in text and "| m-mlm40-100 | mlm |" in text
+    assert "planned trials are missing" not in text, "no plan: nothing is said missing"

@@ -1,8 +1,10 @@
 """Faults with real processes and signals on a real local Ray cluster: nothing lost, nothing run twice."""
 from __future__ import annotations
 
+import json
 import os
 import signal
+import socket
 import subprocess
 import sys
 import time
@@ -46,18 +48,34 @@ def raw_trials(study_dir: Path):
 
 
 def test_driver_killed_mid_grid_then_rerun_loses_and_duplicates_nothing(ray_head, tmp_path):
+    """Also the single-writer lease: a second driver on the running study is refused, naming the
+    first; after the first is SIGKILLed, the next driver takes its stale lease over."""
     study_dir, spec = tmp_path / "study", SPECS / "resume.yaml"
     plan = plan_study(load_spec(spec))
+    lease_file = study_dir / "lease.json"
     driver = start_sweeper("run", str(spec), "--storage", str(study_dir), address=ray_head[0])
-    wait_for(lambda: list(Path(table_dir(study_dir, TRIALS)).rglob("part-*.parquet")) if Path(table_dir(study_dir, TRIALS)).exists()
-             else None, timeout=300, what="the first batch of trial rows", process=driver)
-    driver.send_signal(signal.SIGKILL)
-    driver.wait()
+    try:
+        wait_for(lambda: list(Path(table_dir(study_dir, TRIALS)).rglob("part-*.parquet"))
+                 if Path(table_dir(study_dir, TRIALS)).exists() else None,
+                 timeout=300, what="the first batch of trial rows", process=driver)
+        holder = json.loads(lease_file.read_text())
+        assert holder["pid"] == driver.pid
+        second = run_sweeper("run", str(spec), "--storage", str(study_dir), address=ray_head[0], timeout=300)
+        assert second.returncode == 4, second.stdout[-3000:] + second.stderr[-3000:]
+        assert f"is being run by another driver: host {socket.gethostname()}, pid {driver.pid}, since " \
+            in second.stderr and "last heartbeat" in second.stderr
+        assert json.loads(lease_file.read_text())["token"] == holder["token"], "driver 2 left the lease alone"
+        assert driver.poll() is None, "driver 1 runs on"
+    finally:
+        driver.send_signal(signal.SIGKILL)
+        driver.wait()
     before = raw_trials(study_dir)
     assert 0 < len(before) < len(plan.trials), "the driver must die in the middle of the grid"
 
     rerun = run_sweeper("run", str(spec), "--storage", str(study_dir), address=ray_head[0])
     assert rerun.returncode == 0, rerun.stdout[-4000:] + rerun.stderr[-3000:]
+    assert f"[study] took over the lease of {socket.gethostname()}/{driver.pid}, stale since " in rerun.stdout
+    assert not lease_file.exists(), "the rerun released the lease at its end"
     assert f"{len(before)} already recorded" in rerun.stdout
     after = raw_trials(study_dir)
     assert sorted(after["trial_key"]) == sorted(t.trial_key for t in plan.trials), "0 lost, 0 duplicated"

@@ -97,6 +97,21 @@ MALFORMED = [
     ("unsupported storage scheme", GOOD + "storage: ftp://host/studies\n", "storage", "unsupported storage scheme 'ftp'"),
     ("storage URI without a bucket", GOOD + "storage: s3:///studies\n", "storage", "names no bucket"),
     ("study name with a slash", with_change("study: smoke", "study: a/b"), "study", "without '/'"),
+    ("study name ..", with_change("study: smoke", "study: .."), "study", "not . or .."),
+    ("NaN learning rate", with_change("  learning_rates: [0.001]", "  learning_rates: [.nan]"),
+     "finetuning.learning_rates[0]", "must be a finite number"),
+    ("infinite peak learning rate", with_change("    peak_lr: 0.002", "    peak_lr: 1e999"),
+     "pretraining.optimizer.peak_lr", "must be a finite number"),
+    ("negative seed", with_change("  seeds: [0, 1]", "  seeds: [-1, 1]"), "finetuning.seeds[0]", "a seed must lie in"),
+    ("repeated seed", with_change("  seeds: [0, 1]", "  seeds: [1, 1]"), "finetuning.seeds[1]", "listed twice"),
+    ("batch not shared by the workers", with_change("  pretraining_workers: 0", "  pretraining_workers: 3"),
+     "pretraining.global_batch_size", "not divisible by resources.pretraining_workers"),
+    ("unknown model override", with_change("  preset: nano ", "  preset: nano\n  overrides: {hidden_sise: 64}\n "),
+     "model.overrides.hidden_sise", "unknown key (did you mean 'hidden_size'?)"),
+    ("model override of the wrong type", with_change("  preset: nano ", "  preset: nano\n  overrides: {rope_theta: big}\n "),
+     "model.overrides.rope_theta", "expected a number"),
+    ("duplicate key", with_change("  steps: 40", "  steps: 40\n  steps: 50"), "pretraining.steps",
+     "duplicate key: given on line"),
     ("malformed yaml", with_change("  seq_len: 64", "  seq_len: [64"), "", "malformed YAML"),
     ("not a mapping", "- study\n- x\n", "", "must hold a mapping"),
     ("missing required", "study: x\nfinetuning: {tasks: [sst2]}\n", "pretraining", "required key is missing"),
@@ -183,3 +198,44 @@ def test_shipped_specs_document_every_field_they_set():
             first[general] = min(line, first.get(general, line))
         undocumented = [f"{key} (line {line})" for key, line in first.items() if "#" not in lines[line - 1]]
         assert not undocumented, f"{path.name}: fields without a comment: {undocumented}"
+
+
+def test_duplicate_key_names_both_lines(tmp_path):
+    path = tmp_path / "bad.yaml"
+    path.write_text(GOOD + "study: again\n")
+    with pytest.raises(SpecError) as caught:
+        load_spec(path)
+    last = len(path.read_text().splitlines())
+    assert caught.value.line == last and f"given on line 3 and again on line {last}" in str(caught.value)
+
+
+def test_an_alias_is_resolved_once_and_still_works(tmp_path):
+    """Anchors and aliases stay usable (resolved once, never expanded as text)."""
+    path = tmp_path / "aliases.yaml"
+    text = with_change("checkpoint_steps: [20]", "checkpoint_steps: &steps [20]")
+    path.write_text(text.replace("    - objective: clm ", "    - objective: clm\n      checkpoint_steps: *steps\n     ", 1))
+    runs = load_spec(path).pretraining.runs
+    assert runs[0].checkpoint_steps == runs[1].checkpoint_steps == [20]
+
+
+def test_model_fields_match_the_model_config():
+    """catalog.MODEL_FIELDS (what model.overrides may set, torch-free) is LlamaEncoderConfig's
+    constructor: the same names, the same types, and every preset builds."""
+    import inspect
+
+    pytest.importorskip("torch")
+    from trainables.model import LlamaEncoderConfig
+
+    from sweeper.catalog import MODEL_FIELDS, MODEL_PRESETS
+    from sweeper.spec import ModelSpec
+
+    parameters = {name: p for name, p in inspect.signature(LlamaEncoderConfig.__init__).parameters.items()
+                  if name != "self" and p.kind is not inspect.Parameter.VAR_KEYWORD}
+    assert set(MODEL_FIELDS) == set(parameters)
+    for name, kind in MODEL_FIELDS.items():
+        annotation = parameters[name].annotation
+        assert annotation in (kind, kind.__name__), f"{name}: {annotation} vs {kind.__name__}"
+        assert type(parameters[name].default) is kind, name
+    for preset, fields in MODEL_PRESETS.items():
+        assert set(fields) <= set(MODEL_FIELDS), preset
+        assert ModelSpec(preset=preset).architecture_problem(preset) is None, preset

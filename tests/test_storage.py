@@ -138,7 +138,9 @@ def test_a_spec_may_name_an_object_store_and_a_missing_bucket_stops_the_run(tmp_
     spec_path = tmp_path / "spec.yaml"
     spec_path.write_text(smoke + f"storage: {object_store('from-spec/study')}\n")
     spec = load_spec(spec_path)
-    assert study_dir_for(spec, None) == spec.storage and study_dir_for(spec, "/x/y") == "/x/y"
+    elsewhere = str(tmp_path / "x" / "y")
+    assert study_dir_for(spec, None) == storage.strip_credentials(spec.storage), "credentials stay in the driver"
+    assert study_dir_for(spec, elsewhere) == elsewhere
     missing = object_store("x").replace("@sweeper-tests/", "@no-such-bucket/")
     result = subprocess.run([sys.executable, "-m", "sweeper", "run", str(spec_path), "--storage", missing],
                             cwd=ROOT, capture_output=True, text=True)

@@ -22,6 +22,8 @@ from __future__ import annotations
 import contextlib
 import json
 import os
+import pickle
+import re
 import shutil
 import tempfile
 import time
@@ -177,7 +179,19 @@ def resume_directory(run: PretrainConfig):
 def restore_training_state(directory: Path, model, optimizer, run: PretrainConfig,
                            world: int) -> tuple[int, list[dict]]:
     # Tensors, numbers, strings, lists and dicts only: no pickled code runs on load.
-    state = torch.load(Path(directory) / TRAINING_STATE, weights_only=True)
+    path = Path(directory) / TRAINING_STATE
+    try:
+        state = torch.load(path, weights_only=True)
+    except pickle.UnpicklingError as error:  # torch's refusal of anything else
+        # Torch's own message suggests weights_only=False: name only what it refused.
+        found = re.search(r"WeightsUnpickler error: (.*)", str(error))
+        refused = found.group(1).split(" was not an allowed")[0].split(" Please")[0].rstrip(". ") if found \
+            else "refused by torch.load(weights_only=True)"
+        raise RuntimeError(
+            f"{path} is not a genuine training state: it holds objects other than tensors and plain data "
+            "(numbers, strings, lists, dicts), and only those are loaded, so nothing in it was executed "
+            f"({refused}). Something other than the sweeper wrote it; delete its checkpoint folder to "
+            "resume from an earlier checkpoint.") from None
     restore_optimizer(model, optimizer, state["optimizer"], run, world)
     print(f"[pretrain {run.name}] resumed from step {state['step']}", flush=True)
     return state["step"], state["log"]
