@@ -223,6 +223,12 @@ class PretrainConfig:
     """Train workers (0: local mode, in the Ray task's process)."""
     threads: int = 1
     sharding: str = "ddp"
+    micro_batch_size: int | None = None
+    """Sequences per forward pass on one worker (None: its whole share of the global batch)."""
+    activation_checkpointing: bool = False
+    keep_resume_checkpoints: int = 1
+    """Resume-only checkpoints kept; evaluated ones are always kept (optimizer state dropped
+    once the run is past them)."""
     compile: bool = False
     use_gpu: bool = False
     tracking: TrackingConfig = field(default_factory=TrackingConfig)

@@ -49,6 +49,8 @@ def pretrain_config(run: PretrainingRun, spec: StudySpec, layout: StudyLayout, c
         seed=pre.seed, data_seed=spec.data.order_seed, data_offset_steps=run.steps_before,
         log_every=pre.log_every, save_every=pre.save_every, workers=res.pretraining_workers,
         threads=max(1, int(res.cpus_per_worker)), sharding=res.sharding, compile=pre.compile,
+        micro_batch_size=pre.micro_batch_size, activation_checkpointing=pre.activation_checkpointing,
+        keep_resume_checkpoints=pre.keep_resume_checkpoints,
         use_gpu=res.gpus_per_worker > 0, tracking=spec.tracking,
     )
 

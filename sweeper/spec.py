@@ -278,6 +278,16 @@ class PretrainingSpec:
     """Steps between progress lines and pretraining-table rows."""
     save_every: int = 1000
     """Steps between resume checkpoints (0: only at evaluated checkpoints); a restarted run loses at most this many."""
+    micro_batch_size: int | None = None
+    """Sequences per forward pass on one worker (None: the worker's whole share of the global
+    batch). Gradients accumulate over global_batch_size / (workers x micro_batch_size) passes, the
+    loss normalised over the whole global batch, so any micro batch trains the same weights."""
+    activation_checkpointing: bool = False
+    """Recompute each transformer block's activations in the backward pass instead of keeping
+    them: about a third more compute for activation memory of one block per micro batch."""
+    keep_resume_checkpoints: int = 1
+    """Resume-only checkpoints (save_every) kept per run; evaluated checkpoints are always kept
+    and drop their optimizer state once the run has moved past them."""
     compile: bool = False
     """torch.compile each transformer block (fixed shapes: compiled once per run); pays on GPU over
     long runs, not on a few hundred CPU steps (benchmarks/pretrain_throughput.py --compile)."""
@@ -287,7 +297,8 @@ class PretrainingSpec:
     def check(self):
         if not self.runs:
             yield "runs", "empty grid: give at least one run"
-        yield from positive(self, "steps", "global_batch_size", "log_every")
+        yield from positive(self, "steps", "global_batch_size", "log_every", "micro_batch_size",
+                            "keep_resume_checkpoints")
         yield from non_negative(self, "warmup_steps", "decay_steps", "save_every", "random_replace", "keep_original")
         yield from seeds(self, "seed")
         if not 0 <= self.random_replace + self.keep_original <= 1:
@@ -431,10 +442,14 @@ class ResourcesSpec:
     parameters, gradients and optimizer state (FSDP2 `fully_shard` per block), for 610m/1b."""
     max_failures: int = 2
     """Pretraining worker-group restarts from the last checkpoint before a run is failed."""
+    gpu_memory_gb: float = 80.0
+    """Memory of one accelerator (H100: 80); `sweeper plan` checks every run's estimated peak
+    per worker against it when workers use GPUs."""
 
     def check(self):
         yield from non_negative(self, "pretraining_workers", "cpus_per_worker", "gpus_per_worker", "cpus_per_trial",
                                 "gpus_per_trial", "max_failures")
+        yield from positive(self, "gpu_memory_gb")
         if self.cpus_per_trial == 0 and self.gpus_per_trial == 0:
             yield "cpus_per_trial", "a trial needs some CPU or GPU"
         yield from positive(self, "trials_per_shard", "max_concurrent_trials")
@@ -488,6 +503,11 @@ class StudySpec:
             yield "pretraining.global_batch_size", (
                 f"{self.pretraining.global_batch_size} is not divisible by resources.pretraining_workers "
                 f"({workers}): every worker takes an equal share of a step's sequences")
+        elif (micro := self.pretraining.micro_batch_size) and (share := self.pretraining.global_batch_size
+                                                               // max(workers, 1)) % micro:
+            yield "pretraining.micro_batch_size", (
+                f"{micro} does not divide a worker's share of the global batch ({share} sequences = "
+                f"global_batch_size {self.pretraining.global_batch_size} / {max(workers, 1)} worker(s))")
         if self.model.preset in MODEL_PRESETS and not any(problem for _, problem in self.model.check()):
             used = {p for grid in self.pretraining.runs for p in grid.preset or [self.model.preset]}
             for preset in sorted(used & set(MODEL_PRESETS)):

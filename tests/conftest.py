@@ -29,9 +29,30 @@ os.environ.pop("AWS_SESSION_TOKEN", None)
 from sweeper.local_s3 import free_port  # noqa: E402
 
 
-def ray_cli(*args: str, env=None, timeout: float = 600) -> subprocess.CompletedProcess:
+def ray_cli(*args: str, env=None, timeout: float = 600, new_session: bool = False) -> subprocess.CompletedProcess:
     return subprocess.run([str(BIN / "ray"), *args], capture_output=True, text=True, env=env,
-                          timeout=timeout, cwd=ROOT)
+                          timeout=timeout, cwd=ROOT, start_new_session=new_session)
+
+
+def stop_process_group(pgid: int, grace_s: float = 15.0) -> None:
+    """Stop one `ray start`'s processes (they share its process group) and nothing else:
+    `ray stop --force` would also stop every other Ray on the machine (another test session's,
+    a study running beside the tests)."""
+    import signal
+    import time
+
+    for sig, wait in ((signal.SIGTERM, grace_s), (signal.SIGKILL, 5.0)):
+        try:
+            os.killpg(pgid, sig)
+        except ProcessLookupError:
+            return
+        deadline = time.time() + wait
+        while time.time() < deadline:
+            try:
+                os.killpg(pgid, 0)
+            except ProcessLookupError:
+                return
+            time.sleep(0.2)
 
 
 @pytest.fixture(scope="session")
@@ -45,12 +66,28 @@ def ray_head(tmp_path_factory):
     env = {**os.environ, "RAY_AUTH_MODE": "disabled", "PATH": f"{BIN}{os.pathsep}{os.environ['PATH']}"}
     started = ray_cli("start", "--head", "--node-ip-address=127.0.0.1", f"--port={port}",
                       "--dashboard-host=127.0.0.1", f"--dashboard-port={dashboard}", "--include-dashboard=true",
-                      "--num-cpus=2", "--num-gpus=0", "--disable-usage-stats", env=env, timeout=180)
+                      "--num-cpus=2", "--num-gpus=0", "--disable-usage-stats", env=env, timeout=180,
+                      new_session=True)
     assert started.returncode == 0, started.stdout + started.stderr
     try:
         yield f"127.0.0.1:{port}", f"http://127.0.0.1:{dashboard}"
     finally:
-        ray_cli("stop", "--force", env=env, timeout=120)
+        stop_process_group(head_process_group(port))
+
+
+def head_process_group(port: int) -> int:
+    """The process group of the head whose GCS listens on `port` (its gcs_server's command
+    line names the port)."""
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            command = (entry / "cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace")
+        except OSError:
+            continue
+        if "gcs_server" in command and f"--gcs_server_port={port} " in command:
+            return os.getpgid(int(entry.name))
+    raise RuntimeError(f"no gcs_server on port {port}")
 
 
 def run_sweeper(*args: str, address: str, timeout: float = 900, env: dict | None = None) -> subprocess.CompletedProcess:
