@@ -1,7 +1,8 @@
 """Recording: finished Tune trials -> rows of the results store, written in batches.
 
 A trial row is the mark that a trial is done: rows are buffered and written in batches (one
-Parquet file per batch, at most every 10 s or 50 rows), its eval-curve points first. An Optuna
+Parquet file per batch, every 50 rows or within 10 s of a trial's end, whichever comes first,
+even while no other trial finishes), its eval-curve points first. An Optuna
 sample's seeds are held until all are done, so the store only holds whole samples. `live.json`
 is the driver's heartbeat for `sweeper status`.
 """
@@ -97,6 +98,17 @@ class ResultsRecorder(tune.Callback):
         write_rows(self.layout.root, TRIALS, self.buffer)
         self.buffer, self.last_flush = [], time.time()
         write_live_state(self.layout, self.running)
+
+    def on_step_end(self, iteration, trials, **info):
+        # Tune calls this on every turn of its loop, finished trials or not: rows held back by the
+        # batching (a trial done while the others run for minutes) reach the store within
+        # flush_seconds, and live.json keeps beating.
+        if time.time() - self.last_flush > self.flush_seconds:
+            if self.buffer:
+                self.flush()
+            else:
+                self.last_flush = time.time()
+                write_live_state(self.layout, self.running)
 
     def on_trial_start(self, iteration, trials, trial, **info):
         self.running += 1
