@@ -16,6 +16,7 @@ from sweeper.catalog import get_task
 from sweeper.layout import StudyLayout
 from sweeper.plan import StudyPlan, finetune_protocol, task_overrides
 from sweeper.spec import StudySpec
+from sweeper.spec_parsing import SpecError
 from sweeper.store import TRIALS, read_table
 
 
@@ -102,6 +103,28 @@ def apply_recompute(changes: Changes, layout: StudyLayout) -> None:
     """Move changed runs aside (kept, never deleted) so they retrain from scratch."""
     for name, old_key, _ in changes.runs:
         storage.move_tree(layout.run(name).root, layout.superseded_run(name, old_key, int(time.time())))
+
+
+def refuse_unwritten_checkpoints(spec: StudySpec, plan: StudyPlan, layout: StudyLayout, spec_file: str) -> None:
+    """A checkpoint step added to a run that already finished was never saved, and a finished
+    run cannot go back to write it (the states before its end are gone or stripped of their
+    optimizer state: checkpoint retention). Refuse with the run and the step (SpecError: exit 2)
+    before anything starts, instead of failing every trial of that checkpoint later."""
+    for run in plan.runs:
+        if not run.checkpoint_steps or not layout.run(run.name).is_done(run.run_key):
+            continue
+        saved = layout.run(run.name).saved_checkpoints()
+        missing = [step for step in run.checkpoint_steps if step not in saved]
+        if not missing:
+            continue
+        entry = next((i for i, grid in enumerate(spec.pretraining.runs) if missing[0] in grid.checkpoint_steps), None)
+        key = "pretraining.runs" + (f"[{entry}]" if entry is not None else "") + ".checkpoint_steps"
+        raise SpecError(spec_file, key, (
+            f"run {run.name} has already finished without a checkpoint at step {missing[0]}"
+            + (f" (nor at {', '.join(map(str, missing[1:]))})" if missing[1:] else "")
+            + f"; it saved steps {', '.join(map(str, sorted(saved))) or 'none'}. A finished run cannot be taken "
+            "back to an earlier step: remove the step, or pretrain a new run (for instance another seed or budget) "
+            "that lists it. Nothing was started."))
 
 
 def record_settings(spec: StudySpec, plan: StudyPlan, layout: StudyLayout) -> None:

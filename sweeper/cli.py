@@ -96,8 +96,9 @@ def command_run(args) -> int:
 
 def run_with_lease(args, spec, plan, study_dir: str, layout: StudyLayout) -> int:
     """`sweeper run` once the study's lease is held: changed cells, settings, then the study."""
-    from sweeper.changes import apply_recompute, find_changes, record_settings
+    from sweeper.changes import apply_recompute, find_changes, record_settings, refuse_unwritten_checkpoints
 
+    refuse_unwritten_checkpoints(spec, plan, layout, args.spec)
     changes = find_changes(spec, plan, layout)
     if changes and not args.recompute_changed:
         print(f"error: the spec changes settings that recorded results depend on.\n{changes.describe()}\n"

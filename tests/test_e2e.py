@@ -6,6 +6,7 @@ import os
 
 import pyarrow.dataset as ds
 import pytest
+import yaml
 import torch
 from transformers import AutoConfig, AutoModel, AutoModelForMaskedLM
 
@@ -96,6 +97,22 @@ def test_rerunning_the_study_redoes_nothing(smoke_study, ray_head):
     assert "40 already recorded, 0 blocked by failed runs, 0 to run" in result.stdout
     assert sorted(p.name for p in (study_dir / "results" / "trials").rglob("*.parquet")) == trials_before
     assert os.stat(checkpoint).st_mtime_ns == mtime
+
+
+def test_a_checkpoint_step_added_to_a_finished_run_is_refused_naming_the_run_and_step(smoke_study, ray_head, tmp_path):
+    """It used to plan trials on `step-10`, which the finished run never wrote: each one failed."""
+    study_dir, _ = smoke_study
+    spec = yaml.safe_load(SMOKE.read_text())
+    spec["pretraining"]["runs"][1]["checkpoint_steps"] = [10]  # the CLM run, finished at 40 steps
+    edited = tmp_path / "smoke.yaml"
+    edited.write_text(yaml.safe_dump(spec))
+    trials_before = sorted(p.name for p in (study_dir / "results" / "trials").rglob("*.parquet"))
+    result = run_sweeper("run", str(edited), "--storage", str(study_dir), address=ray_head[0])
+    assert result.returncode == 2, result.stdout[-3000:] + result.stderr[-3000:]
+    assert (f"{edited}: pretraining.runs[1].checkpoint_steps: run nano-clm-40 has already finished without a "
+            "checkpoint at step 10") in result.stderr
+    assert "Traceback" not in result.stderr and not result.stdout.strip()
+    assert sorted(p.name for p in (study_dir / "results" / "trials").rglob("*.parquet")) == trials_before
 
 
 def test_a_damaged_part_and_markers_are_set_aside_and_the_rerun_redoes_exactly_their_trials(smoke_study, ray_head):
