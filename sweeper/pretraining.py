@@ -3,7 +3,8 @@
 Each run's fit is launched from a Ray task, so runs proceed in parallel as far as the cluster's
 resources allow. With `pretraining_workers: 0` the fit is Train's local mode, in that task's
 process (no worker-group start, ~40 s saved per run on a laptop); with N workers Train starts a
-worker group (DDP) and persists checkpoints to `storage_path/<run name>`. Either way the run's
+worker group (DDP) and persists checkpoints to `storage_path/<run name>`, deleting the
+superseded resume-only ones itself (`keep_resume_checkpoints`). Either way the run's
 checkpoints land in the run's folder (sweeper.layout), and Train resumes a rerun of the same
 name from the latest one. The loop receives a typed `PretrainConfig` (sweeper.configs). The
 study may live in an object store: Train is handed the store's pyarrow filesystem, and the
@@ -60,7 +61,7 @@ def fit_run(run: PretrainConfig, resources: dict) -> dict:
     from ray.train import FailureConfig, RunConfig, ScalingConfig
     from ray.train.torch import TorchTrainer
 
-    from trainables.pretrain_loop import train_loop_per_worker
+    from trainables.pretrain_loop import ray_checkpoint_config, train_loop_per_worker
 
     storage.make_dirs(run.run_dir)
     # Train writes `storage_path/<name>/`: the run folder, on the study's filesystem.
@@ -77,6 +78,9 @@ def fit_run(run: PretrainConfig, resources: dict) -> dict:
             name=run.name, storage_path=runs_path,
             storage_filesystem=filesystem if storage.is_remote(run.run_dir) else None,
             failure_config=FailureConfig(max_failures=resources["max_failures"]),
+            # A worker group's checkpoints are Ray's to delete (its run snapshot lists them):
+            # evaluated ones and the newest resume ones stay (trainables.pretrain_loop.retention).
+            checkpoint_config=ray_checkpoint_config(run),
         ),
     )
     started = time.time()

@@ -23,6 +23,7 @@ from transformers import (
     PretrainedConfig,
     PreTrainedModel,
 )
+from transformers.modeling_layers import GradientCheckpointingLayer
 from transformers.modeling_outputs import BaseModelOutput, MaskedLMOutput
 
 MODEL_TYPE = "llama_encoder"
@@ -169,7 +170,12 @@ class SwiGLU(nn.Module):
         return self.down_proj(F.silu(self.gate_proj(x)) * self.up_proj(x))
 
 
-class Block(nn.Module):
+class Block(GradientCheckpointingLayer):
+    """Pre-norm attention + SwiGLU. A `GradientCheckpointingLayer`: after
+    `model.activation_checkpointing_enable()` its forward is recomputed in the backward pass
+    (torch.utils.checkpoint, non-reentrant) instead of keeping its activations; FSDP2's hooks
+    stay outside the checkpoint."""
+
     def __init__(self, config: LlamaEncoderConfig):
         super().__init__()
         self.input_layernorm = nn.RMSNorm(config.hidden_size, eps=config.rms_norm_eps)
@@ -186,6 +192,8 @@ class LlamaEncoderPreTrainedModel(PreTrainedModel):
     config_class = LlamaEncoderConfig
     base_model_prefix = "model"
     _no_split_modules = ["Block"]
+    # Hugging Face's switch (`activation_checkpointing_enable`): pretraining and fine-tuning alike.
+    supports_gradient_checkpointing = True
 
 
 class LlamaEncoderModel(LlamaEncoderPreTrainedModel):

@@ -4,9 +4,10 @@ One loop serves every objective: a run is a list of phases (`PretrainConfig.phas
 then MLM), the phase of a step is `run.phase_at(step)`, and its loss is the registered function
 the phase names (`trainables.objectives.ObjectiveLoss`), under one warmup-stable-decay schedule.
 Everything a resumed run needs is a function of the step or stored in the checkpoint: batch `s`
-is window slice `s` of a fixed order, the loss generator is re-seeded from (seed, step, rank),
-and the optimizer state and log travel in `training_state.pt`. A restarted run therefore
-continues bit-for-bit where the checkpoint left it, with the same phase boundaries.
+is window slice `s` of a fixed order, the loss draws are a function of (seed, step, row of the
+global batch) (`objectives.RowDraws`), and the optimizer state and log travel in
+`training_state.pt`. A restarted run therefore continues bit-for-bit where the checkpoint left
+it, with the same phase boundaries.
 
 Checkpoint layout (`sweeper.layout`), `<run_dir>/step-<N>/`: Hugging Face files (config.json,
 model.safetensors, tokenizer), `training_state.pt`, `train_log.json`, and
@@ -16,6 +17,16 @@ distributed workers Ray Train persists the directory (to any storage URI) under
 (sweeper.storage: an atomic rename on a disk, an upload with the marker last to an object
 store). The run folder is a study location: a path, or a URI whose files the loop reads through
 node-local copies.
+
+One step is `trainables.train_step.train_step`: the worker's rows in micro-batches of
+`micro_batch_size`, gradients accumulated and normalised over the whole global batch.
+
+Retention (`retention`): the newest `keep_resume_checkpoints` checkpoints keep everything;
+older evaluated checkpoints (checkpoint_steps and the final one) keep their weights but lose
+`training_state.pt`; older resume-only ones are deleted. Local mode deletes them itself. With a
+worker group Ray Train owns the folders and its run snapshot lists them (a rerun refuses a
+snapshot naming a missing folder), so Ray deletes them (`ray_checkpoint_config`) and rank 0 only
+drops the optimizer state of evaluated ones, inside folders Ray keeps.
 """
 from __future__ import annotations
 
@@ -46,8 +57,13 @@ from sweeper.registry import resolve
 from sweeper.tracking import start_wandb
 from trainables.corpus import PackedCorpus
 from trainables.model import LlamaEncoderConfig, LlamaEncoderForMaskedLM, build_model
-from trainables.objectives import LossContext, ObjectiveLoss
+from trainables.objectives import LossContext, ObjectiveLoss, RowDraws
 from trainables.schedule import wsd_lr
+from trainables.train_step import StepResult, train_step  # noqa: F401 (re-exported for benchmarks)
+
+RETENTION_METRIC = "retention_priority"
+"""Reported with every checkpoint: Ray keeps the highest (evaluated ones first, then the newest)."""
+EVALUATED_PRIORITY = 10 ** 12
 
 
 def write_progress(run: PretrainConfig, row: dict) -> None:
@@ -56,12 +72,57 @@ def write_progress(run: PretrainConfig, row: dict) -> None:
     storage.write_json(RunLayout(run.run_dir).progress, progress, indent=None)
 
 
-def drop_superseded_resume_checkpoints(run: PretrainConfig, keep: int, evaluated: set[int]) -> None:
-    """Resume-only checkpoints (`save_every`) are needed until a newer one exists; evaluated
-    checkpoints are kept for fine-tuning. Local mode only: Ray Train manages its own."""
-    for step, location in RunLayout(run.run_dir).saved_checkpoints().items():
-        if step < keep and step not in evaluated:
-            storage.remove_tree(location)
+def evaluated_steps(run: PretrainConfig) -> set[int]:
+    """Checkpoints that are fine-tuned: the intermediate ones and the final one."""
+    return set(run.checkpoint_steps) | {run.total_steps}
+
+
+def saved_steps(run: PretrainConfig, upto: int) -> list[int]:
+    """Steps the run saves a checkpoint at, up to `upto` (the plan; the same on every restart)."""
+    evaluated = evaluated_steps(run)
+    return [s for s in range(1, upto + 1) if s in evaluated or (run.save_every and s % run.save_every == 0)]
+
+
+def retention(saved: list[int], evaluated: set[int], keep: int) -> tuple[set[int], set[int]]:
+    """(checkpoints to delete, checkpoints whose training state to drop) among `saved`: the
+    newest `keep` are resume points and keep everything; of the older ones, evaluated ones keep
+    their weights (fine-tuning reads them) and resume-only ones are no longer needed."""
+    older = sorted(saved)[:-keep] if keep > 0 else sorted(saved)
+    return {s for s in older if s not in evaluated}, {s for s in older if s in evaluated}
+
+
+def ray_checkpoint_config(run: PretrainConfig):
+    """What Ray Train keeps of a worker group's checkpoints: the top `num_to_keep` by
+    `RETENTION_METRIC` plus always the latest. Evaluated checkpoints rank first, so all of them
+    stay; the `keep - 1` newest resume-only ones fill the rest, and the latest is kept anyway.
+    Until every evaluated step is reached, its free slots keep a few more resume-only ones; at
+    the end (the final checkpoint is evaluated and the latest) it is `retention`'s set."""
+    from ray.train import CheckpointConfig
+
+    return CheckpointConfig(num_to_keep=len(evaluated_steps(run)) + run.keep_resume_checkpoints - 1,
+                            checkpoint_score_attribute=RETENTION_METRIC, checkpoint_score_order="max")
+
+
+def retention_priority(run: PretrainConfig, step: int) -> int:
+    return step + (EVALUATED_PRIORITY if step in evaluated_steps(run) else 0)
+
+
+def apply_retention(run: PretrainConfig, done: int) -> None:
+    """After the checkpoint at `done` is published (rank 0). Local mode: delete and strip per
+    `retention`. Worker group: Ray deletes (`ray_checkpoint_config`); drop the training state of
+    evaluated checkpoints only, in folders Ray keeps anyway."""
+    layout = RunLayout(run.run_dir)
+    evaluated = evaluated_steps(run)
+    if run.workers == 0:
+        present = {s: loc for s, loc in layout.saved_checkpoints().items() if s <= done}
+        drop, strip = retention(list(present), evaluated, run.keep_resume_checkpoints)
+        for step in sorted(drop):
+            storage.remove(storage.join(present[step], CHECKPOINT_MARKER))  # incomplete first, then gone
+            storage.remove_tree(present[step])
+    else:
+        _, strip = retention(saved_steps(run, done), evaluated, run.keep_resume_checkpoints)
+    for step in sorted(strip):
+        storage.remove(storage.join(layout.checkpoint(step), TRAINING_STATE))
 
 
 def unwrap(model):
@@ -226,6 +287,9 @@ def train_loop_per_worker(loop_config: dict) -> None:
     with resume_directory(run) as resume:
         model = (LlamaEncoderForMaskedLM.from_pretrained(resume) if resume
                  else initial_model(run, corpus.meta["vocab_size"])).to(device)
+        model.train()  # from_pretrained returns eval mode; checkpointing acts in training mode only
+        if run.activation_checkpointing:
+            model.activation_checkpointing_enable({"use_reentrant": False})
         if run.compile:
             # In place, block by block: state-dict names stay Hugging Face's, and FSDP2 then
             # shards compiled blocks (its recommended order).
@@ -234,16 +298,15 @@ def train_loop_per_worker(loop_config: dict) -> None:
         model = distribute(model, run, world)
         optimizer = torch.optim.AdamW(model.parameters(), lr=run.peak_lr, **run.optimizer.torch_kwargs())
         start, log = restore_training_state(resume, model, optimizer, run, world) if resume else (0, [])
-    generator = torch.Generator(device=device)
-    loss_context = LossContext(generator=generator, mask_token_id=corpus.meta["mask_token_id"],
-                               vocab_size=unwrap(model).config.vocab_size)
+    share = run.global_batch_size // world  # this rank's rows: [rank * share, (rank + 1) * share)
+    mask_token_id, vocab_size = corpus.meta["mask_token_id"], unwrap(model).config.vocab_size
     losses: dict[str, ObjectiveLoss] = {}  # phase.loss -> its function, imported once
     tracker = None
     if rank == 0:
         tracker = start_wandb(run.tracking, name=run.name, run_id=run.run_key, location=run.run_dir,
                               config={k: v for k, v in asdict(run).items() if k != "tracking"})
-    evaluated_steps = set(run.checkpoint_steps) | {run.total_steps}
-    autocast = torch.autocast("cuda", dtype=torch.bfloat16, enabled=device.type == "cuda")
+    evaluated = evaluated_steps(run)
+    autocast_dtype = torch.bfloat16 if device.type == "cuda" else None
     window_started, window_tokens, loss_sum, loss_count = time.time(), 0, 0.0, 0
     for step in range(start, run.total_steps):
         phase = run.phase_at(step)
@@ -254,19 +317,20 @@ def train_loop_per_worker(loop_config: dict) -> None:
         for group in optimizer.param_groups:
             group["lr"] = lr
         # A continued run reads on from where its source stopped: no batch is seen twice.
-        batch = corpus.batch(run.data_offset_steps + step, run.global_batch_size, rank, world).to(device)
-        # Every step's draws are a function of (seed, step, rank): a resumed run draws the same.
-        generator.manual_seed(run.seed * 1_000_003 + step * 1_009 + rank)
-        with autocast:
-            loss, _ = losses[phase.loss](model, batch, phase.settings, loss_context)
-        loss.backward()
-        torch.nn.utils.clip_grad_norm_(model.parameters(), run.optimizer.grad_clip)
-        optimizer.step()
-        optimizer.zero_grad(set_to_none=True)
-        loss_sum, loss_count = loss_sum + loss.item(), loss_count + 1
+        data_step = run.data_offset_steps + step
+        batch = corpus.batch(data_step, run.global_batch_size, rank, world).to(device)
+        # Draws are a function of (seed, data step, row of the global batch): the same in any
+        # split into workers and micro-batches, and again after a resume. PackedCorpus gives
+        # rank r the rows [r * share, (r + 1) * share) of the global batch.
+        context = LossContext(draws=RowDraws(run.seed, data_step, first_row=rank * share, device=device),
+                              mask_token_id=mask_token_id, vocab_size=vocab_size)
+        result = train_step(model, optimizer, batch, losses[phase.loss], phase.settings, context,
+                            micro_batch_size=run.micro_batch_size, grad_clip=run.optimizer.grad_clip,
+                            autocast_dtype=autocast_dtype)
+        loss_sum, loss_count = loss_sum + result.loss, loss_count + 1
         window_tokens += batch.input_ids.numel() * world
         done = step + 1
-        saving = done in evaluated_steps or (run.save_every and done % run.save_every == 0)
+        saving = done in evaluated or (run.save_every and done % run.save_every == 0)
         if done % run.log_every == 0 or saving:
             elapsed = time.time() - window_started
             row = {"step": done, "phase": phase.objective, "loss": loss_sum / loss_count, "lr": lr,
@@ -281,8 +345,9 @@ def train_loop_per_worker(loop_config: dict) -> None:
             window_started, window_tokens, loss_sum, loss_count = time.time(), 0, 0.0, 0
         if saving:
             save_checkpoint(model, optimizer, run, done, log,
-                            {"step": done, "phase": phase.objective, "loss": log[-1]["loss"]})
-            if rank == 0 and run.workers == 0:
-                drop_superseded_resume_checkpoints(run, keep=done, evaluated=evaluated_steps)
+                            {"step": done, "phase": phase.objective, "loss": log[-1]["loss"],
+                             RETENTION_METRIC: retention_priority(run, done)})
+            if rank == 0:  # the newer checkpoint is persisted: Ray's report returns after the upload
+                apply_retention(run, done)
     if tracker is not None:
         tracker.finish()

@@ -11,13 +11,12 @@ from __future__ import annotations
 import torch
 
 from sweeper.registry import ObjectiveInfo, register_objective
-from trainables.objectives import IGNORE, LossContext, TokenBatch, labelled_token_loss
+from trainables.objectives import IGNORE, LossContext, RowDraws, TokenBatch, labelled_token_loss
 
 
-def span_selection(special_mask: torch.Tensor, mask_ratio: float, mean_span: int,
-                   generator: torch.Generator) -> torch.Tensor:
+def span_selection(special_mask: torch.Tensor, mask_ratio: float, mean_span: int, draws: RowDraws) -> torch.Tensor:
     """Span starts drawn i.i.d. at mask_ratio / mean_span, each covering mean_span tokens."""
-    starts = torch.rand(special_mask.shape, generator=generator, device=special_mask.device) < mask_ratio / mean_span
+    starts = draws.uniform(special_mask.shape) < mask_ratio / mean_span
     selected = starts.clone()
     for offset in range(1, mean_span):
         selected[:, offset:] |= starts[:, :-offset]
@@ -25,10 +24,9 @@ def span_selection(special_mask: torch.Tensor, mask_ratio: float, mean_span: int
 
 
 def span_mlm_loss(model, batch: TokenBatch, settings: dict, context: LossContext) -> tuple[torch.Tensor, int]:
+    """(summed loss, masked tokens); a micro-batch that draws no span adds 0 to the sum."""
     selected = span_selection(batch.special_mask, settings["mask_ratio"], int(settings["mean_span"]),
-                              context.generator)
-    if not selected.any():  # a tiny batch can draw no span: predict one token rather than nothing
-        selected[0, int(torch.nonzero(~batch.special_mask[0])[0])] = True
+                              context.draws)
     labels = torch.where(selected, batch.input_ids, torch.full_like(batch.input_ids, IGNORE))
     corrupted = batch.input_ids.masked_fill(selected, context.mask_token_id)
     return labelled_token_loss(model, corrupted, labels, batch, causal=False)

@@ -1,0 +1,185 @@
+"""Micro-batches with gradient accumulation, split-independent randomness, activation
+checkpointing and checkpoint retention (trainables.train_step, trainables.pretrain_loop)."""
+from __future__ import annotations
+
+import copy
+import json
+from pathlib import Path
+
+import pytest
+import torch
+from hypothesis import given, settings
+from hypothesis import strategies as st
+from safetensors.torch import load_file
+
+from sweeper.configs import AdamWConfig, InitSource, PhaseConfig, PretrainConfig
+from sweeper.registry import OBJECTIVES
+from trainables.corpus import document_layout
+from trainables.model import LlamaEncoderConfig, build_model
+from trainables.objectives import (
+    IGNORE, LossContext, MaskingConfig, RowDraws, TokenBatch, clm_loss, mask_tokens, mlm_loss,
+)
+from trainables.pretrain_loop import evaluated_steps, retention, retention_priority, saved_steps
+from trainables.train_step import train_step
+
+VOCAB, MASK_ID, SEP_ID = 256, 4, 3
+MLM = {"mask_ratio": 0.4, "random_replace": 0.1, "keep_original": 0.1}
+TINY = dict(vocab_size=VOCAB, hidden_size=32, intermediate_size=64, num_hidden_layers=2, num_attention_heads=4,
+            num_key_value_heads=2)
+
+
+def packed_batch(rows: int, seq: int, seed: int) -> TokenBatch:
+    ids = torch.randint(5, VOCAB, (rows, seq), generator=torch.Generator().manual_seed(seed))
+    ids[:, seq // 3] = SEP_ID  # two documents per row
+    docs, positions = document_layout(ids, SEP_ID)
+    return TokenBatch(ids, docs, positions, ids == SEP_ID)
+
+
+def context(step: int, first_row: int = 0) -> LossContext:
+    return LossContext(draws=RowDraws(7, step, first_row), mask_token_id=MASK_ID, vocab_size=VOCAB)
+
+
+@settings(max_examples=20, deadline=None)
+@given(seed=st.integers(0, 2 ** 31), step=st.integers(0, 10 ** 6), micro=st.sampled_from([1, 2, 4, 8, 16]))
+def test_a_rows_draws_do_not_depend_on_the_split(seed, step, micro):
+    whole = RowDraws(seed, step)
+    expected = [whole.uniform((16, 24)), whole.integers(1000, (16, 24, 2))]
+    parts = [RowDraws(seed, step).rows(start) for start in range(0, 16, micro)]
+    got = [torch.cat([p.uniform((micro, 24)) for p in parts]), torch.cat([p.integers(1000, (micro, 24, 2))
+                                                                          for p in parts])]
+    assert all(torch.equal(a, b) for a, b in zip(expected, got))
+    assert not torch.equal(expected[0], RowDraws(seed, step + 1).uniform((16, 24)))
+
+
+def test_mlm_masks_are_the_same_in_one_pass_in_micro_batches_and_on_two_workers():
+    batch = packed_batch(16, 40, seed=0)
+    masking = MaskingConfig(mask_token_id=MASK_ID, vocab_size=VOCAB, **MLM)
+
+    def masks(first_row: int, rows: int, micro: int):
+        share = batch.rows(first_row, first_row + rows)
+        return torch.cat([torch.cat(mask_tokens(share.input_ids[s:s + micro], share.special_mask[s:s + micro],
+                                                masking, context(3, first_row).draws.rows(s)), dim=1)
+                          for s in range(0, rows, micro)])
+
+    one_pass = masks(0, 16, 16)
+    assert torch.equal(one_pass, masks(0, 16, 4))
+    assert torch.equal(one_pass, torch.cat([masks(0, 8, 8), masks(8, 8, 8)]))  # 2 workers x 8 rows
+    assert (one_pass[:, 40:] != IGNORE).any()
+
+
+@pytest.mark.parametrize("loss", [mlm_loss, clm_loss], ids=["mlm", "clm"])
+def test_four_micro_batches_of_four_train_the_weights_of_one_pass_of_sixteen(loss):
+    one_pass = build_model(LlamaEncoderConfig(**TINY), seed=0)
+    accumulated = copy.deepcopy(one_pass)
+    optimizers = {id(m): torch.optim.AdamW(m.parameters(), lr=1e-3, betas=(0.9, 0.95), eps=1e-8, weight_decay=0.1)
+                  for m in (one_pass, accumulated)}
+    for step in range(3):
+        batch = packed_batch(16, 32, seed=step)
+        results = [train_step(model, optimizers[id(model)], batch, loss, MLM, context(step), micro_batch_size=micro,
+                              grad_clip=0.5)  # the clip binds: it must see the global gradient
+                   for model, micro in ((one_pass, None), (accumulated, 4))]
+        assert results[0].tokens == results[1].tokens > 0
+        assert results[0].loss == pytest.approx(results[1].loss, rel=1e-5)
+    for (name, a), b in zip(one_pass.named_parameters(), accumulated.parameters()):
+        assert torch.allclose(a, b, rtol=1e-5, atol=1e-6), name
+    assert not torch.allclose(one_pass.lm_head.weight, build_model(LlamaEncoderConfig(**TINY), 0).lm_head.weight)
+
+
+def test_activation_checkpointing_gives_the_same_gradients():
+    plain = build_model(LlamaEncoderConfig(**TINY), seed=0)
+    checkpointed = copy.deepcopy(plain)
+    checkpointed.activation_checkpointing_enable()
+    attention_calls = []
+    for block in checkpointed.model.layers:  # inside the checkpoint: runs again in the backward pass
+        block.self_attn.register_forward_hook(lambda *_: attention_calls.append(1))
+    batch = packed_batch(4, 32, seed=1)
+    for model in (plain, checkpointed):
+        summed, _ = mlm_loss(model, batch, MLM, context(0))
+        summed.backward()
+    assert len(attention_calls) == 2 * len(checkpointed.model.layers), "forward + recompute per block"
+    for (name, a), b in zip(plain.named_parameters(), checkpointed.parameters()):
+        assert torch.allclose(a.grad, b.grad, rtol=1e-5, atol=1e-7), name
+
+
+def test_retention_keeps_evaluated_checkpoints_and_the_newest_resume_points():
+    saved = [1, 2, 3, 4, 5, 6]
+    assert retention(saved, {3, 6}, keep=1) == ({1, 2, 4, 5}, {3})
+    assert retention(saved, {3, 6}, keep=2) == ({1, 2, 4}, {3})
+    assert retention(saved[:3], {3, 6}, keep=1) == ({1, 2}, set())  # the newest keeps its state
+
+
+@settings(max_examples=40, deadline=None)
+@given(total=st.integers(2, 40), every=st.integers(0, 7), keep=st.integers(1, 3),
+       intermediate=st.sets(st.integers(1, 39), max_size=3))
+def test_rays_top_n_by_priority_ends_with_the_retention_set(total, every, keep, intermediate):
+    """Ray Train (2.60) keeps the `num_to_keep` checkpoints of highest score plus always the latest
+    (CheckpointManager._save_state_and_delete_old_checkpoints); with our priorities it never
+    deletes an evaluated checkpoint or one of the newest `keep`, and ends with `retention`'s set
+    (with keep > 1, plus a resume-only one per evaluated checkpoint among the newest `keep`)."""
+    from trainables.pretrain_loop import ray_checkpoint_config
+
+    run = planned_run(total, save_every=every, checkpoint_steps=tuple(s for s in sorted(intermediate) if s < total),
+                      keep=keep)
+    num_to_keep = ray_checkpoint_config(run).num_to_keep
+    evaluated, kept = evaluated_steps(run), []
+    for step in saved_steps(run, total):
+        kept = sorted(kept + [step], key=lambda s: retention_priority(run, s))
+        kept = [s for i, s in enumerate(kept) if i >= len(kept) - num_to_keep or s == step]
+        assert evaluated & set(saved_steps(run, step)) <= set(kept)
+        assert set(saved_steps(run, step)[-keep:]) <= set(kept)
+    drop, _ = retention(saved_steps(run, total), evaluated, keep)
+    wanted = set(saved_steps(run, total)) - drop
+    assert set(kept) == wanted if keep == 1 else wanted <= set(kept) and len(kept) < len(wanted) + keep
+
+
+def planned_run(total: int, *, save_every: int = 1, checkpoint_steps: tuple[int, ...] = (), keep: int = 1,
+                run_dir: str = "unused", corpus_dir: str = "unused", workers: int = 0,
+                micro_batch_size: int | None = None, switch: int | None = None) -> PretrainConfig:
+    """A CLM -> MLM run of `total` steps switching at `switch` (default: half-way)."""
+    switch = total // 2 if switch is None else switch
+    phases = (PhaseConfig(objective="clm", loss=OBJECTIVES["clm"].loss, start_step=0, end_step=switch),
+              PhaseConfig(objective="mlm", loss=OBJECTIVES["mlm"].loss, start_step=switch, end_step=total,
+                          settings={**OBJECTIVES["mlm"].settings, "mask_ratio": 0.4}))
+    return PretrainConfig(
+        name=Path(run_dir).name, run_key="accumulation", objective="clm-mlm", mask_ratio=0.4,
+        clm_fraction=switch / total, switch_step=switch, run_dir=run_dir, corpus_dir=corpus_dir,
+        model_config={**TINY, "vocab_size": 512}, init=InitSource(kind="scratch"), phases=phases,
+        total_steps=total, checkpoint_steps=checkpoint_steps, global_batch_size=16, seq_len=32, peak_lr=3e-3,
+        optimizer=AdamWConfig(), warmup_steps=1, decay_steps=2, seed=0, data_seed=0, log_every=1,
+        save_every=save_every, workers=workers, threads=1, micro_batch_size=micro_batch_size,
+        keep_resume_checkpoints=keep)
+
+
+@pytest.mark.e2e
+def test_two_ddp_workers_in_micro_batches_train_like_one_process_and_keep_only_what_is_needed(
+        ray_head, wordpiece_dir, tmp_path):
+    """One Train worker group (~40 s): 2 DDP workers (gloo) x 2 micro-batches of 4 against Train's
+    local mode in one pass of 16, over 3 CLM then 3 MLM steps; a checkpoint every step, step 3
+    evaluated. Same per-step losses and final weights; both run folders end with the evaluated
+    checkpoints only (the final one is the newest resume point), step 3 without optimizer state."""
+    import ray
+
+    from sweeper.pretraining import fit_run
+
+    corpus_dir = str(Path(wordpiece_dir).parent)
+    runs = {name: planned_run(6, checkpoint_steps=(3,), run_dir=str(tmp_path / name), corpus_dir=corpus_dir,
+                              workers=workers, micro_batch_size=micro)
+            for name, workers, micro in (("local-16", 0, None), ("ddp-2x4", 2, 4))}
+    ray.init(address=ray_head[0], log_to_driver=False)
+    try:
+        for run in runs.values():
+            fit_run(run, {"cpus_per_worker": 1, "gpus_per_worker": 0, "max_failures": 0})
+    finally:
+        ray.shutdown()
+    logs, weights = {}, {}
+    for name, run in runs.items():
+        run_dir = Path(run.run_dir)
+        assert sorted(p.name for p in run_dir.glob("step-*")) == ["step-3", "step-6"], name
+        assert not (run_dir / "step-3" / "training_state.pt").exists(), name
+        assert (run_dir / "step-6" / "training_state.pt").exists(), name
+        logs[name] = [row["loss"] for row in json.loads((run_dir / "step-6" / "train_log.json").read_text())]
+        weights[name] = load_file(run_dir / "step-6" / "model.safetensors")
+    assert len(logs["ddp-2x4"]) == 6
+    assert logs["ddp-2x4"] == pytest.approx(logs["local-16"], rel=1e-5)
+    for key, value in weights["local-16"].items():
+        assert torch.allclose(weights["ddp-2x4"][key], value, rtol=1e-4, atol=1e-5), key
