@@ -40,10 +40,12 @@ def study_dir_for(spec, flag: str | None, spec_file: str = "spec") -> str:
 
 def command_plan(args) -> int:
     from sweeper.cost import finetuning_cost, parameter_count, pretraining_cost
+    from sweeper.memory import check_runs, refusal, run_figure, summary
     from sweeper.plan import plan_study
 
     spec = load_spec(args.spec)
     plan = plan_study(spec)
+    memory = check_runs(spec, plan.runs)
     ft = spec.finetuning
     final = sum(1 for c in plan.checkpoints if c.step == c.run.total_steps)
     per_cell = len(ft.learning_rates) if ft.search == "grid" else ft.optuna.learning_rates_per_cell
@@ -60,22 +62,31 @@ def command_plan(args) -> int:
         extra = f" (+ {cost.unknown} items sized at run time)" if cost.unknown else ""
         print(f"    {stage:12s} {cost.gpu_hours:>12,.1f} GPU-h  ({cost.flops:.2e} FLOPs){extra}")
     print(f"    {'total':12s} {pre_cost.gpu_hours + ft_cost.gpu_hours:>12,.1f} GPU-h")
+    print("\n".join(summary(spec, memory)))
     if args.verbose:
         print("  runs:")
-        for run in plan.runs:
+        for run, run_memory in zip(plan.runs, memory):
             size = f"{parameter_count(run.model_config, include_embedding=True) / 1e6:,.0f}M params" \
                 if run.model_config else "size from its source"
             extra = f", from {run.init_from}" if run.init_from else ""
             print(f"    {run.name}  ({run.objective}, {run.total_steps:,} steps, {size}{extra}, "
-                  f"checkpoints {list(run.checkpoint_steps)})")
+                  f"checkpoints {list(run.checkpoint_steps)}, {run_figure(run_memory)})")
+    if problem := refusal(spec, memory, plan.runs):
+        print(f"error: {problem}", file=sys.stderr)
+        return EXIT_SPEC_ERROR
     return 0
 
 
 def command_run(args) -> int:
+    from sweeper.memory import check_runs, refusal
     from sweeper.plan import plan_study
 
     spec = load_spec(args.spec)
     plan = plan_study(spec)
+    # A run that cannot fit its GPUs would fail hours in: refuse before any folder or Ray exists.
+    if problem := refusal(spec, check_runs(spec, plan.runs), plan.runs):
+        print(f"error: {problem}\nNothing was started (`sweeper plan -v` shows every run's estimate).", file=sys.stderr)
+        return EXIT_SPEC_ERROR
 
     study_dir = study_dir_for(spec, args.storage, args.spec)
     layout = StudyLayout(study_dir)
