@@ -1,87 +1,129 @@
-"""The paper's analyses on a trials table (pandas only; no plotting, no I/O).
+"""The paper's analyses on a trials table (pandas and scipy only; no plotting, no I/O).
 
 - selection: per (checkpoint, task), the learning rate with the best seed-averaged validation
   score; its test scores over seeds give the mean and a 95 % Student-t interval;
 - category scores: per seed, the mean over a category's tasks of the selected test scores, then
-  mean and interval over seeds (SC, TC, QA, IR);
+  mean and interval over seeds (SC, TC, QA, IR). The per-seed table is kept: seeds share data
+  order and the initial head across checkpoints, so the findings pair checkpoints seed by seed;
 - stability (paper Fig. 5): scores centred per (checkpoint, task) cell, pooled per category,
-  spread = standard deviation over seeds x learning rates in a range (default 1e-5..1e-4);
+  spread = standard deviation over seeds x learning rates in a range (default 1e-5..1e-4), with
+  a 95 % interval from the per-seed contributions (the seed is the unit that is replicated);
 - data efficiency, biphasic splits, masking ratios, continued pretraining: category scores
   arranged by the coordinate each question varies.
 """
 from __future__ import annotations
 
-import math
+import functools
 
+import numpy as np
 import pandas as pd
+from scipy import stats
 
 from sweeper import registry
+
 RUN_COLUMNS = ["checkpoint_id", "run_name", "objective", "clm_fraction", "mask_ratio", "checkpoint_step",
                "total_steps", "tokens_seen", "init_from", "steps_before"]
-
-# Two-sided 95 % Student t quantiles by degrees of freedom (scipy is not a dependency).
-T95 = {1: 12.706, 2: 4.303, 3: 3.182, 4: 2.776, 5: 2.571, 6: 2.447, 7: 2.365, 8: 2.306, 9: 2.262,
-       10: 2.228, 12: 2.179, 15: 2.131, 20: 2.086, 25: 2.060, 30: 2.042}
+SCORE_COLUMNS = ["checkpoint_id", "task", "task_category", "learning_rate", "seed", "test_score"]
 
 
-def t95(dof: int) -> float:
-    if dof <= 0:
-        return float("nan")
-    if dof > 30:
-        return 1.96
-    return T95[max(d for d in T95 if d <= dof)]
+@functools.lru_cache(maxsize=64)
+def t95_scalar(dof: int) -> float:
+    return float(stats.t.ppf(0.975, dof)) if dof > 0 else float("nan")
+
+
+def t95(dof) -> np.ndarray | float:
+    """Two-sided 95 % Student-t quantile; NaN where there are no degrees of freedom."""
+    if isinstance(dof, (int, np.integer)):
+        return t95_scalar(int(dof))
+    dof = np.asarray(dof, dtype=float)
+    quantile = np.where(dof > 0, stats.t.ppf(0.975, np.maximum(dof, 1)), np.nan)
+    return float(quantile) if quantile.ndim == 0 else quantile
 
 
 def ci95_half_width(values: pd.Series) -> float:
     values = values.dropna()
     n = len(values)
-    return float(t95(n - 1) * values.std(ddof=1) / math.sqrt(n)) if n > 1 else float("nan")
+    return float(t95(n - 1) * values.std(ddof=1) / np.sqrt(n)) if n > 1 else float("nan")
+
+
+def half_widths(std: pd.Series, count: pd.Series) -> pd.Series:
+    """95 % Student-t half-widths of means, vectorised (one scipy call per table, not per group)."""
+    count = count.astype(float)
+    return pd.Series(t95(count - 1) * std / np.sqrt(count), index=std.index).where(count > 1)
 
 
 def ok_trials(trials: pd.DataFrame) -> pd.DataFrame:
     return trials[trials["status"] == "ok"]
 
 
+def analysis_columns(trials: pd.DataFrame) -> pd.DataFrame:
+    """The OK trials with only the columns the analyses read, strings as Python objects: pandas'
+    Arrow-backed strings make every group-by and merge take Arrow `take`s, several times slower
+    on the thousands of small tables a calibration run analyses."""
+    columns = [c for c in dict.fromkeys([*RUN_COLUMNS, *SCORE_COLUMNS, "validation_score", "status"]) if c in trials]
+    frame = ok_trials(trials)[columns]
+    return frame.astype({c: object for c in columns if pd.api.types.is_string_dtype(frame[c])})
+
+
+def run_table(frame: pd.DataFrame) -> pd.DataFrame:
+    """One row of run columns per checkpoint."""
+    return frame.drop_duplicates("checkpoint_id")[RUN_COLUMNS]
+
+
 def best_lr_table(trials: pd.DataFrame) -> pd.DataFrame:
-    """One row per (checkpoint, task): best LR on mean validation; test mean/std/CI at that LR."""
+    """One row per (checkpoint, task): best LR on mean validation; test mean/std/CI at that LR.
+    Ties go to the smaller learning rate."""
     ok = ok_trials(trials)
     if ok.empty:
         return pd.DataFrame()
-    keys = RUN_COLUMNS + ["task", "task_category"]
-    per_lr = (ok.groupby(keys + ["learning_rate"], dropna=False)
-                .agg(validation_mean=("validation_score", "mean"), test_mean=("test_score", "mean"),
-                     test_std=("test_score", "std"), seeds=("seed", "nunique"),
-                     test_ci95=("test_score", ci95_half_width))
-                .reset_index())
-    best = per_lr.loc[per_lr.groupby(["checkpoint_id", "task"])["validation_mean"].idxmax()]
+    cells = ok.groupby(["checkpoint_id", "task", "task_category", "learning_rate"])
+    per_lr = cells[["validation_score", "test_score"]].mean().set_axis(["validation_mean", "test_mean"], axis=1)
+    per_lr["test_std"] = cells["test_score"].std()
+    per_lr["seeds"] = cells["seed"].nunique()
+    per_lr["test_ci95"] = half_widths(per_lr["test_std"], cells["test_score"].count())
+    per_lr = per_lr.reset_index()
+    # A cell with no validation score at any rate has nothing to select on: it is left out.
+    best = (per_lr.dropna(subset=["validation_mean"]).sort_values("validation_mean", ascending=False, kind="stable")
+                  .drop_duplicates(["checkpoint_id", "task"]))
+    best = best.merge(run_table(ok), on="checkpoint_id")
     return best.sort_values(["task", "objective", "checkpoint_id"]).reset_index(drop=True)
 
 
 def selected_scores(trials: pd.DataFrame, best: pd.DataFrame) -> pd.DataFrame:
-    """The per-seed test scores at each cell's selected learning rate."""
-    ok = ok_trials(trials)
+    """The per-seed test scores at each cell's selected learning rate (the columns of
+    SCORE_COLUMNS: narrow, so that large studies stay quick)."""
+    ok = ok_trials(trials)[SCORE_COLUMNS]
     chosen = best[["checkpoint_id", "task", "learning_rate"]]
     return ok.merge(chosen, on=["checkpoint_id", "task", "learning_rate"])
 
 
-def category_scores(trials: pd.DataFrame, best: pd.DataFrame | None = None) -> pd.DataFrame:
-    """Per (checkpoint, category): mean over seeds of the seed's mean over the category's tasks,
-    with its 95 % interval. A seed counts only if it has every task of the category."""
+def per_seed_category_scores(trials: pd.DataFrame, best: pd.DataFrame | None = None) -> pd.DataFrame:
+    """Per (checkpoint, category, seed): the mean over the category's tasks of the selected test
+    scores, with the run columns. A seed counts only if it has every task of the category."""
     best = best_lr_table(trials) if best is None else best
     if best.empty:
         return pd.DataFrame()
-    rows = selected_scores(trials, best)
-    tasks_per_category = best.groupby(["checkpoint_id", "task_category"])["task"].nunique().rename("tasks")
-    per_seed = (rows.groupby(["checkpoint_id", "task_category", "seed"])
-                    .agg(score=("test_score", "mean"), tasks=("task", "nunique")).reset_index())
-    per_seed = per_seed.merge(tasks_per_category.reset_index(), on=["checkpoint_id", "task_category"],
-                              suffixes=("", "_all"))
-    per_seed = per_seed[per_seed["tasks"] == per_seed["tasks_all"]]
+    rows = selected_scores(trials, best).dropna(subset=["test_score"])  # a task without a score is absent
+    tasks_all = best.groupby(["checkpoint_id", "task_category"])["task"].nunique().rename("tasks_all")
+    seeds = rows.groupby(["checkpoint_id", "task_category", "seed"])
+    per_seed = pd.DataFrame({"score": seeds["test_score"].mean(), "tasks": seeds["task"].nunique()}).reset_index()
+    per_seed = per_seed.join(tasks_all, on=["checkpoint_id", "task_category"])
+    per_seed = per_seed[per_seed["tasks"] == per_seed["tasks_all"]].drop(columns=["tasks", "tasks_all"])
+    return per_seed.merge(run_table(best), on="checkpoint_id")
+
+
+def category_scores(trials: pd.DataFrame, best: pd.DataFrame | None = None,
+                    per_seed: pd.DataFrame | None = None) -> pd.DataFrame:
+    """Per (checkpoint, category): mean over seeds of the seed's mean over the category's tasks,
+    with its 95 % interval."""
+    per_seed = per_seed_category_scores(trials, best) if per_seed is None else per_seed
+    if per_seed.empty:
+        return pd.DataFrame()
     table = (per_seed.groupby(["checkpoint_id", "task_category"])
-                     .agg(mean=("score", "mean"), ci95=("score", ci95_half_width), seeds=("seed", "nunique"))
+                     .agg(mean=("score", "mean"), std=("score", "std"), seeds=("seed", "nunique"))
                      .reset_index())
-    runs = best[RUN_COLUMNS].drop_duplicates("checkpoint_id")
-    return table.merge(runs, on="checkpoint_id")
+    table["ci95"] = half_widths(table["std"], table["seeds"])
+    return table.drop(columns="std").merge(run_table(per_seed), on="checkpoint_id")
 
 
 def ordered_categories(present) -> list[str]:
@@ -98,25 +140,62 @@ def wide(categories: pd.DataFrame, value: str = "mean") -> pd.DataFrame:
     return table[ordered_categories(table.columns)]
 
 
-def stability(trials: pd.DataFrame, lr_range: tuple[float, float] = (1e-5, 1e-4)) -> tuple[pd.DataFrame, str]:
-    """Spread of centred scores over seeds x learning rates, per (checkpoint, category), final
-    checkpoints only. Returns the table and the learning-rate range actually used (all rates when
-    none of the study's falls in the requested range)."""
+def in_lr_range(trials: pd.DataFrame, lr_range: tuple[float, float]) -> tuple[pd.DataFrame, str]:
+    """OK trials of final checkpoints whose learning rate lies in the range, and the range used
+    (all rates when none of the study's falls in the requested range, as in the CPU studies)."""
     ok = ok_trials(trials)
     ok = ok[ok["checkpoint_step"] == ok["total_steps"]]
     in_range = ok[ok["learning_rate"].between(*lr_range)]
     used = f"{lr_range[0]:g}..{lr_range[1]:g}"
-    if in_range.empty:
+    if in_range.empty and not ok.empty:
         in_range, used = ok, f"all ({ok['learning_rate'].min():g}..{ok['learning_rate'].max():g}; none in {used})"
+    return in_range, used
+
+
+def per_seed_spread(trials: pd.DataFrame, lr_range: tuple[float, float] = (1e-5, 1e-4)) -> tuple[pd.DataFrame, str]:
+    """Per (checkpoint, category, seed): the mean square of the seed's centred scores over the
+    category's tasks and the learning rates in range (`mean_square`, `count` of them), with the
+    run columns. The paper's spread squared is (up to ddof) the mean of these over seeds, so the
+    seed is the replicated unit its interval and the stability test rest on."""
+    in_range, used = in_lr_range(trials, lr_range)
     if in_range.empty:
         return pd.DataFrame(), used
-    cell = in_range.groupby(["checkpoint_id", "task"])["test_score"]
+    runs = run_table(in_range)
+    in_range = in_range[SCORE_COLUMNS]
+    cell = in_range.groupby(["checkpoint_id", "task"], sort=False)["test_score"]
     # A (checkpoint, task) with a single trial has no spread to show (centred it is always 0).
-    centred = in_range.assign(centred=(in_range["test_score"] - cell.transform("mean"))
-                              .where(cell.transform("size") > 1))
-    table = (centred.groupby(["checkpoint_id", "run_name", "objective", "init_from", "task_category"], dropna=False)
-                    .agg(spread=("centred", "std"), runs=("centred", "size")).reset_index())
-    return table, used
+    centred = (in_range["test_score"] - cell.transform("mean")).where(cell.transform("count") > 1)
+    seeds = in_range.assign(square=centred ** 2).groupby(["checkpoint_id", "task_category", "seed"])["square"]
+    table = pd.DataFrame({"mean_square": seeds.mean(), "count": seeds.count(), "trials": seeds.size()}).reset_index()
+    return table.merge(runs, on="checkpoint_id"), used
+
+
+def stability(trials: pd.DataFrame, lr_range: tuple[float, float] = (1e-5, 1e-4)) -> tuple[pd.DataFrame, str]:
+    """Spread of centred scores over seeds x learning rates, per (checkpoint, category), final
+    checkpoints only, with a 95 % interval (`spread_low`, `spread_high`). Returns the table and
+    the learning-rate range actually used.
+
+    spread = sqrt(sum of squared centred scores / (n - 1)), the standard deviation of the pooled
+    centred scores (each cell's are centred, so their mean is 0). The interval is the Student-t
+    interval of the mean over seeds of the per-seed mean squares (`per_seed_spread`), square-rooted
+    and scaled to the spread; its lower end is clipped at 0 (a spread is never negative). With
+    few seeds it is wide: that is the information there is."""
+    seeds, used = per_seed_spread(trials, lr_range)
+    if seeds.empty:
+        return pd.DataFrame(), used
+    seeds = seeds.assign(total=seeds["mean_square"] * seeds["count"],
+                         has_spread=seeds["count"] > 0)
+    table = (seeds.groupby(["checkpoint_id", "task_category"])
+                  .agg(total=("total", "sum"), count=("count", "sum"), runs=("trials", "sum"),
+                       mean=("mean_square", "mean"), std=("mean_square", "std"), seeds=("has_spread", "sum"))
+                  .reset_index())
+    table["spread"] = np.sqrt(table["total"] / (table["count"] - 1)).where(table["count"] > 1)
+    half = half_widths(table["std"], table["seeds"])
+    scale = np.sqrt(table["mean"]).where(table["mean"] > 0)
+    table["spread_low"] = table["spread"] * np.sqrt((table["mean"] - half).clip(lower=0)) / scale
+    table["spread_high"] = table["spread"] * np.sqrt(table["mean"] + half) / scale
+    table = table.drop(columns=["total", "count", "mean", "std", "seeds"]).merge(run_table(seeds), on="checkpoint_id")
+    return table.sort_values(["objective", "run_name", "task_category"]).reset_index(drop=True), used
 
 
 def final_only(categories: pd.DataFrame) -> pd.DataFrame:

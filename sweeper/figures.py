@@ -8,11 +8,28 @@ import matplotlib
 
 matplotlib.use("Agg")  # files only; no display on clusters and CI
 import matplotlib.pyplot as plt  # noqa: E402
+import numpy as np  # noqa: E402
 import pandas as pd  # noqa: E402
 
 from sweeper.analysis import ordered_categories  # noqa: E402
 
 OBJECTIVE_COLOURS = {"mlm": "tab:blue", "clm": "tab:orange", "clm-mlm": "tab:green"}
+# The shipped metrics (accuracy, entity F1, SQuAD F1, NDCG@10) lie in [0, 100]; a plugin family's
+# metric may be a correlation x 100, which can be negative, so other categories get [-100, 100].
+# (The registry does not record a family's range; a `score_range` on FamilyInfo would replace this.)
+SHIPPED_CATEGORIES = ("SC", "TC", "QA", "IR")
+
+
+def score_range(category: str) -> tuple[float, float]:
+    return (0.0, 100.0) if category in SHIPPED_CATEGORIES else (-100.0, 100.0)
+
+
+def clipped_interval(mean: pd.Series, half: pd.Series, category: str) -> tuple[pd.Series, pd.Series]:
+    """Lower and upper ends of mean ± half, clipped to the category's score range: an interval
+    from few seeds can reach past the scale (down to -60 on an F1), which no score can."""
+    low, high = score_range(category)
+    half = half.fillna(0)
+    return (mean - half).clip(lower=low), (mean + half).clip(upper=high)
 
 
 def present(frame: pd.DataFrame) -> list[str]:
@@ -27,7 +44,8 @@ def save(fig, path: Path) -> Path:
 
 
 def category_bars(final: pd.DataFrame, path: Path) -> Path | None:
-    """Best-LR test score per final checkpoint and category, with 95 % intervals."""
+    """Best-LR test score per final checkpoint and category, with 95 % intervals clipped to the
+    score range (`score_range`)."""
     if final.empty:
         return None
     categories = present(final)
@@ -37,8 +55,11 @@ def category_bars(final: pd.DataFrame, path: Path) -> Path | None:
     for i, checkpoint in enumerate(checkpoints):
         rows = final[final["checkpoint_id"] == checkpoint].set_index("task_category").reindex(categories)
         objective = final.loc[final["checkpoint_id"] == checkpoint, "objective"].iloc[0]
+        mean, half = rows["mean"].to_numpy(), rows["ci95"].fillna(0).to_numpy()
+        low, high = np.array([score_range(c) for c in categories]).T
+        errors = np.nan_to_num(np.vstack([np.minimum(half, mean - low), np.minimum(half, high - mean)]))
         ax.bar([c + i * width for c in range(len(categories))], rows["mean"], width,
-               yerr=rows["ci95"].fillna(0), capsize=3, label=checkpoint, alpha=0.85,
+               yerr=errors, capsize=3, label=checkpoint, alpha=0.85,
                edgecolor=OBJECTIVE_COLOURS.get(objective, "grey"), linewidth=1.5)
     ax.set_xticks([c + 0.4 - width / 2 for c in range(len(categories))], categories)
     ax.set_ylabel("test score at best LR (mean over seeds, 95 % CI)")
@@ -48,7 +69,8 @@ def category_bars(final: pd.DataFrame, path: Path) -> Path | None:
 
 
 def stability_bars(table: pd.DataFrame, lr_range: str, path: Path) -> Path | None:
-    """Paper Fig. 5: spread of centred scores over seeds x learning rates, per objective."""
+    """Paper Fig. 5: spread of centred scores over seeds x learning rates, per run, with its 95 %
+    interval over seeds (`analysis.stability`; never below 0)."""
     if table.empty:
         return None
     categories = present(table)
@@ -58,10 +80,12 @@ def stability_bars(table: pd.DataFrame, lr_range: str, path: Path) -> Path | Non
     for i, run in enumerate(runs):
         rows = table[table["run_name"] == run].set_index("task_category").reindex(categories)
         objective = table.loc[table["run_name"] == run, "objective"].iloc[0]
+        errors = np.nan_to_num(np.vstack([rows["spread"] - rows["spread_low"], rows["spread_high"] - rows["spread"]]))
         ax.bar([c + i * width for c in range(len(categories))], rows["spread"], width, label=run,
+               yerr=errors.clip(min=0), capsize=3,
                color=OBJECTIVE_COLOURS.get(objective, "grey"), alpha=0.4 + 0.6 * (i + 1) / len(runs))
     ax.set_xticks([c + 0.4 - width / 2 for c in range(len(categories))], categories)
-    ax.set_ylabel("std of centred test score (points)")
+    ax.set_ylabel("std of centred test score (points, 95 % CI)")
     ax.set_xlabel(f"spread over seeds x learning rates {lr_range}", fontsize=8)
     ax.set_title("Fine-tuning stability (smaller = more stable)")
     ax.legend(fontsize=7)
@@ -79,10 +103,8 @@ def lines_by_category(frame: pd.DataFrame, x: str, group: str, xlabel: str, titl
         for name, rows in frame[frame["task_category"] == category].groupby(group):
             rows = rows.sort_values(x)
             line = ax.plot(rows[x], rows["mean"], marker="o", label=str(name))[0]
-            ci = rows["ci95"].fillna(0)
-            # Scores live in [0, 100]; an interval from few seeds can reach past them.
-            ax.fill_between(rows[x], (rows["mean"] - ci).clip(lower=0), (rows["mean"] + ci).clip(upper=100),
-                            color=line.get_color(), alpha=0.15)
+            low, high = clipped_interval(rows["mean"], rows["ci95"], category)
+            ax.fill_between(rows[x], low, high, color=line.get_color(), alpha=0.15)
         ax.set_title(category)
         ax.set_xlabel(xlabel)
         if log_x:

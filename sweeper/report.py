@@ -13,7 +13,7 @@ from pathlib import Path
 import pandas as pd
 
 from sweeper import analysis, figures, storage
-from sweeper.findings import check_findings
+from sweeper.findings import CANNOT_TELL, Verdict, check_findings, p_text
 from sweeper.layout import StudyLayout
 from sweeper.store import quarantined, read_trials
 
@@ -94,6 +94,32 @@ def curve_table(frame: pd.DataFrame, index: list[str], title: str, note: str) ->
     return [f"## {title}", "", note, "", markdown_table([*index, *table.columns], rows), ""]
 
 
+FINDINGS_INTRO = (
+    "Each finding is split into parts; each part is a paired test over fine-tuning seeds (checkpoints of one size "
+    "and one budget, at their best learning rates), and Holm's adjustment runs over the parts of a finding, so "
+    "a finding says *supports* or *contradicts* with at most a 5 % chance when nothing differs. A part is "
+    "decided when its adjusted p-value is below 0.05; otherwise it is *cannot tell*, with what is missing. "
+    "Numbers: mean over seeds [95 % CI]. Tests, margins and their measured error rates: docs/statistics.md.")
+
+
+def findings_section(verdicts: list[Verdict]) -> list[str]:
+    """Per finding its verdict, then per part: the comparison, the numbers, the test, the
+    Holm-adjusted p-value and the part's verdict."""
+    out = ["## The paper's findings, checked on this study", "", FINDINGS_INTRO, ""]
+    for verdict in verdicts:
+        out += [f"{verdict.number}. **{verdict.verdict}**: {verdict.claim}", ""]
+        if not verdict.parts:
+            out += [f"   - {line}" for line in verdict.evidence] + [""]
+            continue
+        rows = [[part.comparison, part.numbers or "-", part.test if not part.missing else "not tested",
+                 p_text(part.p_adjusted) if not part.missing else "n/a",
+                 part.verdict if not part.missing else f"{CANNOT_TELL}: {part.missing}"]
+                for part in verdict.parts]
+        out += ["   " + line for line in markdown_table(
+            ["part", "numbers", "test", "p (Holm)", "verdict"], rows).splitlines()] + [""]
+    return out
+
+
 def build_report(study_dir: str | Path, lr_range: tuple[float, float] = (1e-5, 1e-4)) -> tuple[str, list[Path]]:
     """The report text and the figures drawn (into `<study>/figures/`, or a local folder that
     `write_report` uploads when the study is in an object store)."""
@@ -124,19 +150,15 @@ def build_report(study_dir: str | Path, lr_range: tuple[float, float] = (1e-5, 1
 
     out += category_section(final, "Category averages (final checkpoints; best-LR test score, mean ± 95 % CI over seeds)")
     figure("category scores", figures.category_bars(final, figure_dir / "category_scores.png"), "no scores")
-    verdicts = check_findings(categories, stability)
-    out += ["## The paper's findings, checked on this study", "",
-            "A difference counts only when the 95 % intervals do not overlap.", ""]
-    for verdict in verdicts:
-        out.append(f"{verdict.number}. **{verdict.verdict}**: {verdict.claim}")
-        out += [f"   - {line}" for line in verdict.evidence]
-    out.append("")
+    out += findings_section(check_findings(trials, lr_range))
     if not stability.empty:
         out += ["## Fine-tuning stability", "",
                 f"Test scores centred per (checkpoint, task), spread = std over seeds x learning rates {used_range}, "
                 "pooled per category (paper Fig. 5; smaller is more stable).", "",
-                markdown_table(["run", "objective", "category", "spread", "trials"],
-                               [[r["run_name"], r["objective"], r["task_category"], fmt(r["spread"]), str(r["runs"])]
+                "The interval is a 95 % interval over seeds (the replicated unit; see docs/statistics.md).", "",
+                markdown_table(["run", "objective", "category", "spread", "95% CI", "trials"],
+                               [[r["run_name"], r["objective"], r["task_category"], fmt(r["spread"]),
+                                 f"[{fmt(r['spread_low'])}, {fmt(r['spread_high'])}]", str(r["runs"])]
                                 for _, r in stability.iterrows()]), ""]
     figure("stability", figures.stability_bars(stability, used_range, figure_dir / "stability.png"), "no final checkpoints")
     efficiency = analysis.data_efficiency(categories)

@@ -14,6 +14,7 @@ from sweeper.report import build_report
 from sweeper.store import TRIALS, read_trials, write_rows
 
 LRS = (1e-5, 3e-5, 1e-4)
+T_975_4 = 2.7764451051977987  # t(0.975, 4 dof), the 95 % two-sided quantile for 5 seeds
 SEEDS = range(5)
 TASKS = {"sc1": "SC", "sc2": "SC", "tc1": "TC", "qa1": "QA"}
 
@@ -40,8 +41,10 @@ def synthetic_trials(means: dict, noise: dict, seed: int = 0) -> list[dict]:
     return rows
 
 
+# CLM's TC win is large enough for 5 seeds at CLM's seed noise (SD 3) to show that CLM ties or
+# wins there (non-inferiority within 1 point); a 3-point win at that noise cannot be told apart.
 CLEAR = {("m-mlm40-100", "mlm", 0.0, 0.4): {"SC": 80, "QA": 60, "TC": 85},
-         ("m-clm-100", "clm", 1.0, None): {"SC": 70, "QA": 45, "TC": 88}}
+         ("m-clm-100", "clm", 1.0, None): {"SC": 70, "QA": 45, "TC": 92}}
 
 
 @pytest.fixture
@@ -58,13 +61,13 @@ def test_selection_and_confidence_intervals(clear_study):
     scores = trials[(trials["checkpoint_id"] == "m-clm-100") & (trials["task"] == "sc1")
                     & (trials["learning_rate"] == 3e-5)]["test_score"]
     assert row["test_mean"] == pytest.approx(scores.mean())
-    assert row["test_ci95"] == pytest.approx(2.776 * scores.std(ddof=1) / math.sqrt(5))  # t(0.975, 4)
+    assert row["test_ci95"] == pytest.approx(T_975_4 * scores.std(ddof=1) / math.sqrt(5))
     categories = analysis.category_scores(trials, best)
     sc = categories[(categories["checkpoint_id"] == "m-mlm40-100") & (categories["task_category"] == "SC")].iloc[0]
     per_seed = trials[(trials["checkpoint_id"] == "m-mlm40-100") & trials["task"].isin(["sc1", "sc2"])
                       & (trials["learning_rate"] == 3e-5)].groupby("seed")["test_score"].mean()
     assert sc["mean"] == pytest.approx(per_seed.mean())
-    assert sc["ci95"] == pytest.approx(2.776 * per_seed.std(ddof=1) / math.sqrt(5))
+    assert sc["ci95"] == pytest.approx(T_975_4 * per_seed.std(ddof=1) / math.sqrt(5))
 
 
 def test_stability_spread_tracks_seed_variance(clear_study):
@@ -78,8 +81,7 @@ def test_stability_spread_tracks_seed_variance(clear_study):
 
 def test_findings_verdicts_with_their_evidence(clear_study, tmp_path_factory):
     trials = read_trials(clear_study).to_pandas()
-    categories = analysis.category_scores(trials)
-    verdicts = check_findings(categories, analysis.stability(trials)[0])
+    verdicts = check_findings(trials)
     first = verdicts[0]
     assert first.verdict == SUPPORTS, first.evidence
     assert any("SC: m-mlm40-100" in line for line in first.evidence) and all(v.evidence for v in verdicts)
@@ -91,7 +93,7 @@ def test_findings_verdicts_with_their_evidence(clear_study, tmp_path_factory):
     overlapping = tmp_path_factory.mktemp("close")
     write_rows(overlapping, TRIALS, synthetic_trials(close, noise={"mlm": 3.0, "clm": 3.0}, seed=1))
     trials = read_trials(overlapping).to_pandas()
-    verdict = check_findings(analysis.category_scores(trials), analysis.stability(trials)[0])[0]
+    verdict = check_findings(trials)[0]
     assert verdict.verdict == CANNOT_TELL and "cannot tell" in " ".join(verdict.evidence)
 
 
@@ -100,10 +102,10 @@ def test_stability_finding_needs_a_spread_and_runs_from_scratch(clear_study):
     run: neither may decide finding 3."""
     trials = read_trials(clear_study).to_pandas()
     one_cell = trials[(trials["seed"] == 0) & (trials["learning_rate"] == 3e-5)]
-    verdict = check_findings(analysis.category_scores(one_cell), analysis.stability(one_cell)[0])[2]
+    verdict = check_findings(one_cell)[2]
     assert verdict.verdict == CANNOT_TELL, verdict.evidence
     continued = trials.assign(init_from=trials["objective"].map({"mlm": "m-clm-100", "clm": None}))
-    verdict = check_findings(analysis.category_scores(continued), analysis.stability(continued)[0])[2]
+    verdict = check_findings(continued)[2]
     assert verdict.verdict == CANNOT_TELL and "needs final CLM and MLM" in " ".join(verdict.evidence)
 
 

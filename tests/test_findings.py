@@ -1,0 +1,108 @@
+"""Verdicts: Holm's adjustment, what a comparison may pair (one size, one budget), what "cannot
+tell" says, the spread's test, and the figures' clipped intervals. The error rates themselves
+are measured in test_verdict_calibration.py."""
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pandas as pd
+import pytest
+
+from sweeper import analysis
+from sweeper.figures import clipped_interval
+from sweeper.findings import CANNOT_TELL, CONTRADICTS, SUPPORTS, check_findings, holm, paired_t
+from sweeper.report import findings_section
+from test_verdict_calibration import synthetic_study
+
+
+def test_holm_step_down_by_hand():
+    # Sorted: 0.01 x 3 = 0.03; 0.03 x 2 = 0.06; 0.04 x 1 = 0.04, raised to 0.06 (monotone).
+    # NaN is a part that was not tested: it stays NaN and does not count in m.
+    adjusted = holm([0.01, 0.04, 0.03, math.nan])
+    assert adjusted[:3] == pytest.approx([0.03, 0.06, 0.06]) and math.isnan(adjusted[3])
+    assert holm([0.5, 0.9]) == [1.0, 1.0] and holm([]) == []  # 0.5 x 2 capped at 1; 0.9 raised to 1
+
+
+def test_paired_t_matches_scipy_and_its_margin():
+    from scipy import stats
+    d = np.array([1.0, 2.5, 0.3, 1.7, 0.9])
+    above, below = paired_t(d)
+    assert above == pytest.approx(stats.ttest_1samp(d, 0, alternative="greater").pvalue)
+    assert below == pytest.approx(stats.ttest_1samp(d, 0, alternative="less").pvalue)
+    above, _ = paired_t(d, shift=-1.0)
+    assert above == pytest.approx(stats.ttest_1samp(d + 1.0, 0, alternative="greater").pvalue)
+    assert np.isnan(paired_t(np.ones(5))[0]), "no seed-to-seed variation: no test, no verdict"
+
+
+@pytest.fixture(scope="module")
+def planted() -> pd.DataFrame:
+    return synthetic_study(np.random.default_rng(7), +1.0)
+
+
+def test_a_planted_study_supports_every_finding_with_tests_and_adjusted_p(planted):
+    verdicts = check_findings(planted)
+    assert [v.verdict for v in verdicts] == [SUPPORTS] * 5, [v.evidence for v in verdicts]
+    for verdict in verdicts:
+        for part in verdict.parts:
+            assert part.p_adjusted >= part.p_value and part.p_adjusted < 0.05 and "seeds" in part.test
+    text = "\n".join(findings_section(verdicts))
+    assert "| part | numbers | test | p (Holm) | verdict |" in text and "paired t-test over 5 seeds" in text
+
+
+def test_runs_of_different_sizes_are_never_compared(planted):
+    """A 610m CLM -> MLM run beside a 210m MLM run: no comparison, and the missing run is named."""
+    rows = planted[~planted["run_name"].isin(["610m-mlm40-42k", "610m-mlm30-42k"])].copy()
+    moved = planted[planted["run_name"] == "610m-mlm40-42k"].copy()
+    moved["run_name"] = moved["run_name"].str.replace("610m", "210m")
+    moved["checkpoint_id"] = moved["checkpoint_id"].str.replace("610m", "210m")
+    verdicts = check_findings(pd.concat([rows, moved]))
+    biphasic = verdicts[3]
+    assert biphasic.verdict == CANNOT_TELL and "no 610m MLM 40% run at 42k" in " ".join(biphasic.evidence)
+    assert verdicts[0].verdict == CANNOT_TELL and "no 610m MLM run at 42k" in " ".join(verdicts[0].evidence)
+
+
+def test_two_seeds_cannot_tell_and_say_how_many_are_needed(planted):
+    verdicts = check_findings(planted[planted["seed"] < 2])
+    assert all(v.verdict == CANNOT_TELL for v in verdicts)
+    assert "needs >= 3 seeds" in " ".join(verdicts[0].evidence)
+
+
+def test_equal_spreads_are_not_a_verdict(planted):
+    """The old check called any difference in spread a verdict (3.72 vs 3.72 'contradicts'): CLM's
+    trials here are MLM's, shifted by a constant, so both spreads are equal seed by seed."""
+    mlm = planted[planted["checkpoint_id"] == "610m-mlm40-42k"]
+    clm = planted[planted["checkpoint_id"] == "610m-clm-42k"][["task", "learning_rate", "seed"]]
+    copied = clm.merge(mlm.drop(columns=["checkpoint_id", "run_name", "objective", "mask_ratio", "clm_fraction"]),
+                       on=["task", "learning_rate", "seed"])
+    copied = copied.assign(checkpoint_id="610m-clm-42k", run_name="610m-clm-42k", objective="clm",
+                           mask_ratio=math.nan, clm_fraction=1.0, test_score=copied["test_score"] + 5)
+    rows = pd.concat([planted[planted["checkpoint_id"] != "610m-clm-42k"], copied])
+    table, _ = analysis.stability(rows)
+    spreads = table.set_index("checkpoint_id")["spread"]
+    assert spreads["610m-clm-42k"].to_numpy() == pytest.approx(spreads["610m-mlm40-42k"].to_numpy())
+    stability = next(p for p in check_findings(rows)[2].parts if "stability" in p.comparison)
+    assert stability.verdict == CANNOT_TELL
+
+
+def test_stability_table_has_an_interval_around_the_spread(planted):
+    table, _ = analysis.stability(planted)
+    assert (table["spread_low"] <= table["spread"]).all() and (table["spread"] <= table["spread_high"]).all()
+    assert (table["spread_low"] >= 0).all()
+
+
+def test_intervals_are_clipped_to_the_score_range():
+    low, high = clipped_interval(pd.Series([10.0, 95.0]), pd.Series([70.0, 20.0]), "TC")
+    assert low.tolist() == [0.0, 75.0] and high.tolist() == [80.0, 100.0]  # an F1 never reaches -60
+    low, high = clipped_interval(pd.Series([10.0]), pd.Series([200.0]), "REG")  # a correlation x 100
+    assert low.tolist() == [-100.0] and high.tolist() == [100.0]
+
+
+def test_a_contradiction_is_reported_as_one(planted):
+    """MLM's SC scores pushed far below CLM's: finding 1 contradicts, whatever the other parts say."""
+    rows = planted.copy()
+    sc_mlm = (rows["checkpoint_id"] == "610m-mlm40-42k") & (rows["task_category"] == "SC")
+    rows.loc[sc_mlm, ["test_score", "validation_score"]] -= 20
+    first = check_findings(rows)[0]
+    assert first.verdict == CONTRADICTS
+    assert next(p for p in first.parts if ", SC:" in p.comparison).verdict == CONTRADICTS
