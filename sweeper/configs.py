@@ -134,6 +134,10 @@ class CorpusConfig:
     """Vocabulary size of a tokenizer trained here."""
     max_documents: int | None = None
     """Read at most this many documents (None: all)."""
+    max_tokens: int | None = None
+    """Stop the token stream at this many tokens (None: the whole source)."""
+    tokenizer_sample_documents: int = 100_000
+    """A trained tokenizer learns from the stream's first this many documents."""
 
 
 # --- pretraining -------------------------------------------------------------------------------

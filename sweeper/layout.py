@@ -9,7 +9,7 @@
            results/<table>/...             the Parquet store (sweeper.store)
            quarantine/<table>/...          damaged store files set aside, each with a .why.txt note
            tune/                           Ray Tune's state while a shard runs
-           cache/corpus[-<tokenizer key>]/ prepared corpus: tokenizer + token stream
+           cache/corpus-<key>/             prepared corpus: tokenizer + token shards (key: what shapes the stream)
            cache/tasks/<task>-.../         a task tokenised once per tokenizer and length
            pretraining/<run>/              one run (RunLayout)
                sweeper_run.json            the run's key and identity when it was started
@@ -149,9 +149,9 @@ class StudyLayout:
     def tune(self) -> str:
         return self.path("tune")
 
-    def corpus(self, tokenizer_key: str | None) -> str:
-        """The study's corpus, or the same text encoded for a Hugging Face CPT source's tokenizer."""
-        return self.path("cache", "corpus" if tokenizer_key is None else f"corpus-{tokenizer_key}")
+    def corpus(self, key: str | None) -> str:
+        """A prepared corpus, keyed by what shapes its token stream (sweeper.corpora.corpus_dir)."""
+        return self.path("cache", "corpus" if key is None else f"corpus-{key}")
 
     def task_cache(self, folder_name: str) -> str:
         return self.path("cache", "tasks", folder_name)

@@ -12,7 +12,7 @@ from pathlib import Path
 import ray
 
 from sweeper import registry, storage
-from sweeper.configs import CorpusConfig, stable_key
+from sweeper.corpora import check_corpus_source, prepare_corpora  # noqa: F401 (benchmarks import it from here)
 from sweeper.finetuning import run_finetuning
 from sweeper.layout import StudyLayout
 from sweeper.plan import StudyPlan
@@ -20,37 +20,6 @@ from sweeper.pretraining import PretrainingScheduler
 from sweeper.progress import format_duration
 from sweeper.report import write_report
 from sweeper.spec import StudySpec
-
-
-def prepare_corpus_task(config: CorpusConfig, out_dir: str) -> dict:
-    from trainables.corpus import prepare_corpus
-
-    return prepare_corpus(config, out_dir)
-
-
-def corpus_dir(layout: StudyLayout, tokenizer: str | None) -> str:
-    """The study's corpus, or the same text encoded for a Hugging Face CPT source's tokenizer."""
-    return layout.corpus(None if tokenizer is None else stable_key({"tokenizer": tokenizer}))
-
-
-def prepare_corpora(spec: StudySpec, plan: StudyPlan, layout: StudyLayout) -> dict[str | None, str]:
-    """One prepared corpus per tokenizer the runs need, built in parallel Ray tasks (once ever)."""
-    tokenizers = sorted({run.tokenizer for run in plan.runs}, key=lambda t: (t is not None, t or ""))
-    remote = ray.remote(prepare_corpus_task).options(num_cpus=1)
-    futures = {}
-    for tokenizer in tokenizers:
-        config = CorpusConfig(source=spec.data.corpus, text_column=spec.data.text_column,
-                              tokenizer=tokenizer or spec.data.tokenizer, vocab_size=spec.data.vocab_size,
-                              max_documents=spec.data.max_documents)
-        futures[tokenizer] = remote.remote(config, corpus_dir(layout, tokenizer))
-    for tokenizer, future in futures.items():
-        meta = ray.get(future)
-        print(f"[corpus] {meta['documents']:,} documents, {meta['tokens']:,} tokens, vocabulary "
-              f"{meta['vocab_size']:,} ({tokenizer or spec.data.tokenizer})", flush=True)
-        if tokenizer is None and meta["vocab_size"] > spec.data.vocab_size:
-            raise RuntimeError(f"the tokenizer has {meta['vocab_size']} tokens but data.vocab_size is "
-                               f"{spec.data.vocab_size}: raise data.vocab_size")
-    return {tokenizer: corpus_dir(layout, tokenizer) for tokenizer in tokenizers}
 
 
 def plugin_runtime_env() -> dict | None:
@@ -125,6 +94,7 @@ def run_study(spec: StudySpec, spec_path: Path, plan: StudyPlan, study_dir: str,
     """Run or resume the study at `study_dir` (a path or an object-store URI); returns the
     exit status (1 if any run or trial failed)."""
     started = time.time()
+    check_corpus_source(spec, spec_path)  # before anything is written or started: exit 2
     layout = StudyLayout(study_dir)
     storage.make_dirs(study_dir)
     # The copy holds no credentials (a spec's `storage: s3://KEY:SECRET@...`): sweeper.storage.

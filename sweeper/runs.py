@@ -180,7 +180,7 @@ def identity_of(spec: StudySpec, config: dict, phases: tuple[PhaseConfig, ...], 
 
 def shared_identity(spec: StudySpec) -> dict:
     pre = spec.pretraining
-    return {"data": asdict(spec.data), "optimizer": asdict(pre.optimizer), "seed": pre.seed,
+    return {"data": spec.data.identity(), "optimizer": asdict(pre.optimizer), "seed": pre.seed,
             "global_batch_size": pre.global_batch_size, "random_replace": pre.random_replace,
             "keep_original": pre.keep_original}
 

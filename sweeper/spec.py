@@ -10,7 +10,7 @@ into it. The AdamW settings are `sweeper.configs.AdamWConfig`'s fields, shared b
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass, field
+from dataclasses import asdict, dataclass, field, fields
 from pathlib import Path
 from typing import Literal
 
@@ -117,11 +117,25 @@ class DataSpec:
     """Read at most this many corpus documents (None: all)."""
     order_seed: int = 0
     """Seed of the sample order, shared by every run (the same data order for all objectives)."""
+    max_tokens: int | None = None
+    """Tokens of the prepared corpus, rounded up to whole order blocks (65,536 x seq_len tokens);
+    None: what the longest run reads plus 5 %. Reading stops there."""
+    tokenizer_sample_documents: int = 100_000
+    """A tokenizer trained here (`train-wordpiece`) learns from the corpus's first this many documents."""
 
     def check(self):
         yield from non_blank(self, "corpus", "text_column", "tokenizer")
-        yield from positive(self, "vocab_size", "seq_len", "max_documents")
+        yield from positive(self, "vocab_size", "seq_len", "max_documents", "max_tokens", "tokenizer_sample_documents")
         yield from seeds(self, "order_seed")
+
+    def identity(self) -> dict:
+        """What enters run keys: every field, less those added later while at their defaults
+        (so the keys of studies recorded before them stay the same)."""
+        identity, defaults = asdict(self), {f.name: f.default for f in fields(self)}
+        for added in ("max_tokens", "tokenizer_sample_documents"):
+            if identity[added] == defaults[added]:
+                del identity[added]
+        return identity
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)

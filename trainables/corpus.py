@@ -1,30 +1,42 @@
-"""Pretraining corpus: text source -> tokenizer -> one token stream -> packed, ordered batches.
+"""Pretraining corpus: the tokenizer, and packed, ordered batches read from the token shards.
 
-Prepared once per study (`prepare_corpus`) into a directory every run reads: the tokenizer in
-Hugging Face format and `tokens.npy`, all documents concatenated, each ended by the separator.
-Every run walks the same fixed permutation of fixed-length windows, so all objectives see the
-same sample order (the paper's control) and the data position is a function of the step alone,
-which makes resuming exact.
+The corpus is prepared once per study (`trainables.corpus_prep.prepare_corpus`, a Ray Data job)
+into a folder every run reads: the tokenizer in Hugging Face format and the token stream, all
+documents concatenated, each ended by the separator, cut into fixed-size shards. Every run walks
+the same order of fixed-length windows, so all objectives see the same sample order (the paper's
+control) and the data position is a function of the step alone, which makes resuming exact.
+
+The order is a pure function of `order_seed`, held in memory one block of `ORDER_BLOCK_WINDOWS`
+windows at a time (a 100B-token corpus has 100M windows): an epoch visits the blocks in stream
+order, each permuted on its own (block 0 with `rng([order_seed, epoch])`, block b > 0 with
+`rng([order_seed, epoch, b])`). A corpus of at most one block keeps the order of the single-file
+corpus before it, and a corpus grown by whole blocks keeps the order of its first blocks, so
+a longer run added later trains on the same first samples as the shorter ones.
 """
 from __future__ import annotations
 
+import hashlib
 import json
+import os
+from collections.abc import Iterable
 from pathlib import Path
 
 import numpy as np
+import pyarrow.fs as pafs
 import torch
 
 from sweeper import storage
 from sweeper.configs import CorpusConfig
 from sweeper.layout import CORPUS_MARKER
 from trainables.objectives import TokenBatch
-from trainables.text_sources import iter_corpus_texts
 
+ORDER_BLOCK_WINDOWS = 1 << 16
+"""Windows permuted together: 65,536 (8.4M tokens at seq_len 128, 67M at 1,024)."""
 SPECIAL_TOKENS = ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]"]
 
 
-def train_wordpiece_tokenizer(texts: list[str], vocab_size: int):
-    """A lowercase WordPiece tokenizer trained on `texts` (under a second per 100k tokens)."""
+def train_wordpiece_tokenizer(texts: Iterable[str], vocab_size: int):
+    """A lowercase WordPiece tokenizer trained on `texts`, streamed (under a second per 100k tokens)."""
     from tokenizers import Tokenizer, decoders, models, normalizers, pre_tokenizers, processors, trainers
     from transformers import PreTrainedTokenizerFast
 
@@ -51,7 +63,8 @@ def train_wordpiece_tokenizer(texts: list[str], vocab_size: int):
     )
 
 
-def load_or_train_tokenizer(name: str, texts: list[str], vocab_size: int):
+def load_or_train_tokenizer(name: str, texts: Iterable[str], vocab_size: int):
+    """`train-wordpiece` trained on `texts`, or a Hugging Face tokenizer (texts unread)."""
     if name == "train-wordpiece":
         return train_wordpiece_tokenizer(texts, vocab_size)
     from transformers import AutoTokenizer
@@ -64,68 +77,107 @@ def load_or_train_tokenizer(name: str, texts: list[str], vocab_size: int):
     return tokenizer
 
 
-def prepare_corpus(config: CorpusConfig, out_dir: str) -> dict:
-    """Build `out_dir` (a study location) once (idempotent: a finished directory is reused)
-    and return its meta (`CORPUS_MARKER`, written last)."""
-    storage.build_once(out_dir, CORPUS_MARKER, lambda tmp: build_corpus(config, tmp))
-    return storage.read_json(storage.join(out_dir, CORPUS_MARKER))
+def prepare_corpus(config: CorpusConfig, out_dir: str, **options) -> dict:
+    """Build the corpus at `out_dir` once and return its meta (trainables.corpus_prep)."""
+    from trainables.corpus_prep import prepare_corpus as prepare
 
-
-def build_corpus(config: CorpusConfig, tmp: Path) -> None:
-    texts = list(iter_corpus_texts(config.source, config.text_column, config.max_documents))
-    tokenizer = load_or_train_tokenizer(config.tokenizer, texts, config.vocab_size)
-    separator = tokenizer.sep_token_id if tokenizer.sep_token_id is not None else tokenizer.eos_token_id
-    encoded = tokenizer(texts, add_special_tokens=False)["input_ids"]
-    stream = np.fromiter((tok for ids in encoded for tok in (*ids, separator)), dtype=np.int32)
-    np.save(tmp / "tokens.npy", stream)
-    tokenizer.save_pretrained(tmp / "tokenizer")
-    meta = {
-        "documents": len(texts), "tokens": int(stream.size), "vocab_size": len(tokenizer),
-        "separator_id": int(separator), "mask_token_id": int(tokenizer.mask_token_id),
-        "pad_token_id": int(tokenizer.pad_token_id), "special_ids": sorted(set(tokenizer.all_special_ids)),
-        "source": config.source, "tokenizer": config.tokenizer,
-    }
-    (tmp / CORPUS_MARKER).write_text(json.dumps(meta, indent=1))
+    return prepare(config, out_dir, **options)
 
 
 class PackedCorpus:
-    """Fixed-length windows over the token stream, visited in one seeded order per epoch."""
+    """Fixed-length windows over the token stream, visited in one seeded order per epoch.
+    Shards are read memory-mapped (node-local copies of an object-store corpus, made for the
+    shards a window touches, when it first does); a window may span two shards."""
 
     def __init__(self, corpus_dir: str, seq_len: int, order_seed: int):
-        local = storage.local_copy(corpus_dir, CORPUS_MARKER)  # memory-mapped: it must be on a disk
-        self.meta = json.loads((local / CORPUS_MARKER).read_text())
-        self.tokens = np.load(local / "tokens.npy", mmap_mode="r")
+        self.corpus_dir = corpus_dir
+        self.meta = storage.read_json(storage.join(corpus_dir, CORPUS_MARKER))
+        if self.meta is None:
+            raise FileNotFoundError(f"corpus {storage.display(corpus_dir)} is not prepared (no {CORPUS_MARKER})")
+        if "shards" in self.meta:
+            from trainables.corpus_prep import read_index
+
+            entries = read_index(corpus_dir)["shards"]
+            self.shard_files = ["shards/" + e["file"] for e in entries]
+            sizes = [e["tokens"] for e in entries]
+        else:  # a corpus prepared before shards: one tokens.npy
+            self.shard_files, sizes = ["tokens.npy"], [self.meta["tokens"]]
+        self.shard_starts = np.concatenate([[0], np.cumsum(sizes)]).astype(np.int64)
+        self._shards: dict[int, np.ndarray] = {}
         self.seq_len = seq_len
         self.order_seed = order_seed
-        self.num_windows = self.tokens.size // seq_len
+        self.num_windows = int(self.shard_starts[-1]) // seq_len
         if self.num_windows == 0:
-            raise ValueError(f"corpus has {self.tokens.size} tokens, fewer than seq_len={seq_len}")
+            raise ValueError(f"corpus has {int(self.shard_starts[-1])} tokens, fewer than seq_len={seq_len}")
         self.special_ids = torch.tensor(self.meta["special_ids"])
-        self._orders: dict[int, np.ndarray] = {}
+        self._orders: dict[tuple[int, int], np.ndarray] = {}
 
-    def _order(self, epoch: int) -> np.ndarray:
-        if epoch not in self._orders:
-            self._orders = {epoch: np.random.default_rng([self.order_seed, epoch]).permutation(self.num_windows)}
-        return self._orders[epoch]
+    def _block_order(self, epoch: int, block: int) -> np.ndarray:
+        """Permutation of one block's windows (two kept: a batch may straddle blocks)."""
+        if (epoch, block) not in self._orders:
+            size = min(ORDER_BLOCK_WINDOWS, self.num_windows - block * ORDER_BLOCK_WINDOWS)
+            seed = [self.order_seed, epoch] if block == 0 else [self.order_seed, epoch, block]
+            if len(self._orders) >= 2:
+                self._orders.pop(next(iter(self._orders)))
+            self._orders[(epoch, block)] = np.random.default_rng(seed).permutation(size)
+        return self._orders[(epoch, block)]
+
+    def window_at(self, position: int) -> int:
+        """The window at `position` of the endless sample sequence (epoch after epoch)."""
+        epoch, within = divmod(position, self.num_windows)
+        block, offset = divmod(within, ORDER_BLOCK_WINDOWS)
+        return block * ORDER_BLOCK_WINDOWS + int(self._block_order(epoch, block)[offset])
 
     def window_indices(self, step: int, global_batch: int, rank: int, world_size: int) -> list[int]:
         """Window ids of this rank's slice of global batch `step` (a pure function of the step)."""
         per_rank = global_batch // world_size
         first = step * global_batch + rank * per_rank
-        return [
-            int(self._order(i // self.num_windows)[i % self.num_windows])
-            for i in range(first, first + per_rank)
-        ]
+        return [self.window_at(i) for i in range(first, first + per_rank)]
+
+    def _shard(self, index: int) -> np.ndarray:
+        if index not in self._shards:
+            name = self.shard_files[index]
+            try:
+                self._shards[index] = np.load(local_shard(self.corpus_dir, self.meta, name), mmap_mode="r")
+            except (OSError, ValueError) as error:
+                raise RuntimeError(f"corpus {storage.display(self.corpus_dir)}: cannot read shard {name}: "
+                                   f"{storage.redact(str(error))}") from error
+        return self._shards[index]
+
+    def tokens(self, start: int, stop: int) -> np.ndarray:
+        """Tokens [start, stop) of the stream, across shards."""
+        shard = int(np.searchsorted(self.shard_starts, start, side="right")) - 1
+        pieces = []
+        while start < stop:
+            base, end = int(self.shard_starts[shard]), int(self.shard_starts[shard + 1])
+            take = min(stop, end)
+            pieces.append(np.asarray(self._shard(shard)[start - base:take - base]))
+            start, shard = take, shard + 1
+        return pieces[0] if len(pieces) == 1 else np.concatenate(pieces)
 
     def batch(self, step: int, global_batch: int, rank: int = 0, world_size: int = 1) -> TokenBatch:
         """This rank's slice of global batch `step`, on the CPU."""
-        rows = [
-            np.asarray(self.tokens[w * self.seq_len:(w + 1) * self.seq_len])
-            for w in self.window_indices(step, global_batch, rank, world_size)
-        ]
+        rows = [self.tokens(w * self.seq_len, (w + 1) * self.seq_len)
+                for w in self.window_indices(step, global_batch, rank, world_size)]
         input_ids = torch.from_numpy(np.stack(rows).astype(np.int64))
         return TokenBatch(input_ids, *document_layout(input_ids, self.meta["separator_id"]),
                           special_mask=torch.isin(input_ids, self.special_ids))
+
+
+def local_shard(corpus_dir: str, meta: dict, name: str) -> Path:
+    """A shard file on this node's disk: in place for a local corpus, else copied once per node
+    into the cache (keyed by the corpus's meta, so a rebuilt corpus is copied again)."""
+    if not storage.is_remote(corpus_dir):
+        return Path(corpus_dir, name)
+    stamp = hashlib.sha256(json.dumps(meta, sort_keys=True).encode()).hexdigest()[:16]
+    target = storage.in_cache("copies", corpus_dir) / f"{stamp}-shards" / name
+    if not target.exists():
+        target.parent.mkdir(parents=True, exist_ok=True)
+        tmp = target.with_name(f".{target.name}.tmp-{os.getpid()}")
+        fs, path = storage.filesystem(storage.join(corpus_dir, name))
+        pafs.copy_files(path, str(tmp), source_filesystem=fs, destination_filesystem=pafs.LocalFileSystem())
+        tmp.replace(target)  # atomic: a process racing for the same shard keeps a whole file
+    return target
 
 
 def document_layout(input_ids: torch.Tensor, separator_id: int) -> tuple[torch.Tensor, torch.Tensor]:
