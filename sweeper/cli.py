@@ -62,7 +62,12 @@ def command_plan(args) -> int:
         extra = f" (+ {cost.unknown} items sized at run time)" if cost.unknown else ""
         print(f"    {stage:12s} {cost.gpu_hours:>12,.1f} GPU-h  ({cost.flops:.2e} FLOPs){extra}")
     print(f"    {'total':12s} {pre_cost.gpu_hours + ft_cost.gpu_hours:>12,.1f} GPU-h")
-    print("\n".join(summary(spec, memory)))
+    from sweeper.cost import finetuning_comparison
+    from sweeper.memory import check_trials, trial_refusal, trial_summary
+
+    trial_memory = check_trials(spec, plan.runs)  # fine-tuning: the padded figure and the paper's units
+    print("\n".join(finetuning_comparison(spec, plan, ft_cost) + trial_summary(spec, trial_memory)
+                    + summary(spec, memory)))
     if args.verbose:
         print("  runs:")
         for run, run_memory in zip(plan.runs, memory):
@@ -71,20 +76,21 @@ def command_plan(args) -> int:
             extra = f", from {run.init_from}" if run.init_from else ""
             print(f"    {run.name}  ({run.objective}, {run.total_steps:,} steps, {size}{extra}, "
                   f"checkpoints {list(run.checkpoint_steps)}, {run_figure(run_memory)})")
-    if problem := refusal(spec, memory, plan.runs):
+    if problem := refusal(spec, memory, plan.runs) or trial_refusal(spec, trial_memory):
         print(f"error: {problem}", file=sys.stderr)
         return EXIT_SPEC_ERROR
     return 0
 
 
 def command_run(args) -> int:
-    from sweeper.memory import check_runs, refusal
+    from sweeper.memory import check_runs, check_trials, refusal, trial_refusal
     from sweeper.plan import plan_study
 
     spec = load_spec(args.spec)
     plan = plan_study(spec)
-    # A run that cannot fit its GPUs would fail hours in: refuse before any folder or Ray exists.
-    if problem := refusal(spec, check_runs(spec, plan.runs), plan.runs):
+    # A run or trial that cannot fit its GPUs would fail hours in: refuse before any folder or Ray exists.
+    if problem := (refusal(spec, check_runs(spec, plan.runs), plan.runs)
+                   or trial_refusal(spec, check_trials(spec, plan.runs))):
         print(f"error: {problem}\nNothing was started (`sweeper plan -v` shows every run's estimate).", file=sys.stderr)
         return EXIT_SPEC_ERROR
 

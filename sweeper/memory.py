@@ -323,3 +323,162 @@ def run_figure(memory: RunMemory) -> str:
         return "memory sized at run time"
     verdict = "" if memory.budget is None else (" (fits)" if memory.fits else " (DOES NOT FIT)")
     return f"memory {memory.estimate.peak_gb:.1f} GB per worker{verdict}"
+
+
+# --- fine-tuning: one trial against its share of a GPU --------------------------------------
+# What `trainables.finetune_loop` holds on its device: the backbone without its LM head (the
+# task head is a few thousand weights) in fp32 with gradients and AdamW state, autocast's bf16
+# copies of the block weights, and the peak of one training micro batch (every row padded to
+# max_length: the encoders lay rows out that way; a retrieval micro batch runs its queries and
+# their documents, 2 x rows, both kept for the InfoNCE backward) or of one scoring batch
+# (`eval_batch_size` rows under no_grad: about one block's activations at a time; retrieval
+# moves each batch's embeddings to the CPU, so the pool's embeddings take no device memory),
+# or of the optimizer step.
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class TrialMemory:
+    """One (model, task) pair of the fine-tuning grid against what a trial may use."""
+
+    preset: str
+    config: dict
+    """The preset's LlamaEncoderConfig fields."""
+    task: str
+    family: str
+    rows: int
+    """Rows per training forward pass: the micro batch (x 2 for retrieval: queries and documents)."""
+    estimate: MemoryEstimate
+    budget: float | None
+    """Bytes a trial may use (FIT_SHARE of its GPU share); None when trials run on CPUs."""
+
+    @property
+    def fits(self) -> bool:
+        return self.budget is None or self.estimate.peak <= self.budget
+
+
+def trial_budget(spec) -> float | None:
+    """A trial's usable accelerator memory: gpus_per_trial (at most one GPU: the loop trains on
+    one device) x gpu_memory_gb x FIT_SHARE."""
+    gpus = spec.resources.gpus_per_trial
+    return spec.resources.gpu_memory_gb * GB * min(1.0, gpus) * FIT_SHARE if gpus > 0 else None
+
+
+def estimate_trial_peak(config: dict, micro_batch: int, max_length: int, eval_batch: int, family: str,
+                        device: Device = "cuda-bf16") -> MemoryEstimate:
+    """Peak memory of one fine-tuning trial of a model of `config` on `family`'s task."""
+    sizes = ModelSizes.of(config)
+    hidden, vocab, layers = config["hidden_size"], config["vocab_size"], config["num_hidden_layers"]
+    head_dim = hidden // config["num_attention_heads"]
+    cuda = device == "cuda-bf16"
+    params = sizes.total - vocab * hidden  # no LM head
+    terms = {"weights": 4 * params, "gradients": 4 * params, "adamw": 8 * params}
+    if cuda:
+        terms["bf16_weight_copies"] = 2 * (sizes.matmul - vocab * hidden)  # block Linears only
+        terms["cuda_runtime"] = CUDA_RUNTIME_BYTES
+    per_block = block_bytes_per_token(config, max_length, device)
+
+    def shared(tokens: int) -> float:  # ids/positions, cos/sin, the boolean mask
+        return tokens * (16 + 8 * head_dim) + tokens * max_length
+
+    rows = micro_batch * (2 if family == "retrieval" else 1)
+    train_tokens = rows * max_length
+    training = layers * train_tokens * per_block + train_tokens * 8 * hidden + shared(train_tokens)
+    eval_tokens = eval_batch * max_length
+    scoring = eval_tokens * per_block + eval_tokens * 8 * hidden + shared(eval_tokens)
+    step = 4 * params if cuda else 8 * sizes.largest
+    peak = max(training, scoring, step)
+    if peak == training:
+        terms["activations"] = training
+    elif peak == scoring:
+        terms["scoring_batch"] = scoring
+    else:
+        terms["optimizer_step"] = step
+    return MemoryEstimate(terms)
+
+
+def trial_device(spec) -> Device:
+    return "cuda-bf16" if spec.resources.gpus_per_trial > 0 else "cpu-fp32"
+
+
+def check_trials(spec, runs) -> list[TrialMemory]:
+    """Every (preset, task) pair of the grid: trials of one pair share their estimate."""
+    from sweeper.catalog import get_task
+
+    ft, budget, checked, seen = spec.finetuning, trial_budget(spec), [], set()
+    for run in runs:
+        if not run.model_config or run.preset in seen:
+            continue
+        seen.add(run.preset)
+        for task in ft.tasks:
+            family = get_task(task).family
+            if get_task(task).train_task:  # scored inside its training task's trial
+                continue
+            micro = min(ft.micro_batch_size, ft.batch_size)
+            estimate = estimate_trial_peak(run.model_config, micro, ft.max_length, ft.eval_batch_size, family,
+                                           trial_device(spec))
+            checked.append(TrialMemory(preset=run.preset, config=run.model_config, task=task, family=family, rows=micro * (2 if family == "retrieval" else 1),
+                                       estimate=estimate, budget=budget))
+    return checked
+
+
+def trial_summary(spec, checked: list[TrialMemory]) -> list[str]:
+    """`sweeper plan`'s fine-tuning memory lines: per preset, the range over its tasks."""
+    if not checked:
+        return []
+    ft, budget = spec.finetuning, trial_budget(spec)
+    against = (f"a trial may use {FIT_SHARE:.0%} of gpus_per_trial {min(1.0, spec.resources.gpus_per_trial):g} x "
+               f"gpu_memory_gb {spec.resources.gpu_memory_gb:g} = {budget / GB:.1f} GB"
+               if budget else "for information: trials have no GPU")
+    lines = [f"  estimated peak memory per fine-tuning trial (micro batch {min(ft.micro_batch_size, ft.batch_size)} "
+             f"x {ft.max_length:,} tokens, {trial_device(spec)}; {against}):"]
+    presets: dict[str, list[TrialMemory]] = {}
+    for memory in checked:
+        presets.setdefault(memory.preset, []).append(memory)
+    for preset, group in presets.items():
+        peaks = [memory.estimate.peak_gb for memory in group]
+        spread = f"{min(peaks):.1f} GB" if max(peaks) - min(peaks) < 0.05 else f"{min(peaks):.1f}-{max(peaks):.1f} GB"
+        failing = [memory.task for memory in group if not memory.fits]
+        verdict = "" if budget is None else ("  fit" if not failing else f"  do not fit: {', '.join(failing)}")
+        lines.append(f"    {preset:10s} {len(group):>3d} tasks   {spread}{verdict}")
+    return lines
+
+
+def trial_refusal(spec, checked: list[TrialMemory]) -> str | None:
+    """Why the fine-tuning grid cannot run on the GPU share it states (None: every trial fits),
+    with the settings that would fit."""
+    failing = [memory for memory in checked if not memory.fits]
+    if not failing:
+        return None
+    ft, budget = spec.finetuning, trial_budget(spec)
+    lines = [f"fine-tuning trials would not fit in their GPU share (resources.gpus_per_trial "
+             f"{spec.resources.gpus_per_trial:g} x gpu_memory_gb {spec.resources.gpu_memory_gb:g}; a trial may use "
+             f"{FIT_SHARE:.0%}, {budget / GB:.1f} GB) at finetuning.micro_batch_size "
+             f"{min(ft.micro_batch_size, ft.batch_size)} x max_length {ft.max_length:,}:"]
+    groups: dict[tuple[str, str, int], list[str]] = {}  # tasks with the same estimate share a line
+    for memory in failing:
+        groups.setdefault((memory.preset, f"{memory.estimate.peak_gb:.1f}", memory.rows), []).append(memory.task)
+    lines += [f"  {preset} on {', '.join(tasks)}: estimated {peak} GB per trial ({rows} rows per forward pass)"
+              for (preset, peak, rows), tasks in groups.items()]
+    lines.append("Settings that would make every trial fit (the largest micro batch dividing batch_size):")
+    divisors = [m for m in range(1, ft.batch_size + 1) if ft.batch_size % m == 0]
+
+    def largest_micro(gpus: float, eval_batch: int) -> int | None:
+        room = spec.resources.gpu_memory_gb * GB * min(1.0, gpus) * FIT_SHARE
+        fitting = [m for m in divisors if all(
+            estimate_trial_peak(memory.config, m, ft.max_length, eval_batch, memory.family).peak <= room
+            for memory in failing)]
+        return max(fitting, default=None)
+
+    for gpus in sorted({spec.resources.gpus_per_trial, 0.5, 1.0}):
+        if gpus < spec.resources.gpus_per_trial:
+            continue
+        change = "" if gpus == spec.resources.gpus_per_trial else f"resources.gpus_per_trial: {gpus:g} + "
+        for eval_batch in (ft.eval_batch_size, 32, 8):  # scoring batches of max_length rows can be the peak
+            if eval_batch > ft.eval_batch_size or (micro := largest_micro(gpus, eval_batch)) is None:
+                continue
+            extra = "" if eval_batch == ft.eval_batch_size else f" + finetuning.eval_batch_size: {eval_batch}"
+            lines.append(f"  {change}finetuning.micro_batch_size: {micro}{extra}")
+            break
+        else:
+            lines.append(f"  {change or 'as set: '}does not fit even at micro batch 1 and eval batch 8 "
+                         f"(a smaller finetuning.max_length)")
+    return "\n".join(lines)
