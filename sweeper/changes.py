@@ -93,7 +93,8 @@ def find_changes(spec: StudySpec, plan: StudyPlan, layout: StudyLayout) -> Chang
         cell = (trial.checkpoint.checkpoint_id, trial.task, trial.learning_rate, trial.seed)
         if cell in recorded_cells:
             why = (["its pretraining run changed"] if trial.checkpoint.run.name in changed_runs
-                   else [d for d in setting_diff if d.startswith(("protocol.", f"tasks.{trial.task}."))]
+                   else [d for d in setting_diff if d.startswith(("protocol.", f"tasks.{trial.task}.",
+                                                                  f"task_protocol.{trial.task}."))]
                    or ["trial configuration changed"])
             changes.trials.append((f"{cell[0]} / {cell[1]} / lr {cell[2]:g} / seed {cell[3]}", why))
     return changes

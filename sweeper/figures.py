@@ -2,6 +2,7 @@
 the study has nothing to show for it (the report then says why)."""
 from __future__ import annotations
 
+from collections.abc import Mapping
 from pathlib import Path
 
 import matplotlib
@@ -11,23 +12,45 @@ import matplotlib.pyplot as plt  # noqa: E402
 import numpy as np  # noqa: E402
 import pandas as pd  # noqa: E402
 
+from sweeper import registry  # noqa: E402
 from sweeper.analysis import ordered_categories  # noqa: E402
 
 OBJECTIVE_COLOURS = {"mlm": "tab:blue", "clm": "tab:orange", "clm-mlm": "tab:green"}
-# The shipped metrics (accuracy, entity F1, SQuAD F1, NDCG@10) lie in [0, 100]; a plugin family's
-# metric may be a correlation x 100, which can be negative, so other categories get [-100, 100].
-# (The registry does not record a family's range; a `score_range` on FamilyInfo would replace this.)
-SHIPPED_CATEGORIES = ("SC", "TC", "QA", "IR")
+UNREGISTERED_RANGE = (-100.0, 100.0)
+"""Score range of a category no registered family reports (a plugin's study reported without its
+SWEEPER_PLUGINS): wide enough for any metric x 100, so no interval is clipped wrongly."""
+
+ScoreRanges = Mapping[str, tuple[float, float]]
+"""Report category -> (lowest, highest) score."""
 
 
-def score_range(category: str) -> tuple[float, float]:
-    return (0.0, 100.0) if category in SHIPPED_CATEGORIES else (-100.0, 100.0)
+def score_ranges(trials: pd.DataFrame) -> dict[str, tuple[float, float]]:
+    """Per report category, the range its scores can take: the `FamilyInfo.score_range` of the
+    families the trial rows name for it (`task_family`, `task_category`; the union when several
+    share a category). A row without a registered family (written before the column, or by a
+    plugin not loaded here) falls back to the registered families of its category."""
+    families = trials["task_family"] if "task_family" in trials else pd.Series(None, index=trials.index, dtype=object)
+    by_category: dict[str, list[tuple[float, float]]] = {}
+    for info in registry.FAMILIES.values():
+        by_category.setdefault(info.category, []).append(info.score_range)
+    ranges: dict[str, tuple[float, float]] = {}
+    pairs = pd.DataFrame({"family": families, "category": trials["task_category"]}).drop_duplicates()
+    for family, category in pairs.itertuples(index=False):
+        info = registry.FAMILIES.get(family) if isinstance(family, str) else None
+        found = [info.score_range] if info is not None else by_category.get(category, [UNREGISTERED_RANGE])
+        lows, highs = zip(*found, ranges.get(category, found[0]))
+        ranges[category] = (min(lows), max(highs))
+    return ranges
 
 
-def clipped_interval(mean: pd.Series, half: pd.Series, category: str) -> tuple[pd.Series, pd.Series]:
+def range_of(category: str, ranges: ScoreRanges) -> tuple[float, float]:
+    return ranges.get(category, UNREGISTERED_RANGE)
+
+
+def clipped_interval(mean: pd.Series, half: pd.Series, score_range: tuple[float, float]) -> tuple[pd.Series, pd.Series]:
     """Lower and upper ends of mean ± half, clipped to the category's score range: an interval
     from few seeds can reach past the scale (down to -60 on an F1), which no score can."""
-    low, high = score_range(category)
+    low, high = score_range
     half = half.fillna(0)
     return (mean - half).clip(lower=low), (mean + half).clip(upper=high)
 
@@ -43,9 +66,9 @@ def save(fig, path: Path) -> Path:
     return path
 
 
-def category_bars(final: pd.DataFrame, path: Path) -> Path | None:
+def category_bars(final: pd.DataFrame, ranges: ScoreRanges, path: Path) -> Path | None:
     """Best-LR test score per final checkpoint and category, with 95 % intervals clipped to the
-    score range (`score_range`)."""
+    category's score range (`score_ranges`)."""
     if final.empty:
         return None
     categories = present(final)
@@ -56,7 +79,7 @@ def category_bars(final: pd.DataFrame, path: Path) -> Path | None:
         rows = final[final["checkpoint_id"] == checkpoint].set_index("task_category").reindex(categories)
         objective = final.loc[final["checkpoint_id"] == checkpoint, "objective"].iloc[0]
         mean, half = rows["mean"].to_numpy(), rows["ci95"].fillna(0).to_numpy()
-        low, high = np.array([score_range(c) for c in categories]).T
+        low, high = np.array([range_of(c, ranges) for c in categories]).T
         errors = np.nan_to_num(np.vstack([np.minimum(half, mean - low), np.minimum(half, high - mean)]))
         ax.bar([c + i * width for c in range(len(categories))], rows["mean"], width,
                yerr=errors, capsize=3, label=checkpoint, alpha=0.85,
@@ -93,8 +116,9 @@ def stability_bars(table: pd.DataFrame, lr_range: str, path: Path) -> Path | Non
 
 
 def lines_by_category(frame: pd.DataFrame, x: str, group: str, xlabel: str, title: str, path: Path,
-                      log_x: bool = False) -> Path | None:
-    """One panel per category, one line per `group` value, with 95 % bands."""
+                      ranges: ScoreRanges, log_x: bool = False) -> Path | None:
+    """One panel per category, one line per `group` value, with 95 % bands clipped to the
+    category's score range."""
     if frame.empty or frame[group].nunique() == 0:
         return None
     categories = present(frame)
@@ -103,7 +127,7 @@ def lines_by_category(frame: pd.DataFrame, x: str, group: str, xlabel: str, titl
         for name, rows in frame[frame["task_category"] == category].groupby(group):
             rows = rows.sort_values(x)
             line = ax.plot(rows[x], rows["mean"], marker="o", label=str(name))[0]
-            low, high = clipped_interval(rows["mean"], rows["ci95"], category)
+            low, high = clipped_interval(rows["mean"], rows["ci95"], range_of(category, ranges))
             ax.fill_between(rows[x], low, high, color=line.get_color(), alpha=0.15)
         ax.set_title(category)
         ax.set_xlabel(xlabel)
@@ -125,4 +149,5 @@ def lr_sensitivity(trials: pd.DataFrame, path: Path) -> Path | None:
                 .groupby(["checkpoint_id", "task_category", "learning_rate"]).agg(["mean", "std"])
                 .reset_index().rename(columns={"std": "ci95"}))
     return lines_by_category(per_lr, "learning_rate", "checkpoint_id", "fine-tuning learning rate",
-                             "Validation score vs learning rate (band: std over seeds)", path, log_x=True)
+                             "Validation score vs learning rate (band: std over seeds)", path,
+                             score_ranges(ok), log_x=True)

@@ -55,21 +55,29 @@ def quiet_tune() -> None:
 
 def run_finetuning(spec: StudySpec, plan: StudyPlan, layout: StudyLayout, corpus_dirs: dict, *,
                    scheduler=None, retry_failed: bool = False) -> dict[str, int]:
-    """Run every planned trial not yet recorded; returns the tally of outcomes of this call.
+    """Run every planned trial not yet recorded; returns the tally of outcomes of this call,
+    where trials recorded as failed before and not retried count as failed (as failed runs do:
+    the study is still incomplete, `sweeper run` exits 1 and says `--retry-failed` reruns them).
     `corpus_dirs`: tokenizer key -> prepared corpus (whose tokenizer encodes the tasks).
 
     With a pretraining `scheduler` still running, trials start as their checkpoints appear
     (pipelining); trials of runs that failed are skipped."""
-    done = finished_trial_keys(layout.root, include_failed=not retry_failed)
+    recorded = finished_trial_keys(layout.root)
+    planned_keys = {t.trial_key for t in plan.trials}
+    failed_before = (recorded - finished_trial_keys(layout.root, include_failed=False)) & planned_keys
+    done = recorded - failed_before if retry_failed else recorded
     failed_runs = scheduler.failed if scheduler is not None else set()
     blocked = [t for t in plan.trials if t.trial_key not in done and t.checkpoint.run.name in failed_runs
                and not (scheduler and scheduler.checkpoint_ready(t.checkpoint.run, t.checkpoint.step))]
     blocked_keys = {t.trial_key for t in blocked}
     pending = [t for t in plan.trials if t.trial_key not in done and t.trial_key not in blocked_keys]
+    skipped_failures = 0 if retry_failed else len(failed_before)
     print(f"[finetune] {len(plan.trials)} trials: {len(plan.trials) - len(pending) - len(blocked)} already "
-          f"recorded, {len(blocked)} blocked by failed runs, {len(pending)} to run", flush=True)
+          f"recorded" + (f" ({skipped_failures} failed before: --retry-failed reruns them)" if skipped_failures else "")
+          + f", {len(blocked)} blocked by failed runs, {len(pending)} to run", flush=True)
+    earlier = {"failed": skipped_failures} if skipped_failures else {}
     if not pending:
-        return {}
+        return earlier
     needed = {t.checkpoint.run.tokenizer for t in pending}
     task_dirs = prepare_tasks(spec, layout, {k: v for k, v in corpus_dirs.items() if k in needed})
     sets = EvaluationSets(plan, spec.finetuning.tasks, done)
@@ -77,7 +85,8 @@ def run_finetuning(spec: StudySpec, plan: StudyPlan, layout: StudyLayout, corpus
                           spec.resources.trials_per_shard, sets, trial_runtime(spec))
               if spec.finetuning.search == "grid"
               else optuna_shards(spec, plan, pending, done, layout, task_dirs, sets))
-    return run_shards(spec, shards, layout, gate=Gate(scheduler))
+    tally = run_shards(spec, shards, layout, gate=Gate(scheduler))
+    return {**tally, "failed": tally.get("failed", 0) + skipped_failures} if skipped_failures else tally
 
 
 def run_shards(spec: StudySpec, shards: list[Shard], layout: StudyLayout, trainable_fn=finetune_trainable,

@@ -47,6 +47,9 @@ class FamilyInfo:
     check: Callable | None = None
     """Extra spec check `(finetuning spec) -> iterator of (key, reason)`, run when a task of
     this family is in the study."""
+    score_range: tuple[float, float] = (0.0, 100.0)
+    """(lowest, highest) score its metric can give; the report's figures clip intervals to it
+    (accuracy, F1, NDCG x 100 lie in 0-100; a correlation x 100 in -100..100)."""
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)

@@ -13,9 +13,10 @@ from pathlib import Path
 import pandas as pd
 
 from sweeper import analysis, figures, storage
-from sweeper.findings import CANNOT_TELL, Verdict, check_findings, p_text
+from sweeper.findings import Verdict, check_findings
 from sweeper.layout import StudyLayout
 from sweeper.store import quarantined, read_trials
+from sweeper.verdict_tests import CANNOT_TELL, p_text
 
 
 def planned_trial_keys(study_dir: str | Path, damaged: Callable[[str, str], None] | None = None) -> list[str] | None:
@@ -139,6 +140,7 @@ def build_report(study_dir: str | Path, lr_range: tuple[float, float] = (1e-5, 1
     final = analysis.final_only(categories)
     stability, used_range = analysis.stability(trials, lr_range)
     figure_dir = storage.scratch_dir(study_dir, "figures")
+    ranges = figures.score_ranges(trials)  # per category: its families' score range, for clipping
     made, skipped = [], []
 
     def figure(name: str, path: Path | None, why_not: str) -> None:
@@ -149,7 +151,7 @@ def build_report(study_dir: str | Path, lr_range: tuple[float, float] = (1e-5, 1
             out.extend([f"![{name}](figures/{path.name})", ""])
 
     out += category_section(final, "Category averages (final checkpoints; best-LR test score, mean ± 95 % CI over seeds)")
-    figure("category scores", figures.category_bars(final, figure_dir / "category_scores.png"), "no scores")
+    figure("category scores", figures.category_bars(final, ranges, figure_dir / "category_scores.png"), "no scores")
     out += findings_section(check_findings(trials, lr_range))
     if not stability.empty:
         out += ["## Fine-tuning stability", "",
@@ -166,14 +168,14 @@ def build_report(study_dir: str | Path, lr_range: tuple[float, float] = (1e-5, 1
                        "Category score at each evaluated checkpoint of runs with intermediate checkpoints.")
     figure("data efficiency", figures.lines_by_category(
         efficiency, "tokens_seen", "run_name", "pretraining tokens", "Score vs pretraining tokens",
-        figure_dir / "data_efficiency.png"), "no run has intermediate checkpoints")
+        figure_dir / "data_efficiency.png", ranges), "no run has intermediate checkpoints")
     splits = analysis.biphasic(categories)
     if splits["clm_fraction"].between(0, 1, inclusive="neither").any():
         out += curve_table(splits, ["total_steps", "clm_fraction", "mask_ratio"], "Biphasic CLM -> MLM",
                            "Category score per CLM share at each budget (0 = MLM only).")
         figure("biphasic", figures.lines_by_category(
             splits.assign(budget=splits["total_steps"]), "clm_fraction", "budget", "CLM share of the steps",
-            "Score vs CLM share, per step budget", figure_dir / "biphasic.png"), "no CLM -> MLM runs")
+            "Score vs CLM share, per step budget", figure_dir / "biphasic.png", ranges), "no CLM -> MLM runs")
     else:
         skipped.append("biphasic: no CLM -> MLM runs")
     ratios = analysis.masking_ratios(categories)
@@ -185,7 +187,7 @@ def build_report(study_dir: str | Path, lr_range: tuple[float, float] = (1e-5, 1
                            "MLM continued from each source; 0 added steps is the source itself.")
         figure("continued pretraining", figures.lines_by_category(
             cpt, "added_steps", "source", "added MLM steps", "Continued MLM pretraining by starting point",
-            figure_dir / "continued_pretraining.png"), "no continued-pretraining runs")
+            figure_dir / "continued_pretraining.png", ranges), "no continued-pretraining runs")
     else:
         skipped.append("continued pretraining: no continued-pretraining runs")
     figure("learning-rate sensitivity", figures.lr_sensitivity(trials, figure_dir / "lr_sensitivity.png"),

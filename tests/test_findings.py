@@ -9,10 +9,12 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from sweeper import analysis
-from sweeper.figures import clipped_interval
-from sweeper.findings import CANNOT_TELL, CONTRADICTS, SUPPORTS, check_findings, holm, paired_t
+from sweeper import analysis, registry
+from sweeper.figures import clipped_interval, score_ranges
+from sweeper.findings import check_findings
+from sweeper.registry import FamilyInfo
 from sweeper.report import findings_section
+from sweeper.verdict_tests import CANNOT_TELL, CONTRADICTS, SUPPORTS, holm, paired_t
 from test_verdict_calibration import synthetic_study
 
 
@@ -91,10 +93,19 @@ def test_stability_table_has_an_interval_around_the_spread(planted):
     assert (table["spread_low"] >= 0).all()
 
 
-def test_intervals_are_clipped_to_the_score_range():
-    low, high = clipped_interval(pd.Series([10.0, 95.0]), pd.Series([70.0, 20.0]), "TC")
+def test_intervals_are_clipped_to_their_family_score_range(monkeypatch):
+    """Each category is clipped to the range of the family its rows name: 0-100 for the shipped
+    ones, the plugin's own (-100..100 for a correlation x 100); a row whose family is not
+    registered here takes its category's registered families, else the widest range."""
+    monkeypatch.setitem(registry.FAMILIES, "regression", FamilyInfo(
+        name="regression", category="REG", implementation="toy_regression:Regression", score_range=(-100.0, 100.0)))
+    rows = pd.DataFrame({"task_family": ["token_classification", "regression", None, "unloaded_plugin"],
+                         "task_category": ["TC", "REG", "SC", "NEW"]})
+    ranges = score_ranges(rows)
+    assert ranges == {"TC": (0.0, 100.0), "REG": (-100.0, 100.0), "SC": (0.0, 100.0), "NEW": (-100.0, 100.0)}
+    low, high = clipped_interval(pd.Series([10.0, 95.0]), pd.Series([70.0, 20.0]), ranges["TC"])
     assert low.tolist() == [0.0, 75.0] and high.tolist() == [80.0, 100.0]  # an F1 never reaches -60
-    low, high = clipped_interval(pd.Series([10.0]), pd.Series([200.0]), "REG")  # a correlation x 100
+    low, high = clipped_interval(pd.Series([10.0]), pd.Series([200.0]), ranges["REG"])  # a correlation x 100
     assert low.tolist() == [-100.0] and high.tolist() == [100.0]
 
 

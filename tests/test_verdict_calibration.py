@@ -19,6 +19,8 @@ scores, as in a real study. Noise SD SIGMA = 1 point.
 """
 from __future__ import annotations
 
+import functools
+import gc
 import math
 from dataclasses import dataclass
 
@@ -27,7 +29,9 @@ import pandas as pd
 import pytest
 from scipy import stats
 
-from sweeper.findings import CONTRADICTS, SUPPORTS, check_findings
+from sweeper import analysis
+from sweeper.findings import check_findings, judge
+from sweeper.verdict_tests import CONTRADICTS, SUPPORTS, SeedScores, Spreads
 
 SIGMA = 1.0          # model noise SD, points
 SEED_SD = 1.5        # per-(task, seed) effect shared by every checkpoint and learning rate
@@ -101,8 +105,18 @@ def planted_effects(sign: float) -> tuple[dict, dict]:
     return effects, depth
 
 
-def synthetic_study(rng: np.random.Generator, sign: float) -> pd.DataFrame:
-    """One study's trial rows (no effect when sign == 0)."""
+@dataclass(frozen=True)
+class Study:
+    """One simulated study as arrays indexed (checkpoint as in CHECKPOINTS, task, learning rate, seed)."""
+    tasks: list[tuple[str, str]]
+    """(task, category) per task index."""
+    lrs: np.ndarray
+    validation: np.ndarray
+    test: np.ndarray
+
+
+def simulate(rng: np.random.Generator, sign: float) -> Study:
+    """One study's scores (no effect when sign == 0)."""
     effects, depth = planted_effects(sign) if sign else ({}, {})
     tasks = [(f"{c.lower()}{i}", c) for c in CATEGORIES for i in range(rng.integers(1, 4))]
     lrs = np.array(LRS[:rng.integers(3, 7)])
@@ -117,6 +131,12 @@ def synthetic_study(rng: np.random.Generator, sign: float) -> pd.DataFrame:
              + rng.normal(0, SIGMA, (n_ck, n_task, n_lr, SEEDS)))
     validation = model + rng.normal(0, EVAL_SD, model.shape)
     test = model + rng.normal(0, EVAL_SD, model.shape)
+    return Study(tasks=tasks, lrs=lrs, validation=validation, test=test)
+
+
+def trial_rows(study: Study) -> pd.DataFrame:
+    """The study as the store's trial rows: what `sweeper report` reads."""
+    n_ck, n_task, n_lr, _ = study.test.shape
     ck, task, lr, seed = (a.ravel() for a in np.meshgrid(np.arange(n_ck), np.arange(n_task), np.arange(n_lr),
                                                          np.arange(SEEDS), indexing="ij"))
     runs = pd.DataFrame([{"checkpoint_id": c, "run_name": r.name, "objective": r.objective, "mask_ratio": r.mask_ratio,
@@ -124,21 +144,86 @@ def synthetic_study(rng: np.random.Generator, sign: float) -> pd.DataFrame:
                           "tokens_seen": s * 2048, "init_from": r.init_from, "steps_before": r.steps_before}
                          for c, r, s in CHECKPOINTS])
     rows = runs.iloc[ck].reset_index(drop=True)
-    rows["task"] = np.array([t for t, _ in tasks])[task]
-    rows["task_category"] = np.array([c for _, c in tasks])[task]
-    rows["learning_rate"], rows["seed"] = lrs[lr], seed
-    rows["validation_score"], rows["test_score"] = validation.ravel(), test.ravel()
+    rows["task"] = np.array([t for t, _ in study.tasks])[task]
+    rows["task_category"] = np.array([c for _, c in study.tasks])[task]
+    rows["learning_rate"], rows["seed"] = study.lrs[lr], seed
+    rows["validation_score"], rows["test_score"] = study.validation.ravel(), study.test.ravel()
     rows["status"], rows["metric"] = "ok", "accuracy"
     rows["trial_key"] = [f"t{i}" for i in range(len(rows))]
     return rows
 
 
+def synthetic_study(rng: np.random.Generator, sign: float) -> pd.DataFrame:
+    """One study's trial rows (no effect when sign == 0)."""
+    return trial_rows(simulate(rng, sign))
+
+
+# --- the array path: what `check_findings` builds from the rows, built from the arrays ------------
+# The findings' tests run on per-seed arrays (`SeedScores`, `Spreads`). Building them from trial
+# rows with pandas is most of a study's time, so the many simulated studies build them from their
+# arrays; `test_the_array_path_gives_the_verdicts_of_the_trial_rows` checks that both paths give
+# the same verdicts, numbers and p-values (the pandas layer is also tested in test_findings.py and
+# test_report.py).
+
+FINAL = [i for i, (_, run, step) in enumerate(CHECKPOINTS) if step == run.total_steps]
+STABILITY_LRS = (1e-5, 1e-4)  # check_findings' default lr_range
+
+
+@functools.cache
+def runs_table() -> pd.DataFrame:
+    """The checkpoints' run columns as the pandas path arranges them (the same in every study)."""
+    rows = analysis.analysis_columns(synthetic_study(np.random.default_rng(0), 0.0))
+    return SeedScores.of(analysis.per_seed_category_scores(rows)).runs
+
+
+def seed_arrays(study: Study) -> tuple[SeedScores, Spreads]:
+    """`SeedScores` and `Spreads` of the study, as `check_findings` builds them from its rows."""
+    ids = [checkpoint_id for checkpoint_id, _, _ in CHECKPOINTS]
+    in_category = [np.array([c == category for _, c in study.tasks]) for category in CATEGORIES]
+    # Selection: per (checkpoint, task), the rate with the best seed-averaged validation score (the
+    # first, i.e. the smallest, on a tie); per seed, the category's mean of the selected test scores.
+    best = study.validation.mean(axis=3).argmax(axis=2)
+    selected = np.take_along_axis(study.test, best[:, :, None, None], axis=2)[:, :, 0, :]
+    cube = np.stack([selected[:, tasks].mean(axis=1) for tasks in in_category], axis=1)
+    scores = SeedScores(cube=cube, checkpoints={c: i for i, c in enumerate(ids)},
+                        categories_in_order=list(CATEGORIES), runs=runs_table())
+    # Spread: final checkpoints, rates in range, scores centred per (checkpoint, task) cell; per
+    # seed, the mean square over the category's tasks and rates (analysis.per_seed_spread).
+    in_range = (study.lrs >= STABILITY_LRS[0]) & (study.lrs <= STABILITY_LRS[1])
+    assert in_range.any(), "the grid starts at 1e-5: some rate is always in range"
+    kept = study.test[FINAL][:, :, in_range, :]
+    squares = (kept - kept.mean(axis=(2, 3), keepdims=True)) ** 2
+    mean_square = np.stack([squares[:, tasks].mean(axis=(1, 2)) for tasks in in_category], axis=1)
+    count = np.array([tasks.sum() * in_range.sum() for tasks in in_category])  # squares per seed
+    with np.errstate(divide="ignore"):
+        log_rms = np.where(mean_square > 0, 0.5 * np.log(mean_square), np.nan)
+    final_ids = [ids[i] for i in FINAL]
+    pooled = np.sqrt((mean_square * count[None, :, None]).sum(axis=2) / (count[None, :] * SEEDS - 1))
+    pooled = pd.Series(pooled.ravel(), index=pd.MultiIndex.from_product(
+        [final_ids, list(CATEGORIES)], names=["checkpoint_id", "task_category"]))
+    spreads = Spreads(log_rms=SeedScores(cube=log_rms, checkpoints={c: i for i, c in enumerate(final_ids)},
+                                         categories_in_order=list(CATEGORIES), runs=runs_table().loc[final_ids]),
+                      pooled=pooled)
+    return scores, spreads
+
+
 def verdict_counts(sign: float, studies: int, seed: int) -> pd.DataFrame:
     """Per finding, how many of `studies` synthetic studies gave each verdict."""
     rng = np.random.default_rng(seed)
-    verdicts = [[v.verdict for v in check_findings(synthetic_study(rng, sign))] for _ in range(studies)]
+    verdicts = [[v.verdict for v in judge(*seed_arrays(simulate(rng, sign)))] for _ in range(studies)]
     table = pd.DataFrame(verdicts, columns=[1, 2, 3, 4, 5])
     return table.apply(lambda column: column.value_counts()).fillna(0).astype(int).T
+
+
+@pytest.fixture(scope="module", autouse=True)
+def frozen_heap():
+    """statsmodels' Holm (`multipletests`) runs a full `gc.collect()` on every call: 0.05-0.2 s in
+    a process holding pandas, scipy and pytest's objects, most of this module's time over its
+    ~1,400 calls. Freezing the objects alive now (`gc.freeze`) leaves each collection only those
+    made since; nothing computed changes."""
+    gc.freeze()
+    yield
+    gc.unfreeze()
 
 
 @pytest.fixture(scope="module")
@@ -153,6 +238,20 @@ def test_the_simulated_studies_have_the_store_schema_and_the_paper_grid_shape():
     assert rows["seed"].nunique() == SEEDS and 3 <= rows["learning_rate"].nunique() <= 6
     assert set(rows["task_category"]) == set(CATEGORIES) and rows.groupby("task_category")["task"].nunique().between(1, 3).all()
     assert rows.groupby(["checkpoint_id", "task", "learning_rate", "seed"]).size().eq(1).all()
+
+
+@pytest.mark.parametrize("sign", [0.0, +1.0, -1.0])
+def test_the_array_path_gives_the_verdicts_of_the_trial_rows(sign):
+    """The simulated studies' verdicts are those `check_findings` gives on their trial rows: the
+    same parts, numbers, adjusted p-values and verdicts (over draws of 1-3 tasks, 3-6 rates)."""
+    rng = np.random.default_rng(2507 + int(sign))
+    for _ in range(3):
+        study = simulate(rng, sign)
+        from_rows, from_arrays = check_findings(trial_rows(study)), judge(*seed_arrays(study))
+        for rows, arrays in zip(from_rows, from_arrays):
+            assert (rows.verdict, rows.evidence) == (arrays.verdict, arrays.evidence)
+            assert [p.p_adjusted for p in rows.parts] == pytest.approx([p.p_adjusted for p in arrays.parts],
+                                                                       rel=1e-9, nan_ok=True)
 
 
 def test_no_effect_gives_a_verdict_at_most_five_percent_of_the_time(null_counts):

@@ -70,7 +70,8 @@ class Regression:
         return f"target mean {meta['target_mean']:.1f}, std {meta['target_std']:.1f}"
 
 
-register_family(FamilyInfo(name="regression", category="REG", implementation="toy_regression:Regression"))
+register_family(FamilyInfo(name="regression", category="REG", implementation="toy_regression:Regression",
+                           score_range=(-100.0, 100.0)))  # Pearson r x 100
 
 register_task(TaskInfo(name="toy-word-count", family="regression", category="REG", metric="pearson",
                        source=str(Path(__file__).resolve().parent.parent / "data" / "toy-regression")))
