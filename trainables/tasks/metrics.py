@@ -63,14 +63,17 @@ def squad_scores(predictions: list[str], golds: list[list[str]]) -> dict[str, fl
     return {"f1": 100.0 * float(np.mean(f1)), "exact_match": 100.0 * float(np.mean(exact))}
 
 
+def ndcg_of_query(ranked: list, grades: dict, k: int = 10) -> float:
+    """NDCG@k of one query in [0, 1]: `ranked` lists document ids best first, `grades` maps its
+    relevant ids to their grade (gain 2^grade - 1, discount log2(rank + 1)). The ideal ranking
+    comes from the grades alone, so only the top k of `ranked` matter. No relevant document: 0."""
+    dcg = sum((2 ** grades.get(doc, 0) - 1) / math.log2(rank + 2) for rank, doc in enumerate(ranked[:k]))
+    ideal = sorted(grades.values(), reverse=True)[:k]
+    idcg = sum((2 ** grade - 1) / math.log2(rank + 2) for rank, grade in enumerate(ideal))
+    return dcg / idcg if idcg > 0 else 0.0
+
+
 def ndcg_at_k(rankings: list[list[str]], relevance: list[dict[str, float]], k: int = 10) -> float:
-    """Mean NDCG@k: `rankings[q]` lists document ids best first, `relevance[q]` maps relevant ids to
-    their grade (gain 2^grade - 1, discount log2(rank + 1)). A query with no relevant document
-    scores 0."""
-    scores = []
-    for ranked, grades in zip(rankings, relevance):
-        dcg = sum((2 ** grades.get(doc, 0) - 1) / math.log2(rank + 2) for rank, doc in enumerate(ranked[:k]))
-        ideal = sorted(grades.values(), reverse=True)[:k]
-        idcg = sum((2 ** grade - 1) / math.log2(rank + 2) for rank, grade in enumerate(ideal))
-        scores.append(dcg / idcg if idcg > 0 else 0.0)
+    """Mean NDCG@k x 100 over queries (`ndcg_of_query` for each `rankings[q]`, `relevance[q]`)."""
+    scores = [ndcg_of_query(ranked, grades, k) for ranked, grades in zip(rankings, relevance)]
     return 100.0 * float(np.mean(scores)) if scores else 0.0

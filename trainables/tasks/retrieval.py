@@ -4,6 +4,10 @@ query / positive pairs, scored by NDCG@10 over the split's labelled document poo
 The in-batch negatives are the other pairs of the same forward pass (the micro-batch): set
 `micro_batch_size` to `batch_size` for the paper's 31 negatives per query. One trained model is
 scored on every evaluation set of the study that names this task as its `train_task`.
+
+Scoring embeds queries and pool once each (fp32, on the host) and ranks the pool in bounded
+blocks (`trainables.tasks.ranking`): the whole similarity matrix of an NQ-size split would be
+36 GB. Ties rank by pool index, so a score does not depend on the block sizes (docs/retrieval.md).
 """
 from __future__ import annotations
 
@@ -15,7 +19,10 @@ from torch import nn
 from sweeper.configs import FinetuneProtocol, TaskInfo
 from trainables.tasks.adapters import retrieval_split
 from trainables.tasks.heads import mean_pool
-from trainables.tasks.metrics import ndcg_at_k
+from trainables.tasks.metrics import ndcg_of_query
+from trainables.tasks.ranking import SCORE_BLOCK_BYTES, top_k
+
+NDCG_K = 10
 
 
 class BiEncoder(nn.Module):
@@ -57,10 +64,17 @@ def encode_split(rows: list[dict], schema: str, tokenizer, max_length: int, trai
 
 
 def embed(model, ids: np.ndarray, mask: np.ndarray, batch_size: int, device) -> torch.Tensor:
-    chunks = [model(torch.from_numpy(ids[i:i + batch_size].astype(np.int64)).to(device),
-                    torch.from_numpy(mask[i:i + batch_size].astype(np.int64)).to(device)).cpu()
-              for i in range(0, len(ids), batch_size)]
-    return torch.cat(chunks) if chunks else torch.zeros(0, 1)
+    """(n, dim) fp32 embeddings on the host, `batch_size` texts a forward pass. Each batch is
+    written into one preallocated tensor: concatenating a list of batches would hold the pool
+    twice at its peak."""
+    out = None
+    for start in range(0, len(ids), batch_size):
+        batch = model(torch.from_numpy(ids[start:start + batch_size].astype(np.int64)).to(device),
+                      torch.from_numpy(mask[start:start + batch_size].astype(np.int64)).to(device))
+        if out is None:
+            out = torch.empty(len(ids), batch.shape[1], dtype=torch.float32)
+        out[start:start + len(batch)] = batch  # BiEncoder already returns fp32; this copies to the host
+    return out if out is not None else torch.zeros(0, 1)
 
 
 class Retrieval:
@@ -106,7 +120,12 @@ class Retrieval:
             return float("nan")
         queries = embed(model, split["query_input_ids"], split["query_attention_mask"], batch_size, device)
         docs = embed(model, split["doc_input_ids"], split["doc_attention_mask"], batch_size, device)
-        top = torch.topk(queries @ docs.T, k=min(10, len(docs)), dim=-1).indices.numpy()
+        # On the host in fp32 as before (the loop's CUDA autocast would make a GPU product bf16).
+        ranked = top_k(queries, docs, k=NDCG_K, block_bytes=SCORE_BLOCK_BYTES)
+        del queries, docs
         offsets, positives = split["positive_offsets"], split["positive_docs"]
-        relevance = [{int(d): 1 for d in positives[offsets[q]:offsets[q + 1]]} for q in range(n_queries)]
-        return ndcg_at_k([[int(d) for d in row] for row in top], relevance, k=10)
+        # One query at a time: lists and dicts for the whole split cost ~0.5 kB a query.
+        per_query = np.fromiter(
+            (ndcg_of_query(ranked[q].tolist(), {int(d): 1 for d in positives[offsets[q]:offsets[q + 1]]}, k=NDCG_K)
+             for q in range(n_queries)), dtype=np.float64, count=n_queries)
+        return 100.0 * float(np.mean(per_query))
