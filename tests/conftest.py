@@ -104,14 +104,28 @@ def smoke_study(ray_head, tmp_path_factory):
     """The smoke study, submitted to the head with `ray job submit --working-dir .`."""
     _, dashboard = ray_head
     study_dir = tmp_path_factory.mktemp("smoke") / "study"
-    submitted = ray_cli(
-        "job", "submit", "--address", dashboard, "--working-dir", ".",
-        "--runtime-env-json", '{"excludes": [".venv", ".git", "studies", "*.egg-info", ".pytest_cache"]}',
-        "--", "python", "-m", "sweeper", "run", "search_spaces/smoke.yaml", "--storage", str(study_dir),
-        env={**os.environ, "RAY_AUTH_MODE": "disabled"}, timeout=900,
-    )
+    submitted = submit_job(dashboard, "python", "-m", "sweeper", "run", "search_spaces/smoke.yaml",
+                           "--storage", str(study_dir))
     assert submitted.returncode == 0, submitted.stdout[-5000:] + submitted.stderr[-3000:]
     return study_dir, submitted.stdout
+
+
+def submit_job(dashboard: str, *entrypoint: str, agent_wait_s: float = 180.0) -> subprocess.CompletedProcess:
+    """`ray job submit --working-dir .` as a user would. A head just started answers "No available
+    agent to submit job, please try again later" until its job agent is up (seconds, or a minute
+    on a loaded machine): such a refusal (no job was created) is retried, as the message asks."""
+    import time
+
+    deadline = time.time() + agent_wait_s
+    while True:
+        submitted = ray_cli(
+            "job", "submit", "--address", dashboard, "--working-dir", ".",
+            "--runtime-env-json", '{"excludes": [".venv", ".git", "studies", "*.egg-info", ".pytest_cache"]}',
+            "--", *entrypoint, env={**os.environ, "RAY_AUTH_MODE": "disabled"}, timeout=900,
+        )
+        if submitted.returncode == 0 or "No available agent" not in submitted.stderr or time.time() > deadline:
+            return submitted
+        time.sleep(3)
 
 
 @pytest.fixture(scope="session")
