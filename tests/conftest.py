@@ -64,7 +64,12 @@ def ray_head(tmp_path_factory):
     os.environ["SWEEPER_CACHE"] = str(tmp_path_factory.mktemp("sweeper-cache"))
     # As from an activated venv: the job's `python` entrypoint is this environment's python.
     env = {**os.environ, "RAY_AUTH_MODE": "disabled", "PATH": f"{BIN}{os.pathsep}{os.environ['PATH']}"}
-    started = ray_cli("start", "--head", "--node-ip-address=127.0.0.1", f"--port={port}",
+    # Every listening port chosen free: Ray's fixed defaults (the job agent's 52365, ...) collide
+    # with any other Ray on the machine (a study running beside the tests), and a job agent that
+    # cannot bind leaves the head refusing every `ray job submit`.
+    agent_ports = [f"--dashboard-agent-listen-port={free_port()}", f"--dashboard-agent-grpc-port={free_port()}",
+                   f"--runtime-env-agent-port={free_port()}", f"--metrics-export-port={free_port()}"]
+    started = ray_cli("start", "--head", "--node-ip-address=127.0.0.1", f"--port={port}", *agent_ports,
                       "--dashboard-host=127.0.0.1", f"--dashboard-port={dashboard}", "--include-dashboard=true",
                       "--num-cpus=2", "--num-gpus=0", "--disable-usage-stats", env=env, timeout=180,
                       new_session=True)
