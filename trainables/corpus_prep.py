@@ -273,6 +273,9 @@ def finished_shards(out_dir: str, shard_tokens: int) -> list[dict]:
     cut with another shard size starts over."""
     folder = storage.join(out_dir, SHARDS)
     names = set(storage.list_names(folder, folders=False))
+    for name in names:  # a killed build's half-written files (storage writes `.name.tmp-<pid>`)
+        if name.startswith(".") and ".tmp-" in name:
+            storage.remove(storage.join(folder, name))
     entries = []
     while shard_name(len(entries), "json") in names:
         entry = storage.read_json(storage.join(folder, shard_name(len(entries), "json")))
