@@ -323,6 +323,9 @@ class TrialRuntime:
     eval_every: int = 0
     """Validation every this many steps (the eval-curve table); 0: final weights only."""
     threads: int = 1
+    packing: bool = True
+    """Examples packed into rows (document-aware attention) so compute follows real tokens; off:
+    every example padded to max_length (the reference the packed path equals)."""
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)

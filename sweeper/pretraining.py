@@ -18,7 +18,7 @@ from dataclasses import asdict
 import ray
 
 from sweeper import storage
-from sweeper.configs import AdamWConfig, InitSource, PretrainConfig
+from sweeper.configs import InitSource, PretrainConfig
 from sweeper.layout import TRAIN_LOG, StudyLayout
 from sweeper.runs import PretrainingRun
 from sweeper.spec import StudySpec
@@ -45,8 +45,8 @@ def pretrain_config(run: PretrainingRun, spec: StudySpec, layout: StudyLayout, c
         run_dir=storage.strip_credentials(layout.run(run.name).root),
         corpus_dir=storage.strip_credentials(corpus_dir), model_config=run.model_config, init=init, phases=run.phases,
         total_steps=run.total_steps, checkpoint_steps=run.checkpoint_steps,
-        global_batch_size=pre.global_batch_size, seq_len=spec.data.seq_len, peak_lr=pre.optimizer.peak_lr,
-        optimizer=AdamWConfig.of(pre.optimizer), warmup_steps=run.warmup_steps, decay_steps=run.decay_steps,
+        global_batch_size=run.global_batch_size, seq_len=run.seq_len, peak_lr=run.peak_lr,
+        optimizer=run.optimizer, warmup_steps=run.warmup_steps, decay_steps=run.decay_steps,
         seed=pre.seed, data_seed=spec.data.order_seed, data_offset_steps=run.steps_before,
         log_every=pre.log_every, save_every=pre.save_every, workers=res.pretraining_workers,
         threads=max(1, int(res.cpus_per_worker)), sharding=res.sharding, compile=pre.compile,
@@ -58,7 +58,7 @@ def pretrain_config(run: PretrainingRun, spec: StudySpec, layout: StudyLayout, c
 
 def fit_run(run: PretrainConfig, resources: dict) -> dict:
     """Body of the Ray task that owns one run: build the TorchTrainer and fit it."""
-    from ray.train import FailureConfig, RunConfig, ScalingConfig
+    from ray.train import ControllerError, FailureConfig, RunConfig, ScalingConfig
     from ray.train.torch import TorchTrainer
 
     from trainables.pretrain_loop import ray_checkpoint_config, train_loop_per_worker
@@ -72,19 +72,34 @@ def fit_run(run: PretrainConfig, resources: dict) -> dict:
         resources_per_worker={"CPU": resources["cpus_per_worker"], "GPU": resources["gpus_per_worker"]}
         if workers > 0 else None,
     )
-    trainer = TorchTrainer(
-        train_loop_per_worker, train_loop_config={"run": run}, scaling_config=scaling,
-        run_config=RunConfig(
-            name=run.name, storage_path=runs_path,
-            storage_filesystem=filesystem if storage.is_remote(run.run_dir) else None,
-            failure_config=FailureConfig(max_failures=resources["max_failures"]),
-            # A worker group's checkpoints are Ray's to delete (its run snapshot lists them):
-            # evaluated ones and the newest resume ones stay (trainables.pretrain_loop.retention).
-            checkpoint_config=ray_checkpoint_config(run),
-        ),
-    )
+
+    def trainer():
+        return TorchTrainer(
+            train_loop_per_worker, train_loop_config={"run": run}, scaling_config=scaling,
+            run_config=RunConfig(
+                name=run.name, storage_path=runs_path,
+                storage_filesystem=filesystem if storage.is_remote(run.run_dir) else None,
+                failure_config=FailureConfig(max_failures=resources["max_failures"]),
+                # A worker group's checkpoints are Ray's to delete (its run snapshot lists them):
+                # evaluated ones and the newest resume ones stay (trainables.pretrain_loop.retention).
+                checkpoint_config=ray_checkpoint_config(run),
+            ),
+        )
+
     started = time.time()
-    trainer.fit()
+    for attempt in range(1, resources["max_failures"] + 2):
+        try:
+            trainer().fit()
+            break
+        except ControllerError as error:
+            # Train's controller itself failed (seen on Ray 2.60: restarting a killed worker
+            # group, the new group's actor was destroyed with the old placement group), which
+            # FailureConfig does not retry. A new trainer resumes from the last checkpoint, as a
+            # rerun of the study would.
+            if attempt > resources["max_failures"]:
+                raise
+            print(f"[pretrain {run.name}] Ray Train's controller failed ({str(error).strip().splitlines()[0][:200]}); "
+                  f"fitting again from the last checkpoint (retry {attempt}/{resources['max_failures']})", flush=True)
     return {"run_name": run.name, "wall_time_s": time.time() - started}
 
 

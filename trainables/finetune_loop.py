@@ -21,6 +21,7 @@ from sweeper.registry import resolve
 from trainables.schedule import linear_warmup_decay_lr
 from trainables.tasks.data import load_prepared
 from trainables.tasks.family import TaskFamily
+from trainables.tasks.packing import PackedBackbone
 
 
 @lru_cache(maxsize=2)
@@ -80,7 +81,9 @@ def run_trial(trial: TrialConfig) -> dict:
     meta, splits = cached_task_data(trial.task_data_dir)
     family: TaskFamily = resolve(trial.family)
     device, autocast = device_and_autocast()
-    model = family.build(build_backbone(trial.checkpoint_path, trial.random_init_config), meta).to(device)
+    # Heads call the backbone on padded batches; packed, it computes only their real tokens.
+    backbone = PackedBackbone(build_backbone(trial.checkpoint_path, trial.random_init_config), runtime.packing)
+    model = family.build(backbone, meta).to(device)
     optimizer = torch.optim.AdamW(model.parameters(), lr=trial.learning_rate, **protocol.optimizer.torch_kwargs())
     train = splits["train"]
     n_train, batch = family.train_size(train), protocol.batch_size

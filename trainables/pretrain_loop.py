@@ -339,7 +339,9 @@ def train_loop_per_worker(loop_config: dict) -> None:
             if rank == 0:
                 print(f"[pretrain {run.name}] step {done}/{run.total_steps} {phase.objective} "
                       f"loss {row['loss']:.3f} lr {lr:.2e} {row['tokens_per_s']:,.0f} tok/s", flush=True)
-                write_progress(run, row)
+                # Where this process started (0 or the resumed step): stdout of a restarted Ray
+                # worker can miss the driver, the run folder cannot.
+                write_progress(run, {**row, "started_from": start})
                 if tracker is not None:
                     tracker.log(row, step=done)
             window_started, window_tokens, loss_sum, loss_count = time.time(), 0, 0.0, 0

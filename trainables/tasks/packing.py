@@ -1,0 +1,123 @@
+"""Packed fine-tuning batches: compute that follows real tokens, not max_length.
+
+Task data are stored padded to max_length (one array per split), and a batch of short
+sentences at the paper's length (2,048 x 0.99) is almost all padding. `PackedBackbone` sits
+between a task head and the backbone: it takes the padded batch the head already builds, moves
+its real tokens into a few rows of several examples each (first-fit decreasing), runs the
+backbone on those rows with document-aware attention (a block mask under SDPA on CPU,
+flash-attn's varlen kernel on GPU; `trainables.model`), and scatters the hidden states back to
+the padded layout. Each real token keeps its original position id and attends to exactly the
+tokens of its own example, as in the padded pass, so every head (mean pooling, first sub-token,
+span scores, in-batch negatives) computes what it computed before, up to float summation order;
+padding positions come back as zeros, which every head masks.
+
+With packing off the wrapper only counts tokens: the padded pass is the reference the tests
+compare against (tests/test_packing.py), and `TOKEN_COUNTS` gives the useful-token fraction of
+either path (benchmarks/finetune_vs_hf.py).
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+from torch import nn
+from transformers.modeling_outputs import BaseModelOutput
+
+ROW_TOKENS = 256
+"""Smallest row a batch is packed into (a longer example gets a row of its own length). Rows
+attend through a dense block mask on CPU, so a row's attention costs its length squared: 256
+holds a micro-batch of short sentences in one row while a row's mask stays small."""
+
+
+@dataclass
+class TokenCounts:
+    """Real tokens and tokens computed (real + padding) by fine-tuning forward passes in this process."""
+
+    real: int = 0
+    computed: int = 0
+
+    @property
+    def useful_fraction(self) -> float:
+        return self.real / self.computed if self.computed else float("nan")
+
+    def reset(self) -> None:
+        self.real = self.computed = 0
+
+
+TOKEN_COUNTS = TokenCounts()
+
+
+def plan_rows(lengths: list[int], capacity: int) -> tuple[list[int], list[int], int]:
+    """First-fit decreasing: (row of each example, its offset in the row, rows' common width).
+    Every length must be <= capacity."""
+    order = sorted(range(len(lengths)), key=lambda i: -lengths[i])
+    fill: list[int] = []
+    rows, offsets = [0] * len(lengths), [0] * len(lengths)
+    for i in order:
+        row = next((r for r, used in enumerate(fill) if used + lengths[i] <= capacity), len(fill))
+        if row == len(fill):
+            fill.append(0)
+        rows[i], offsets[i] = row, fill[row]
+        fill[row] += lengths[i]
+    return rows, offsets, max(fill, default=0)
+
+
+def balanced_rows(lengths: list[int], row_tokens: int = ROW_TOKENS) -> tuple[list[int], list[int], int]:
+    """`plan_rows` with rows of about equal fill: rows share one width, so a last row left
+    nearly empty would cost as much as a full one. Starts from the fewest rows of `row_tokens`
+    the tokens need and widens the capacity until first-fit decreasing holds them in that many
+    (at most doubling it)."""
+    longest, total = max(lengths), sum(lengths)
+    n_rows = max(1, -(-total // max(row_tokens, longest)))
+    lower = max(longest, -(-total // n_rows))
+    step = max(1, lower // 32)
+    for capacity in range(lower, 2 * lower + 1, step):
+        plan = plan_rows(lengths, capacity)
+        if max(plan[0]) < n_rows:
+            return plan
+    return plan_rows(lengths, max(longest, row_tokens))
+
+
+class PackedBackbone(nn.Module):
+    """The backbone as a head sees it: same call, same output layout, packed inside."""
+
+    def __init__(self, backbone: nn.Module, packing: bool = True):
+        super().__init__()
+        self.backbone, self.packing = backbone, packing
+
+    @property
+    def config(self):
+        return self.backbone.config
+
+    def forward(self, input_ids: torch.Tensor, attention_mask: torch.Tensor | None = None,
+                causal: bool = False, **kwargs) -> BaseModelOutput:
+        n, width = input_ids.shape
+        real = attention_mask.bool() if attention_mask is not None else None
+        n_real = int(real.sum()) if real is not None else n * width
+        if not self.packing or real is None or causal or kwargs or n_real == 0:
+            TOKEN_COUNTS.real += n_real
+            TOKEN_COUNTS.computed += n * width
+            return self.backbone(input_ids, attention_mask=attention_mask, causal=causal, **kwargs)
+        lengths = real.sum(1)
+        length_list = lengths.tolist()
+        rows, offsets, row_width = balanced_rows(length_list)
+        n_rows, device = max(rows) + 1, input_ids.device
+        # Where each real token goes in the flattened rows, in the order `input_ids[real]` lists them.
+        row_starts = torch.tensor([r * row_width + o for r, o in zip(rows, offsets)], device=device)
+        first_of_example = torch.cumsum(lengths, 0) - lengths
+        rank_in_example = torch.arange(n_real, device=device) - torch.repeat_interleave(first_of_example, lengths)
+        destination = torch.repeat_interleave(row_starts, lengths) + rank_in_example
+        packed_ids = input_ids.new_zeros(n_rows * row_width)
+        packed_ids[destination] = input_ids[real]
+        # Padding at a row's end is one more "document" (-1): it sees only itself, and is dropped.
+        documents = torch.full((n_rows * row_width,), -1, dtype=torch.long, device=device)
+        documents[destination] = torch.repeat_interleave(torch.arange(n, device=device), lengths)
+        positions = torch.zeros(n_rows * row_width, dtype=torch.long, device=device)
+        positions[destination] = torch.arange(width, device=device).expand(n, width)[real]
+        TOKEN_COUNTS.real += n_real
+        TOKEN_COUNTS.computed += n_rows * row_width
+        hidden = self.backbone(packed_ids.view(n_rows, row_width), document_ids=documents.view(n_rows, row_width),
+                               position_ids=positions.view(n_rows, row_width), causal=False).last_hidden_state
+        out = hidden.new_zeros(n, width, hidden.shape[-1])
+        out[real] = hidden.reshape(-1, hidden.shape[-1])[destination]
+        return BaseModelOutput(last_hidden_state=out)
