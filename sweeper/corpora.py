@@ -28,14 +28,13 @@ NEED_MARGIN = 0.05
 
 def needed_tokens(spec: StudySpec, plan: StudyPlan) -> int:
     """Tokens the longest run reads, continued pretraining included (it reads on in the same order)."""
-    per_step = spec.pretraining.global_batch_size * spec.data.seq_len
-    return max(((run.steps_before + run.total_steps) * per_step for run in plan.runs), default=0)
+    return max(((run.steps_before + run.total_steps) * run.tokens_per_step for run in plan.runs), default=0)
 
 
 def effective_max_tokens(spec: StudySpec, plan: StudyPlan) -> int:
     """`data.max_tokens`, else the need plus NEED_MARGIN, rounded up to whole order blocks."""
     wanted = spec.data.max_tokens or math.ceil(needed_tokens(spec, plan) * (1 + NEED_MARGIN))
-    block = ORDER_BLOCK_WINDOWS * spec.data.seq_len
+    block = ORDER_BLOCK_WINDOWS * max((run.seq_len for run in plan.runs), default=1)
     return max(1, math.ceil(wanted / block)) * block
 
 

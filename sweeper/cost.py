@@ -80,13 +80,12 @@ def gpu_hours(flops: float, spec: StudySpec) -> float:
 
 
 def pretraining_cost(spec: StudySpec, runs: tuple[PretrainingRun, ...]) -> StageCost:
-    tokens_per_step = spec.pretraining.global_batch_size * spec.data.seq_len
     flops, unknown = 0.0, 0
     for run in runs:
         if not run.model_config:
             unknown += 1
             continue
-        flops += 6 * parameter_count(run.model_config) * run.total_steps * tokens_per_step
+        flops += 6 * parameter_count(run.model_config) * run.total_steps * run.tokens_per_step
     return StageCost(flops, gpu_hours(flops, spec), unknown)
 
 

@@ -45,7 +45,10 @@ leaves out (allocator fragmentation, kernels' workspaces, short-lived temporarie
 from __future__ import annotations
 
 from dataclasses import dataclass, replace
+from math import gcd
 from typing import Literal
+
+from sweeper.spec_parsing import values_of
 
 Device = Literal["cuda-bf16", "cpu-fp32"]
 
@@ -202,8 +205,8 @@ def predicted_share(run) -> float:
 
 def run_setup(spec, run) -> MemorySetup:
     workers = max(1, spec.resources.pretraining_workers)
-    share = spec.pretraining.global_batch_size // workers
-    return MemorySetup(micro_batch_size=spec.pretraining.micro_batch_size or share, seq_len=spec.data.seq_len,
+    share = run.global_batch_size // workers
+    return MemorySetup(micro_batch_size=spec.pretraining.micro_batch_size or share, seq_len=run.seq_len,
                        predicted_share=predicted_share(run), workers=workers, sharding=spec.resources.sharding,
                        activation_checkpointing=spec.pretraining.activation_checkpointing,
                        device=study_device(spec))
@@ -221,7 +224,7 @@ def check_runs(spec, runs) -> list[RunMemory]:
 
 def micro_batch_choices(spec) -> list[int]:
     """Micro batches the spec accepts: the divisors of a worker's share of the global batch."""
-    share = spec.pretraining.global_batch_size // max(1, spec.resources.pretraining_workers)
+    share = gcd(*values_of(spec.pretraining.global_batch_size)) // max(1, spec.resources.pretraining_workers)
     return [m for m in range(1, share + 1) if share % m == 0]
 
 

@@ -103,11 +103,10 @@ def plan_trials(spec: StudySpec, checkpoints: list[EvaluatedCheckpoint]) -> list
 
 def plan_study(spec: StudySpec) -> StudyPlan:
     runs = expand_runs(spec)
-    tokens_per_step = spec.pretraining.global_batch_size * spec.data.seq_len
     checkpoints = [
         EvaluatedCheckpoint(
             checkpoint_id=run.name if step == run.total_steps else f"{run.name}-{step}",
-            run=run, step=step, tokens_seen=(run.steps_before + step) * tokens_per_step,
+            run=run, step=step, tokens_seen=(run.steps_before + step) * run.tokens_per_step,
         )
         for run in runs
         for step in (*run.checkpoint_steps, run.total_steps)

@@ -11,6 +11,15 @@ Names follow the authors' scheme: each phase's tag then its end step (`610m-mlm4
 Keys hash the resolved configuration (`identity`): runs of the shapes the paper uses (MLM, CLM,
 CLM then MLM) keep the layout their keys always had; other phase lists hash their phases.
 
+Ablation axes: any run field given as a grid (`pretraining.optimizer.*`, `global_batch_size`,
+`warmup_steps`, `decay_steps`, `data.seq_len`, a model override, an entry's warmup / decay)
+expands every entry over its values (`run_settings`). A run's name extends with one tag per
+swept field whose value differs from the field's base: the first value listed, or for a model
+override the preset's own value (`610m-mlm40-42k-lr1e-3`, `tiny-mlm40-600-layers2`), so the run
+planned before a field was swept keeps its name, its key and its folder. The resolved values
+travel on the run (`PretrainingRun.peak_lr`, `.optimizer`, ...; the swept ones in `params`):
+nothing downstream of the plan reads them from the spec.
+
 This module imports no spec at run time (the spec's own checks use `expand_base_runs`).
 """
 from __future__ import annotations
@@ -22,7 +31,7 @@ from typing import TYPE_CHECKING
 
 from sweeper import registry
 from sweeper.catalog import MODEL_PRESETS
-from sweeper.configs import PhaseConfig, stable_key
+from sweeper.configs import AdamWConfig, PhaseConfig, stable_key
 
 if TYPE_CHECKING:
     from sweeper.spec import RunGridSpec, StudySpec
@@ -62,6 +71,21 @@ class PretrainingRun:
     """Steps the starting checkpoint had already trained (its data is not seen again)."""
     identity: dict = field(compare=False, repr=False, default_factory=dict)
     """The resolved configuration the run_key hashes (kept to explain what changed)."""
+    peak_lr: float = 5e-4
+    optimizer: AdamWConfig = field(default_factory=AdamWConfig)
+    global_batch_size: int = 2304
+    """Sequences per optimizer step."""
+    seq_len: int = 128
+    """Tokens per packed sequence."""
+    params: dict = field(default_factory=dict)
+    """This run's values of the swept fields, by key path (`optimizer.peak_lr`,
+    `model.num_hidden_layers`); empty when nothing is swept."""
+    name_tags: tuple[str, ...] = ()
+    """The tags its name ends with (`lr1e-3`): swept values that differ from their base."""
+
+    @property
+    def tokens_per_step(self) -> int:
+        return self.global_batch_size * self.seq_len
 
     @property
     def init_from(self) -> str | None:
@@ -82,19 +106,106 @@ def run_name(preset: str, phases: tuple[PhaseConfig, ...]) -> str:
 def cpt_name(source: PretrainingRun | str, mask_ratio: float, added_steps: int) -> str:
     """`610m-clm-dec42k-mlm40-64k`: source objective, `dec` + the decayed source's steps, then
     the MLM phase up to the new total. A Hugging Face source: `hf-<model>-mlm40-<added>`."""
-    tag = registry.mlm_tag({"mask_ratio": mask_ratio})
+    mlm = registry.mlm_tag({"mask_ratio": mask_ratio})
     if isinstance(source, str):
         model = re.sub(r"[^A-Za-z0-9.]+", "-", source.rstrip("/").split("/")[-1]).strip("-").lower()
-        return f"hf-{model}-{tag}-{format_steps(added_steps)}"
-    prefix = source.name.removesuffix(f"-{format_steps(source.total_steps)}")
+        return f"hf-{model}-{mlm}-{format_steps(added_steps)}"
+    untagged = source.name.removesuffix("".join(f"-{t}" for t in source.name_tags))
+    prefix = untagged.removesuffix(f"-{format_steps(source.total_steps)}")
     total = source.total_steps + added_steps
-    return f"{prefix}-dec{format_steps(source.total_steps)}-{tag}-{format_steps(total)}"
+    return "-".join([f"{prefix}-dec{format_steps(source.total_steps)}-{mlm}-{format_steps(total)}", *source.name_tags])
 
 
-def model_config(spec: StudySpec, preset: str) -> dict:
-    """Preset + vocabulary and context from the data section + the spec's overrides."""
+def model_config(spec: StudySpec, preset: str, settings: RunSettings) -> dict:
+    """Preset + vocabulary and context from the data section + the run's overrides."""
     return {**MODEL_PRESETS[preset], "vocab_size": spec.data.vocab_size,
-            "max_position_embeddings": max(2048, spec.data.seq_len), **spec.model.overrides}
+            "max_position_embeddings": max(2048, settings.seq_len), **settings.overrides}
+
+
+# --- ablation axes -----------------------------------------------------------------------------
+
+AXIS_TAGS = {"seq_len": "seq", "global_batch_size": "bs", "optimizer.peak_lr": "lr", "optimizer.betas": "betas",
+             "optimizer.eps": "eps", "optimizer.weight_decay": "wd", "optimizer.grad_clip": "clip",
+             "warmup_steps": "warmup", "decay_steps": "decay"}
+"""Swept run field (key path under `pretraining`, or `seq_len` of `data`) -> its tag in run names,
+in the order tags follow the name."""
+OVERRIDE_TAGS = {"num_hidden_layers": "layers", "hidden_size": "hidden", "intermediate_size": "ffn",
+                 "num_attention_heads": "heads", "num_key_value_heads": "kvheads", "rope_theta": "rope",
+                 "rms_norm_eps": "normeps", "initializer_range": "init", "max_position_embeddings": "pos",
+                 "vocab_size": "vocab"}
+"""Model override -> its tag in run names (other fields: their own name)."""
+
+
+def short_number(value) -> str:
+    """A value as a run-name tag writes it: 1e-3, 2.5e-4, 0.1, 512, 0.9-0.98 (a pair)."""
+    if isinstance(value, (tuple, list)):
+        return "-".join(short_number(v) for v in value)
+    if isinstance(value, int) or value == 0 or 1e-2 <= abs(value) < 1e5:
+        return f"{value:g}" if isinstance(value, float) else str(value)
+    mantissa, exponent = f"{value:e}".split("e")
+    return f"{mantissa.rstrip('0').rstrip('.')}e{int(exponent)}"
+
+
+def tag(path: str, value) -> str:
+    if path.startswith("model."):
+        return f"{OVERRIDE_TAGS.get(path[6:], path[6:])}{short_number(value)}"
+    if path in ("warmup_steps", "decay_steps"):
+        return f"{AXIS_TAGS[path]}{format_steps(value)}"
+    return f"{AXIS_TAGS[path]}{short_number(value)}"
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class RunSettings:
+    """One point of a run entry's grid of swept fields: the values a run trains with."""
+
+    peak_lr: float
+    optimizer: AdamWConfig
+    global_batch_size: int
+    seq_len: int
+    warmup_steps: int
+    decay_steps: int
+    overrides: dict
+    params: dict
+    """The swept fields' values at this point, by key path (fields with one value left out)."""
+    tags: dict
+    """Name tags of the swept values that differ from their base, by key path, in name order."""
+
+
+def run_settings(spec: StudySpec, grid: RunGridSpec, preset: str | None) -> list[RunSettings]:
+    """Every point of the entry's swept fields, in the order given (the first value of each grid
+    first); `preset` None: the run's architecture is its source's (overrides are not swept)."""
+    from sweeper.spec_parsing import values_of  # torch- and spec-free, like this module
+
+    pre, optimizer = spec.pretraining, spec.pretraining.optimizer
+    axes = {"seq_len": values_of(spec.data.seq_len), "global_batch_size": values_of(pre.global_batch_size),
+            **{f"optimizer.{name}": values_of(getattr(optimizer, name))
+               for name in ("peak_lr", "betas", "eps", "weight_decay", "grad_clip")},
+            "warmup_steps": values_of(pre.warmup_steps if grid.warmup_steps is None else grid.warmup_steps),
+            "decay_steps": values_of(pre.decay_steps if grid.decay_steps is None else grid.decay_steps)}
+    overrides = spec.model.override_grid() if preset is not None else {}
+    axes |= {f"model.{key}": values for key, values in overrides.items()}
+    bases = {path: values[0] for path, values in axes.items()}
+    for key in overrides:
+        if preset in MODEL_PRESETS and key in MODEL_PRESETS[preset]:
+            bases[f"model.{key}"] = MODEL_PRESETS[preset][key]
+    order = [*(f"model.{key}" for key in overrides), *AXIS_TAGS]
+    points = []
+    for values in itertools.product(*axes.values()):
+        point = dict(zip(axes, values))
+        params = {path: point[path] for path in order if len(axes[path]) > 1}
+        points.append(RunSettings(
+            peak_lr=point["optimizer.peak_lr"],
+            optimizer=AdamWConfig(**{name: point[f"optimizer.{name}"] for name in ("betas", "eps", "weight_decay",
+                                                                                   "grad_clip")}),
+            global_batch_size=point["global_batch_size"], seq_len=point["seq_len"],
+            warmup_steps=point["warmup_steps"], decay_steps=point["decay_steps"],
+            overrides={key: point[f"model.{key}"] for key in overrides}, params=params,
+            tags={path: tag(path, value) for path, value in params.items() if value != bases[path]}))
+    return points
+
+
+def tagged(name: str, settings: RunSettings) -> str:
+    return "-".join([name, *settings.tags.values()])
 
 
 def switch_step(total_steps: int, clm_fraction: float, decay_steps: int = 0, of: str = "total") -> int:
@@ -160,12 +271,12 @@ def describe(phases: tuple[PhaseConfig, ...], steps: int) -> tuple[str, float | 
     return objective, (ratios[-1] if ratios else None), min(switch, steps)
 
 
-def identity_of(spec: StudySpec, config: dict, phases: tuple[PhaseConfig, ...], steps: int, warmup: int,
-                decay: int) -> dict:
+def identity_of(spec: StudySpec, config: dict, phases: tuple[PhaseConfig, ...], steps: int,
+                settings: RunSettings) -> dict:
     """What the run key hashes. The paper's shapes keep the layout their keys always had."""
     objective, ratio, switch = describe(phases, steps)
-    shared = shared_identity(spec)
-    schedule = {"steps": steps, "warmup_steps": warmup, "decay_steps": decay}
+    shared = shared_identity(spec, settings)
+    schedule = {"steps": steps, "warmup_steps": settings.warmup_steps, "decay_steps": settings.decay_steps}
     paper_shape = objective in ("mlm", "clm", "clm-mlm") and all(
         {k: v for k, v in p.settings.items() if k != "mask_ratio"} == (masking_defaults(spec) if p.objective == "mlm"
                                                                        else {}) for p in phases)
@@ -178,17 +289,21 @@ def identity_of(spec: StudySpec, config: dict, phases: tuple[PhaseConfig, ...], 
     return {"model": config, "phases": phase_list, **schedule, **shared}
 
 
-def shared_identity(spec: StudySpec) -> dict:
+def shared_identity(spec: StudySpec, settings: RunSettings) -> dict:
+    """The run's data, optimizer and batch in the layout keys always had (`data` as
+    DataSpec.identity gives it, `optimizer` as OptimizerSpec's asdict), at this point's values."""
     pre = spec.pretraining
-    return {"data": spec.data.identity(), "optimizer": asdict(pre.optimizer), "seed": pre.seed,
-            "global_batch_size": pre.global_batch_size, "random_replace": pre.random_replace,
+    optimizer = {**asdict(settings.optimizer), "peak_lr": settings.peak_lr}
+    return {"data": {**spec.data.identity(), "seq_len": settings.seq_len}, "optimizer": optimizer, "seed": pre.seed,
+            "global_batch_size": settings.global_batch_size, "random_replace": pre.random_replace,
             "keep_original": pre.keep_original}
 
 
-def schedule_of(spec: StudySpec, grid: RunGridSpec) -> tuple[int, int]:
-    pre = spec.pretraining
-    return (pre.warmup_steps if grid.warmup_steps is None else grid.warmup_steps,
-            pre.decay_steps if grid.decay_steps is None else grid.decay_steps)
+def resolved(settings: RunSettings) -> dict:
+    """The PretrainingRun fields a point of the grid sets."""
+    return dict(peak_lr=settings.peak_lr, optimizer=settings.optimizer, global_batch_size=settings.global_batch_size,
+                seq_len=settings.seq_len, warmup_steps=settings.warmup_steps, decay_steps=settings.decay_steps,
+                params=settings.params, name_tags=tuple(settings.tags.values()))
 
 
 def expand_base_runs(spec: StudySpec) -> list[PretrainingRun]:
@@ -197,9 +312,16 @@ def expand_base_runs(spec: StudySpec) -> list[PretrainingRun]:
 
 
 def scratch_runs(spec: StudySpec, grid: RunGridSpec):
-    """The runs of one entry trained from scratch, over its list-valued fields."""
-    warmup, decay = schedule_of(spec, grid)
-    presets, budgets = grid.preset or [spec.model.preset], grid.steps or [spec.pretraining.steps]
+    """The runs of one entry trained from scratch, over its list-valued fields and the swept ones."""
+    presets = grid.preset or [spec.model.preset]
+    for preset in presets:
+        for settings in run_settings(spec, grid, preset):
+            yield from entry_runs(spec, grid, preset, settings)
+
+
+def entry_runs(spec: StudySpec, grid: RunGridSpec, preset: str, settings: RunSettings):
+    """The entry's runs of one preset at one point of the swept fields."""
+    decay, budgets = settings.decay_steps, grid.steps or [spec.pretraining.steps]
     if grid.phases is not None:
         choices = [(steps, long_form_phases(spec, grid, steps, decay), leading_clm_share(grid)) for steps in budgets]
     else:
@@ -208,16 +330,16 @@ def scratch_runs(spec: StudySpec, grid: RunGridSpec):
         shares = grid.clm_fraction if grid.objective == "clm-mlm" else [1.0 if grid.objective == "clm" else 0.0]
         choices = [(steps, short_form_phases(spec, grid.objective, steps, ratio, share, decay), share)
                    for steps, ratio, share in itertools.product(budgets, ratios, shares)]
-    for preset, (steps, phases, share) in itertools.product(presets, choices):
+    for steps, phases, share in choices:
         objective, ratio, switch = describe(phases, steps)
         share = {"clm": 1.0, "mlm": 0.0}.get(objective, share)
-        config = model_config(spec, preset)
-        identity = identity_of(spec, config, phases, steps, warmup, decay)
+        config = model_config(spec, preset, settings)
+        identity = identity_of(spec, config, phases, steps, settings)
         yield PretrainingRun(
-            name=run_name(preset, phases), run_key=stable_key(identity), preset=preset, objective=objective,
-            phases=phases, mask_ratio=ratio, clm_fraction=share, switch_step=switch, total_steps=steps,
-            checkpoint_steps=tuple(sorted(set(grid.checkpoint_steps))), model_config=config,
-            warmup_steps=warmup, decay_steps=decay, identity=identity,
+            name=tagged(run_name(preset, phases), settings), run_key=stable_key(identity), preset=preset,
+            objective=objective, phases=phases, mask_ratio=ratio, clm_fraction=share, switch_step=switch,
+            total_steps=steps, checkpoint_steps=tuple(sorted(set(grid.checkpoint_steps))), model_config=config,
+            identity=identity, **resolved(settings),
         )
 
 
@@ -256,29 +378,36 @@ def expand_runs(spec: StudySpec, include_cpt: bool = True) -> list[PretrainingRu
         for entry, grid in enumerate(spec.pretraining.runs):
             if grid.init_from is None:
                 continue
-            warmup, decay = schedule_of(spec, grid)
-            for source, steps, ratio in itertools.product(grid.init_from, grid.steps or [spec.pretraining.steps],
-                                                          grid.mask_ratio):
-                add(continued_run(spec, grid, source, base, steps, ratio, warmup, decay), entry)
+            for source, steps, ratio, settings in itertools.product(
+                    grid.init_from, grid.steps or [spec.pretraining.steps], grid.mask_ratio,
+                    run_settings(spec, grid, None)):
+                add(continued_run(spec, grid, source, base, steps, ratio, settings), entry)
     return list(runs.values())
 
 
 def continued_run(spec: StudySpec, grid: RunGridSpec, source: str, base: dict, steps: int, ratio: float,
-                  warmup: int, decay: int) -> PretrainingRun:
-    """An MLM run that starts from a decayed checkpoint: a study run's, or a Hugging Face LM's."""
+                  settings: RunSettings) -> PretrainingRun:
+    """An MLM run that starts from a decayed checkpoint: a study run's, or a Hugging Face LM's.
+    A study run's continuation reads on in its data order: its source's batch and sequence
+    length, whatever the grid says."""
     checkpoints = tuple(sorted(set(grid.checkpoint_steps)))
-    shared = shared_identity(spec)
     phases = (phase(spec, "mlm", 0, steps, {"mask_ratio": ratio}),)
+    warmup, decay = settings.warmup_steps, settings.decay_steps
     common = dict(objective="mlm", phases=phases, mask_ratio=ratio, clm_fraction=0.0, switch_step=0, total_steps=steps,
-                  checkpoint_steps=checkpoints, warmup_steps=warmup, decay_steps=decay)
+                  checkpoint_steps=checkpoints)
     schedule = {"objective": "mlm", "mask_ratio": ratio, "steps": steps, "warmup_steps": warmup, "decay_steps": decay}
     if source.startswith("hf:"):
         path = source[3:]
-        identity = {"init_from_hf": path, **schedule, "model_overrides": spec.model.overrides, **shared}
-        return PretrainingRun(name=cpt_name(path, ratio, steps), run_key=stable_key(identity), preset="hf",
-                              model_config={}, init_from_hf=path, identity=identity, **common)
+        identity = {"init_from_hf": path, **schedule, "model_overrides": spec.model.overrides,
+                    **shared_identity(spec, settings)}
+        return PretrainingRun(name=tagged(cpt_name(path, ratio, steps), settings), run_key=stable_key(identity),
+                              preset="hf", model_config={}, init_from_hf=path, identity=identity, **common,
+                              **resolved(settings))
     origin = base[source]
-    identity = {"init_from": origin.run_key, **schedule, **shared}
-    return PretrainingRun(name=cpt_name(origin, ratio, steps), run_key=stable_key(identity), preset=origin.preset,
-                          model_config=origin.model_config, init_from_run=origin.name,
-                          steps_before=origin.total_steps, identity=identity, **common)
+    settings = replace(settings, global_batch_size=origin.global_batch_size, seq_len=origin.seq_len,
+                       params={k: v for k, v in settings.params.items() if k not in ("global_batch_size", "seq_len")},
+                       tags={k: v for k, v in settings.tags.items() if k not in ("global_batch_size", "seq_len")})
+    identity = {"init_from": origin.run_key, **schedule, **shared_identity(spec, settings)}
+    return PretrainingRun(name=tagged(cpt_name(origin, ratio, steps), settings), run_key=stable_key(identity),
+                          preset=origin.preset, model_config=origin.model_config, init_from_run=origin.name,
+                          steps_before=origin.total_steps, identity=identity, **common, **resolved(settings))

@@ -9,18 +9,19 @@ into it. The AdamW settings are `sweeper.configs.AdamWConfig`'s fields, shared b
 """
 from __future__ import annotations
 
+import itertools
 import math
 from dataclasses import asdict, dataclass, field, fields
 from pathlib import Path
-from typing import Literal
+from typing import ClassVar, Literal
 
 from sweeper import registry
 from sweeper.catalog import MODEL_FIELDS, MODEL_PRESETS, TASKS
 from sweeper.configs import (AdamWConfig, TrackingConfig, distinct, each_positive, non_blank, non_empty,
                              non_negative, positive, seeds)
 from sweeper.runs import RunNameClash, expand_base_runs, expand_runs  # sweeper.runs imports no spec
-from sweeper.spec_parsing import (MAX_INT, SpecError, build_dataclass, key_text, load_yaml, shown, suggestion,
-                                  type_name)
+from sweeper.spec_parsing import (FORMS, MAX_INT, Distribution, Grid, SpecError, build_dataclass, key_text,
+                                  load_yaml, shown, suggestion, type_name, values_of)
 from sweeper.storage import scheme_error
 
 NAME_MAX_BYTES = 255
@@ -47,20 +48,46 @@ def parses_as_float(value) -> bool:
         return False
 
 
+def override_items(key, value) -> list[tuple[str, object]]:
+    """(key path, value) of each value an override takes: itself, each item of a grid (a list or
+    `{grid_search: [...]}`). A distribution, or another mapping, is one item the checks refuse."""
+    where = f"overrides.{key_text(key)}"
+    if isinstance(value, list):
+        return [(f"{where}[{i}]", item) for i, item in enumerate(value)] or [(where, value)]
+    if isinstance(value, dict) and list(value) == ["grid_search"] and isinstance(value["grid_search"], list):
+        return [(f"{where}.grid_search[{i}]", item) for i, item in enumerate(value["grid_search"])] or [(where, [])]
+    return [(where, value)]
+
+
 def override_problems(overrides: dict):
     """(key, reason) for each model override that is not a LlamaEncoderConfig field
-    (catalog.MODEL_FIELDS) of its type: sizes and floats positive, token ids not negative."""
+    (catalog.MODEL_FIELDS) of its type: sizes and floats positive, token ids not negative. An
+    override may be a grid (one run per value); a distribution cannot go there."""
     for key, value in overrides.items():
         where, kind = f"overrides.{key_text(key)}", MODEL_FIELDS.get(key)
         if kind is None:
             yield where, (f"unknown key{suggestion(str(key), list(MODEL_FIELDS))}; LlamaEncoderConfig fields: "
                           f"{', '.join(MODEL_FIELDS)}")
-        elif problem := number_problem(value, integer=kind is int):
-            yield where, problem
-        elif str(key).endswith("_token_id") and value < 0:
-            yield where, f"must not be negative, got {value}"
-        elif not str(key).endswith("_token_id") and value <= 0:
-            yield where, f"must be positive, got {value}"
+            continue
+        if isinstance(value, dict) and len(value) == 1 and next(iter(value)) in FORMS and "grid_search" not in value:
+            yield f"{where}.{next(iter(value))}", (f"{next(iter(value))} is a distribution, and only a value or a grid "
+                                                   "(a list, or {grid_search: [...]}) can go here: pretraining runs "
+                                                   "are planned as a grid")
+            continue
+        items, seen = override_items(key, value), {}
+        if items == [(where, [])]:
+            yield where, "empty grid: give at least one value"
+        for path, item in items:
+            if problem := number_problem(item, integer=kind is int):
+                yield path, problem
+            elif str(key).endswith("_token_id") and item < 0:
+                yield path, f"must not be negative, got {item}"
+            elif not str(key).endswith("_token_id") and item <= 0:
+                yield path, f"must be positive, got {item}"
+            elif item in seen:
+                yield path, f"{shown(item)} is listed twice ({seen[item]} and {path}): give each value once"
+            else:
+                seen[item] = path
 
 
 def setting_problem(default, value) -> str | None:
@@ -81,16 +108,27 @@ class ModelSpec:
     preset: str = "tiny"
     """Architecture preset: nano, tiny, mini (CPU) or 210m, 610m, 1b, 1b-authors (paper Table 1)."""
     overrides: dict = field(default_factory=dict)
-    """LlamaEncoderConfig fields replacing the preset's (e.g. num_hidden_layers: 2)."""
+    """LlamaEncoderConfig fields replacing the preset's (e.g. num_hidden_layers: 2); a grid
+    (num_hidden_layers: [2, 4]) plans one run per value."""
 
     def check(self):
         if self.preset not in MODEL_PRESETS:
             yield "preset", f"unknown preset {shown(self.preset)}{suggestion(self.preset, list(MODEL_PRESETS))}"
         yield from override_problems(self.overrides)
 
-    def architecture_problem(self, preset: str) -> str | None:
-        """Why the preset with this section's overrides is not a model the encoder can build."""
-        config = {**MODEL_PRESETS[preset], **self.overrides}
+    def override_grid(self) -> dict[str, tuple]:
+        """Each override's values, in the order given (a plain value: one; a grid: its items)."""
+        return {key: tuple(item for _, item in override_items(key, value)) for key, value in self.overrides.items()}
+
+    def override_points(self) -> list[dict]:
+        """Every combination of the overrides' values (one dict when nothing is swept)."""
+        grid = self.override_grid()
+        return [dict(zip(grid, values)) for values in itertools.product(*grid.values())]
+
+    def architecture_problem(self, preset: str, overrides: dict | None = None) -> str | None:
+        """Why the preset with these overrides (default: the section's, unswept) is not a model
+        the encoder can build."""
+        config = {**MODEL_PRESETS[preset], **(self.overrides if overrides is None else overrides)}
         hidden, heads, kv_heads = config["hidden_size"], config["num_attention_heads"], config["num_key_value_heads"]
         if hidden % heads:
             return f"hidden_size {hidden} is not divisible by num_attention_heads {heads}"
@@ -112,7 +150,7 @@ class DataSpec:
     vocab_size: int = 2048
     """Vocabulary size when the tokenizer is trained here."""
     seq_len: int = 128
-    """Tokens per packed pretraining sequence (the paper: 1,024)."""
+    """Tokens per packed pretraining sequence (the paper: 1,024); a grid plans one run per value."""
     max_documents: int | None = None
     """Read at most this many corpus documents (None: all)."""
     order_seed: int = 0
@@ -122,6 +160,9 @@ class DataSpec:
     None: what the longest run reads plus 5 %. Reading stops there."""
     tokenizer_sample_documents: int = 100_000
     """A tokenizer trained here (`train-wordpiece`) learns from the corpus's first this many documents."""
+
+    GRID_FIELDS: ClassVar = ("seq_len",)
+    """Fields that take a grid: one run per value (sweeper.runs)."""
 
     def check(self):
         yield from non_blank(self, "corpus", "text_column", "tokenizer")
@@ -144,6 +185,8 @@ class OptimizerSpec(AdamWConfig):
 
     peak_lr: float = 5e-4
     """Peak learning rate of the warmup-stable-decay schedule."""
+    GRID_FIELDS: ClassVar = ("peak_lr", "betas", "eps", "weight_decay", "grad_clip")
+    """Fields that take a grid (peak_lr: [5.0e-4, 1.0e-3]): one run per value (sweeper.runs)."""
 
     def check(self):
         yield from AdamWConfig.check(self)
@@ -216,9 +259,11 @@ class RunGridSpec:
     (run names) or from Hugging Face Llama-family causal LMs (`hf:<path or name>`); steps are then
     the added steps."""
     warmup_steps: int | None = None
-    """Warmup of this entry's schedule (default: pretraining.warmup_steps); the re-warmup of a CPT run."""
+    """Warmup of this entry's schedule (default: pretraining.warmup_steps); the re-warmup of a CPT
+    run. A grid plans one run per value."""
     decay_steps: int | None = None
-    """Decay of this entry's schedule (default: pretraining.decay_steps)."""
+    """Decay of this entry's schedule (default: pretraining.decay_steps); a grid plans one run per value."""
+    GRID_FIELDS: ClassVar = ("warmup_steps", "decay_steps")
 
     def check(self):
         if (self.objective is None) == (self.phases is None):
@@ -280,7 +325,9 @@ class PretrainingSpec:
     decay_steps: int = 2000
     """Final linear decay-to-zero steps."""
     optimizer: OptimizerSpec = field(default_factory=OptimizerSpec)
-    """AdamW settings."""
+    """AdamW settings and peak learning rate; each may be a grid (one run per value)."""
+    GRID_FIELDS: ClassVar = ("global_batch_size", "warmup_steps", "decay_steps")
+    """Fields that take a grid: one run per value (sweeper.runs)."""
     clm_fraction_of: Literal["total", "pre_decay"] = "total"
     """What clm_fraction is a share of: all steps, or the steps before the decay (the authors'
     naming: 25 % of 42k with 2k decay = `clm-10k-mlm40-42k`; 100 % = 40k CLM + 2k MLM)."""
@@ -323,12 +370,13 @@ class PretrainingSpec:
                 if step >= min(budgets):
                     yield (f"runs[{i}].checkpoint_steps[{j}]",
                            f"step {step} is not before the run's budget of {min(budgets)} steps")
-            warmup = self.warmup_steps if run.warmup_steps is None else run.warmup_steps
-            decay = self.decay_steps if run.decay_steps is None else run.decay_steps
-            for budget in budgets:
-                if warmup + decay > budget:
-                    yield f"runs[{i}].steps", (f"budget {budget} is shorter than warmup + decay steps "
-                                               f"({warmup} + {decay})")
+            warmups = values_of(self.warmup_steps if run.warmup_steps is None else run.warmup_steps)
+            decays = values_of(self.decay_steps if run.decay_steps is None else run.decay_steps)
+            for budget, (j, warmup), (k, decay) in itertools.product(budgets, enumerate(warmups), enumerate(decays)):
+                if warmup + decay > budget:  # named at the entry's swept value when that is what differs
+                    key = (f"runs[{i}].warmup_steps[{j}]" if isinstance(run.warmup_steps, Grid) and j else
+                           f"runs[{i}].decay_steps[{k}]" if isinstance(run.decay_steps, Grid) and k else f"runs[{i}].steps")
+                    yield key, f"budget {budget} is shorter than warmup + decay steps ({warmup} + {decay})"
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
@@ -407,6 +455,26 @@ class FinetuningSpec(AdamWConfig):
     """Cap on training examples per task (None: the whole split)."""
     max_eval_examples: int | None = None
     """Cap on validation and test examples per task (None: whole splits)."""
+
+    SEARCH_FIELDS: ClassVar = ("batch_size", "max_steps", "epochs", "max_length", "doc_stride", "retrieval_temperature",
+                               "warmup_ratio", "betas", "eps", "weight_decay", "grad_clip")
+    """Protocol fields that take a value, a grid or a distribution in Ray Tune's vocabulary
+    (spec_parsing.FORMS); each form is checked against the field's own bounds."""
+
+    def sweep_problems(self):
+        """(key, reason) for each protocol field swept in a way this version cannot plan: a
+        distribution (no search mode samples one yet) or a grid (fine-tuning grids go over
+        learning_rates and seeds only, so far)."""
+        for name in self.SEARCH_FIELDS:
+            value = getattr(self, name)
+            if isinstance(value, Distribution):
+                mode = ("search: grid takes a value or a grid (a list, or {grid_search: [...]}) here"
+                        if self.search == "grid" else "search: optuna samples the learning rate alone (optuna.lr_min, "
+                                                      "optuna.lr_max) for now; give a value here")
+                yield f"finetuning.{name}.{value.kind}", f"{value.kind} is a distribution: {mode}"
+            elif isinstance(value, Grid):
+                yield f"finetuning.{name}", ("a grid over this field is not planned yet (fine-tuning grids go over "
+                                             "learning_rates and seeds): give one value")
 
     def check(self):
         yield from AdamWConfig.check(self)
@@ -513,20 +581,23 @@ class StudySpec:
         elif self.storage is not None and (problem := scheme_error(self.storage)):
             yield "storage", problem
         workers = self.resources.pretraining_workers
-        if workers > 0 and self.pretraining.global_batch_size % workers:
-            yield "pretraining.global_batch_size", (
-                f"{self.pretraining.global_batch_size} is not divisible by resources.pretraining_workers "
-                f"({workers}): every worker takes an equal share of a step's sequences")
-        elif (micro := self.pretraining.micro_batch_size) and (share := self.pretraining.global_batch_size
-                                                               // max(workers, 1)) % micro:
-            yield "pretraining.micro_batch_size", (
-                f"{micro} does not divide a worker's share of the global batch ({share} sequences = "
-                f"global_batch_size {self.pretraining.global_batch_size} / {max(workers, 1)} worker(s))")
+        for global_batch in values_of(self.pretraining.global_batch_size):
+            if workers > 0 and global_batch % workers:
+                yield "pretraining.global_batch_size", (
+                    f"{global_batch} is not divisible by resources.pretraining_workers "
+                    f"({workers}): every worker takes an equal share of a step's sequences")
+            elif (micro := self.pretraining.micro_batch_size) and (share := global_batch // max(workers, 1)) % micro:
+                yield "pretraining.micro_batch_size", (
+                    f"{micro} does not divide a worker's share of the global batch ({share} sequences = "
+                    f"global_batch_size {global_batch} / {max(workers, 1)} worker(s))")
         if self.model.preset in MODEL_PRESETS and not any(problem for _, problem in self.model.check()):
             used = {p for grid in self.pretraining.runs for p in grid.preset or [self.model.preset]}
-            for preset in sorted(used & set(MODEL_PRESETS)):
-                if problem := self.model.architecture_problem(preset):
-                    yield ("model.overrides" if self.model.overrides else "model.preset"), f"preset {preset}: {problem}"
+            for preset, point in itertools.product(sorted(used & set(MODEL_PRESETS)), self.model.override_points()):
+                if problem := self.model.architecture_problem(preset, point):
+                    swept = f" with {', '.join(f'{k}: {v}' for k, v in point.items())}" if point != self.model.overrides else ""
+                    yield ("model.overrides" if self.model.overrides else "model.preset"), f"preset {preset}{swept}: {problem}"
+                    break
+        yield from self.finetuning.sweep_problems()
         yield from self.check_references()
 
     def check_references(self):

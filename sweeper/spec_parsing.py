@@ -4,6 +4,10 @@ Generic over the spec's dataclasses: field types come from their annotations (in
 bool, `X | None`, `list[X]`, `dict`, `Literal[...]`, nested dataclasses), unknown keys get a
 "did you mean" suggestion, and a list-typed field also accepts one scalar (`seeds: 0`).
 A float field holds a finite number and an int field a 64-bit integer, whatever the field.
+A field a dataclass names in `GRID_FIELDS` also takes a grid (a list, or Ray Tune's
+`{grid_search: [...]}`: a `Grid`), and one named in `SEARCH_FIELDS` also a distribution in
+Tune's vocabulary (`FORMS`: a `Distribution`); the dataclass's own check then runs once per
+grid value and range end, so a bound names the value's place (`weight_decay.uniform[0]`).
 
 YAML is safe-loaded (nothing in a spec is executed) and read within fixed bounds, whatever the
 file holds: at most MAX_SPEC_BYTES of UTF-8, MAX_DEPTH levels of nesting and MAX_NODES values
@@ -360,18 +364,165 @@ def build_dataclass(cls, value, path: str, context: Context):
             context.fail(where, f"unknown key{suggestion(str(key), list(fields))}; "
                                 f"known keys: {', '.join(fields)}")
     kwargs = {}
+    grids, searched = getattr(cls, "GRID_FIELDS", ()), getattr(cls, "SEARCH_FIELDS", ())
     for name, field in fields.items():
         where = f"{path}.{name}" if path else name
-        if name in value:
+        if name in value and (name in grids or name in searched):
+            kwargs[name] = convert_space(value[name], hints[name], where, context, distributions=name in searched)
+        elif name in value:
             kwargs[name] = convert(value[name], hints[name], where, context)
         elif field.default is dataclasses.MISSING and field.default_factory is dataclasses.MISSING:
             context.fail(where, "required key is missing")
     instance = cls(**kwargs)
-    check = getattr(instance, "check", None)
-    if check is not None:
-        for key, reason in check():  # (relative key, reason) pairs from the dataclass itself
-            context.fail(f"{where_of(path, key)}", reason)
+    if getattr(instance, "check", None) is None:
+        return instance
+    # The dataclass's own check sees plain values: each value of a sweep in turn (a grid's values,
+    # a range's ends), the other sweeps at their first value; a reason about the swept field names
+    # the value's place in the sweep (`peak_lr[1]`, `weight_decay.uniform[0]`).
+    swept = {name: representatives(kwargs[name]) for name in kwargs if isinstance(kwargs[name], (Grid, Distribution))}
+    probe = {**kwargs, **{name: pairs[0][1] for name, pairs in swept.items()}}
+    at_first = set(cls(**probe).check()) if swept else set()
+    for name, pairs in swept.items():
+        for suffix, value in pairs:
+            for key, reason in cls(**{**probe, name: value}).check():
+                if key == name or key.startswith((f"{name}[", f"{name}.")) or (key, reason) not in at_first:
+                    context.fail(where_of(path, f"{name}{suffix}"), reason)  # this value's own problem
+    for key, reason in cls(**probe).check():  # (relative key, reason) pairs from the dataclass itself
+        context.fail(where_of(path, key), reason)
     return instance
+
+
+# --- sweeps: a field given several values (a grid) or a distribution (Ray Tune's vocabulary) ---
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class Grid:
+    """A field given several values: one run or trial per value. Written as a YAML list or as
+    `{grid_search: [...]}` (Ray Tune's spelling); a one-value list is the value itself."""
+
+    values: tuple
+    form: str = dataclasses.field(default="", compare=False)
+    """'' for a YAML list, '.grid_search' for Tune's mapping: where its items sit in the key path."""
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class Distribution:
+    """A field sampled by a search: `{choice: [...]}`, `{uniform: [lo, hi]}`, `{loguniform: [lo, hi]}`,
+    `{randint: [lo, hi]}` (hi excluded), `{quniform: [lo, hi, q]}` or `{qloguniform: [lo, hi, q]}`."""
+
+    kind: str
+    args: tuple
+    """choice: its values; the others: lo, hi (and q)."""
+
+
+FORMS = {"grid_search": None, "choice": None, "uniform": 2, "loguniform": 2, "randint": 2, "quniform": 3,
+         "qloguniform": 3}
+"""Ray Tune's search-space vocabulary a sweepable field takes: form -> number of arguments (None: a list of values)."""
+
+
+KIND_WORDS = {int: "integers", float: "numbers", str: "text", bool: "true or false", tuple: "lists"}
+
+
+def values_of(value) -> tuple:
+    """The values a field takes in a grid: a Grid's values, else the value alone."""
+    return value.values if isinstance(value, Grid) else (value,)
+
+
+def representatives(space) -> list[tuple[str, object]]:
+    """(key-path suffix, value) pairs standing for a sweep in the field's own checks: every value
+    of a grid or a choice, both ends of a range (randint's upper end is excluded)."""
+    if isinstance(space, Grid):
+        return [(f"{space.form}[{i}]", value) for i, value in enumerate(space.values)]
+    if space.kind == "choice":
+        return [(f".choice[{i}]", value) for i, value in enumerate(space.args)]
+    high = space.args[1] - 1 if space.kind == "randint" else space.args[1]
+    return [(f".{space.kind}[0]", space.args[0]), (f".{space.kind}[1]", high)]
+
+
+def is_grid_list(value, annotation) -> bool:
+    """A YAML list given to a sweepable field is a grid, except the value of a tuple field
+    (`betas: [0.9, 0.95]`), whose grid is a list of lists."""
+    if not isinstance(value, list):
+        return False
+    inner = [a for a in typing.get_args(annotation) if a is not type(None)] or [annotation]
+    if typing.get_origin(annotation) is tuple or any(typing.get_origin(a) is tuple for a in inner):
+        return bool(value) and all(isinstance(item, list) for item in value)
+    return True
+
+
+def convert_space(value, annotation, path: str, context: Context, distributions: bool):
+    """A sweepable field's value: a plain value (converted to `annotation`), a Grid, or (where
+    `distributions`) a Distribution; every form checked for arity, types and bounds order."""
+    if isinstance(value, dict) and len(value) == 1 and next(iter(value)) in FORMS:
+        (kind, args), = value.items()
+        where = f"{path}.{kind}"
+        if kind == "grid_search":
+            if not isinstance(args, list):
+                context.fail(where, f"grid_search takes a list of values, got {type_name(args)} {shown(args)}")
+            return grid_of(args, annotation, where, ".grid_search", context)
+        if not distributions:
+            context.fail(where, f"{kind} is a distribution, and only a value or a grid (a list, or "
+                                "{grid_search: [...]}) can go here: pretraining runs are planned as a grid")
+        return distribution_of(kind, args, annotation, where, context)
+    if isinstance(value, dict) and value and all(isinstance(k, str) for k in value) and not (
+            typing.get_origin(annotation) is dict or annotation is dict):
+        keys = list(value)
+        if len(keys) > 1 and set(keys) & set(FORMS):
+            context.fail(path, f"give one form per field, got {len(keys)} keys ({', '.join(map(key_text, keys))})")
+        context.fail(f"{path}.{key_text(keys[0])}", f"unknown form{suggestion(keys[0], list(FORMS))}; "
+                                                    f"a sweepable field takes a value, a list, or one of {', '.join(FORMS)}")
+    if is_grid_list(value, annotation):
+        return grid_of(value, annotation, path, "", context)
+    return convert(value, annotation, path, context)
+
+
+def grid_of(items: list, annotation, path: str, form: str, context: Context):
+    if not items:
+        context.fail(path, "empty grid: give at least one value")
+    values = tuple(convert(item, annotation, f"{path}[{i}]", context) for i, item in enumerate(items))
+    repeated(values, path, context)
+    return values[0] if len(values) == 1 else Grid(values, form)
+
+
+def repeated(values: tuple, path: str, context: Context) -> None:
+    first: dict = {}
+    for i, value in enumerate(values):
+        if value in first:
+            context.fail(f"{path}[{i}]", f"{shown(value)} is listed twice ([{first[value]}] and [{i}]): give each "
+                                         "value once")
+        first.setdefault(value, i)
+
+
+def distribution_of(kind: str, args, annotation, path: str, context: Context) -> Distribution:
+    kinds = [a for a in typing.get_args(annotation) if a is not type(None)] or [annotation]
+    kind_of_field = kinds[0]
+    if kind == "choice":
+        if not isinstance(args, list) or not args:
+            context.fail(path, f"choice takes a non-empty list of values, got {type_name(args)} {shown(args)}")
+        values = tuple(convert(item, annotation, f"{path}[{i}]", context) for i, item in enumerate(args))
+        repeated(values, path, context)
+        return Distribution(kind, values)
+    arity = FORMS[kind]
+    shape = "[lo, hi]" if arity == 2 else "[lo, hi, q]"
+    if not isinstance(args, list):
+        context.fail(path, f"{kind} takes a list {shape}, got {type_name(args)} {shown(args)}")
+    if len(args) != arity:
+        context.fail(path, f"{kind} takes {arity} numbers {shape}, got {len(args)}")
+    if kind == "randint":
+        if kind_of_field is not int:
+            context.fail(path, f"randint draws integers, and this field takes {KIND_WORDS.get(kind_of_field, 'other values')}: "
+                               "use uniform or loguniform")
+    elif kind_of_field is not float:
+        context.fail(path, f"{kind} draws real numbers, and this field takes {KIND_WORDS.get(kind_of_field, 'other values')}: "
+                           "use randint or choice")
+    numbers = tuple(convert(item, kind_of_field, f"{path}[{i}]", context) for i, item in enumerate(args))
+    low, high = numbers[0], numbers[1]
+    if not low < high:
+        context.fail(path, f"needs lo < hi, got lo {low} and hi {high}")
+    if kind in ("loguniform", "qloguniform") and low <= 0:
+        context.fail(f"{path}[0]", f"{kind} needs lo > 0 (a log scale), got {low}")
+    if arity == 3 and not numbers[2] > 0:
+        context.fail(f"{path}[2]", f"q (the step values are rounded to) must be positive, got {numbers[2]}")
+    return Distribution(kind, numbers)
 
 
 def where_of(path: str, key: str) -> str:
