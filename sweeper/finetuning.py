@@ -3,9 +3,12 @@
 Built for the paper's ~18,000 trials from the start:
 - plain function trainables (Train-in-Tune costs ~15 s a trial), `reuse_actors=True` (2 s -> 0.05 s
   of Tune overhead per trial), and Tune's per-trial loggers off: the Parquet store is the record;
-- the pending trials (planned minus already recorded) are split into shards of
-  `trials_per_shard` (sweeper.shards), one Tuner run each, so the driver's memory stays bounded;
-- trials are ordered by checkpoint then task, so a reused worker keeps the same backbone and
+- the pending trials (planned minus already recorded) run in shards of `trials_per_shard`
+  (sweeper.shards), one Tuner run each, so the driver's memory stays bounded; the shards take
+  the trials as their checkpoints are written (sweeper.search), so with pretraining still
+  running, a written checkpoint's trials run while those of unwritten ones wait, whatever their
+  place in the plan;
+- trials are handed out by checkpoint then task, so a reused worker keeps the same backbone and
   tokenised data in its cache from one trial to the next;
 - a Tune callback records results in batches (sweeper.recording).
 Tasks are tokenised once before the grid (sweeper.task_prep).
@@ -95,6 +98,7 @@ def run_shards(spec: StudySpec, shards: list[Shard], layout: StudyLayout, traina
     benchmarks pass their own `trainable_fn` (and its `trainable_args`) to time this machinery
     with a fixed workload."""
     quiet_tune()
+    gate = gate or Gate()
     res = spec.resources
     progress = ProgressLine("finetune", sum(len(shard) for shard in shards), unit="trials")
     tracker = start_wandb(spec.tracking, name=f"{spec.study}-trials", run_id=f"{spec.study}-trials",
@@ -102,12 +106,14 @@ def run_shards(spec: StudySpec, shards: list[Shard], layout: StudyLayout, traina
     # Tune's own state goes to the study's filesystem (an object store included).
     tune_filesystem, tune_path = storage.filesystem(layout.tune)
     for number, shard in enumerate(shards):
+        if not shard.has_work(gate):
+            continue
         trainable = tune.with_resources(
             tune.with_parameters(trainable_fn, shard=shard, **trainable_args),
             {"cpu": res.cpus_per_trial, "gpu": res.gpus_per_trial},
         )
         name = f"finetune-shard-{number:04d}"
-        search = shard.tuner_args(spec, gate or Gate())
+        search = shard.tuner_args(spec, gate)
         tuner = tune.Tuner(
             trainable,
             param_space=search.pop("param_space"),

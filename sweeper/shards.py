@@ -1,12 +1,18 @@
 """Shards: the batches of trials that one Tuner run executes, and the typed config of each trial.
 
+A shard is a share of the call's pending work, not a fixed slice of the plan: the shards of one
+call take from one `ReadyQueue` (sweeper.search), each up to its capacity, the work of written
+checkpoints first. So the trials of a checkpoint written early run at once even when the plan
+lists it last, and each Tuner's state stays bounded by `trials_per_shard`.
+
 Tune keeps and rewrites every trial's config in its experiment state, so a trial's Tune config
-only locates it in its shard (~18 KB per trial saved on the paper's grid); the shard itself is
-shipped once to the workers by `tune.with_parameters` and turns that location into the trial's
-`TrialConfig` (sweeper.configs). Two kinds, behind one small base class:
-- `GridShard`: a fixed list of trials; the config is the trial's index (`GridSearcher`);
-- `OptunaShard`: whole (checkpoint, task) cells searched by `CellSearcher`; the config is
-  (cell, sample, seed index, learning rate), and a sample's seeds are recorded together.
+only locates it in the call's work (~18 KB per trial saved on the paper's grid); the shard,
+holding that work (~1 MB for the paper's 18,000 trials), is shipped once to the workers by
+`tune.with_parameters` and turns that location into the trial's `TrialConfig`
+(sweeper.configs). Two kinds, behind one small base class:
+- `GridShard`: up to `capacity` trials; the config is the trial's index (`GridSearcher`);
+- `OptunaShard`: up to `capacity` whole (checkpoint, task) cells searched by `CellSearcher`; the
+  config is (cell, sample, seed index, learning rate), and a sample's seeds are recorded together.
 
 Evaluation-only retrieval sets (NQ, MLDR) are scored by the trial that trains their model (on
 MS MARCO): `EvaluationSets` pairs each training trial with its companions' planned trials.
@@ -17,12 +23,13 @@ from dataclasses import replace
 
 from sweeper import registry, storage
 from sweeper.catalog import get_task
-from sweeper.configs import CompanionSet, TaskInfo, TrialConfig, TrialRuntime
+from sweeper.configs import CompanionSet, TaskInfo, TrialConfig, TrialRuntime, params_text
 from sweeper.layout import StudyLayout
 from sweeper.plan import StudyPlan, Trial
-from sweeper.search import CellSearch, CellSearcher, Gate, GridSearcher, search_score
+from sweeper.search import CellSearch, CellSearcher, Gate, GridSearcher, ReadyQueue, search_score
 from sweeper.spec import StudySpec
 from sweeper.store import read_trials
+from sweeper.task_prep import task_data_dir
 
 
 def trial_runtime(spec: StudySpec) -> TrialRuntime:
@@ -46,7 +53,7 @@ class EvaluationSets:
 
     @staticmethod
     def cell(trial: Trial, task: str) -> tuple:
-        return trial.checkpoint.checkpoint_id, task, trial.learning_rate, trial.sample, trial.seed
+        return trial.checkpoint.checkpoint_id, task, trial.learning_rate, params_text(trial.params), trial.sample, trial.seed
 
     @staticmethod
     def evaluation_only(trial: Trial) -> bool:
@@ -65,7 +72,7 @@ class EvaluationSets:
 def task_definitions(task_dirs: dict) -> dict[str, tuple[TaskInfo, str]]:
     """Task name -> (TaskInfo, family implementation) of every prepared task, resolved on the
     driver: a plugin's tasks and families are registered there, not in the workers."""
-    names = {task for _, task in task_dirs}
+    names = {key[1] for key in task_dirs}  # (tokenizer, task) or (tokenizer, task, data variant)
     return {name: (get_task(name), registry.FAMILIES[get_task(name).family].implementation) for name in names}
 
 
@@ -79,30 +86,42 @@ def trial_config(trial: Trial, layout: StudyLayout, task_dirs: dict, sets: Evalu
     return TrialConfig(
         trial_key=trial.trial_key, task=task, family=family,
         protocol=trial.protocol, seed=trial.seed, checkpoint_path=strip(layout.checkpoint(ckpt.run.name, ckpt.step)),
-        task_data_dir=strip(task_dirs[(ckpt.run.tokenizer, trial.task)]), runtime=runtime,
+        task_data_dir=strip(task_data_dir(task_dirs, ckpt.run.tokenizer, trial.task, trial.protocol)), runtime=runtime,
         companions=tuple(CompanionSet(trial_key=c.trial_key,
-                                      task_data_dir=strip(task_dirs[(ckpt.run.tokenizer, c.task)]))
+                                      task_data_dir=strip(task_data_dir(task_dirs, ckpt.run.tokenizer, c.task,
+                                                                        c.protocol)))
                          for c in sets.companions(trial)),
+        params=trial.params,
     )
 
 
 class Shard:
-    """Trials for one Tuner run. Subclasses say how Tune's config locates a trial (`trial`), what
-    Tune searches over (`tuner_args`), and which trials are recorded together (`group`)."""
+    """Trials for one Tuner run, taken from the call's `queue`. Subclasses say how Tune's config
+    locates a trial (`trial`), what Tune searches over (`tuner_args`), and which trials are
+    recorded together (`group`)."""
 
     group_size = 1
     """Trials whose rows are written together (an Optuna sample's seeds)."""
 
-    def __init__(self, layout: StudyLayout, task_dirs: dict, sets: EvaluationSets | None, runtime: TrialRuntime):
+    def __init__(self, layout: StudyLayout, task_dirs: dict, sets: EvaluationSets | None, runtime: TrialRuntime,
+                 queue: ReadyQueue):
         # A shard is shipped to the workers: its locations hold no credentials (sweeper.storage).
         self.layout = StudyLayout(storage.strip_credentials(layout.root))
         self.task_dirs = {key: storage.strip_credentials(location) for key, location in task_dirs.items()}
         self.runtime = runtime
         self.sets = sets or EvaluationSets()
         self.tasks = task_definitions(task_dirs)
+        self.queue = queue
 
     def __len__(self) -> int:
+        """The trials this shard is expected to run: its share of the call's (the progress total)."""
         raise NotImplementedError
+
+    def has_work(self, gate: Gate) -> bool:
+        """Whether anything is left for it: earlier shards took the rest, or it belongs to runs
+        that failed (no Tuner is started for nothing)."""
+        self.queue.drop_never_ready(gate)
+        return bool(self.queue)
 
     def tuner_args(self, spec: StudySpec, gate: Gate) -> dict:
         """`param_space`, `search_alg` and `num_samples` of the Tuner."""
@@ -120,44 +139,58 @@ class Shard:
 
 
 class GridShard(Shard):
-    """Trials of a fixed grid: Tune's config is the trial's index."""
+    """Up to `capacity` of the call's pending `trials`: Tune's config is the trial's index there.
+    Alone (no `queue`), a shard runs all of `trials`."""
 
     def __init__(self, trials: list[Trial], layout: StudyLayout, task_dirs: dict, sets: EvaluationSets | None = None,
-                 runtime: TrialRuntime = TrialRuntime()):
-        super().__init__(layout, task_dirs, sets, runtime)
+                 runtime: TrialRuntime = TrialRuntime(), queue: ReadyQueue | None = None, capacity: int | None = None):
+        if queue is None:  # alone: a queue of its own
+            queue = ReadyQueue([t.checkpoint for t in trials])
+        super().__init__(layout, task_dirs, sets, runtime, queue)
         self.trials = trials
+        self.capacity = len(trials) if capacity is None else capacity
 
     def __len__(self) -> int:
-        return len(self.trials)
+        return self.capacity
 
     def tuner_args(self, spec: StudySpec, gate: Gate) -> dict:
-        return {"param_space": {}, "search_alg": GridSearcher(self.trials, gate), "num_samples": len(self.trials)}
+        return {"param_space": {}, "search_alg": GridSearcher(self.queue, self.capacity, gate),
+                "num_samples": self.capacity}
 
     def trial(self, config: dict) -> Trial:
         return self.trials[config["trial_index"]]
 
 
 class OptunaShard(Shard):
-    """Whole cells searched by `CellSearcher`: Tune's config is (cell, sample, seed index, lr).
+    """Up to `capacity` whole cells of the call's `cells`, searched by `CellSearcher`: Tune's
+    config is (cell, sample, seed index, lr). Alone (no `queue`), a shard searches all of `cells`.
 
     Rows of a sample are recorded together once all its seeds are done, so the store only ever
     holds whole samples, which is what lets a resumed search warm-start from them."""
 
     def __init__(self, cells: list[list[list[Trial]]], searches: list[CellSearch], layout: StudyLayout,
-                 task_dirs: dict, sets: EvaluationSets, runtime: TrialRuntime = TrialRuntime()):
-        super().__init__(layout, task_dirs, sets, runtime)
+                 task_dirs: dict, sets: EvaluationSets, runtime: TrialRuntime = TrialRuntime(),
+                 queue: ReadyQueue | None = None, capacity: int | None = None, expected_trials: int | None = None):
+        if queue is None:  # alone: a queue of its own
+            queue = ReadyQueue([cell[0][0].checkpoint for cell in cells])
+        super().__init__(layout, task_dirs, sets, runtime, queue)
         self.cells = cells  # cells[c][sample][seed index] -> planned trial
         self.searches = searches
         self.group_size = len(cells[0][0])
+        self.capacity = len(cells) if capacity is None else capacity
+        self.expected_trials = (sum(search.trials_left for search in searches) if expected_trials is None
+                                else expected_trials)
 
     def __len__(self) -> int:
-        return sum(search.trials_left for search in self.searches)
+        return self.expected_trials
 
     def tuner_args(self, spec: StudySpec, gate: Gate) -> dict:
         optuna = spec.finetuning.optuna
-        searcher = CellSearcher(self.searches, optuna.lr_min, optuna.lr_max, optuna.seed, optuna.startup_samples,
-                                checkpoints=[cell[0][0] for cell in self.cells], gate=gate)
-        return {"param_space": {}, "search_alg": searcher, "num_samples": len(self)}
+        searcher = CellSearcher(self.searches, self.queue, self.capacity, optuna.lr_min, optuna.lr_max, optuna.seed,
+                                optuna.startup_samples, gate=gate)
+        # Which cells it takes is known only as they are written: at most every trial left.
+        return {"param_space": {}, "search_alg": searcher,
+                "num_samples": sum(search.trials_left for search in self.searches)}
 
     def trial(self, config: dict) -> Trial:
         return self.cells[config["cell"]][config["sample"]][config["seed_index"]]
@@ -172,13 +205,19 @@ class OptunaShard(Shard):
 
 def grid_shards(pending: list[Trial], layout: StudyLayout, task_dirs: dict, size: int,
                 sets: EvaluationSets | None = None, runtime: TrialRuntime = TrialRuntime()) -> list[GridShard]:
-    return [GridShard(pending[i:i + size], layout, task_dirs, sets, runtime) for i in range(0, len(pending), size)]
+    """Shards of `size` trials (the last one the rest) that take the `pending` trials (in plan
+    order) as their checkpoints are written."""
+    queue = ReadyQueue([t.checkpoint for t in pending])
+    return [GridShard(pending, layout, task_dirs, sets, runtime, queue, capacity=min(size, len(pending) - i))
+            for i in range(0, len(pending), size)]
 
 
 def optuna_shards(spec: StudySpec, plan: StudyPlan, pending: list[Trial], done: set[str], layout: StudyLayout,
                   task_dirs: dict, sets: EvaluationSets) -> list[OptunaShard]:
-    """Cells with work left, each with the samples already recorded (to warm-start its search).
-    An evaluation-only set has no search of its own: its rows follow its training cell's samples."""
+    """Shards of `trials_per_shard` trials' worth of whole cells, that take the cells with work
+    left as their checkpoints are written; each cell with the samples already recorded (to
+    warm-start its search). An evaluation-only set has no search of its own: its rows follow its
+    training cell's samples."""
     pending_keys = {t.trial_key for t in sets.training_trials(list(plan.trials), pending)}
     cells: dict[tuple, list[Trial]] = {}
     for trial in plan.trials:
@@ -187,7 +226,7 @@ def optuna_shards(spec: StudySpec, plan: StudyPlan, pending: list[Trial], done: 
     recorded = read_trials(layout.root).to_pandas().set_index("trial_key") if done else None
     n_seeds, n_samples = len(spec.finetuning.seeds), spec.finetuning.optuna.learning_rates_per_cell
     grids, searches = [], []
-    for trials in cells.values():
+    for number, trials in enumerate(cells.values()):
         if not pending_keys & {t.trial_key for t in trials}:
             continue
         by_sample = [trials[k * n_seeds:(k + 1) * n_seeds] for k in range(n_samples)]
@@ -199,8 +238,11 @@ def optuna_shards(spec: StudySpec, plan: StudyPlan, pending: list[Trial], done: 
                       sum(search_score(recorded.loc[t.trial_key].to_dict()) for t in by_sample[k]) / n_seeds)
                      for k in range(complete)]
         grids.append(by_sample)
-        searches.append(CellSearch(samples_total=n_samples, seeds=n_seeds, first_sample=complete, evaluated=evaluated))
+        searches.append(CellSearch(samples_total=n_samples, seeds=n_seeds, first_sample=complete, number=number,
+                                   evaluated=evaluated))
     cells_per_shard = max(1, spec.resources.trials_per_shard // (n_samples * n_seeds))
+    queue = ReadyQueue([grid[0][0].checkpoint for grid in grids])
     runtime = trial_runtime(spec)
-    return [OptunaShard(grids[i:i + cells_per_shard], searches[i:i + cells_per_shard], layout, task_dirs, sets, runtime)
+    return [OptunaShard(grids, searches, layout, task_dirs, sets, runtime, queue, capacity=cells_per_shard,
+                        expected_trials=sum(search.trials_left for search in searches[i:i + cells_per_shard]))
             for i in range(0, len(grids), cells_per_shard)]

@@ -1,0 +1,192 @@
+"""Shards follow checkpoint readiness: a ready checkpoint's trials run first, whatever shard the plan
+put them in, while the trials of checkpoints not yet written wait; and the driver's state for the
+paper's 18,000 trials stays small."""
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+import time
+from dataclasses import replace
+from datetime import datetime, timezone
+from pathlib import Path
+
+import pytest
+import ray
+from ray import tune
+from ray.tune.search import Searcher
+
+from sweeper.layout import CHECKPOINT_MARKER, StudyLayout
+from sweeper.plan import plan_study
+from sweeper.search import Gate
+from sweeper.shards import EvaluationSets, grid_shards, optuna_shards
+from sweeper.spec import load_spec
+from sweeper.store import read_trials
+
+from conftest import ROOT
+
+
+def one_task_spec(trials_per_shard: int):
+    """The smoke study's 4 checkpoints, one task, 2 seeds: 2 trials per checkpoint, one shard each
+    when `trials_per_shard` is 2."""
+    spec = load_spec(ROOT / "search_spaces" / "smoke.yaml")
+    return replace(spec, finetuning=replace(spec.finetuning, tasks=["wordnet-supersense-cls"]),
+                   resources=replace(spec.resources, trials_per_shard=trials_per_shard))
+
+
+class WrittenCheckpoints:
+    """Scheduler-like readiness: a checkpoint is ready once its marker is in the study's run folder,
+    as the pretraining scheduler judges local-mode checkpoints. `poll()` stands for pretraining:
+    it writes the `later` checkpoints once `until()` holds or `deadline_s` has passed."""
+
+    def __init__(self, layout: StudyLayout, later: list, until=lambda: False, deadline_s: float = 60.0):
+        self.layout, self.later, self.until = layout, later, until
+        self.deadline = time.time() + deadline_s
+        self.failed: set[str] = set()
+        self.written_at: datetime | None = None
+
+    def write(self, checkpoint) -> None:
+        folder = Path(self.layout.checkpoint(checkpoint.run.name, checkpoint.step))
+        folder.mkdir(parents=True, exist_ok=True)
+        (folder / CHECKPOINT_MARKER).write_text(json.dumps({"run_key": checkpoint.run.run_key}))
+
+    def poll(self) -> None:
+        if self.written_at is None and (self.until() or time.time() > self.deadline):
+            for checkpoint in self.later:
+                self.write(checkpoint)
+            self.written_at = datetime.now(timezone.utc)
+
+    def checkpoint_ready(self, run, step: int) -> bool:
+        return step in self.layout.run(run.name).saved_checkpoints()
+
+    def blocked(self, run) -> bool:
+        return run.name in self.failed
+
+
+def test_a_grid_shard_takes_the_trials_of_the_checkpoint_written_first_whatever_its_plan_position(tmp_path):
+    spec = one_task_spec(trials_per_shard=2)
+    plan = plan_study(spec)
+    layout = StudyLayout(str(tmp_path))
+    shards = grid_shards(list(plan.trials), layout, {(None, "wordnet-supersense-cls"): "unused"}, 2)
+    assert len(shards) == 4
+    first, *others, last = plan.checkpoints
+    pretraining = WrittenCheckpoints(layout, later=[first, *others])
+    pretraining.write(last)
+    gate = Gate(pretraining, poll_every_s=0.0)
+
+    searcher = shards[0].tuner_args(spec, gate)["search_alg"]
+    taken = [shards[0].trial(searcher.suggest(f"t{n}")) for n in range(2)]
+    assert {t.checkpoint.checkpoint_id for t in taken} == {last.checkpoint_id}
+    assert searcher.suggest("t2") == Searcher.FINISHED  # the shard is full
+
+    # The next shard waits while nothing it could take is written, then takes them in plan order.
+    searcher = shards[1].tuner_args(spec, gate)["search_alg"]
+    assert searcher.suggest("u0") is None
+    pretraining.until = lambda: True
+    assert shards[1].trial(searcher.suggest("u1")).checkpoint == first
+
+
+def test_an_optuna_shard_takes_a_ready_cell_whatever_its_plan_position(tmp_path):
+    spec = load_spec(ROOT / "tests" / "specs" / "optuna.yaml")
+    spec = replace(spec, resources=replace(spec.resources, trials_per_shard=4))  # one cell (2 samples x 2 seeds)
+    plan = plan_study(spec)
+    layout = StudyLayout(str(tmp_path))
+    tasks = spec.finetuning.tasks
+    sets = EvaluationSets(plan, tasks)
+    shards = optuna_shards(spec, plan, list(plan.trials), set(), layout, {(None, t): "unused" for t in tasks}, sets)
+    assert len(shards) == 4  # 2 checkpoints x 2 tasks, a cell each
+    early, late = plan.checkpoints
+    pretraining = WrittenCheckpoints(layout, later=[early])
+    pretraining.write(late)
+    searcher = shards[0].tuner_args(spec, Gate(pretraining, poll_every_s=0.0))["search_alg"]
+    config = searcher.suggest("t0")
+    trial = shards[0].trial(config)
+    assert (trial.checkpoint, trial.task, trial.sample) == (late, tasks[0], 0)
+    assert 1e-4 <= config["learning_rate"] <= 1e-2
+    second = shards[0].trial(searcher.suggest("t1"))  # the sample's other seed, same cell
+    assert (second.checkpoint, second.task, second.sample, second.seed) == (late, tasks[0], 0, 1)
+    assert searcher.suggest("t2") is None  # sample 1 waits for sample 0's results, no other cell taken
+
+
+def instant_trainable(config: dict, shard) -> None:
+    trial = shard.trial(config)
+    tune.report({"trial_key": trial.trial_key, "status": "ok", "validation_score": 50.0, "test_score": 50.0,
+                 "train_loss": 1.0, "train_steps": 1, "wall_time_s": 0.0, "search_score": 50.0, "curve": []})
+
+
+@pytest.mark.e2e
+def test_the_last_shards_ready_checkpoint_is_recorded_before_any_trial_of_an_unwritten_one(ray_head, tmp_path,
+                                                                                          capsys):
+    from sweeper.finetuning import run_shards
+
+    spec = one_task_spec(trials_per_shard=2)
+    *earlier, last = plan_study(spec).checkpoints[:3]
+    trials = [t for t in plan_study(spec).trials if t.checkpoint in (*earlier, last)]
+    layout = StudyLayout(str(tmp_path / "study"))
+    shards = grid_shards(trials, layout, {(None, "wordnet-supersense-cls"): "unused"}, 2)
+    assert len(shards) == 3  # the plan puts each checkpoint's 2 trials in a shard of its own
+    last_keys = {t.trial_key for t in trials if t.checkpoint == last}
+
+    def last_recorded() -> bool:
+        try:
+            return last_keys <= set(read_trials(layout.root).column("trial_key").to_pylist())
+        except Exception:  # no table yet
+            return False
+
+    # The other checkpoints are written once the last one's trials are in the store; for a grid that
+    # runs its shards in plan order, only after the deadline (and then the last one's trials run last).
+    pretraining = WrittenCheckpoints(layout, later=earlier, until=last_recorded, deadline_s=180.0)
+    pretraining.write(last)
+    # Workers import this module by name to find the trainable.
+    ray.init(address=ray_head[0], log_to_driver=False, runtime_env={"env_vars": {"PYTHONPATH": str(ROOT / "tests")}})
+    try:
+        tally = run_shards(spec, shards, layout, trainable_fn=instant_trainable, gate=Gate(pretraining, poll_every_s=0.5))
+    finally:
+        ray.shutdown()
+    assert tally == {"ok": 6}
+    rows = read_trials(layout.root).to_pandas()
+    assert len(rows) == 6 and set(rows["status"]) == {"ok"}
+    first = rows[rows["checkpoint_id"] == last.checkpoint_id]
+    rest = rows[rows["checkpoint_id"] != last.checkpoint_id]
+    assert pretraining.written_at is not None
+    assert (first["finished_at"] < pretraining.written_at).all(), (first["finished_at"].tolist(), pretraining.written_at)
+    assert (rest["finished_at"] > pretraining.written_at).all()
+    assert first["finished_at"].max() < rest["finished_at"].min()
+    assert "6/6 trials" in capsys.readouterr().out
+
+
+MEMORY_SCRIPT = """
+import resource, sys
+sys.path.insert(0, {root!r})
+from sweeper.finetuning import run_shards  # noqa: F401 (the driver's imports: Ray Tune included)
+from sweeper.layout import StudyLayout
+from sweeper.plan import plan_study
+from sweeper.search import Gate
+from sweeper.shards import EvaluationSets, grid_shards, trial_runtime
+from sweeper.spec import load_spec
+
+spec = load_spec({root!r} + "/search_spaces/paper.yaml")
+plan = plan_study(spec)
+sets = EvaluationSets(plan, spec.finetuning.tasks)
+training = sets.training_trials(list(plan.trials), list(plan.trials))
+task_dirs = {{(c.run.tokenizer, task): "/unused" for c in plan.checkpoints for task in spec.finetuning.tasks}}
+shards = grid_shards(training, StudyLayout("/tmp/unused-study"), task_dirs, spec.resources.trials_per_shard, sets,
+                     trial_runtime(spec))
+handed = 0
+for shard in shards:  # every searcher built and drained, as the grid does shard by shard
+    searcher = shard.tuner_args(spec, Gate())["search_alg"]
+    while isinstance(config := searcher.suggest(str(handed)), dict):
+        shard.trial_config(config)
+        handed += 1
+print(len(plan.trials), len(training), handed, resource.getrusage(resource.RUSAGE_SELF).ru_maxrss // 1024)
+"""
+
+
+def test_the_driver_plans_and_shards_the_papers_18000_trials_in_under_1_gib():
+    measured = subprocess.run([sys.executable, "-c", MEMORY_SCRIPT.format(root=str(ROOT))], capture_output=True,
+                              text=True, timeout=300, cwd=ROOT)
+    assert measured.returncode == 0, measured.stderr[-3000:]
+    planned, training, handed, peak_mib = map(int, measured.stdout.split())
+    print(f"paper plan: {planned} trials, {training} Tune trials, driver peak RSS {peak_mib} MiB")
+    assert planned == 18_000 and handed == training
+    assert peak_mib < 1024
