@@ -1,7 +1,10 @@
 """The paper's analyses on a trials table (pandas and scipy only; no plotting, no I/O).
 
-- selection: per (checkpoint, task), the learning rate with the best seed-averaged validation
-  score; its test scores over seeds give the mean and a 95 % Student-t interval;
+- selection: per (checkpoint, task), the point (learning rate and the values of the swept
+  protocol fields, the trial's `params`) with the best seed-averaged validation score; its test
+  scores over seeds give the mean and a 95 % Student-t interval;
+- swept axes: per swept field and value, the test score at the best point with that value
+  (`axis_scores`);
 - category scores: per seed, the mean over a category's tasks of the selected test scores, then
   mean and interval over seeds (SC, TC, QA, IR). The per-seed table is kept: seeds share data
   order and the initial head across checkpoints, so the findings pair checkpoints seed by seed;
@@ -14,6 +17,7 @@
 from __future__ import annotations
 
 import functools
+import json
 
 import numpy as np
 import pandas as pd
@@ -52,7 +56,52 @@ def half_widths(std: pd.Series, count: pd.Series) -> pd.Series:
     return pd.Series(t95(count - 1) * std / np.sqrt(count), index=std.index).where(count > 1)
 
 
+PARAM_PREFIX = "params."
+"""Analysis frames hold each swept field's value in a column `params.<field>` (`with_params`)."""
+
+
+def axes(frame: pd.DataFrame) -> list[str]:
+    """The swept-field columns of an analysis frame (`params.weight_decay`, ...)."""
+    return [c for c in frame.columns if isinstance(c, str) and c.startswith(PARAM_PREFIX)]
+
+
+def axis_name(axis: str) -> str:
+    return axis.removeprefix(PARAM_PREFIX)
+
+
+def hashable(value):
+    """A swept value as a group-by key: a list (betas) as a tuple; absent as None."""
+    if isinstance(value, (list, tuple, np.ndarray)):
+        return tuple(float(v) for v in value)
+    return value
+
+
+def with_params(trials: pd.DataFrame) -> pd.DataFrame:
+    """The trials with one column `params.<field>` per field swept in any row's `params` (the
+    value at the row's point; None where the field does not reach the row's task). A row without
+    `params` (written before the column) reads as {} . A row that lacks a field the other rows of
+    its (checkpoint, task) have (recorded before the field was swept, under the same key) takes
+    the value of its setting column when it has one."""
+    if axes(trials) or "params" not in trials or trials.empty:
+        return trials
+    parsed = trials["params"].map(lambda text: json.loads(text) if isinstance(text, str) and text else {})
+    names = sorted(set().union(*parsed)) if len(parsed) else []
+    if not names:
+        return trials
+    frame = trials.copy()
+    for name in names:
+        values = parsed.map(lambda params: hashable(params.get(name))).astype(object)
+        if name in frame:
+            cell_has = values.notna().groupby([frame["checkpoint_id"], frame["task"]]).transform("any")
+            setting = frame[name].map(lambda v: hashable(v) if v is not None and not (
+                isinstance(v, float) and np.isnan(v)) else None).astype(object)
+            values = values.where(values.notna() | ~cell_has, setting)
+        frame[PARAM_PREFIX + name] = values
+    return frame
+
+
 def ok_trials(trials: pd.DataFrame) -> pd.DataFrame:
+    trials = with_params(trials)
     return trials[trials["status"] == "ok"]
 
 
@@ -60,8 +109,10 @@ def analysis_columns(trials: pd.DataFrame) -> pd.DataFrame:
     """The OK trials with only the columns the analyses read, strings as Python objects: pandas'
     Arrow-backed strings make every group-by and merge take Arrow `take`s, several times slower
     on the thousands of small tables a calibration run analyses."""
-    columns = [c for c in dict.fromkeys([*RUN_COLUMNS, *SCORE_COLUMNS, "validation_score", "status"]) if c in trials]
-    frame = ok_trials(trials)[columns]
+    ok = ok_trials(trials)
+    columns = [c for c in dict.fromkeys([*RUN_COLUMNS, *SCORE_COLUMNS, "validation_score", "status", *axes(ok)])
+               if c in ok]
+    frame = ok[columns]
     return frame.astype({c: object for c in columns if pd.api.types.is_string_dtype(frame[c])})
 
 
@@ -70,37 +121,64 @@ def run_table(frame: pd.DataFrame) -> pd.DataFrame:
     return frame.drop_duplicates("checkpoint_id")[RUN_COLUMNS]
 
 
-def best_lr_table(trials: pd.DataFrame) -> pd.DataFrame:
-    """One row per (checkpoint, task): best LR on mean validation; test mean/std/CI at that LR.
-    Ties go to the smaller learning rate."""
+def point_table(ok: pd.DataFrame, cell: list[str]) -> pd.DataFrame:
+    """Per `cell` and point (learning rate, swept values): validation and test means over seeds,
+    the test std, seeds and 95 % interval."""
+    points = ok.groupby([*cell, "learning_rate", *[a for a in axes(ok) if a not in cell]], dropna=False)
+    table = points[["validation_score", "test_score"]].mean().set_axis(["validation_mean", "test_mean"], axis=1)
+    table["test_std"] = points["test_score"].std()
+    table["seeds"] = points["seed"].nunique()
+    table["test_ci95"] = half_widths(table["test_std"], points["test_score"].count())
+    return table.reset_index()
+
+
+def best_params_table(trials: pd.DataFrame) -> pd.DataFrame:
+    """One row per (checkpoint, task): the best point (learning rate and swept values, the
+    `params.*` columns) on mean validation; test mean/std/CI there. Ties go to the smaller
+    learning rate, then the smaller swept values."""
     ok = ok_trials(trials)
     if ok.empty:
         return pd.DataFrame()
-    cells = ok.groupby(["checkpoint_id", "task", "task_category", "learning_rate"])
-    per_lr = cells[["validation_score", "test_score"]].mean().set_axis(["validation_mean", "test_mean"], axis=1)
-    per_lr["test_std"] = cells["test_score"].std()
-    per_lr["seeds"] = cells["seed"].nunique()
-    per_lr["test_ci95"] = half_widths(per_lr["test_std"], cells["test_score"].count())
-    per_lr = per_lr.reset_index()
-    # A cell with no validation score at any rate has nothing to select on: it is left out.
-    best = (per_lr.dropna(subset=["validation_mean"]).sort_values("validation_mean", ascending=False, kind="stable")
-                  .drop_duplicates(["checkpoint_id", "task"]))
+    per_point = point_table(ok, ["checkpoint_id", "task", "task_category"])
+    # A cell with no validation score at any point has nothing to select on: it is left out.
+    best = (per_point.dropna(subset=["validation_mean"]).sort_values("validation_mean", ascending=False, kind="stable")
+                     .drop_duplicates(["checkpoint_id", "task"]))
     best = best.merge(run_table(ok), on="checkpoint_id")
     return best.sort_values(["task", "objective", "checkpoint_id"]).reset_index(drop=True)
 
 
+best_lr_table = best_params_table
+"""The paper's best-LR selection: the best params tuple when only the learning rate is swept."""
+
+
 def selected_scores(trials: pd.DataFrame, best: pd.DataFrame) -> pd.DataFrame:
-    """The per-seed test scores at each cell's selected learning rate (the columns of
-    SCORE_COLUMNS: narrow, so that large studies stay quick)."""
-    ok = ok_trials(trials)[SCORE_COLUMNS]
-    chosen = best[["checkpoint_id", "task", "learning_rate"]]
-    return ok.merge(chosen, on=["checkpoint_id", "task", "learning_rate"])
+    """The per-seed test scores at each cell's selected point (the columns of SCORE_COLUMNS and
+    the swept ones: narrow, so that large studies stay quick)."""
+    ok = ok_trials(trials)
+    keys = ["checkpoint_id", "task", "learning_rate", *axes(ok)]
+    return ok[[*SCORE_COLUMNS, *axes(ok)]].merge(best[keys], on=keys)
+
+
+def axis_scores(trials: pd.DataFrame, axis: str) -> pd.DataFrame:
+    """Per (checkpoint, task, value of the swept `axis`): the test score (mean over seeds, 95 %
+    interval) at the point with that value that is best on mean validation over the learning
+    rate and the other swept fields, with the run columns. Tasks the field does not reach are
+    left out."""
+    ok = ok_trials(trials)
+    ok = ok[ok[axis].notna()] if axis in ok else ok.iloc[0:0]
+    if ok.empty:
+        return pd.DataFrame()
+    per_point = point_table(ok, ["checkpoint_id", "task", "task_category", axis])
+    best = (per_point.dropna(subset=["validation_mean"]).sort_values("validation_mean", ascending=False, kind="stable")
+                     .drop_duplicates(["checkpoint_id", "task", axis]))
+    best = best.merge(run_table(ok), on="checkpoint_id")
+    return best.sort_values(["task", "objective", "checkpoint_id", axis]).reset_index(drop=True)
 
 
 def per_seed_category_scores(trials: pd.DataFrame, best: pd.DataFrame | None = None) -> pd.DataFrame:
     """Per (checkpoint, category, seed): the mean over the category's tasks of the selected test
     scores, with the run columns. A seed counts only if it has every task of the category."""
-    best = best_lr_table(trials) if best is None else best
+    best = best_params_table(trials) if best is None else best
     if best.empty:
         return pd.DataFrame()
     rows = selected_scores(trials, best).dropna(subset=["test_score"])  # a task without a score is absent

@@ -13,6 +13,7 @@ from dataclasses import asdict, dataclass, field
 
 from sweeper import storage
 from sweeper.catalog import get_task
+from sweeper.configs import params_text
 from sweeper.layout import StudyLayout
 from sweeper.plan import StudyPlan, finetune_protocol, task_overrides
 from sweeper.spec import StudySpec
@@ -59,11 +60,29 @@ def differences(old: dict, new: dict) -> list[str]:
 
 
 def resolved_settings(spec: StudySpec, plan: StudyPlan) -> dict:
-    """What trial keys depend on besides the run: the protocol and each task's definition."""
-    tasks = spec.finetuning.tasks
-    settings = {"protocol": finetune_protocol(spec).key_fields(), "tasks": {t: asdict(get_task(t)) for t in tasks},
-                "task_protocol": {t: task_overrides(spec, t) for t in tasks}}
+    """What trial keys depend on besides the run: the protocol and each task's definition. Swept
+    fields are left out: their values are part of each cell (its params), not settings."""
+    tasks, swept = spec.finetuning.tasks, spec.finetuning.swept()
+
+    def fixed(fields: dict) -> dict:
+        return {key: value for key, value in fields.items() if key not in swept}
+
+    settings = {"protocol": fixed(finetune_protocol(spec).key_fields()),
+                "tasks": {t: asdict(get_task(t)) for t in tasks},
+                "task_protocol": {t: fixed(task_overrides(spec, t)) for t in tasks}}
     return json.loads(json.dumps(settings, default=str))  # as it reads back from disk (tuples -> lists)
+
+
+def trial_cell(checkpoint_id: str, task: str, learning_rate, params: str, seed: int) -> tuple:
+    """A trial's place in the study, whatever its settings: checkpoint, task, learning rate, the
+    swept values (`params` JSON, '{}' for none) and seed."""
+    return checkpoint_id, task, learning_rate, params, seed
+
+
+def cell_text(cell: tuple) -> str:
+    checkpoint, task, lr, params, seed = cell
+    swept = "".join(f" / {key} {value}" for key, value in json.loads(params).items())
+    return f"{checkpoint} / {task} / lr {lr:g}{swept} / seed {seed}"
 
 
 def find_changes(spec: StudySpec, plan: StudyPlan, layout: StudyLayout) -> Changes:
@@ -82,21 +101,23 @@ def find_changes(spec: StudySpec, plan: StudyPlan, layout: StudyLayout) -> Chang
         return changes
     planned = {t.trial_key for t in plan.trials}
     recorded_cells = {}
-    for row in table.select(["trial_key", "checkpoint_id", "task", "learning_rate", "seed"]).to_pylist():
-        if row["trial_key"] not in planned:
-            recorded_cells[(row["checkpoint_id"], row["task"], row["learning_rate"], row["seed"])] = row
+    for row in table.select(["trial_key", "checkpoint_id", "task", "learning_rate", "params", "seed"]).to_pylist():
+        if row["trial_key"] not in planned:  # a row written before the params column: none swept
+            cell = trial_cell(row["checkpoint_id"], row["task"], row["learning_rate"], row["params"] or "{}", row["seed"])
+            recorded_cells[cell] = row
     if not recorded_cells:
         return changes
     old_settings = storage.read_json(layout.resolved, default={})
     setting_diff = differences(old_settings, resolved_settings(spec, plan)) if old_settings else []
     for trial in plan.trials:
-        cell = (trial.checkpoint.checkpoint_id, trial.task, trial.learning_rate, trial.seed)
+        cell = trial_cell(trial.checkpoint.checkpoint_id, trial.task, trial.learning_rate, params_text(trial.params),
+                          trial.seed)
         if cell in recorded_cells:
             why = (["its pretraining run changed"] if trial.checkpoint.run.name in changed_runs
                    else [d for d in setting_diff if d.startswith(("protocol.", f"tasks.{trial.task}.",
                                                                   f"task_protocol.{trial.task}."))]
                    or ["trial configuration changed"])
-            changes.trials.append((f"{cell[0]} / {cell[1]} / lr {cell[2]:g} / seed {cell[3]}", why))
+            changes.trials.append((cell_text(cell), why))
     return changes
 
 

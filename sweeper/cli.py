@@ -41,20 +41,16 @@ def study_dir_for(spec, flag: str | None, spec_file: str = "spec") -> str:
 def command_plan(args) -> int:
     from sweeper.cost import finetuning_cost, parameter_count, pretraining_cost
     from sweeper.memory import check_runs, refusal, run_figure, summary
-    from sweeper.plan import plan_study
+    from sweeper.plan import plan_study, trial_count_text
 
     spec = load_spec(args.spec)
     plan = plan_study(spec)
     memory = check_runs(spec, plan.runs)
-    ft = spec.finetuning
     final = sum(1 for c in plan.checkpoints if c.step == c.run.total_steps)
-    per_cell = len(ft.learning_rates) if ft.search == "grid" else ft.optuna.learning_rates_per_cell
-    lr_words = "learning rates" if ft.search == "grid" else "Optuna learning-rate samples"
     print(f"study {spec.study}")
     print(f"  pretraining runs:       {len(plan.runs)}")
     print(f"  evaluated checkpoints:  {len(plan.checkpoints)} ({final} final + {len(plan.checkpoints) - final} intermediate)")
-    print(f"  fine-tuning trials:     {len(plan.trials):,} = {len(plan.checkpoints)} checkpoints x {len(ft.tasks)} datasets"
-          f" x {per_cell} {lr_words} x {len(ft.seeds)} seeds")
+    print(f"  fine-tuning trials:     {trial_count_text(spec, plan)}")
     pre_cost, ft_cost = pretraining_cost(spec, plan.runs), finetuning_cost(spec, plan)
     print(f"  estimated GPU-hours at {spec.cost.gpu_peak_tflops:g} TFLOP/s x {spec.cost.utilization:.0%} utilisation "
           "(6 x parameters x tokens):")

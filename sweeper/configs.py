@@ -25,6 +25,12 @@ def stable_key(payload: dict) -> str:
     return hashlib.sha256(json.dumps(payload, sort_keys=True, default=str).encode()).hexdigest()[:16]
 
 
+def params_text(params: dict | None) -> str:
+    """A trial's swept values as canonical JSON (sorted keys, tuples as lists): the `params`
+    column of the store, and the part of a cell that tells its points apart ('{}': none)."""
+    return json.dumps(params or {}, sort_keys=True)
+
+
 def positive(owner, *keys: str):
     """(key, reason) for each named field that is not a positive, finite number."""
     for key in keys:
@@ -354,6 +360,9 @@ class TrialConfig:
     companions: tuple[CompanionSet, ...] = ()
     random_init_config: dict | None = None
     """Architecture of the random-weights control (with checkpoint_path None)."""
+    params: dict = field(default_factory=dict)
+    """The swept protocol fields' values at this trial's point (sweeper.plan.Trial.params); the
+    protocol holds them already, this says which were swept."""
 
     @property
     def learning_rate(self) -> float:

@@ -26,7 +26,8 @@ import math
 from dataclasses import dataclass
 
 from sweeper.catalog import TaskStatistics, get_task, task_statistics
-from sweeper.plan import StudyPlan, finetune_protocol
+from sweeper.configs import FinetuneProtocol
+from sweeper.plan import StudyPlan, finetune_protocol, protocol_text
 from sweeper.runs import PretrainingRun
 from sweeper.spec import StudySpec
 
@@ -139,14 +140,18 @@ def companions(spec: StudySpec, task: str) -> list[str]:
     return [other for other in spec.finetuning.tasks if get_task(other).train_task == task]
 
 
-def trial_tokens(spec: StudySpec, task: str, padded: bool = False) -> TrialTokens | None:
-    """Tokens one trial of `task` runs, or None when the task has no statistics."""
+def trial_tokens(spec: StudySpec, task: str, padded: bool = False,
+                 protocol: FinetuneProtocol | None = None) -> TrialTokens | None:
+    """Tokens one trial of `task` runs with `protocol` (default: the task's protocol at the
+    spec's first point), or None when the task has no statistics."""
     ft, info, stats = spec.finetuning, get_task(task), task_statistics(task)
     if stats is None:
         return None
     if info.train_task:  # scored inside its training task's trials (see `companions`)
         return TrialTokens(trained=0, scored=0)
-    layout, protocol = Layout(ft.max_length, ft.doc_stride, padded), finetune_protocol(spec, task)
+    protocol = protocol or finetune_protocol(spec, task)
+    stride = protocol.family_settings.get("doc_stride", ft.at({}).doc_stride)
+    layout = Layout(protocol.max_length, stride, padded)
     train, validation, test = stats.split_rows(ft.max_train_examples, ft.max_eval_examples)
     # The loop's step count (trainables.finetune_loop): QA draws batches of windows.
     examples = train * qa_windows(stats, layout)[0] if info.family == "extractive_qa" else train
@@ -164,23 +169,28 @@ def trial_tokens(spec: StudySpec, task: str, padded: bool = False) -> TrialToken
     return TrialTokens(trained=steps * protocol.batch_size * per_example, scored=scored)
 
 
-def fallback_tokens(spec: StudySpec, task: str) -> TrialTokens:
+def fallback_tokens(spec: StudySpec, task: str, protocol: FinetuneProtocol | None = None) -> TrialTokens:
     """A task without statistics: max_steps full batches of padded rows, and
     `cost.finetune_eval_examples` padded rows scored (an evaluation-only set trains nothing)."""
-    ft = spec.finetuning
-    trained = 0 if get_task(task).train_task else finetune_protocol(spec, task).max_steps * ft.batch_size * ft.max_length
-    return TrialTokens(trained=trained, scored=spec.cost.finetune_eval_examples * ft.max_length)
+    protocol = protocol or finetune_protocol(spec, task)
+    trained = 0 if get_task(task).train_task else protocol.max_steps * protocol.batch_size * protocol.max_length
+    return TrialTokens(trained=trained, scored=spec.cost.finetune_eval_examples * protocol.max_length)
 
 
 def finetuning_cost(spec: StudySpec, plan: StudyPlan, padded: bool = False) -> StageCost:
-    tokens = {task: trial_tokens(spec, task, padded) or fallback_tokens(spec, task) for task in spec.finetuning.tasks}
+    """Every planned trial's FLOPs, its tokens from its own protocol (swept fields included)."""
+    tokens: dict[tuple[str, str], TrialTokens] = {}
     flops, unknown = 0.0, 0
     for trial in plan.trials:
         config = trial.checkpoint.run.model_config
         if not config:
             unknown += 1
             continue
-        flops += tokens[trial.task].flops(backbone_count(config))
+        cell = (trial.task, protocol_text(trial.protocol))
+        if cell not in tokens:
+            tokens[cell] = (trial_tokens(spec, trial.task, padded, trial.protocol)
+                            or fallback_tokens(spec, trial.task, trial.protocol))
+        flops += tokens[cell].flops(backbone_count(config))
     return StageCost(flops, gpu_hours(flops, spec), unknown)
 
 

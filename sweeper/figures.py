@@ -151,3 +151,34 @@ def lr_sensitivity(trials: pd.DataFrame, path: Path) -> Path | None:
     return lines_by_category(per_lr, "learning_rate", "checkpoint_id", "fine-tuning learning rate",
                              "Validation score vs learning rate (band: std over seeds)", path,
                              score_ranges(ok), log_x=True)
+
+
+def axis_lines(table: pd.DataFrame, axis: str, name: str, ranges: ScoreRanges, path: Path) -> Path | None:
+    """Test score against a swept field's value (`analysis.axis_scores`): one panel per task, one
+    line per checkpoint, 95 % bands clipped to the task's score range. Values that are not single
+    numbers (betas) sit at even places along the axis, labelled."""
+    if table.empty:
+        return None
+    tasks = sorted(table["task"].unique())
+    values = sorted(table[axis].unique())
+    numeric = all(isinstance(v, (int, float, np.integer, np.floating)) for v in values)
+    place = {v: (float(v) if numeric else i) for i, v in enumerate(values)}
+    fig, axes = plt.subplots(1, len(tasks), figsize=(4.2 * len(tasks), 3.6), squeeze=False)
+    for ax, task in zip(axes[0], tasks):
+        rows = table[table["task"] == task]
+        category = rows["task_category"].iloc[0]
+        for checkpoint, line_rows in rows.groupby("checkpoint_id"):
+            line_rows = line_rows.assign(x=line_rows[axis].map(place)).sort_values("x")
+            line = ax.plot(line_rows["x"], line_rows["test_mean"], marker="o", label=str(checkpoint))[0]
+            low, high = clipped_interval(line_rows["test_mean"], line_rows["test_ci95"], range_of(category, ranges))
+            ax.fill_between(line_rows["x"], low, high, color=line.get_color(), alpha=0.15)
+        if not numeric:
+            ax.set_xticks(list(place.values()), [str(list(v)) if isinstance(v, tuple) else str(v) for v in values],
+                          fontsize=7)
+        ax.set_title(task)
+        ax.set_xlabel(f"finetuning.{name}")
+        ax.grid(alpha=0.3)
+    axes[0][0].set_ylabel("test score (mean over seeds, 95 % CI)")
+    axes[0][-1].legend(fontsize=7)
+    fig.suptitle(f"Score vs {name} (each value at its best learning rate and other swept values)")
+    return save(fig, path)

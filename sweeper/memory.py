@@ -402,8 +402,28 @@ def trial_device(spec) -> Device:
     return "cuda-bf16" if spec.resources.gpus_per_trial > 0 else "cpu-fp32"
 
 
+def trial_shapes(spec, task: str) -> list[tuple[int, int]]:
+    """(micro batch, max_length) of each distinct shape the task's trials take (swept batch sizes
+    and lengths included), largest first."""
+    from sweeper.plan import task_points
+
+    micro = spec.finetuning.micro_batch_size
+    shapes = {(min(micro, protocol.batch_size), protocol.max_length) for _, protocol in task_points(spec, task)}
+    return sorted(shapes, key=lambda shape: shape[0] * shape[1], reverse=True)
+
+
+def largest_shape(spec) -> tuple[int, int, int]:
+    """(micro batch, max_length, batch size) at their largest over the grid's points: what the
+    memory lines and the refusal name."""
+    ft = spec.finetuning.at({})
+    points = [spec.finetuning.at(point) for point in spec.finetuning.points()]
+    return (max(min(ft.micro_batch_size, p.batch_size) for p in points), max(p.max_length for p in points),
+            max(p.batch_size for p in points))
+
+
 def check_trials(spec, runs) -> list[TrialMemory]:
-    """Every (preset, task) pair of the grid: trials of one pair share their estimate."""
+    """Every (preset, task) pair of the grid: trials of one pair share their estimate, that of
+    their largest shape (micro batch x max_length) when batch size or length is swept."""
     from sweeper.catalog import get_task
 
     ft, budget, checked, seen = spec.finetuning, trial_budget(spec), [], set()
@@ -415,11 +435,12 @@ def check_trials(spec, runs) -> list[TrialMemory]:
             family = get_task(task).family
             if get_task(task).train_task:  # scored inside its training task's trial
                 continue
-            micro = min(ft.micro_batch_size, ft.batch_size)
-            estimate = estimate_trial_peak(run.model_config, micro, ft.max_length, ft.eval_batch_size, family,
-                                           trial_device(spec))
-            checked.append(TrialMemory(preset=run.preset, config=run.model_config, task=task, family=family, rows=micro * (2 if family == "retrieval" else 1),
-                                       estimate=estimate, budget=budget))
+            estimates = [(estimate_trial_peak(run.model_config, micro, length, ft.eval_batch_size, family,
+                                              trial_device(spec)), micro) for micro, length in trial_shapes(spec, task)]
+            estimate, micro = max(estimates, key=lambda pair: pair[0].peak)
+            checked.append(TrialMemory(preset=run.preset, config=run.model_config, task=task, family=family,
+                                       rows=micro * (2 if family == "retrieval" else 1), estimate=estimate,
+                                       budget=budget))
     return checked
 
 
@@ -427,12 +448,13 @@ def trial_summary(spec, checked: list[TrialMemory]) -> list[str]:
     """`sweeper plan`'s fine-tuning memory lines: per preset, the range over its tasks."""
     if not checked:
         return []
-    ft, budget = spec.finetuning, trial_budget(spec)
+    budget = trial_budget(spec)
     against = (f"a trial may use {FIT_SHARE:.0%} of gpus_per_trial {min(1.0, spec.resources.gpus_per_trial):g} x "
                f"gpu_memory_gb {spec.resources.gpu_memory_gb:g} = {budget / GB:.1f} GB"
                if budget else "for information: trials have no GPU")
-    lines = [f"  estimated peak memory per fine-tuning trial (micro batch {min(ft.micro_batch_size, ft.batch_size)} "
-             f"x {ft.max_length:,} tokens, {trial_device(spec)}; {against}):"]
+    micro, length, _ = largest_shape(spec)
+    lines = [f"  estimated peak memory per fine-tuning trial (micro batch {micro} "
+             f"x {length:,} tokens, {trial_device(spec)}; {against}):"]
     presets: dict[str, list[TrialMemory]] = {}
     for memory in checked:
         presets.setdefault(memory.preset, []).append(memory)
@@ -452,22 +474,25 @@ def trial_refusal(spec, checked: list[TrialMemory]) -> str | None:
     if not failing:
         return None
     ft, budget = spec.finetuning, trial_budget(spec)
+    largest_micro_batch, max_length, _ = largest_shape(spec)
     lines = [f"fine-tuning trials would not fit in their GPU share (resources.gpus_per_trial "
              f"{spec.resources.gpus_per_trial:g} x gpu_memory_gb {spec.resources.gpu_memory_gb:g}; a trial may use "
              f"{FIT_SHARE:.0%}, {budget / GB:.1f} GB) at finetuning.micro_batch_size "
-             f"{min(ft.micro_batch_size, ft.batch_size)} x max_length {ft.max_length:,}:"]
+             f"{largest_micro_batch} x max_length {max_length:,}:"]
     groups: dict[tuple[str, str, int], list[str]] = {}  # tasks with the same estimate share a line
     for memory in failing:
         groups.setdefault((memory.preset, f"{memory.estimate.peak_gb:.1f}", memory.rows), []).append(memory.task)
     lines += [f"  {preset} on {', '.join(tasks)}: estimated {peak} GB per trial ({rows} rows per forward pass)"
               for (preset, peak, rows), tasks in groups.items()]
     lines.append("Settings that would make every trial fit (the largest micro batch dividing batch_size):")
-    divisors = [m for m in range(1, ft.batch_size + 1) if ft.batch_size % m == 0]
+    # A micro batch must divide every swept batch size.
+    batch_sizes = {spec.finetuning.at(point).batch_size for point in spec.finetuning.points()}
+    divisors = [m for m in range(1, max(batch_sizes) + 1) if all(b % m == 0 for b in batch_sizes)]
 
     def largest_micro(gpus: float, eval_batch: int) -> int | None:
         room = spec.resources.gpu_memory_gb * GB * min(1.0, gpus) * FIT_SHARE
         fitting = [m for m in divisors if all(
-            estimate_trial_peak(memory.config, m, ft.max_length, eval_batch, memory.family).peak <= room
+            estimate_trial_peak(memory.config, m, max_length, eval_batch, memory.family).peak <= room
             for memory in failing)]
         return max(fitting, default=None)
 

@@ -21,7 +21,11 @@ from sweeper.catalog import get_task
 from sweeper.layout import StudyLayout
 from sweeper.plan import Trial
 from sweeper.progress import ProgressLine
-from sweeper.store import EVAL_CURVES, TRIALS, write_rows
+from sweeper.configs import params_text
+from sweeper.store import EVAL_CURVES, PROTOCOL_COLUMNS, TRIALS, write_rows
+
+
+PROTOCOL_NAMES = tuple(name for name, _ in PROTOCOL_COLUMNS)
 
 
 def trial_row(study: str, trial: Trial, result: dict | None, status: str, error: str | None) -> dict:
@@ -36,12 +40,25 @@ def trial_row(study: str, trial: Trial, result: dict | None, status: str, error:
         "task_category": task.category, "metric": task.metric,
         "search_mode": "grid" if trial.sample is None else "optuna",
         "learning_rate": trial.learning_rate if trial.learning_rate is not None else result.get("learning_rate"),
-        "seed": trial.seed, "sample": trial.sample, "status": status,
+        "seed": trial.seed, "sample": trial.sample, **protocol_columns(trial), "status": status,
         "validation_score": result.get("validation_score"), "test_score": result.get("test_score"),
         "train_loss": result.get("train_loss"), "train_steps": result.get("train_steps"),
         "error": storage.redact(error) if error else error, "wall_time_s": result.get("wall_time_s"),
         "finished_at": datetime.now(timezone.utc),
     }
+
+
+def protocol_columns(trial: Trial) -> dict:
+    """The store's columns of the trial's fine-tuning settings (sweeper.store.PROTOCOL_COLUMNS):
+    each sweepable field as its protocol has it (None where it does not reach the task), and the
+    swept values of its point as JSON."""
+    fields = trial.protocol.key_fields()
+    return {**{name: fields.get(name) for name in PROTOCOL_NAMES if name != "params"},
+            "params": params_text(trial.params)}
+
+
+CURVE_SHARED = ("study", "trial_key", "checkpoint_id", "task", "learning_rate", "seed", *PROTOCOL_NAMES)
+"""The trial row's columns every eval-curve point of the trial repeats."""
 
 
 class ResultsRecorder(tune.Callback):
@@ -92,7 +109,7 @@ class ResultsRecorder(tune.Callback):
     def flush(self) -> None:
         # Curves first: a trial row is the mark that a trial is done, so it goes last.
         write_rows(self.layout.root, EVAL_CURVES, [
-            {**{k: row[k] for k in ("study", "trial_key", "checkpoint_id", "task", "learning_rate", "seed")}, **point}
+            {**{k: row[k] for k in CURVE_SHARED}, **point}
             for row in self.buffer for point in row.pop("_curve", [])
         ])
         write_rows(self.layout.root, TRIALS, self.buffer)

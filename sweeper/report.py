@@ -71,18 +71,54 @@ def category_section(categories: pd.DataFrame, title: str) -> list[str]:
     return [f"## {title}", "", markdown_table(["checkpoint", "objective", *means.columns], rows), ""]
 
 
+def value_text(value) -> str:
+    """A swept value as the report writes it: numbers short (1e-3, 0.1), a pair as a list."""
+    if isinstance(value, tuple):
+        return "[" + ", ".join(f"{v:g}" for v in value) + "]"
+    if isinstance(value, float) and value.is_integer() and abs(value) < 1e6:
+        return str(int(value))
+    return f"{value:g}" if isinstance(value, (int, float)) else str(value)
+
+
+def params_text(row, swept: list[str]) -> str:
+    """The swept values of a best point ('-' when none reaches the task)."""
+    given = [f"{analysis.axis_name(a)} {value_text(row[a])}" for a in swept
+             if row[a] is not None and not (isinstance(row[a], float) and math.isnan(row[a]))]
+    return ", ".join(given) or "-"
+
+
 def task_sections(best: pd.DataFrame, trials: pd.DataFrame) -> list[str]:
-    out = []
+    out, swept = [], analysis.axes(best)
+    what = "point (learning rate and swept values)" if swept else "LR"
     for task, rows in best.groupby("task", sort=True):
         metric = trials.loc[trials["task"] == task, "metric"].iloc[0]
-        out += [f"### {task} ({metric}; test mean over seeds at the best validation LR)", ""]
+        out += [f"### {task} ({metric}; test mean over seeds at the best validation {what})", ""]
         out.append(markdown_table(
-            ["checkpoint", "objective", "step", "best LR", "val mean", "test mean", "95% CI", "std", "seeds"],
+            ["checkpoint", "objective", "step", "best LR", *(["best params"] if swept else []), "val mean",
+             "test mean", "95% CI", "std", "seeds"],
             [[r["checkpoint_id"], r["objective"], str(int(r["checkpoint_step"])), f"{r['learning_rate']:.1e}",
+              *([params_text(r, swept)] if swept else []),
               fmt(r["validation_mean"]), fmt(r["test_mean"]), f"± {fmt(r['test_ci95'])}", fmt(r["test_std"]),
               str(int(r["seeds"]))] for _, r in rows.iterrows()]))
         out.append("")
     return out
+
+
+def axis_section(table: pd.DataFrame, axis: str) -> list[str]:
+    """A swept field's section: per task and checkpoint, the test score at each value (mean over
+    seeds ± 95 % interval, at that value's best learning rate and other swept values)."""
+    name = analysis.axis_name(axis)
+    values = sorted(table[axis].unique())
+    cells = {(r["task"], r["checkpoint_id"], r[axis]): f"{fmt(r['test_mean'])} ± {fmt(r['test_ci95'])}"
+             for _, r in table.iterrows()}
+    keys = table.drop_duplicates(["task", "checkpoint_id"])
+    rows = [[r["task"], r["checkpoint_id"], r["objective"], *(cells.get((r["task"], r["checkpoint_id"], v), "-")
+                                                             for v in values)]
+            for _, r in keys.iterrows()]
+    return [f"## Swept: finetuning.{name}", "",
+            f"Test score at each value of `{name}` (mean over seeds ± 95 % CI), each value at its best learning "
+            "rate and other swept values on mean validation; tasks the field does not reach are left out.", "",
+            markdown_table(["task", "checkpoint", "objective", *(f"{name} {value_text(v)}" for v in values)], rows), ""]
 
 
 def curve_table(frame: pd.DataFrame, index: list[str], title: str, note: str) -> list[str]:
@@ -133,7 +169,7 @@ def build_report(study_dir: str | Path, lr_range: tuple[float, float] = (1e-5, 1
     study = trials["study"].iloc[0] if not trials.empty else storage.name(study_dir)
     out = [f"# Study report: {study}", "", coverage(trials, len(planned) if planned is not None else None), ""]
     out += damage_section(study_dir, damaged)
-    best = analysis.best_lr_table(trials)
+    best = analysis.best_params_table(trials)
     if best.empty:
         return "\n".join(out + ["No finished trials yet."]) + "\n", []
     categories = analysis.category_scores(trials, best)
@@ -150,7 +186,8 @@ def build_report(study_dir: str | Path, lr_range: tuple[float, float] = (1e-5, 1
             made.append(path)
             out.extend([f"![{name}](figures/{path.name})", ""])
 
-    out += category_section(final, "Category averages (final checkpoints; best-LR test score, mean ± 95 % CI over seeds)")
+    at_best = "test score at the best point (learning rate, swept values)" if analysis.axes(best) else "best-LR test score"
+    out += category_section(final, f"Category averages (final checkpoints; {at_best}, mean ± 95 % CI over seeds)")
     figure("category scores", figures.category_bars(final, ranges, figure_dir / "category_scores.png"), "no scores")
     out += findings_section(check_findings(trials, lr_range))
     if not stability.empty:
@@ -192,6 +229,15 @@ def build_report(study_dir: str | Path, lr_range: tuple[float, float] = (1e-5, 1
         skipped.append("continued pretraining: no continued-pretraining runs")
     figure("learning-rate sensitivity", figures.lr_sensitivity(trials, figure_dir / "lr_sensitivity.png"),
            "fewer than two learning rates")
+    swept = analysis.with_params(trials)
+    for axis in analysis.axes(swept):
+        table = analysis.axis_scores(swept, axis)
+        if table.empty:
+            continue
+        name = analysis.axis_name(axis)
+        out += axis_section(table, axis)
+        figure(f"score vs {name}", figures.axis_lines(table, axis, name, ranges, figure_dir / f"swept_{name}.png"),
+               "no scores")
     out += ["## Per task", ""] + task_sections(best, trials)
     if skipped:
         out += ["## Figures not drawn", ""] + [f"- {line}" for line in skipped] + [""]

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import itertools
 import math
-from dataclasses import asdict, dataclass, field, fields
+from dataclasses import asdict, dataclass, field, fields, replace
 from pathlib import Path
 from typing import ClassVar, Literal
 
@@ -421,8 +421,8 @@ class FinetuningSpec(AdamWConfig):
     tasks: list[str]
     """Task names (see `sweeper.catalog.TASKS`)."""
     search: Literal["grid", "optuna"] = "grid"
-    """grid: every learning rate x seed; optuna: TPE over the learning rate per cell, seeds as repeats,
-    objective = seed-averaged validation score."""
+    """grid: every learning rate x seed x combination of the swept protocol fields; optuna: TPE over the
+    learning rate per cell, seeds as repeats, objective = seed-averaged validation score."""
     learning_rates: list[float] = field(default_factory=lambda: [1e-5, 2e-5, 5e-5, 1e-4, 2e-4, 5e-4])
     """Peak learning rates of the grid (search: grid)."""
     optuna: OptunaSpec = field(default_factory=OptunaSpec)
@@ -459,12 +459,30 @@ class FinetuningSpec(AdamWConfig):
     SEARCH_FIELDS: ClassVar = ("batch_size", "max_steps", "epochs", "max_length", "doc_stride", "retrieval_temperature",
                                "warmup_ratio", "betas", "eps", "weight_decay", "grad_clip")
     """Protocol fields that take a value, a grid or a distribution in Ray Tune's vocabulary
-    (spec_parsing.FORMS); each form is checked against the field's own bounds."""
+    (spec_parsing.FORMS); each form is checked against the field's own bounds. With search: grid,
+    a grid plans one trial per combination of values (`points`, sweeper.plan.task_points)."""
+
+    def swept(self) -> dict[str, tuple]:
+        """The protocol fields given as a grid, each with its values in the order given."""
+        return {name: getattr(self, name).values for name in self.SEARCH_FIELDS if isinstance(getattr(self, name), Grid)}
+
+    def points(self) -> list[dict]:
+        """Every combination of the swept fields' values (field -> value), the first values first;
+        one empty point when nothing is swept. Search: grid plans each with every learning rate."""
+        grid = self.swept()
+        return [dict(zip(grid, values)) for values in itertools.product(*grid.values())]
+
+    def at(self, point: dict) -> FinetuningSpec:
+        """This section with plain values: the point's, and each other swept field at its first
+        value (its base)."""
+        base = {name: values[0] for name, values in self.swept().items()}
+        return replace(self, **{**base, **point})
 
     def sweep_problems(self):
         """(key, reason) for each protocol field swept in a way this version cannot plan: a
-        distribution (no search mode samples one yet) or a grid (fine-tuning grids go over
-        learning_rates and seeds only, so far)."""
+        distribution (no search mode samples one yet), a grid in optuna mode (its search goes over
+        the learning rate alone), and each combination of grid values the checks refuse (each
+        value was checked with the other fields at their first value while the YAML was read)."""
         for name in self.SEARCH_FIELDS:
             value = getattr(self, name)
             if isinstance(value, Distribution):
@@ -472,9 +490,17 @@ class FinetuningSpec(AdamWConfig):
                         if self.search == "grid" else "search: optuna samples the learning rate alone (optuna.lr_min, "
                                                       "optuna.lr_max) for now; give a value here")
                 yield f"finetuning.{name}.{value.kind}", f"{value.kind} is a distribution: {mode}"
-            elif isinstance(value, Grid):
-                yield f"finetuning.{name}", ("a grid over this field is not planned yet (fine-tuning grids go over "
-                                             "learning_rates and seeds): give one value")
+            elif isinstance(value, Grid) and self.search != "grid":
+                yield f"finetuning.{name}", ("search: optuna samples the learning rate alone for now: a grid over "
+                                             "this field goes with search: grid; give one value here")
+        if self.search != "grid" or any(isinstance(getattr(self, n), Distribution) for n in self.SEARCH_FIELDS):
+            return
+        for point in self.points()[1:]:
+            for key, reason in self.at(point).check():
+                combination = ", ".join(f"{field} {shown(list(value) if isinstance(value, tuple) else value)}"
+                                        for field, value in point.items())
+                yield f"finetuning.{key}", f"with {combination}: {reason}"
+                return
 
     def check(self):
         yield from AdamWConfig.check(self)

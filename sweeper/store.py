@@ -41,6 +41,25 @@ TRIALS = "trials"
 EVAL_CURVES = "eval_curves"
 PRETRAINING = "pretraining"
 
+PROTOCOL_COLUMNS = [
+    ("batch_size", pa.int64()),
+    ("max_steps", pa.int64()),
+    ("epochs", pa.float64()),
+    ("max_length", pa.int64()),
+    ("doc_stride", pa.int64()),
+    ("retrieval_temperature", pa.float64()),
+    ("warmup_ratio", pa.float64()),
+    ("betas", pa.list_(pa.float64())),
+    ("eps", pa.float64()),
+    ("weight_decay", pa.float64()),
+    ("grad_clip", pa.float64()),
+    ("params", pa.string()),
+]
+"""The fine-tuning settings a trial ran with, one column per field a spec can sweep
+(`FinetuningSpec.SEARCH_FIELDS`, named as there; null where the field does not reach the task's
+protocol, e.g. doc_stride outside QA), and `params`: the swept ones of its point as JSON ('{}':
+only the learning rate is swept). Parts written before these columns read them as null."""
+
 TRIAL_SCHEMA = pa.schema([
     ("study", pa.string()),
     ("trial_key", pa.string()),
@@ -63,6 +82,7 @@ TRIAL_SCHEMA = pa.schema([
     ("learning_rate", pa.float64()),
     ("seed", pa.int64()),
     ("sample", pa.int64()),
+    *PROTOCOL_COLUMNS,
     ("status", pa.string()),
     ("validation_score", pa.float64()),
     ("test_score", pa.float64()),
@@ -83,6 +103,7 @@ EVAL_CURVE_SCHEMA = pa.schema([
     ("task", pa.string()),
     ("learning_rate", pa.float64()),
     ("seed", pa.int64()),
+    *PROTOCOL_COLUMNS,
     ("step", pa.int64()),
     ("train_loss", pa.float64()),
     ("validation_score", pa.float64()),
@@ -291,10 +312,11 @@ def compact(study_dir: str | Path, table: str) -> int:
             if len(parts) < 2:
                 continue
             tables = [read_part(p) for p in parts]
-        frame = pa.concat_tables(tables).to_pandas()
+        # Parts written before a column was added lack it: it is null in their rows.
+        frame = pa.concat_tables(tables, promote_options="permissive").to_pandas()
         frame = keep_one_row_per_key(frame, table)
         schema = SCHEMAS[table].remove(SCHEMAS[table].get_field_index(PARTITION[table]))
-        merged = pa.Table.from_pandas(frame[schema.names], schema=schema, preserve_index=False)
+        merged = pa.Table.from_pandas(frame.reindex(columns=schema.names), schema=schema, preserve_index=False)
         stamp = f"{time.strftime('%Y%m%dT%H%M%S')}-{uuid.uuid4().hex[:8]}"
         publish(partition, f"part-{stamp}-compacted.parquet", merged)
         for part in parts:

@@ -4,7 +4,8 @@ Every trial reads the prepared folder (`<study>/cache/tasks/<task>-<tokenizer>-l
 none tokenises. The folder name says everything that shapes its content: the tokenizer, the
 max length, the example caps and the encoding settings the task's family declares
 (`FamilyInfo.encoding_settings`, e.g. QA's doc_stride), so a change of any of them prepares a
-new folder and never serves a stale one.
+new folder and never serves a stale one. A study sweeping max_length (or QA's doc_stride)
+prepares one folder per value its trials use: `data_variant` of the trial's protocol says which.
 """
 from __future__ import annotations
 
@@ -12,8 +13,9 @@ import ray
 
 from sweeper import registry, storage
 from sweeper.catalog import get_task
-from sweeper.configs import TaskInfo, stable_key
+from sweeper.configs import FinetuneProtocol, TaskInfo, stable_key
 from sweeper.layout import CORPUS_MARKER, StudyLayout
+from sweeper.plan import task_points
 from sweeper.spec import StudySpec
 
 
@@ -26,32 +28,49 @@ def prepare_task(task: TaskInfo, family: str, corpus_dir: str, max_length: int, 
     return prepare_task_data(task, family, str(tokenizer_dir), max_length, out_dir, max_train, max_eval, settings)
 
 
-def encoding_settings(spec: StudySpec, task: str) -> dict:
-    """The settings of the task's family that change its tokenised data."""
+def encoding_settings(protocol: FinetuneProtocol, task: str) -> dict:
+    """The settings of the task's family that change its tokenised data, as the protocol has them."""
     family = registry.FAMILIES[get_task(task).family]
-    return {key: getattr(spec.finetuning, key) for key in family.encoding_settings}
+    return {key: protocol.family_settings[key] for key in family.encoding_settings}
 
 
-def task_folder_name(spec: StudySpec, task: str, tokenizer: str | None) -> str:
-    ft = spec.finetuning
-    return (f"{task}-{stable_key({'tokenizer': tokenizer}) if tokenizer else 'study'}-len{ft.max_length}-"
-            f"{ft.max_train_examples or 'all'}-{ft.max_eval_examples or 'all'}"
-            + "".join(f"-{key}{value}" for key, value in encoding_settings(spec, task).items()))
+def data_variant(task: str, protocol: FinetuneProtocol) -> tuple:
+    """What, besides the tokenizer and the example caps, shapes the task's prepared data under this
+    protocol: the max length and the family's encoding settings."""
+    return (protocol.max_length, *encoding_settings(protocol, task).values())
+
+
+def task_folder_name(task: str, tokenizer: str | None, protocol: FinetuneProtocol) -> str:
+    return (f"{task}-{stable_key({'tokenizer': tokenizer}) if tokenizer else 'study'}-len{protocol.max_length}-"
+            f"{protocol.max_train_examples or 'all'}-{protocol.max_eval_examples or 'all'}"
+            + "".join(f"-{key}{value}" for key, value in encoding_settings(protocol, task).items()))
+
+
+def task_data_dir(task_dirs: dict, tokenizer: str | None, task: str, protocol: FinetuneProtocol) -> str:
+    """The prepared folder a trial of `task` with `protocol` reads: `(tokenizer, task, variant)`
+    where `prepare_tasks` gave one, else `(tokenizer, task)` (a map built by hand, one variant)."""
+    return task_dirs.get((tokenizer, task, data_variant(task, protocol))) or task_dirs[(tokenizer, task)]
 
 
 def prepare_tasks(spec: StudySpec, layout: StudyLayout, corpus_dirs: dict) -> dict[tuple, str]:
     """Tokenise each task once per tokenizer (the tokenizer of each prepared corpus in
-    `corpus_dirs`) and max length, in parallel Ray tasks; return (tokenizer key, task) ->
-    prepared folder."""
+    `corpus_dirs`) and data variant (max length, encoding settings: one unless swept), in parallel
+    Ray tasks; return (tokenizer key, task, variant) -> prepared folder, and (tokenizer key, task) ->
+    the folder of the task's first variant."""
     ft = spec.finetuning
-    dirs = {(tokenizer, task): layout.task_cache(task_folder_name(spec, task, tokenizer))
-            for tokenizer in corpus_dirs for task in ft.tasks}
+    variants = {task: {data_variant(task, protocol): protocol for _, protocol in task_points(spec, task)}
+                for task in ft.tasks}
+    dirs = {(tokenizer, task, variant): layout.task_cache(task_folder_name(task, tokenizer, protocol))
+            for tokenizer in corpus_dirs for task in ft.tasks for variant, protocol in variants[task].items()}
     remote = ray.remote(prepare_task).options(num_cpus=1)
     metas = ray.get([
         remote.remote(get_task(task), registry.FAMILIES[get_task(task).family].implementation, corpus_dirs[tokenizer],
-                      ft.max_length, out, ft.max_train_examples, ft.max_eval_examples, encoding_settings(spec, task))
-        for (tokenizer, task), out in dirs.items()
+                      protocol.max_length, out, protocol.max_train_examples, protocol.max_eval_examples,
+                      encoding_settings(protocol, task))
+        for (tokenizer, task, variant), out in dirs.items() for protocol in [variants[task][variant]]
     ])
     for meta in metas:
         print(f"[finetune] task {meta['task']}: {meta['sizes']} examples, {meta['summary']}", flush=True)
-    return dirs
+    first = {(tokenizer, task): dirs[(tokenizer, task, next(iter(variants[task])))]
+             for tokenizer in corpus_dirs for task in ft.tasks}
+    return {**dirs, **first}

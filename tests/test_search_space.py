@@ -288,10 +288,16 @@ def test_every_malformed_form_exits_2_through_the_plan_command_without_ray(tmp_p
         assert "Traceback" not in stderr + stdout and not stdout, f"{name}: {stdout}"
 
 
-def test_a_fine_tuning_grid_beyond_learning_rates_is_refused_for_now(tmp_path):
-    """Planning grids over other protocol fields is the next slice: until then such a spec says so
-    (exit 2) rather than planning trials that ignore the grid."""
-    result = plan_cli(write(tmp_path, smoke_with(("  max_steps: 8 ", "  max_steps: 8\n  weight_decay: [0.0, 0.1] "))))
+def test_a_fine_tuning_grid_plans_in_grid_mode_and_is_refused_in_optuna_mode(tmp_path):
+    """A grid over a protocol field multiplies the grid's trials (tests/test_sweep_grid.py says
+    how); optuna mode searches the learning rate alone, so there it says so (exit 2) rather than
+    planning trials that ignore the grid."""
+    grid = smoke_with(("  max_steps: 8 ", "  max_steps: 8\n  weight_decay: [0.0, 0.1] "))
+    result = plan_cli(write(tmp_path, grid))
+    assert result.returncode == 0, result.stderr
+    assert "points over weight_decay [0.0, 0.1]" in result.stdout
+    result = plan_cli(write(tmp_path, grid.replace("  max_steps: 8\n", "  max_steps: 8\n  search: optuna\n"),
+                            "optuna.yaml"))
     assert result.returncode == 2
-    assert "finetuning.weight_decay: a grid over this field is not planned yet" in result.stderr
+    assert "finetuning.weight_decay: search: optuna samples the learning rate alone" in result.stderr
     assert "Traceback" not in result.stderr
