@@ -205,11 +205,11 @@ def mi250x_hours(spec: StudySpec, cost: StageCost) -> float:
 
 
 def finetuning_comparison(spec: StudySpec, plan: StudyPlan, cost: StageCost) -> list[str]:
-    """`sweeper plan`'s lines after the stage costs: fine-tuning as the worker pads rows today,
-    and both figures in the paper's units (GPU-hours scale with the ratio of the peaks)."""
+    """`sweeper plan`'s lines after the stage costs: fine-tuning with every row padded (what a
+    trainer without packing pays; the worker packs, `trainables.tasks.packing`), and both figures in the paper's units (GPU-hours scale with the ratio of the peaks)."""
     padded = padded_finetuning_cost(spec, plan)
     return [f"    {'(padded)':12s} {padded.gpu_hours:>12,.1f} GPU-h  fine-tuning with every row padded to max_length "
-            f"(how the worker encodes rows today)",
+            f"(without packing)",
             f"    in the paper's units ({MI250X_PEAK_TFLOPS:g} TFLOP/s per MI250X, same utilisation): fine-tuning "
             f"{mi250x_hours(spec, cost):,.0f} MI250X-hours, padded {mi250x_hours(spec, padded):,.0f} "
             f"(the paper: ~{PAPER_FINETUNING_GPU_HOURS:,})"]
