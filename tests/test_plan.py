@@ -27,10 +27,11 @@ def test_run_names_follow_the_authors_scheme():
 def test_micro_plan_counts_and_names():
     plan = plan_study(load_spec(SPECS / "micro.yaml"))
     names = [run.name for run in plan.runs]
-    assert names == ["tiny-mlm40-600", "tiny-clm-600", "tiny-clm-150-mlm40-600", "tiny-clm-300-mlm40-600"]
+    assert names == ["tiny-mlm40-600", "tiny-mlm20-600", "tiny-clm-600", "tiny-clm-150-mlm40-600",
+                     "tiny-clm-dec600-mlm40-700", "tiny-mlm40-dec600-mlm40-700"]
     ids = [c.checkpoint_id for c in plan.checkpoints]
-    assert "tiny-mlm40-600-200" in ids and "tiny-clm-600-200" in ids and len(ids) == 6
-    assert len(plan.trials) == 6 * 5 * 2 * 2
+    assert "tiny-mlm40-600-200" in ids and "tiny-clm-600-200" in ids and len(ids) == 8
+    assert len(plan.trials) == 8 * 5 * 1 * 5  # checkpoints x data sets x learning rates x seeds
     assert {t.task for t in plan.trials} >= {"wordnet-usage-retrieval", "wordnet-definition-retrieval"}
     assert len({t.trial_key for t in plan.trials}) == len(plan.trials)
 
@@ -39,9 +40,9 @@ def test_keys_are_stable_and_extending_a_grid_keeps_existing_keys():
     spec = load_spec(SPECS / "micro.yaml")
     first = {t.trial_key for t in plan_study(spec).trials}
     assert first == {t.trial_key for t in plan_study(load_spec(SPECS / "micro.yaml")).trials}
-    more_seeds = replace(spec, finetuning=replace(spec.finetuning, seeds=[0, 1, 2]))
+    more_seeds = replace(spec, finetuning=replace(spec.finetuning, seeds=[*spec.finetuning.seeds, 5]))
     extended = {t.trial_key for t in plan_study(more_seeds).trials}
-    assert first < extended and len(extended - first) == 6 * 5 * 2
+    assert first < extended and len(extended - first) == 8 * 5 * 1
     trials = plan_study(spec).trials
     changed = replace(spec, finetuning=replace(spec.finetuning, max_steps=41))
     kept = first & {t.trial_key for t in plan_study(changed).trials}
@@ -56,7 +57,7 @@ def test_keys_are_stable_and_extending_a_grid_keeps_existing_keys():
 
 def test_pure_splits_of_a_biphasic_grid_collapse_into_pure_runs():
     spec = load_spec(SPECS / "micro.yaml")
-    grid = replace(spec.pretraining.runs[2], clm_fraction=[0.0, 0.25, 1.0])
+    grid = replace(spec.pretraining.runs[3], clm_fraction=[0.0, 0.25, 1.0])
     plan = plan_study(replace(spec, pretraining=replace(spec.pretraining, runs=[grid])))
     assert [r.name for r in plan.runs] == ["tiny-mlm40-600", "tiny-clm-150-mlm40-600", "tiny-clm-600"]
     assert [r.objective for r in plan.runs] == ["mlm", "clm-mlm", "clm"]
