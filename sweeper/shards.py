@@ -69,27 +69,32 @@ class EvaluationSets:
                 and (t.trial_key in pending_keys or any(c.trial_key in pending_keys for c in self.companions(t)))]
 
 
-def task_definitions(task_dirs: dict) -> dict[str, tuple[TaskInfo, str]]:
-    """Task name -> (TaskInfo, family implementation) of every prepared task, resolved on the
-    driver: a plugin's tasks and families are registered there, not in the workers."""
+def task_definitions(task_dirs: dict) -> dict[str, tuple[TaskInfo, str, tuple[str, ...]]]:
+    """Task name -> (TaskInfo, family implementation, the family's encoding settings) of every
+    prepared task, resolved on the driver: a plugin's tasks and families are registered there,
+    not in the workers."""
     names = {key[1] for key in task_dirs}  # (tokenizer, task) or (tokenizer, task, data variant)
-    return {name: (get_task(name), registry.FAMILIES[get_task(name).family].implementation) for name in names}
+    families = {name: registry.FAMILIES[get_task(name).family] for name in names}
+    return {name: (get_task(name), family.implementation, family.encoding_settings)
+            for name, family in families.items()}
 
 
 def trial_config(trial: Trial, layout: StudyLayout, task_dirs: dict, sets: EvaluationSets,
-                 runtime: TrialRuntime, tasks: dict[str, tuple[TaskInfo, str]] | None = None) -> TrialConfig:
+                 runtime: TrialRuntime, tasks: dict[str, tuple[TaskInfo, str, tuple[str, ...]]] | None = None) -> TrialConfig:
     """The typed config the worker runs: the planned trial with concrete locations, without
     credentials (`storage.strip_credentials`: workers use their own provider chain)."""
     ckpt = trial.checkpoint
-    task, family = (tasks or task_definitions(task_dirs))[trial.task]
+    tasks = tasks or task_definitions(task_dirs)
+    task, family, _ = tasks[trial.task]
     strip = storage.strip_credentials
+
+    def data_dir(task_name: str, protocol) -> str:
+        return strip(task_data_dir(task_dirs, ckpt.run.tokenizer, task_name, protocol, tasks[task_name][2]))
     return TrialConfig(
         trial_key=trial.trial_key, task=task, family=family,
         protocol=trial.protocol, seed=trial.seed, checkpoint_path=strip(layout.checkpoint(ckpt.run.name, ckpt.step)),
-        task_data_dir=strip(task_data_dir(task_dirs, ckpt.run.tokenizer, trial.task, trial.protocol)), runtime=runtime,
-        companions=tuple(CompanionSet(trial_key=c.trial_key,
-                                      task_data_dir=strip(task_data_dir(task_dirs, ckpt.run.tokenizer, c.task,
-                                                                        c.protocol)))
+        task_data_dir=data_dir(trial.task, trial.protocol), runtime=runtime,
+        companions=tuple(CompanionSet(trial_key=c.trial_key, task_data_dir=data_dir(c.task, c.protocol))
                          for c in sets.companions(trial)),
         params=trial.params,
     )

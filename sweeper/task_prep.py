@@ -34,10 +34,13 @@ def encoding_settings(protocol: FinetuneProtocol, task: str) -> dict:
     return {key: protocol.family_settings[key] for key in family.encoding_settings}
 
 
-def data_variant(task: str, protocol: FinetuneProtocol) -> tuple:
+def data_variant(task: str, protocol: FinetuneProtocol, encoding_keys: tuple[str, ...] | None = None) -> tuple:
     """What, besides the tokenizer and the example caps, shapes the task's prepared data under this
-    protocol: the max length and the family's encoding settings."""
-    return (protocol.max_length, *encoding_settings(protocol, task).values())
+    protocol: the max length and the family's encoding settings (`encoding_keys`, resolved on the
+    driver, where a plugin's tasks are registered; looked up when not given)."""
+    if encoding_keys is None:
+        return (protocol.max_length, *encoding_settings(protocol, task).values())
+    return (protocol.max_length, *(protocol.family_settings[key] for key in encoding_keys))
 
 
 def task_folder_name(task: str, tokenizer: str | None, protocol: FinetuneProtocol) -> str:
@@ -46,10 +49,12 @@ def task_folder_name(task: str, tokenizer: str | None, protocol: FinetuneProtoco
             + "".join(f"-{key}{value}" for key, value in encoding_settings(protocol, task).items()))
 
 
-def task_data_dir(task_dirs: dict, tokenizer: str | None, task: str, protocol: FinetuneProtocol) -> str:
+def task_data_dir(task_dirs: dict, tokenizer: str | None, task: str, protocol: FinetuneProtocol,
+                  encoding_keys: tuple[str, ...] | None = None) -> str:
     """The prepared folder a trial of `task` with `protocol` reads: `(tokenizer, task, variant)`
     where `prepare_tasks` gave one, else `(tokenizer, task)` (a map built by hand, one variant)."""
-    return task_dirs.get((tokenizer, task, data_variant(task, protocol))) or task_dirs[(tokenizer, task)]
+    return (task_dirs.get((tokenizer, task, data_variant(task, protocol, encoding_keys)))
+            or task_dirs[(tokenizer, task)])
 
 
 def prepare_tasks(spec: StudySpec, layout: StudyLayout, corpus_dirs: dict) -> dict[tuple, str]:

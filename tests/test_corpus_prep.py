@@ -64,7 +64,8 @@ def write_corpus(folder: Path, megabytes: float, files: int, seed: int = 0) -> i
         drawn = words[rng.integers(0, len(words), per_file)]
         cuts = np.cumsum(rng.integers(20, 400, per_file // 20))
         cuts = cuts[cuts < per_file]
-        documents = [" ".join(part) for part in np.split(drawn, cuts)]
+        drawn, bounds = drawn.tolist(), [0, *cuts.tolist(), per_file]  # Python strings: joins 3x faster
+        documents = [" ".join(drawn[start:end]) for start, end in zip(bounds, bounds[1:])]
         text_bytes += sum(map(len, documents))
         kind = ("jsonl", "jsonl.gz", "parquet", "txt")[index % 4] if files >= 4 else "jsonl"
         path = folder / f"part-{index:03d}.{kind}"

@@ -154,15 +154,19 @@ def test_fsdp2_sharded_run_matches_the_single_process_run(ray_head, tmp_path, ob
     gradients' updates (measured: FSDP vs single process 0.96, DDP vs single process 1.07, in
     L2 over all weights, against 1.59 of total movement from the initial weights).
     The sharded study lives in an object store (Train persists the worker group's checkpoints
-    through the store's filesystem), the single-process one in a local folder."""
+    through the store's filesystem), the single-process one in a local folder, which starts with
+    a copy of the sharded study's prepared corpus and task data (the same keys: one preparation;
+    each study trains its own run)."""
     sharded_spec = ROOT / "tests" / "specs" / "fsdp.yaml"
     local_spec = tmp_path / "local.yaml"
     local_spec.write_text(sharded_spec.read_text().replace("pretraining_workers: 2", "pretraining_workers: 0"))
-    logs, weights = {}, {}
-    for name, spec, study in (("fsdp", sharded_spec, object_store("fsdp/study")),
-                              ("local", local_spec, str(tmp_path / "local"))):
+    logs, weights, sharded_study = {}, {}, object_store("fsdp/study")
+    for name, spec, study in (("fsdp", sharded_spec, sharded_study), ("local", local_spec, str(tmp_path / "local"))):
+        if name == "local":
+            storage.copy_tree_from(storage.join(sharded_study, "cache"), tmp_path / "local" / "cache")
         result = run_sweeper("run", str(spec), "--storage", study, address=ray_head[0])
         assert result.returncode == 0, result.stdout[-4000:] + result.stderr[-4000:]
+        assert (name == "local") != ("shard 0 written" in result.stdout), "the local study reuses the copied corpus"
         run_dir = storage.join(study, "pretraining", "nano-clm-20")
         final = storage.local_copy(storage.join(run_dir, "step-20"), "sweeper_checkpoint.json")
         assert json.loads((final / "config.json").read_text())["architectures"] == ["LlamaEncoderForMaskedLM"]

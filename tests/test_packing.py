@@ -103,7 +103,8 @@ def test_a_packed_batch_gives_the_padded_loss_gradients_and_score(prepared, name
             else:
                 padded_fraction = TOKEN_COUNTS.useful_fraction
     assert scores[True] == pytest.approx(scores[False], abs=1e-6)
-    assert padded_fraction < 0.6, "the padded reference is mostly padding at this length"
+    if "qa" not in name:  # QA windows fill max_length; the other families' rows are short
+        assert padded_fraction < 0.6, "the padded reference is mostly padding at this length"
 
 
 @pytest.mark.parametrize("name", TASK_NAMES)
@@ -167,6 +168,8 @@ def test_rows_hold_every_example_once_within_capacity(lengths, capacity):
         spans.sort()
         assert spans[0][0] == 0 and spans[-1][1] <= width <= capacity
         assert all(a[1] == b[0] for a, b in zip(spans, spans[1:])), "examples sit back to back"
-    # First-fit decreasing never needs more than 11/9 OPT + 1 rows; OPT >= total / capacity.
-    assert len(occupied) <= 11 / 9 * -(-sum(lengths) // capacity) + 1
+    # First fit opens a row only for an example no earlier row had room for, so any two rows
+    # together hold more than one row can: no two could have been one.
+    fills = sorted(spans[-1][1] for spans in occupied.values())
+    assert len(fills) < 2 or fills[0] + fills[1] > capacity
 

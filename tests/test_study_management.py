@@ -1,7 +1,11 @@
 """Study management end to end, on a real local Ray cluster: an edited spec whose changed cells
 are refused, then recomputed with `--recompute-changed`; trials that failed, left failed on a
 rerun, then run again with `--retry-failed`. Each count is per trial key: nothing run twice, no
-old row in the report."""
+old row in the report.
+
+Both studies train the same corpus and run (same keys): the second starts from a copy of the
+first's prepared corpus and finished run (`seeded_from`), as a study folder extended by hand
+would, so the module prepares and pretrains once."""
 from __future__ import annotations
 
 import json
@@ -46,13 +50,29 @@ def coverage_line(study: Path) -> str:
     return next(line for line in (study / "report.md").read_text().splitlines() if "trials recorded" in line)
 
 
-def test_changed_cells_are_refused_then_recomputed_alone(ray_head, tmp_path):
+@pytest.fixture(scope="module")
+def changed_study(ray_head, tmp_path_factory):
+    """The first study after its first run (module-scoped: the second study copies its corpus and
+    run); returns (spec, study folder, the run's result)."""
+    folder = tmp_path_factory.mktemp("changed")
+    study, tasks = folder / "study", ["wordnet-supersense-cls", "wordnet-supersense-tag"]
+    spec = small_spec(folder / "spec.yaml", "changed", tasks, {"wordnet-supersense-tag": {"max_steps": 2}})
+    return spec, study, run_sweeper("run", str(spec), "--storage", str(study), address=ray_head[0])
+
+
+def seeded_from(source: Path, study: Path) -> Path:
+    """A new study folder holding `source`'s prepared corpus and task data and its finished runs:
+    what the planner keys (corpus, run) is the same, so the new study reuses them as its own."""
+    for part in ("cache", "pretraining"):
+        shutil.copytree(source / part, study / part)
+    return study
+
+
+def test_changed_cells_are_refused_then_recomputed_alone(ray_head, changed_study):
     """A per-task budget changed after the study finished: the tag cells depend on it, the cls
     cells do not."""
-    study, address = tmp_path / "study", ray_head[0]
+    (spec, study, first), address = changed_study, ray_head[0]
     tasks = ["wordnet-supersense-cls", "wordnet-supersense-tag"]
-    spec = small_spec(tmp_path / "spec.yaml", "changed", tasks, {"wordnet-supersense-tag": {"max_steps": 2}})
-    first = run_sweeper("run", str(spec), "--storage", str(study), address=address)
     assert first.returncode == 0, first.stdout[-4000:] + first.stderr[-3000:]
     old_keys, before = planned_keys(study), raw_rows(study)
     assert len(before) == 4 and set(before["status"]) == {"ok"}
@@ -97,14 +117,16 @@ def flaky_plugin(tmp_path) -> dict:
     return {registry.PLUGINS_VARIABLE: "flaky_regression", "PYTHONPATH": os.pathsep.join([str(folder), str(PLUGINS)])}
 
 
-def test_failed_trials_stay_failed_until_retried_then_are_recorded_once(ray_head, tmp_path, flaky_plugin):
-    study, address = tmp_path / "study", ray_head[0]
+def test_failed_trials_stay_failed_until_retried_then_are_recorded_once(ray_head, tmp_path, flaky_plugin,
+                                                                         changed_study):
+    study, address = seeded_from(changed_study[1], tmp_path / "study"), ray_head[0]
     spec = small_spec(tmp_path / "spec.yaml", "flaky", ["wordnet-supersense-cls", "flaky-word-count"], seeds=(0,))
     run = ("run", str(spec), "--storage", str(study))
 
     first = run_sweeper(*run, address=address, env=flaky_plugin)
     assert first.returncode == 1, first.stdout[-4000:] + first.stderr[-3000:]
     assert "0 pretraining run(s) and 1 trial(s) failed" in first.stdout
+    assert "1 runs: 1 already done" in first.stdout, "the copied run was reused"
     rows = raw_rows(study)
     assert len(rows) == 2 and rows["trial_key"].value_counts().eq(1).all()
     flaky = rows[rows["task"] == "flaky-word-count"]
