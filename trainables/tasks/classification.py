@@ -43,8 +43,18 @@ def label_vocabulary(task: TaskInfo, splits: dict[str, list[dict]],
     return labels, {name: i for i, name in enumerate(labels)}
 
 
+def batch_width(split: dict, rows) -> int:
+    """Columns up to the batch's last real token: beyond it every row is padding, which the
+    packed backbone skips anyway, but heads, losses and the scatter back would still pay for."""
+    columns = np.flatnonzero(split["attention_mask"][rows].any(0))
+    return int(columns[-1]) + 1 if len(columns) else 1
+
+
 def tensors(split: dict, rows, device, *keys) -> list[torch.Tensor]:
-    return [torch.from_numpy(split[key][rows].astype(np.int64)).to(device) for key in keys]
+    """The batch's arrays, per-token ones cut to `batch_width`."""
+    width = batch_width(split, rows)
+    return [torch.from_numpy(split[key][rows][:, :width] if split[key].ndim == 2 else split[key][rows])
+            .to(device=device, dtype=torch.int64) for key in keys]
 
 
 class SequenceClassification:
@@ -91,7 +101,10 @@ class SequenceClassification:
         predictions = []
         for start in range(0, len(split["input_ids"]), batch_size):
             ids, mask = tensors(split, slice(start, start + batch_size), device, "input_ids", "attention_mask")
-            predictions.append(model(ids, mask).argmax(-1).cpu().numpy())
+            predicted = model(ids, mask).argmax(-1).cpu().numpy()
+            if predicted.ndim == 2:  # per token: back to the split's width (cut columns are padding)
+                predicted = np.pad(predicted, ((0, 0), (0, split["input_ids"].shape[1] - predicted.shape[1])))
+            predictions.append(predicted)
         return np.concatenate(predictions) if predictions else np.zeros((0,), dtype=np.int64)
 
     @classmethod
