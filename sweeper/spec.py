@@ -403,6 +403,28 @@ class OptunaSpec:
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
+class SchedulerSpec:
+    """A Tune trial scheduler that stops unpromising trials early, on the validation curve a
+    trial reports every `finetuning.eval_every` steps (search: optuna or random; grid mode runs
+    the paper's protocol and never stops a trial early). A stopped trial is recorded with status
+    `stopped` and its last curve point."""
+
+    kind: Literal["none", "asha", "median"] = "none"
+    """none; asha (Tune's ASHAScheduler); median (Tune's MedianStoppingRule)."""
+    grace_period: int = 1
+    """Curve points (of eval_every steps each) a trial runs before it may be stopped."""
+    reduction_factor: float = 3.0
+    """ASHA: the share of trials kept at each rung is 1 / reduction_factor."""
+    min_samples_required: int = 3
+    """Median stopping: trials that must have reported at a step before one is compared with them."""
+
+    def check(self):
+        yield from positive(self, "grace_period", "min_samples_required")
+        if self.reduction_factor <= 1:
+            yield "reduction_factor", f"must be above 1, got {self.reduction_factor}"
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
 class TaskBudgetSpec:
     max_steps: int | None = None
     """Optimizer steps per trial at most, for this task (None: finetuning.max_steps)."""
@@ -427,6 +449,8 @@ class FinetuningSpec(AdamWConfig):
     """Peak learning rates of the grid (search: grid)."""
     optuna: OptunaSpec = field(default_factory=OptunaSpec)
     """Learning-rate search per cell (search: optuna)."""
+    scheduler: SchedulerSpec = field(default_factory=SchedulerSpec)
+    """Early stopping on the validation curve (search: optuna or random; needs eval_every)."""
     seeds: list[int] = field(default_factory=lambda: [0, 1, 2, 3, 4])
     """Fine-tuning seeds of the grid."""
     batch_size: int = 32
@@ -523,6 +547,12 @@ class FinetuningSpec(AdamWConfig):
         yield from seeds(self, "seeds")
         yield from distinct(self, "tasks", "learning_rates", "seeds")
         yield from non_negative(self, "eval_every")
+        if self.scheduler.kind != "none":
+            if self.search == "grid":
+                yield "scheduler.kind", ("grid mode runs every trial to its end (the paper's protocol); a scheduler "
+                                         "goes with search: optuna or random")
+            elif not self.eval_every:
+                yield "scheduler.kind", f"{self.scheduler.kind} stops trials on their validation curve: set eval_every"
         yield from positive(self, "batch_size", "micro_batch_size", "max_steps", "max_length", "eval_batch_size",
                             "epochs", "max_train_examples", "max_eval_examples")
         if not 0 <= self.warmup_ratio < 1:
