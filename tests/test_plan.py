@@ -27,10 +27,10 @@ def test_run_names_follow_the_authors_scheme():
 def test_micro_plan_counts_and_names():
     plan = plan_study(load_spec(SPECS / "micro.yaml"))
     names = [run.name for run in plan.runs]
-    assert names == ["tiny-mlm40-600", "tiny-mlm20-600", "tiny-clm-600", "tiny-clm-150-mlm40-600",
-                     "tiny-clm-dec600-mlm40-700", "tiny-mlm40-dec600-mlm40-700"]
+    assert names == ["nano-mlm40-600", "nano-mlm20-600", "nano-clm-600", "nano-clm-150-mlm40-600",
+                     "nano-clm-dec600-mlm40-700", "nano-mlm40-dec600-mlm40-700"]
     ids = [c.checkpoint_id for c in plan.checkpoints]
-    assert "tiny-mlm40-600-200" in ids and "tiny-clm-600-200" in ids and len(ids) == 8
+    assert "nano-mlm40-600-200" in ids and "nano-clm-600-200" in ids and len(ids) == 8
     assert len(plan.trials) == 8 * 5 * 1 * 5  # checkpoints x data sets x learning rates x seeds
     assert {t.task for t in plan.trials} >= {"wordnet-usage-retrieval", "wordnet-definition-retrieval"}
     assert len({t.trial_key for t in plan.trials}) == len(plan.trials)
@@ -59,7 +59,7 @@ def test_pure_splits_of_a_biphasic_grid_collapse_into_pure_runs():
     spec = load_spec(SPECS / "micro.yaml")
     grid = replace(spec.pretraining.runs[3], clm_fraction=[0.0, 0.25, 1.0])
     plan = plan_study(replace(spec, pretraining=replace(spec.pretraining, runs=[grid])))
-    assert [r.name for r in plan.runs] == ["tiny-mlm40-600", "tiny-clm-150-mlm40-600", "tiny-clm-600"]
+    assert [r.name for r in plan.runs] == ["nano-mlm40-600", "nano-clm-150-mlm40-600", "nano-clm-600"]
     assert [r.objective for r in plan.runs] == ["mlm", "clm-mlm", "clm"]
 
 

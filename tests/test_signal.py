@@ -1,7 +1,7 @@
 """The pipeline carries signal: for every task family, a model pretrained by the micro study
 beats the same architecture with random weights (fixed seeds, each side at its best learning rate).
 
-The pretrained side is the micro study's CLM run (`tiny-clm-600`, the same run key as in
+The pretrained side is the micro study's CLM run (`nano-clm-600`, the same run key as in
 micro.yaml) pretrained and fine-tuned by `sweeper run` on the test's Ray head; the random side runs
 the same trial function on the same prepared task data with the same protocol and seed, as Ray
 tasks on the same head while the run pretrains (one CPU each; the run holds the other). At this
