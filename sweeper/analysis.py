@@ -1,5 +1,7 @@
 """The paper's analyses on a trials table (pandas and scipy only; no plotting, no I/O).
 
+- outcomes: per (checkpoint, task), trials per status (`status_counts`: ok, stopped early by a
+  trial scheduler, diverged, failed); only `ok` trials enter the analyses below;
 - selection: per (checkpoint, task), the point (learning rate and the values of the swept
   protocol fields, the trial's `params`) with the best seed-averaged validation score; its test
   scores over seeds give the mean and a 95 % Student-t interval;
@@ -101,8 +103,25 @@ def with_params(trials: pd.DataFrame) -> pd.DataFrame:
 
 
 def ok_trials(trials: pd.DataFrame) -> pd.DataFrame:
+    """The trials that ran to their end: every analysis reads these. A trial stopped early by a
+    trial scheduler (`stopped`) has no test score and is never selected; a point some of whose
+    seeds were stopped is judged on the seeds that finished (its `seeds` count says how many)."""
     trials = with_params(trials)
     return trials[trials["status"] == "ok"]
+
+
+STATUSES = ("ok", "stopped", "diverged", "failed")
+"""A trial's outcomes, as the store's `status` column has them (docs/results.md)."""
+
+
+def status_counts(trials: pd.DataFrame) -> pd.DataFrame:
+    """Per (checkpoint, task): trials recorded, and how many of them ended in each status."""
+    if trials.empty:
+        return pd.DataFrame(columns=["checkpoint_id", "task", "trials", *STATUSES])
+    table = pd.crosstab([trials["checkpoint_id"], trials["task"]], trials["status"])
+    table = table.reindex(columns=[*STATUSES, *sorted(set(table.columns) - set(STATUSES))], fill_value=0)
+    table.insert(0, "trials", table.sum(axis=1))
+    return table.rename_axis(columns=None).reset_index()
 
 
 def analysis_columns(trials: pd.DataFrame) -> pd.DataFrame:

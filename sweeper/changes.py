@@ -1,9 +1,15 @@
 """What an edited spec changes in a study that already holds results.
 
-Adding cells (seeds, tasks, learning rates, checkpoint steps) only adds keys, so a rerun runs
-just those. Changing a setting that existing cells depend on gives those cells new keys while
-their old results stay on disk; this module finds them, says why, and `sweeper run` refuses to
-go on without `--recompute-changed` (it never silently mixes two versions of a cell).
+Adding cells (seeds, tasks, learning rates, grid values, samples, checkpoint steps) only adds
+keys, so a rerun runs just those. Changing a setting that existing cells depend on gives those
+cells new keys while their old results stay on disk; this module finds them, says why, and
+`sweeper run` refuses to go on without `--recompute-changed` (it never silently mixes two
+versions of a cell).
+
+A cell is a trial's place in the study whatever its settings (`trial_cell`): checkpoint, task,
+point and seed, where the point is the learning rate and swept values in grid mode and the
+sample number in optuna and random modes (an Optuna plan has no values yet; a random sample's
+values follow the search settings, which are themselves compared, under `search`).
 """
 from __future__ import annotations
 
@@ -11,7 +17,7 @@ import json
 import time
 from dataclasses import asdict, dataclass, field
 
-from sweeper import storage
+from sweeper import space, storage
 from sweeper.catalog import get_task
 from sweeper.configs import params_text
 from sweeper.layout import StudyLayout
@@ -59,28 +65,51 @@ def differences(old: dict, new: dict) -> list[str]:
             for key in sorted(set(old_flat) | set(new_flat)) if old_flat.get(key) != new_flat.get(key)]
 
 
+def search_settings(spec: StudySpec) -> dict:
+    """What a sampling search's cells depend on (nothing in grid mode, whose points are cells):
+    its mode, settings but the sample count, the space of its distributions, and (optuna, where
+    the search averages them) the seeds."""
+    ft = spec.finetuning
+    if ft.search == "grid":
+        return {}
+    section = ft.optuna if ft.search == "optuna" else ft.random
+    settings = {key: value for key, value in asdict(section).items()
+                if key not in ("samples", "learning_rates_per_cell")}
+    return {"mode": ft.search, ft.search: settings, "space": space.identity(ft.searched()),
+            **({"seeds": ft.seeds} if ft.search == "optuna" else {})}
+
+
 def resolved_settings(spec: StudySpec, plan: StudyPlan) -> dict:
-    """What trial keys depend on besides the run: the protocol and each task's definition. Swept
-    fields are left out: their values are part of each cell (its params), not settings."""
-    tasks, swept = spec.finetuning.tasks, spec.finetuning.swept()
+    """What trial keys depend on besides the run: the protocol, each task's definition and
+    (optuna, random) the search. Swept and searched fields are left out of the protocol: their
+    values are part of each cell (its params), or of the search's space."""
+    tasks, varied = spec.finetuning.tasks, {**spec.finetuning.swept(), **spec.finetuning.searched()}
 
     def fixed(fields: dict) -> dict:
-        return {key: value for key, value in fields.items() if key not in swept}
+        return {key: value for key, value in fields.items() if key not in varied}
 
     settings = {"protocol": fixed(finetune_protocol(spec).key_fields()),
                 "tasks": {t: asdict(get_task(t)) for t in tasks},
                 "task_protocol": {t: fixed(task_overrides(spec, t)) for t in tasks}}
+    if search := search_settings(spec):
+        settings["search"] = search
     return json.loads(json.dumps(settings, default=str))  # as it reads back from disk (tuples -> lists)
 
 
-def trial_cell(checkpoint_id: str, task: str, learning_rate, params: str, seed: int) -> tuple:
-    """A trial's place in the study, whatever its settings: checkpoint, task, learning rate, the
-    swept values (`params` JSON, '{}' for none) and seed."""
-    return checkpoint_id, task, learning_rate, params, seed
+def trial_cell(checkpoint_id: str, task: str, learning_rate, params: str, seed: int, sample: int | None = None) -> tuple:
+    """A trial's place in the study, whatever its settings: checkpoint, task, point and seed; the
+    point is the learning rate and the swept values (`params` JSON, '{}' for none) in grid mode,
+    the sample number in optuna and random modes."""
+    if sample is not None:
+        return checkpoint_id, task, ("sample", int(sample)), seed
+    return checkpoint_id, task, (learning_rate, params), seed
 
 
 def cell_text(cell: tuple) -> str:
-    checkpoint, task, lr, params, seed = cell
+    checkpoint, task, point, seed = cell
+    if point[0] == "sample":
+        return f"{checkpoint} / {task} / sample {point[1]} / seed {seed}"
+    lr, params = point
     swept = "".join(f" / {key} {value}" for key, value in json.loads(params).items())
     return f"{checkpoint} / {task} / lr {lr:g}{swept} / seed {seed}"
 
@@ -101,9 +130,11 @@ def find_changes(spec: StudySpec, plan: StudyPlan, layout: StudyLayout) -> Chang
         return changes
     planned = {t.trial_key for t in plan.trials}
     recorded_cells = {}
-    for row in table.select(["trial_key", "checkpoint_id", "task", "learning_rate", "params", "seed"]).to_pylist():
+    for row in table.select(["trial_key", "checkpoint_id", "task", "learning_rate", "params", "seed",
+                             "sample"]).to_pylist():
         if row["trial_key"] not in planned:  # a row written before the params column: none swept
-            cell = trial_cell(row["checkpoint_id"], row["task"], row["learning_rate"], row["params"] or "{}", row["seed"])
+            cell = trial_cell(row["checkpoint_id"], row["task"], row["learning_rate"], row["params"] or "{}", row["seed"],
+                              row["sample"])
             recorded_cells[cell] = row
     if not recorded_cells:
         return changes
@@ -111,11 +142,11 @@ def find_changes(spec: StudySpec, plan: StudyPlan, layout: StudyLayout) -> Chang
     setting_diff = differences(old_settings, resolved_settings(spec, plan)) if old_settings else []
     for trial in plan.trials:
         cell = trial_cell(trial.checkpoint.checkpoint_id, trial.task, trial.learning_rate, params_text(trial.params),
-                          trial.seed)
+                          trial.seed, trial.sample)
         if cell in recorded_cells:
             why = (["its pretraining run changed"] if trial.checkpoint.run.name in changed_runs
                    else [d for d in setting_diff if d.startswith(("protocol.", f"tasks.{trial.task}.",
-                                                                  f"task_protocol.{trial.task}."))]
+                                                                  f"task_protocol.{trial.task}.", "search."))]
                    or ["trial configuration changed"])
             changes.trials.append((cell_text(cell), why))
     return changes

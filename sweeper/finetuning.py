@@ -10,14 +10,18 @@ Built for the paper's ~18,000 trials from the start:
   place in the plan;
 - trials are handed out by checkpoint then task, so a reused worker keeps the same backbone and
   tokenised data in its cache from one trial to the next;
-- a Tune callback records results in batches (sweeper.recording).
+- a Tune callback records results in batches (sweeper.recording);
+- under a trial scheduler (sweeper.schedulers: optuna and random modes) a trial reports each
+  curve point and may be stopped there; without one, a trial reports once, at its end.
 Tasks are tokenised once before the grid (sweeper.task_prep).
 """
 from __future__ import annotations
 
 import logging
 import os
+import time
 from dataclasses import asdict
+from functools import partial
 
 from ray import tune
 
@@ -25,7 +29,8 @@ from sweeper import storage
 from sweeper.layout import StudyLayout
 from sweeper.plan import StudyPlan
 from sweeper.progress import ProgressLine
-from sweeper.recording import ResultsRecorder
+from sweeper.recording import FINAL, ResultsRecorder
+from sweeper.schedulers import make_scheduler
 from sweeper.search import SEARCH_METRIC, Gate, search_score
 from sweeper.shards import EvaluationSets, Shard, grid_shards, optuna_shards, trial_runtime
 from sweeper.spec import StudySpec
@@ -35,13 +40,32 @@ from sweeper.tracking import start_wandb
 from sweeper.version import code_version
 
 
-def finetune_trainable(config: dict, shard: Shard) -> None:
+def finetune_trainable(config: dict, shard: Shard, report_curve: bool = False) -> None:
     """The Tune function trainable; imports the worker side only inside the trial's process.
-    `config` locates the trial in its shard (shipped once by `tune.with_parameters`)."""
+    `config` locates the trial in its shard (shipped once by `tune.with_parameters`).
+
+    With `report_curve` (a trial scheduler watches the shard) each curve point is reported as it
+    is measured, marked not final, with what recording a stopped trial needs; Tune stops the
+    trial by raising SystemExit inside such a report. The final result is marked final."""
     from trainables.finetune_loop import run_trial
 
-    result = run_trial(shard.trial_config(config))
-    tune.report({**result, SEARCH_METRIC: search_score(result)})
+    trial, started = shard.trial_config(config), time.time()
+
+    def report_point(step: int, train_loss: float, validation_score: float) -> None:
+        point = {"trial_key": trial.trial_key, "learning_rate": trial.learning_rate, "train_steps": step,
+                 "train_loss": train_loss, "validation_score": validation_score,
+                 "wall_time_s": time.time() - started, FINAL: False}
+        tune.report({**point, SEARCH_METRIC: search_score(point)})
+
+    result = run_trial(trial, report_point if report_curve else None)
+    tune.report({**result, SEARCH_METRIC: search_score(result), FINAL: True})
+
+
+def cell_of(shard: Shard, config: dict) -> tuple[str, str]:
+    """The (checkpoint, task) cell of the trial at `config`: what a trial scheduler compares
+    trials within (sweeper.schedulers)."""
+    trial = shard.trial(config)
+    return trial.checkpoint.checkpoint_id, trial.task
 
 
 def short_trial_dirname(trial) -> str:
@@ -108,8 +132,10 @@ def run_shards(spec: StudySpec, shards: list[Shard], layout: StudyLayout, traina
     for number, shard in enumerate(shards):
         if not shard.has_work(gate):
             continue
+        early_stopping = make_scheduler(spec.finetuning, cell_of=partial(cell_of, shard))
         trainable = tune.with_resources(
-            tune.with_parameters(trainable_fn, shard=shard, **trainable_args),
+            tune.with_parameters(trainable_fn, shard=shard, **trainable_args,
+                                 **({"report_curve": True} if early_stopping is not None else {})),
             {"cpu": res.cpus_per_trial, "gpu": res.gpus_per_trial},
         )
         name = f"finetune-shard-{number:04d}"
@@ -118,7 +144,8 @@ def run_shards(spec: StudySpec, shards: list[Shard], layout: StudyLayout, traina
             trainable,
             param_space=search.pop("param_space"),
             tune_config=tune.TuneConfig(reuse_actors=True, max_concurrent_trials=res.max_concurrent_trials,
-                                        trial_dirname_creator=short_trial_dirname, **search),
+                                        trial_dirname_creator=short_trial_dirname, scheduler=early_stopping,
+                                        **search),
             run_config=tune.RunConfig(
                 name=name, storage_path=tune_path, verbose=0,
                 storage_filesystem=tune_filesystem if storage.is_remote(layout.root) else None,

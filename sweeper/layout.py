@@ -9,6 +9,8 @@
            results/<table>/...             the Parquet store (sweeper.store)
            quarantine/<table>/...          damaged store files set aside, each with a .why.txt note
            tune/                           Ray Tune's state while a shard runs
+           optuna/journal.log              search: optuna: one Optuna study per (checkpoint, task) cell
+                                           (Optuna's JournalFileBackend; `optuna-dashboard` opens it)
            cache/corpus-<key>/             prepared corpus: tokenizer + token shards (key: what shapes the stream)
            cache/tasks/<task>-.../         a task tokenised once per tokenizer and length
            pretraining/<run>/              one run (RunLayout)
@@ -148,6 +150,13 @@ class StudyLayout:
     @property
     def tune(self) -> str:
         return self.path("tune")
+
+    @property
+    def optuna_journal(self) -> str:
+        """Optuna's journal of the study's TPE searches, one Optuna study per (checkpoint, task)
+        cell (sweeper.search). The results store stays the record; the journal is reconciled
+        with it when a search resumes."""
+        return self.path("optuna", "journal.log")
 
     def corpus(self, key: str | None) -> str:
         """A prepared corpus, keyed by what shapes its token stream (sweeper.corpora.corpus_dir)."""

@@ -5,6 +5,11 @@ Parquet file per batch, every 50 rows or within 10 s of a trial's end, whichever
 even while no other trial finishes), its eval-curve points first. An Optuna
 sample's seeds are held until all are done, so the store only holds whole samples. `live.json`
 is the driver's heartbeat for `sweeper status`.
+
+Under a trial scheduler (sweeper.schedulers) a trial reports each curve point, marked not
+`final`, before its final result. A trial whose last result is such a point was stopped by the
+scheduler: it is recorded as `stopped`, with that point's validation score, train loss and step,
+no test score, and the curve points it reported (collected here as they come).
 """
 from __future__ import annotations
 
@@ -27,6 +32,10 @@ from sweeper.store import EVAL_CURVES, PROTOCOL_COLUMNS, TRIALS, write_rows
 
 PROTOCOL_NAMES = tuple(name for name, _ in PROTOCOL_COLUMNS)
 
+FINAL = "final"
+"""Result field: False on a curve point reported under a trial scheduler, True on a trial's
+final result (absent from the results of trainables that report once: final)."""
+
 
 def trial_row(study: str, trial: Trial, result: dict | None, status: str, error: str | None) -> dict:
     ckpt, run, task = trial.checkpoint, trial.checkpoint.run, get_task(trial.task)
@@ -38,7 +47,7 @@ def trial_row(study: str, trial: Trial, result: dict | None, status: str, error:
         "init_from": run.init_from, "steps_before": run.steps_before,
         "tokens_seen": ckpt.tokens_seen, "task": trial.task, "task_family": task.family,
         "task_category": task.category, "metric": task.metric,
-        "search_mode": "grid" if trial.sample is None else "optuna",
+        "search_mode": trial.search_mode,
         "learning_rate": trial.learning_rate if trial.learning_rate is not None else result.get("learning_rate"),
         "seed": trial.seed, "sample": trial.sample, **protocol_columns(trial), "status": status,
         "validation_score": result.get("validation_score"), "test_score": result.get("test_score"),
@@ -75,6 +84,7 @@ class ResultsRecorder(tune.Callback):
         self.buffer: list[dict] = []
         self.last_flush = time.time()
         self.running = 0
+        self.curves: dict[str, list[dict]] = {}  # Tune trial id -> curve points reported so far
 
     def _add(self, config: dict, result: dict, status: str, error: str | None) -> None:
         """Rows of one finished Tune trial: its own and its companions' (evaluation-only sets
@@ -132,11 +142,22 @@ class ResultsRecorder(tune.Callback):
         if time.time() - self.last_flush > 2.0:
             write_live_state(self.layout, self.running)
 
+    def on_trial_result(self, iteration, trials, trial, result, **info):
+        if result.get(FINAL) is False:
+            self.curves.setdefault(trial.trial_id, []).append(
+                {"step": result["train_steps"], "train_loss": result.get("train_loss"),
+                 "validation_score": result.get("validation_score")})
+
     def on_trial_complete(self, iteration, trials, trial, **info):
         result = trial.last_result or {}
-        self._add(trial.config, result, result.get("status", "failed"), None)
+        curve = self.curves.pop(trial.trial_id, [])
+        if result.get(FINAL) is False:  # stopped by the scheduler at its last curve point
+            self._add(trial.config, {**result, "curve": curve}, "stopped", None)
+        else:
+            self._add(trial.config, result, result.get("status", "failed"), None)
 
     def on_trial_error(self, iteration, trials, trial, **info):
+        self.curves.pop(trial.trial_id, None)
         self._add(trial.config, {"learning_rate": trial.config.get("learning_rate")}, "failed",
                   trial_error_text(trial)[-2000:])
 

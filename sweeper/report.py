@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pandas as pd
 
-from sweeper import analysis, figures, storage
+from sweeper import analysis, figures, importance, storage
 from sweeper.findings import Verdict, check_findings
 from sweeper.layout import StudyLayout
 from sweeper.store import quarantined, read_trials
@@ -38,6 +38,12 @@ def damage_section(study_dir: str, damaged: dict[str, str]) -> list[str]:
         out += [f"- `{n['file']}` (set aside {n['quarantined_at']}): {n['reason'][:200]}" for n in notes]
     out += [f"- `{storage.name(location)}`: {why}; read as absent" for location, why in sorted(damaged.items())]
     return out + [""]
+
+
+MAX_AXIS_VALUES = 12
+"""A swept field with more values than this gets no axis section, nor does a range the spec's
+search samples (a value per sample: one column each would say nothing); `## Parameter
+importances` covers them. A choice keeps its section: a few values, each sampled often."""
 
 
 def fmt(value, digits: int = 2) -> str:
@@ -129,6 +135,50 @@ def curve_table(frame: pd.DataFrame, index: list[str], title: str, note: str) ->
     rows = [[*(str(v) for v in (key if isinstance(key, tuple) else (key,))), *(fmt(x) for x in values)]
             for key, values in zip(table.index, table.values)]
     return [f"## {title}", "", note, "", markdown_table([*index, *table.columns], rows), ""]
+
+
+def study_space(study_dir: str) -> dict | None:
+    """The searched space of the study's own spec copy (learning rate and distributions), for the
+    importances' bounds; None when the copy is absent or no longer reads (a removed plugin)."""
+    from sweeper.space import LEARNING_RATE, log_range
+    from sweeper.spec import load_spec
+
+    try:
+        ft = load_spec(StudyLayout(study_dir).spec).finetuning
+    except Exception:  # noqa: BLE001 - a report is written from the store whatever the spec says now
+        return None
+    section = ft.optuna if ft.search == "optuna" else ft.random
+    return {LEARNING_RATE: log_range(section.lr_min, section.lr_max), **ft.searched()}
+
+
+def importance_section(trials: pd.DataFrame, study_dir: str, space: dict | None) -> list[str]:
+    """`## Parameter importances` for the samples of optuna or random searches (no lines when
+    the study has none): per task and objective, each parameter's mean fANOVA importance over
+    the cells, and how many cells had too few samples."""
+    samples = importance.sample_scores(trials)
+    if samples.empty:
+        return []
+    per_cell = importance.cell_importances(samples, space)
+    table = importance.importance_summary(per_cell)
+    counts = samples.groupby(["checkpoint_id", "task"]).size()
+    few = int((counts < importance.MIN_SAMPLES).sum())
+    flat = int((counts >= importance.MIN_SAMPLES).sum()) - per_cell.groupby(["checkpoint_id", "task"]).ngroups
+    out = ["## Parameter importances", "",
+           "Optuna's fANOVA importance of each searched parameter within a (checkpoint, task) cell, over its samples' "
+           "seed-averaged validation scores (the score the search maximised; a cell's importances sum to 1), averaged "
+           "over the cells of each task and objective.", ""]
+    if not table.empty:
+        names = [c for c in table.columns if c not in ("task", "objective", "cells")]
+        out += [markdown_table(["task", "objective", "cells", *names],
+                               [[r["task"], r["objective"], str(int(r["cells"])), *(fmt(r[n]) for n in names)]
+                                for _, r in table.iterrows()]), ""]
+    if few:
+        out += [f"{few} of {len(counts)} cells have fewer than {importance.MIN_SAMPLES} samples and are left out "
+                "(more samples per cell: `optuna.samples` / `random.samples`).", ""]
+    if flat:
+        out += [f"{flat} of {len(counts)} cells are left out: every sample scores the same there (nothing to "
+                "explain).", ""]
+    return out
 
 
 FINDINGS_INTRO = (
@@ -229,15 +279,18 @@ def build_report(study_dir: str | Path, lr_range: tuple[float, float] = (1e-5, 1
         skipped.append("continued pretraining: no continued-pretraining runs")
     figure("learning-rate sensitivity", figures.lr_sensitivity(trials, figure_dir / "lr_sensitivity.png"),
            "fewer than two learning rates")
-    swept = analysis.with_params(trials)
+    swept, searched = analysis.with_params(trials), study_space(study_dir) or {}
     for axis in analysis.axes(swept):
+        name = analysis.axis_name(axis)
+        if (name in searched and searched[name].kind != "choice") or swept[axis].nunique() > MAX_AXIS_VALUES:
+            continue  # a sampled range, a value per sample: `## Parameter importances` covers it
         table = analysis.axis_scores(swept, axis)
         if table.empty:
             continue
-        name = analysis.axis_name(axis)
         out += axis_section(table, axis)
         figure(f"score vs {name}", figures.axis_lines(table, axis, name, ranges, figure_dir / f"swept_{name}.png"),
                "no scores")
+    out += importance_section(trials, study_dir, searched or None)
     out += ["## Per task", ""] + task_sections(best, trials)
     if skipped:
         out += ["## Figures not drawn", ""] + [f"- {line}" for line in skipped] + [""]

@@ -9,23 +9,26 @@ Tune keeps and rewrites every trial's config in its experiment state, so a trial
 only locates it in the call's work (~18 KB per trial saved on the paper's grid); the shard,
 holding that work (~1 MB for the paper's 18,000 trials), is shipped once to the workers by
 `tune.with_parameters` and turns that location into the trial's `TrialConfig`
-(sweeper.configs). Two kinds, behind one small base class:
-- `GridShard`: up to `capacity` trials; the config is the trial's index (`GridSearcher`);
+(sweeper.configs). Two kinds, behind one small base class (`study_shards` picks per search mode):
+- `GridShard` (grid, random): up to `capacity` planned trials; the config is the trial's index
+  (`GridSearcher`);
 - `OptunaShard`: up to `capacity` whole (checkpoint, task) cells searched by `CellSearcher`; the
-  config is (cell, sample, seed index, learning rate), and a sample's seeds are recorded together.
+  config is (cell, sample, seed index, point), the planned trial at that point is what runs and
+  what is recorded (`plan.at_point`), and a sample's seeds are recorded together.
 
 Evaluation-only retrieval sets (NQ, MLDR) are scored by the trial that trains their model (on
 MS MARCO): `EvaluationSets` pairs each training trial with its companions' planned trials.
 """
 from __future__ import annotations
 
-from dataclasses import replace
+import json
 
 from sweeper import registry, storage
+from sweeper import space as spaces
 from sweeper.catalog import get_task
 from sweeper.configs import CompanionSet, TaskInfo, TrialConfig, TrialRuntime, params_text
 from sweeper.layout import StudyLayout
-from sweeper.plan import StudyPlan, Trial
+from sweeper.plan import StudyPlan, Trial, at_point
 from sweeper.search import CellSearch, CellSearcher, Gate, GridSearcher, ReadyQueue, search_score
 from sweeper.spec import StudySpec
 from sweeper.store import read_trials
@@ -53,14 +56,24 @@ class EvaluationSets:
 
     @staticmethod
     def cell(trial: Trial, task: str) -> tuple:
-        return trial.checkpoint.checkpoint_id, task, trial.learning_rate, params_text(trial.params), trial.sample, trial.seed
+        """Where a trial's companions sit: the same checkpoint, point and seed (in optuna and random
+        modes the same sample: a searched point is the training task's)."""
+        if trial.sample is not None:
+            return trial.checkpoint.checkpoint_id, task, trial.sample, trial.seed
+        return trial.checkpoint.checkpoint_id, task, trial.learning_rate, params_text(trial.params), trial.seed
 
     @staticmethod
     def evaluation_only(trial: Trial) -> bool:
         return get_task(trial.task).train_task is not None
 
     def companions(self, trial: Trial) -> list[Trial]:
-        return [self.index[self.cell(trial, task)] for task in self.by_train_task.get(trial.task, [])]
+        """The planned trials of the evaluation-only sets `trial`'s weights are scored on; at the
+        point its search picked when it is an Optuna trial at one (`OptunaShard.trial`)."""
+        found = [self.index[self.cell(trial, task)] for task in self.by_train_task.get(trial.task, [])]
+        if trial.search_mode == "optuna" and trial.learning_rate is not None:
+            point = {spaces.LEARNING_RATE: trial.learning_rate, **trial.params}
+            found = [at_point(companion, point) for companion in found]
+        return found
 
     def training_trials(self, trials: list[Trial], pending: list[Trial]) -> list[Trial]:
         """The trials to run: pending ones that train, and those whose companions are pending."""
@@ -168,7 +181,7 @@ class GridShard(Shard):
 
 class OptunaShard(Shard):
     """Up to `capacity` whole cells of the call's `cells`, searched by `CellSearcher`: Tune's
-    config is (cell, sample, seed index, lr). Alone (no `queue`), a shard searches all of `cells`.
+    config is (cell, sample, seed index, point). Alone (no `queue`), a shard searches all of `cells`.
 
     Rows of a sample are recorded together once all its seeds are done, so the store only ever
     holds whole samples, which is what lets a resumed search warm-start from them."""
@@ -191,18 +204,17 @@ class OptunaShard(Shard):
 
     def tuner_args(self, spec: StudySpec, gate: Gate) -> dict:
         optuna = spec.finetuning.optuna
-        searcher = CellSearcher(self.searches, self.queue, self.capacity, optuna.lr_min, optuna.lr_max, optuna.seed,
+        # The searcher runs in the driver: it opens the journal there (self.layout holds no credentials,
+        # the driver reaches an object store through its environment).
+        searcher = CellSearcher(self.searches, self.queue, self.capacity, self.layout.optuna_journal, optuna.seed,
                                 optuna.startup_samples, gate=gate)
         # Which cells it takes is known only as they are written: at most every trial left.
         return {"param_space": {}, "search_alg": searcher,
                 "num_samples": sum(search.trials_left for search in self.searches)}
 
     def trial(self, config: dict) -> Trial:
-        return self.cells[config["cell"]][config["sample"]][config["seed_index"]]
-
-    def trial_config(self, config: dict) -> TrialConfig:
-        planned = super().trial_config(config)  # the searched learning rate replaces the plan's None
-        return replace(planned, protocol=replace(planned.protocol, learning_rate=config["learning_rate"]))
+        """The planned trial at the point its search picked: what runs and what is recorded."""
+        return at_point(self.cells[config["cell"]][config["sample"]][config["seed_index"]], config["point"])
 
     def group(self, config: dict):
         return config["cell"], config["sample"]
@@ -217,21 +229,41 @@ def grid_shards(pending: list[Trial], layout: StudyLayout, task_dirs: dict, size
             for i in range(0, len(pending), size)]
 
 
+def study_shards(spec: StudySpec, plan: StudyPlan, pending: list[Trial], done: set[str], layout: StudyLayout,
+                 task_dirs: dict, sets: EvaluationSets) -> list[Shard]:
+    """The shards of a fine-tuning call, by search mode: planned trials (grid, random: the points
+    are drawn at plan time) or whole cells searched as they run (optuna)."""
+    if spec.finetuning.search == "optuna":
+        return optuna_shards(spec, plan, pending, done, layout, task_dirs, sets)
+    return grid_shards(sets.training_trials(list(plan.trials), pending), layout, task_dirs,
+                       spec.resources.trials_per_shard, sets, trial_runtime(spec))
+
+
+def recorded_point(row: dict) -> dict:
+    """A recorded trial's point: its learning rate and its params' values."""
+    return {spaces.LEARNING_RATE: float(row["learning_rate"]), **json.loads(row.get("params") or "{}")}
+
+
 def optuna_shards(spec: StudySpec, plan: StudyPlan, pending: list[Trial], done: set[str], layout: StudyLayout,
-                  task_dirs: dict, sets: EvaluationSets) -> list[OptunaShard]:
+                  task_dirs: dict, sets: EvaluationSets) -> list[Shard]:
     """Shards of `trials_per_shard` trials' worth of whole cells, that take the cells with work
-    left as their checkpoints are written; each cell with the samples already recorded (to
-    warm-start its search). An evaluation-only set has no search of its own: its rows follow its
-    training cell's samples."""
+    left as their checkpoints are written; each cell with the samples already recorded (its
+    study is reconciled with them). An evaluation-only set has no search of its own: its rows
+    follow its training cell's samples. (Random mode plans its trials: `study_shards` gives it
+    grid shards, and so does this function for a caller that names no mode.)"""
+    if spec.finetuning.search != "optuna":
+        return study_shards(spec, plan, pending, done, layout, task_dirs, sets)
     pending_keys = {t.trial_key for t in sets.training_trials(list(plan.trials), pending)}
     cells: dict[tuple, list[Trial]] = {}
     for trial in plan.trials:
         if not sets.evaluation_only(trial):
             cells.setdefault((trial.checkpoint.checkpoint_id, trial.task), []).append(trial)
     recorded = read_trials(layout.root).to_pandas().set_index("trial_key") if done else None
-    n_seeds, n_samples = len(spec.finetuning.seeds), spec.finetuning.optuna.learning_rates_per_cell
+    ft = spec.finetuning
+    n_seeds, n_samples = len(ft.seeds), ft.optuna.samples_per_cell
+    lr_range, searched = spaces.log_range(ft.optuna.lr_min, ft.optuna.lr_max), ft.searched()
     grids, searches = [], []
-    for number, trials in enumerate(cells.values()):
+    for number, ((checkpoint_id, task), trials) in enumerate(cells.items()):
         if not pending_keys & {t.trial_key for t in trials}:
             continue
         by_sample = [trials[k * n_seeds:(k + 1) * n_seeds] for k in range(n_samples)]
@@ -239,11 +271,14 @@ def optuna_shards(spec: StudySpec, plan: StudyPlan, pending: list[Trial], done: 
         while complete < n_samples and all(t.trial_key in done and all(c.trial_key in done for c in sets.companions(t))
                                            for t in by_sample[complete]):
             complete += 1
-        evaluated = [(float(recorded.loc[by_sample[k][0].trial_key, "learning_rate"]),
+        evaluated = [(k, recorded_point(recorded.loc[by_sample[k][0].trial_key].to_dict()),
                       sum(search_score(recorded.loc[t.trial_key].to_dict()) for t in by_sample[k]) / n_seeds)
                      for k in range(complete)]
+        first = trials[0]
         grids.append(by_sample)
         searches.append(CellSearch(samples_total=n_samples, seeds=n_seeds, first_sample=complete, number=number,
+                                   study_name=f"{checkpoint_id}/{task}/{first.search_key[:8]}",
+                                   space={spaces.LEARNING_RATE: lr_range, **{n: searched[n] for n in first.params}},
                                    evaluated=evaluated))
     cells_per_shard = max(1, spec.resources.trials_per_shard // (n_samples * n_seeds))
     queue = ReadyQueue([grid[0][0].checkpoint for grid in grids])

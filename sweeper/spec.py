@@ -381,8 +381,15 @@ class PretrainingSpec:
 
 @dataclass(frozen=True, kw_only=True, slots=True)
 class OptunaSpec:
-    learning_rates_per_cell: int = 6
-    """Learning rates Optuna tries per (checkpoint, task) cell; each is run with every seed."""
+    """TPE per (checkpoint, task) cell over the learning rate and every protocol field given as a
+    distribution; each sample is run with every seed and Optuna is told the seed-averaged
+    validation score."""
+
+    samples: int | None = None
+    """Samples (points) per cell, each run with every seed (default 6); more samples later extend
+    each cell's search."""
+    learning_rates_per_cell: int | None = None
+    """The former name of `samples` (give one of the two)."""
     lr_min: float = 1e-5
     """Lower end of the log-uniform learning-rate range."""
     lr_max: float = 5e-4
@@ -393,11 +400,46 @@ class OptunaSpec:
     """Random samples per cell before TPE models the results (Optuna's default of 10 would make
     a 6-sample search purely random)."""
 
+    DEFAULT_SAMPLES: ClassVar = 6
+    NOT_KEYED: ClassVar = ("samples", "learning_rates_per_cell")
+    """Settings left out of trial keys: asking for more samples extends a search."""
+
+    @property
+    def samples_per_cell(self) -> int:
+        return self.samples or self.learning_rates_per_cell or self.DEFAULT_SAMPLES
+
     def check(self):
-        yield from positive(self, "learning_rates_per_cell")
+        yield from positive(self, "samples", "learning_rates_per_cell")
+        if self.samples is not None and self.learning_rates_per_cell is not None:
+            yield "samples", ("give samples or learning_rates_per_cell (its former name), not both: "
+                              f"got {self.samples} and {self.learning_rates_per_cell}")
         yield from seeds(self, "seed")
         if self.startup_samples < 1:
             yield "startup_samples", f"must be at least 1, got {self.startup_samples}"
+        if not 0 < self.lr_min < self.lr_max:
+            yield "lr_min", f"need 0 < lr_min < lr_max, got {self.lr_min} and {self.lr_max}"
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class RandomSpec:
+    """Random search per (checkpoint, task) cell, by Ray Tune's sampler semantics: `samples`
+    points drawn from the learning-rate range and every protocol field given as a distribution,
+    each run with every seed. Drawn when the study is planned (`sweeper plan` lists them), so
+    they are trials like a grid's."""
+
+    samples: int = 6
+    """Points per cell, each run with every seed; more samples later add points, the first ones kept."""
+    lr_min: float = 1e-5
+    """Lower end of the log-uniform learning-rate range."""
+    lr_max: float = 5e-4
+    """Upper end of the log-uniform learning-rate range."""
+    seed: int = 0
+    """Seed of the draws; each cell draws from this, its checkpoint and its task (a checkpoint
+    added later leaves the other cells' points as they were)."""
+
+    def check(self):
+        yield from positive(self, "samples")
+        yield from seeds(self, "seed")
         if not 0 < self.lr_min < self.lr_max:
             yield "lr_min", f"need 0 < lr_min < lr_max, got {self.lr_min} and {self.lr_max}"
 
@@ -442,13 +484,16 @@ class FinetuningSpec(AdamWConfig):
 
     tasks: list[str]
     """Task names (see `sweeper.catalog.TASKS`)."""
-    search: Literal["grid", "optuna"] = "grid"
-    """grid: every learning rate x seed x combination of the swept protocol fields; optuna: TPE over the
-    learning rate per cell, seeds as repeats, objective = seed-averaged validation score."""
+    search: Literal["grid", "optuna", "random"] = "grid"
+    """grid: every learning rate x seed x combination of the swept protocol fields; optuna: TPE per
+    cell over the learning rate and the fields given as distributions, seeds as repeats, objective =
+    seed-averaged validation score; random: points drawn per cell from the same space (Tune's sampler)."""
     learning_rates: list[float] = field(default_factory=lambda: [1e-5, 2e-5, 5e-5, 1e-4, 2e-4, 5e-4])
     """Peak learning rates of the grid (search: grid)."""
     optuna: OptunaSpec = field(default_factory=OptunaSpec)
-    """Learning-rate search per cell (search: optuna)."""
+    """TPE search per cell (search: optuna)."""
+    random: RandomSpec = field(default_factory=RandomSpec)
+    """Random search per cell (search: random)."""
     scheduler: SchedulerSpec = field(default_factory=SchedulerSpec)
     """Early stopping on the validation curve (search: optuna or random; needs eval_every)."""
     seeds: list[int] = field(default_factory=lambda: [0, 1, 2, 3, 4])
@@ -484,40 +529,71 @@ class FinetuningSpec(AdamWConfig):
                                "warmup_ratio", "betas", "eps", "weight_decay", "grad_clip")
     """Protocol fields that take a value, a grid or a distribution in Ray Tune's vocabulary
     (spec_parsing.FORMS); each form is checked against the field's own bounds. With search: grid,
-    a grid plans one trial per combination of values (`points`, sweeper.plan.task_points)."""
+    a grid plans one trial per combination of values (`points`, sweeper.plan.task_points); with
+    search: optuna or random, a distribution is searched per cell with the learning rate."""
 
     def swept(self) -> dict[str, tuple]:
         """The protocol fields given as a grid, each with its values in the order given."""
         return {name: getattr(self, name).values for name in self.SEARCH_FIELDS if isinstance(getattr(self, name), Grid)}
 
+    def searched(self) -> dict[str, Distribution]:
+        """The protocol fields given as a distribution (search: optuna or random)."""
+        return {name: getattr(self, name) for name in self.SEARCH_FIELDS
+                if isinstance(getattr(self, name), Distribution)}
+
     def points(self) -> list[dict]:
         """Every combination of the swept fields' values (field -> value), the first values first;
-        one empty point when nothing is swept. Search: grid plans each with every learning rate."""
-        grid = self.swept()
+        one empty point when nothing is swept. Search: grid plans each with every learning rate.
+        A searched field (optuna, random) takes its planning values (space.planning_values: each
+        choice, a range's largest value): the points `sweeper plan` budgets time, memory and task
+        data with, not trials."""
+        from sweeper.space import planning_values
+
+        grid = {**self.swept(), **{name: planning_values(space) for name, space in self.searched().items()}}
         return [dict(zip(grid, values)) for values in itertools.product(*grid.values())]
 
     def at(self, point: dict) -> FinetuningSpec:
-        """This section with plain values: the point's, and each other swept field at its first
-        value (its base)."""
+        """This section with plain values: the point's, each other swept field at its first value
+        (its base), each other searched field at its largest value (what a plan budgets with)."""
+        from sweeper.space import largest
+
         base = {name: values[0] for name, values in self.swept().items()}
+        base |= {name: largest(space) for name, space in self.searched().items()}
         return replace(self, **{**base, **point})
 
+    def data_fields(self) -> tuple[str, ...]:
+        """The searchable fields that shape the tokenised task data of some task of the study:
+        max_length, and its families' encoding settings (QA's doc_stride)."""
+        families = {TASKS[t].family for t in self.tasks if t in TASKS}
+        encoding = {key for family in families if family in registry.FAMILIES
+                    for key in registry.FAMILIES[family].encoding_settings}
+        return tuple(name for name in self.SEARCH_FIELDS if name == "max_length" or name in encoding)
+
     def sweep_problems(self):
-        """(key, reason) for each protocol field swept in a way this version cannot plan: a
-        distribution (no search mode samples one yet), a grid in optuna mode (its search goes over
-        the learning rate alone), and each combination of grid values the checks refuse (each
-        value was checked with the other fields at their first value while the YAML was read)."""
+        """(key, reason) for each protocol field swept in a way this mode cannot plan: a
+        distribution in grid mode (nothing samples it), a grid in optuna or random mode (a search
+        samples its points; a choice says the same), a range over a field that shapes task data in
+        those modes (the data is tokenised per value before the search: a choice names the values),
+        and each combination of grid or choice values the checks refuse (each value was checked
+        with the other fields at their first value while the YAML was read)."""
+        problems = []
         for name in self.SEARCH_FIELDS:
             value = getattr(self, name)
-            if isinstance(value, Distribution):
-                mode = ("search: grid takes a value or a grid (a list, or {grid_search: [...]}) here"
-                        if self.search == "grid" else "search: optuna samples the learning rate alone (optuna.lr_min, "
-                                                      "optuna.lr_max) for now; give a value here")
-                yield f"finetuning.{name}.{value.kind}", f"{value.kind} is a distribution: {mode}"
+            if isinstance(value, Distribution) and self.search == "grid":
+                problems.append((f"finetuning.{name}.{value.kind}", (
+                    f"{value.kind} is a distribution: search: grid takes a value or a grid (a list, or "
+                    "{grid_search: [...]}) here; search: optuna or random samples distributions")))
             elif isinstance(value, Grid) and self.search != "grid":
-                yield f"finetuning.{name}", ("search: optuna samples the learning rate alone for now: a grid over "
-                                             "this field goes with search: grid; give one value here")
-        if self.search != "grid" or any(isinstance(getattr(self, n), Distribution) for n in self.SEARCH_FIELDS):
+                listed = shown([list(v) if isinstance(v, tuple) else v for v in value.values])
+                problems.append((f"finetuning.{name}{value.form}", (
+                    f"a grid goes with search: grid; search: {self.search} samples its points: write "
+                    f"{{choice: {listed}}} to search over these values, or give one value")))
+            elif isinstance(value, Distribution) and value.kind != "choice" and name in self.data_fields():
+                problems.append((f"finetuning.{name}.{value.kind}", (
+                    f"{name} shapes the tokenised task data, which is prepared once per value before the search: "
+                    f"give its values as {{choice: [...]}} (search: {self.search})")))
+        yield from problems
+        if problems:
             return
         for point in self.points()[1:]:
             for key, reason in self.at(point).check():

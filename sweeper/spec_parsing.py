@@ -503,6 +503,9 @@ def distribution_of(kind: str, args, annotation, path: str, context: Context) ->
         return Distribution(kind, values)
     arity = FORMS[kind]
     shape = "[lo, hi]" if arity == 2 else "[lo, hi, q]"
+    if typing.get_origin(annotation) is tuple:
+        context.fail(path, f"{kind} draws one number, and this field takes a list of {len(typing.get_args(annotation))}: "
+                           "use choice over whole values (choice: [[0.9, 0.95], [0.9, 0.98]])")
     if not isinstance(args, list):
         context.fail(path, f"{kind} takes a list {shape}, got {type_name(args)} {shown(args)}")
     if len(args) != arity:
@@ -522,6 +525,11 @@ def distribution_of(kind: str, args, annotation, path: str, context: Context) ->
         context.fail(f"{path}[0]", f"{kind} needs lo > 0 (a log scale), got {low}")
     if arity == 3 and not numbers[2] > 0:
         context.fail(f"{path}[2]", f"q (the step values are rounded to) must be positive, got {numbers[2]}")
+    if arity == 3:  # values are rounded to multiples of q: so are the ends, or a value could fall outside them
+        for i, end in enumerate(numbers[:2]):
+            if abs(end / numbers[2] - round(end / numbers[2])) > 1e-9:
+                context.fail(f"{path}[{i}]", f"{end} is not a multiple of q {numbers[2]}: {kind} rounds every value to "
+                                             "a multiple of q, so lo and hi must be multiples too")
     return Distribution(kind, numbers)
 
 

@@ -1,4 +1,5 @@
-"""`sweeper status STUDY_DIR`: done / running / pending / diverged / failed, per stage.
+"""`sweeper status STUDY_DIR`: done / running / pending / diverged / failed, per stage, and the
+trials a trial scheduler stopped early (optuna and random modes).
 
 Ray-free: the plan comes from the study's own copy of its spec, progress from the run folders,
 the results store, and the driver's `live.json` heartbeat. It writes nothing, except that reading
@@ -77,7 +78,9 @@ def study_status(study_dir: str) -> dict:
             running = state["running_trials"]
     pending = len(planned) - sum(counts.values()) - running
     return {"study": spec.study, "runs": runs, "trials": {"planned": len(planned), "ok": counts["ok"],
-            "diverged": counts["diverged"], "failed": counts["failed"], "running": running, "pending": pending},
+            "stopped": counts["stopped"], "diverged": counts["diverged"], "failed": counts["failed"],
+            "running": running, "pending": pending},
+            "early_stopping": spec.finetuning.scheduler.kind != "none",
             "failed_trials": [] if recorded is None else
             recorded.loc[recorded["status"] == "failed", ["checkpoint_id", "task", "learning_rate", "seed",
                                                           "error"]].to_dict("records"),
@@ -94,8 +97,10 @@ def print_status(study_dir: str) -> None:
     for state in ("running", "failed", "pending"):
         for name in runs[state]:
             print(f"    {state:8s} {name}")
+    # `stopped` (early, by the trial scheduler) is shown where a scheduler ran or left rows.
+    shown = ("ok", "stopped") if status["early_stopping"] or trials["stopped"] else ("ok",)
     print(f"  fine-tuning: {trials['planned']} trials: " +
-          ", ".join(f"{trials[k]} {k}" for k in ("ok", "running", "pending", "diverged", "failed")))
+          ", ".join(f"{trials[k]} {k}" for k in (*shown, "running", "pending", "diverged", "failed")))
     for row in status["failed_trials"][:10]:
         last_line = (row["error"] or "").strip().splitlines()[-1:] or [""]
         print(f"    failed   {row['checkpoint_id']} / {row['task']} / lr {row['learning_rate']:g} / "

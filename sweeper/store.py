@@ -346,10 +346,16 @@ def read_trials(study_dir: str | Path) -> pa.Table:
     return pa.Table.from_pandas(frame, schema=TRIAL_SCHEMA, preserve_index=False)
 
 
+FINISHED = frozenset({"ok", "diverged", "stopped"})
+"""Trial statuses that are never run again, `--retry-failed` or not (docs/results.md lists
+every status)."""
+
+
 def finished_trial_keys(study_dir: str | Path, include_failed: bool = True) -> set[str]:
     """Keys of trials that are not run again: ok, diverged (a property of the cell, not an
-    accident), and failed unless the user asks to retry failures."""
+    accident), stopped (a trial scheduler's decision, which the search has acted on), and failed
+    unless the user asks to retry failures."""
     table = read_table(study_dir, TRIALS)
     statuses = table.column("status").to_pylist()
-    final = {"ok", "diverged", "failed"} if include_failed else {"ok", "diverged"}
+    final = FINISHED | {"failed"} if include_failed else FINISHED
     return {key for key, status in zip(table.column("trial_key").to_pylist(), statuses) if status in final}

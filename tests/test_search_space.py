@@ -185,6 +185,9 @@ def test_every_form_of_tunes_vocabulary_is_read(tmp_path):
     assert convert_space("1e-5", float, "k", context, True) == 1e-5
 
 
+OPTUNA = ("  learning_rates: [0.001] ", "  search: optuna\n  learning_rates: [0.001] ")
+RANDOM = ("  learning_rates: [0.001] ", "  search: random\n  learning_rates: [0.001] ")
+
 MALFORMED_FORMS = [
     # (name, (old, new) in smoke.yaml, key path, reason)
     ("pretraining distribution", ("    peak_lr: 0.002", "    peak_lr: {loguniform: [1.0e-4, 1.0e-2]}"),
@@ -246,6 +249,37 @@ MALFORMED_FORMS = [
      "finetuning.weight_decay.loguniform", "search: grid takes a value or a grid"),
     ("randint in grid mode", ("  batch_size: 16 ", "  batch_size: {randint: [8, 33]} "),
      "finetuning.batch_size.randint", "search: grid takes a value or a grid"),
+    ("grid in optuna mode", (OPTUNA, ("  max_steps: 8 ", "  max_steps: 8\n  weight_decay: [0.0, 0.1] ")),
+     "finetuning.weight_decay", "a grid goes with search: grid; search: optuna samples its points: write "
+                                "{choice: [0.0, 0.1]}"),
+    ("grid_search in random mode", (RANDOM, ("  max_steps: 8 ", "  max_steps: 8\n  weight_decay: {grid_search: [0.0, 0.1]} ")),
+     "finetuning.weight_decay.grid_search", "a grid goes with search: grid; search: random samples"),
+    ("random mode without samples", (("  learning_rates: [0.001] ", "  search: random\n  random: {samples: 0}\n  "
+                                                                    "learning_rates: [0.001] "),),
+     "finetuning.random.samples", "must be positive, got 0"),
+    ("optuna samples given twice", (("  learning_rates: [0.001] ", "  search: optuna\n  optuna: {samples: 4, "
+                                                                   "learning_rates_per_cell: 6}\n  learning_rates: [0.001] "),),
+     "finetuning.optuna.samples", "give samples or learning_rates_per_cell (its former name), not both"),
+    ("random learning-rate range inverted", (("  learning_rates: [0.001] ", "  search: random\n  random: {lr_min: 0.1, "
+                                                                           "lr_max: 0.01}\n  learning_rates: [0.001] "),),
+     "finetuning.random.lr_min", "need 0 < lr_min < lr_max"),
+    ("unknown search mode", ("  learning_rates: [0.001] ", "  search: bayes\n  learning_rates: [0.001] "),
+     "finetuning.search", "'bayes' is not one of 'grid', 'optuna', 'random'"),
+    ("range over the data length", (OPTUNA, ("  max_length: 48 ", "  max_length: {randint: [32, 65]} ")),
+     "finetuning.max_length.randint", "max_length shapes the tokenised task data"),
+    ("range over the QA stride", (RANDOM, ("  doc_stride: 8 ", "  doc_stride: {randint: [4, 9]} ")),
+     "finetuning.doc_stride.randint", "doc_stride shapes the tokenised task data"),
+    ("q-form on an integer field", (RANDOM, ("  doc_stride: 8 ", "  doc_stride: {quniform: [4, 8, 2]} ")),
+     "finetuning.doc_stride.quniform", "quniform draws real numbers"),
+    ("uniform over the betas pair", (OPTUNA, ("  max_steps: 8 ", "  max_steps: 8\n  betas: {uniform: [0.9, 0.99]} ")),
+     "finetuning.betas.uniform", "use choice over whole values"),
+    ("quniform end off the q grid", (OPTUNA, ("  max_steps: 8 ", "  max_steps: 8\n  weight_decay: {quniform: [0.01, 0.1, 0.02]} ")),
+     "finetuning.weight_decay.quniform[0]", "0.01 is not a multiple of q 0.02"),
+    ("choice combination the checks refuse", (OPTUNA, ("  max_length: 48 ", "  max_length: {choice: [48, 32]} "),
+                                              ("  doc_stride: 8 ", "  doc_stride: {choice: [8, 20]} ")),
+     "finetuning.doc_stride", "with max_length 32, doc_stride 20"),
+    ("scheduler without a curve", (RANDOM, ("  max_steps: 8 ", "  max_steps: 8\n  scheduler: {kind: asha}\n ")),
+     "finetuning.scheduler.kind", "set eval_every"),
 ]
 
 
@@ -290,8 +324,8 @@ def test_every_malformed_form_exits_2_through_the_plan_command_without_ray(tmp_p
 
 def test_a_fine_tuning_grid_plans_in_grid_mode_and_is_refused_in_optuna_mode(tmp_path):
     """A grid over a protocol field multiplies the grid's trials (tests/test_sweep_grid.py says
-    how); optuna mode searches the learning rate alone, so there it says so (exit 2) rather than
-    planning trials that ignore the grid."""
+    how); optuna mode samples its points, so there a grid is refused with the choice that says
+    the same (exit 2) rather than planning trials that ignore it."""
     grid = smoke_with(("  max_steps: 8 ", "  max_steps: 8\n  weight_decay: [0.0, 0.1] "))
     result = plan_cli(write(tmp_path, grid))
     assert result.returncode == 0, result.stderr
@@ -299,5 +333,34 @@ def test_a_fine_tuning_grid_plans_in_grid_mode_and_is_refused_in_optuna_mode(tmp
     result = plan_cli(write(tmp_path, grid.replace("  max_steps: 8\n", "  max_steps: 8\n  search: optuna\n"),
                             "optuna.yaml"))
     assert result.returncode == 2
-    assert "finetuning.weight_decay: search: optuna samples the learning rate alone" in result.stderr
-    assert "Traceback" not in result.stderr
+    assert "finetuning.weight_decay: a grid goes with search: grid; search: optuna samples its points" in result.stderr
+    assert "{choice: [0.0, 0.1]}" in result.stderr and "Traceback" not in result.stderr
+
+
+def test_distributions_plan_in_optuna_and_random_mode_and_the_plan_names_the_space(tmp_path):
+    """Acceptance: a batch-size choice in random mode, weight decay x learning rate in optuna mode."""
+    random_spec = smoke_with(RANDOM, ("  batch_size: 16 ", "  batch_size: {choice: [8, 16]} "))
+    result = plan_cli(write(tmp_path, random_spec, "random.yaml"))
+    assert result.returncode == 0, result.stderr
+    assert re.search(r"fine-tuning trials:\s+240 = 4 checkpoints x 5 datasets x 6 random samples x 2 seeds; "
+                     r"drawn per cell from learning_rate loguniform \[1e-05, 0\.0005\], batch_size choice \[8, 16\]",
+                     result.stdout), result.stdout
+    optuna_spec = smoke_with(OPTUNA, ("  max_steps: 8 ", "  max_steps: 8\n  optuna: {samples: 3}\n  "
+                                                         "weight_decay: {uniform: [0.0, 0.2]} "))
+    result = plan_cli(write(tmp_path, optuna_spec, "optuna.yaml"))
+    assert result.returncode == 0, result.stderr
+    assert ("fine-tuning trials:     120 = 4 checkpoints x 5 datasets x 3 Optuna samples x 2 seeds; TPE per cell over "
+            "learning_rate loguniform [1e-05, 0.0005], weight_decay uniform [0.0, 0.2]; searched fields budgeted at "
+            "their largest values") in result.stdout, result.stdout
+    spec = load_spec(write(tmp_path, optuna_spec, "optuna.yaml"))
+    assert spec.finetuning.searched() == {"weight_decay": Distribution("uniform", (0.0, 0.2))}
+    assert spec.finetuning.optuna.samples_per_cell == 3
+
+
+def test_the_former_sample_count_name_keeps_working(tmp_path):
+    old = load_spec(write(tmp_path, smoke_with(OPTUNA, ("  max_steps: 8 ", "  max_steps: 8\n  optuna: "
+                                                                            "{learning_rates_per_cell: 4} ")), "old.yaml"))
+    new = load_spec(write(tmp_path, smoke_with(OPTUNA, ("  max_steps: 8 ", "  max_steps: 8\n  optuna: {samples: 4} ")),
+                          "new.yaml"))
+    assert old.finetuning.optuna.samples_per_cell == new.finetuning.optuna.samples_per_cell == 4
+    assert [t.trial_key for t in plan_study(old).trials] == [t.trial_key for t in plan_study(new).trials]

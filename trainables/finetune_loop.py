@@ -1,5 +1,10 @@
 """One fine-tuning trial: checkpoint x task x learning rate x seed, the paper's protocol.
 
+Under a Tune trial scheduler (ASHA, median stopping) the trial hands each point of its
+validation curve to a callback that reports it to Tune; a trial Tune stops ends inside that
+report (Ray raises SystemExit(0) in the trial's thread), and its weights and GPU memory are
+released before the reused worker takes its next trial.
+
 Run by Ray Tune as a function trainable with `reuse_actors=True`: one worker process runs
 many trials in a row, so everything a trial sets (seeds, threads) is set again at its start,
 and the read-only inputs (backbone weights, prepared task data) are cached per process: trials
@@ -9,6 +14,8 @@ from __future__ import annotations
 
 import math
 import time
+import traceback
+from collections.abc import Callable
 from functools import lru_cache
 
 import numpy as np
@@ -70,9 +77,26 @@ def evaluate(model, family: TaskFamily, split: dict, meta: dict, trial: TrialCon
     return score
 
 
-def run_trial(trial: TrialConfig) -> dict:
+CurvePointCallback = Callable[[int, float, float], None]
+"""Called at each curve point with (optimizer step, train loss, validation score)."""
+
+
+def run_trial(trial: TrialConfig, on_curve_point: CurvePointCallback | None = None) -> dict:
     """Train on the task's train split, then score the final weights on validation and test, and
-    (retrieval) on each evaluation-only set in `trial.companions` with the same weights."""
+    (retrieval) on each evaluation-only set in `trial.companions` with the same weights.
+    `on_curve_point` sees every point of the validation curve (every `runtime.eval_every`
+    steps, the final weights excepted) as it is measured."""
+    try:
+        return train_and_score(trial, on_curve_point)
+    except BaseException as stopped:  # Tune stopping the trial (SystemExit), or an error
+        traceback.clear_frames(stopped.__traceback__)  # the weights the unwound frames still hold
+        raise
+    finally:
+        if torch.cuda.is_available():  # the next trial on this reused worker starts with a clean GPU
+            torch.cuda.empty_cache()
+
+
+def train_and_score(trial: TrialConfig, on_curve_point: CurvePointCallback | None) -> dict:
     started = time.time()
     protocol, runtime = trial.protocol, trial.runtime
     torch.set_num_threads(runtime.threads)
@@ -115,6 +139,8 @@ def run_trial(trial: TrialConfig) -> dict:
         if runtime.eval_every and (step + 1) % runtime.eval_every == 0 and step + 1 < steps:
             curve.append({"step": step + 1, "train_loss": loss_value,
                           "validation_score": evaluate(model, family, splits["validation"], meta, trial)})
+            if on_curve_point is not None:
+                on_curve_point(step + 1, loss_value, curve[-1]["validation_score"])
     result = {"trial_key": trial.trial_key, "learning_rate": trial.learning_rate, "status": status,
               "train_loss": loss_value, "train_steps": step + 1 if status == "ok" else step,
               "metric": trial.task.metric, "validation_score": float("nan"), "test_score": float("nan"),
@@ -129,8 +155,5 @@ def run_trial(trial: TrialConfig) -> dict:
                 for split in ("validation", "test")}
     result["curve"] = curve + [{"step": result["train_steps"], "train_loss": loss_value,
                                 "validation_score": result["validation_score"], "test_score": result["test_score"]}]
-    del model, optimizer
-    if torch.cuda.is_available():  # the next trial on this reused worker starts with a clean GPU
-        torch.cuda.empty_cache()
     result["wall_time_s"] = time.time() - started
     return result

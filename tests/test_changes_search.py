@@ -1,0 +1,113 @@
+"""Change detection in every search mode (sweeper.changes): a cell is (checkpoint, task, point,
+seed), the point being the learning rate and swept values in grid mode and the sample number in
+optuna and random modes. Changing a fixed value lists the recorded cells it changes and
+`sweeper run` exits 3 before anything starts; adding a value or a sample adds cells only.
+
+Rows are recorded as the driver records them (`recording.trial_row` of the trial as it ran: an
+Optuna trial at the point its search picked), without Ray.
+"""
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from conftest import ROOT
+from sweeper.changes import find_changes, record_settings
+from sweeper.layout import StudyLayout
+from sweeper.plan import at_point, plan_study
+from sweeper.recording import trial_row
+from sweeper.spec import load_spec
+from sweeper.store import TRIALS, write_rows
+
+SMOKE = (ROOT / "search_spaces" / "smoke.yaml").read_text()
+
+MODES = {
+    "grid": ("  learning_rates: [0.001] ", "  learning_rates: [0.001, 0.002]\n  weight_decay: [0.1, 0.0] "),
+    "optuna": ("  learning_rates: [0.001] ", "  search: optuna\n  optuna: {samples: 2}\n"
+                                             "  weight_decay: {uniform: [0.0, 0.2]}\n  learning_rates: [0.001] "),
+    "random": ("  learning_rates: [0.001] ", "  search: random\n  random: {samples: 2}\n"
+                                             "  weight_decay: {uniform: [0.0, 0.2]}\n  learning_rates: [0.001] "),
+}
+MORE = {  # one more value / sample per cell
+    "grid": ("[0.001, 0.002]", "[0.001, 0.002, 0.004]"),
+    "optuna": ("optuna: {samples: 2}", "optuna: {samples: 3}"),
+    "random": ("random: {samples: 2}", "random: {samples: 3}"),
+}
+CHANGED = ("  max_steps: 8 ", "  max_steps: 6 ")
+
+
+def spec_file(tmp_path: Path, mode: str, *changes: tuple[str, str], name: str = "spec.yaml") -> Path:
+    text = SMOKE.replace(*MODES[mode], 1)
+    for old, new in changes:
+        assert old in text, old
+        text = text.replace(old, new, 1)
+    path = tmp_path / name
+    path.write_text(text)
+    return path
+
+
+def as_run(trial, number: int):
+    """The trial as the driver records it: an Optuna trial at a point its search could pick."""
+    if trial.search_mode != "optuna":
+        return trial
+    return at_point(trial, {"learning_rate": 1e-4 * (1 + trial.sample), "weight_decay": 0.05 + 0.01 * trial.sample})
+
+
+def record(tmp_path: Path, mode: str, count: int = 6) -> tuple[StudyLayout, list]:
+    spec = load_spec(spec_file(tmp_path, mode))
+    plan = plan_study(spec)
+    layout = StudyLayout(str(tmp_path / "study"))
+    record_settings(spec, plan, layout)
+    recorded = list(plan.trials[:count])
+    write_rows(layout.root, TRIALS, [trial_row("smoke", as_run(t, i), {"validation_score": 50.0, "test_score": 40.0},
+                                               "ok", None) for i, t in enumerate(recorded)])
+    return layout, recorded
+
+
+@pytest.mark.parametrize("mode", list(MODES))
+def test_a_changed_fixed_value_lists_the_recorded_cells_and_more_samples_change_none(tmp_path, mode):
+    layout, recorded = record(tmp_path, mode)
+    same = load_spec(spec_file(tmp_path, mode))
+    assert not find_changes(same, plan_study(same), layout), "nothing changed"
+
+    more = load_spec(spec_file(tmp_path, mode, MORE[mode], name="more.yaml"))
+    more_plan = plan_study(more)
+    assert not find_changes(more, more_plan, layout), "more values or samples add cells, change none"
+    assert {t.trial_key for t in recorded} <= {t.trial_key for t in more_plan.trials}
+
+    changed = load_spec(spec_file(tmp_path, mode, CHANGED, name="changed.yaml"))
+    found = find_changes(changed, plan_study(changed), layout)
+    assert len(found.trials) == len(recorded), found.describe()
+    cell, why = found.trials[0]
+    assert any("max_steps: 8 -> 6" in reason for reason in why), found.describe()
+    if mode == "grid":
+        assert "lr 0.001 / weight_decay 0.1 / seed 0" in cell
+    else:
+        assert cell.endswith("/ sample 0 / seed 0") and recorded[0].task in cell
+
+
+@pytest.mark.parametrize("mode", ["optuna", "random"])
+def test_a_changed_search_space_lists_the_recorded_samples_with_why(tmp_path, mode):
+    layout, recorded = record(tmp_path, mode)
+    changed = load_spec(spec_file(tmp_path, mode, ("{uniform: [0.0, 0.2]}", "{uniform: [0.0, 0.3]}"), name="wider.yaml"))
+    found = find_changes(changed, plan_study(changed), layout)
+    assert len(found.trials) == len(recorded)
+    assert "search.space.weight_decay: ['uniform', [0.0, 0.2]] -> ['uniform', [0.0, 0.3]]" in found.trials[0][1], \
+        found.describe()
+
+
+@pytest.mark.parametrize("mode", ["optuna", "random"])
+def test_sweeper_run_exits_3_naming_the_changed_cells_before_anything_starts(tmp_path, mode):
+    layout, recorded = record(tmp_path, mode)
+    path = spec_file(tmp_path, mode, CHANGED, name="changed.yaml")
+    code = ("import sys; from sweeper.cli import main; status = main(sys.argv[1:]); "
+            "print('ray imported' if 'ray' in sys.modules else 'no ray'); sys.exit(status)")
+    result = subprocess.run([sys.executable, "-c", code, "run", str(path), "--storage", layout.root],
+                            capture_output=True, text=True, cwd=ROOT, timeout=300)
+    assert result.returncode == 3, result.stdout[-3000:] + result.stderr[-3000:]
+    assert f"{len(recorded)} recorded fine-tuning cell(s) would be recomputed" in result.stderr
+    assert "/ sample 0 / seed 0: " in result.stderr and "max_steps: 8 -> 6" in result.stderr
+    assert "no ray" in result.stdout

@@ -1,0 +1,340 @@
+"""Early stopping (issue #17): Tune schedulers on the validation curve, `stopped` trials.
+
+Unit tests of the scheduler (sweeper.schedulers), of the worker's curve callback, and of how a
+stopped trial is recorded; a Tune run with a real searcher and recorder; and an Optuna study
+with ASHA end to end, rerun without a duplicate row.
+"""
+from __future__ import annotations
+
+from dataclasses import replace
+from types import SimpleNamespace
+
+import pyarrow.parquet as pq
+import pytest
+import ray
+from ray import tune
+from ray.tune.schedulers import ASHAScheduler, MedianStoppingRule, TrialScheduler
+from ray.tune.search import Searcher
+
+from conftest import ROOT
+from sweeper import analysis
+from sweeper.layout import StudyLayout
+from sweeper.plan import plan_study
+from sweeper.progress import ProgressLine
+from sweeper.recording import FINAL, ResultsRecorder
+from sweeper.schedulers import TIME_ATTR, CellScheduler, make_scheduler
+from sweeper.search import SEARCH_METRIC
+from sweeper.shards import GridShard
+from sweeper.spec import load_spec
+from sweeper.store import EVAL_CURVES, TRIALS, finished_trial_keys, read_table, read_trials
+
+ES_SPEC = """\
+study: early-stopping
+model: {preset: nano}
+data: {vocab_size: 1024, seq_len: 64, max_documents: 400}
+pretraining:
+  steps: 12
+  global_batch_size: 4
+  warmup_steps: 2
+  decay_steps: 4
+  log_every: 6
+  runs:
+    - {objective: mlm}
+finetuning:
+  tasks: [wordnet-supersense-cls]
+  search: optuna
+  optuna: {learning_rates_per_cell: 5, lr_min: 0.0001, lr_max: 0.3, startup_samples: 3}
+  scheduler: {kind: asha, grace_period: 1}
+  seeds: [0, 1]
+  batch_size: 8
+  micro_batch_size: 8
+  max_steps: 8
+  eval_every: 2
+  max_length: 32
+  max_train_examples: 64
+  max_eval_examples: 32
+"""
+
+
+def es_spec(tmp_path, text: str = ES_SPEC):
+    path = tmp_path / "es.yaml"
+    path.write_text(text)
+    return path
+
+
+class FakeTrial:
+    """What a scheduler and a callback read of a Tune trial: its id, config and last result
+    (hashable by identity, as Tune's trials are)."""
+
+    def __init__(self, trial_id: str, config: dict):
+        self.trial_id, self.config, self.last_result = trial_id, config, {}
+
+
+def fake_trial(trial_id: str, cell: str) -> FakeTrial:
+    return FakeTrial(trial_id, {"cell": cell})
+
+
+def point(step: int, score: float) -> dict:
+    return {TIME_ATTR: step, SEARCH_METRIC: score}
+
+
+# -- the scheduler -----------------------------------------------------------------------------
+
+def test_no_scheduler_in_the_spec_is_none_and_grid_mode_refuses_one(tmp_path):
+    from sweeper.spec import SpecError
+
+    spec = load_spec(es_spec(tmp_path, ES_SPEC.replace("  scheduler: {kind: asha, grace_period: 1}\n", "")))
+    assert make_scheduler(spec.finetuning) is None
+    grid = ES_SPEC.replace("  search: optuna\n", "  learning_rates: [0.001]\n")
+    with pytest.raises(SpecError, match="scheduler.kind"):
+        load_spec(es_spec(tmp_path, grid))
+    with pytest.raises(SpecError, match="eval_every"):
+        load_spec(es_spec(tmp_path, ES_SPEC.replace("  eval_every: 2\n", "")))
+
+
+@pytest.mark.parametrize("kind", ["asha", "median"])
+def test_make_scheduler_judges_search_score_at_optimizer_steps_with_the_grace_in_curve_points(tmp_path, kind):
+    text = ES_SPEC.replace("{kind: asha, grace_period: 1}",
+                           f"{{kind: {kind}, grace_period: 3, reduction_factor: 2, min_samples_required: 4}}")
+    ft = load_spec(es_spec(tmp_path, text)).finetuning
+    scheduler = make_scheduler(ft, cell_of=lambda config: config["cell"])
+    assert isinstance(scheduler, CellScheduler) and scheduler.metric == SEARCH_METRIC
+    inner = scheduler.build()
+    assert isinstance(inner, ASHAScheduler if kind == "asha" else MedianStoppingRule)
+    assert inner._time_attr == TIME_ATTR == "train_steps" and inner._metric == SEARCH_METRIC
+    if kind == "asha":
+        bracket = inner._brackets[0]
+        assert inner._mode == "max" and bracket.rf == 2
+        assert bracket._rungs[-1][0] == 3 * 2, "the first rung: grace_period curve points of eval_every steps"
+    else:
+        assert inner._grace_period == 6 and inner._min_samples_required == 4 and inner._hard_stop
+
+
+def test_asha_compares_trials_within_their_cell_only(tmp_path):
+    ft = load_spec(es_spec(tmp_path)).finetuning  # asha, grace 1 curve point = 2 steps, rf 3
+    scheduler = make_scheduler(ft, cell_of=lambda config: config["cell"])
+    good, bad, other = fake_trial("a1", "A"), fake_trial("a2", "A"), fake_trial("b1", "B")
+    for trial in (good, bad, other):
+        scheduler.on_trial_add(None, trial)
+    assert scheduler.on_trial_result(None, good, point(2, 90.0)) == TrialScheduler.CONTINUE
+    assert scheduler.on_trial_result(None, bad, point(2, 10.0)) == TrialScheduler.STOP
+    # Cell B's first trial has nobody to be compared with: another task's 90 is no bar for it.
+    assert scheduler.on_trial_result(None, other, point(2, 10.0)) == TrialScheduler.CONTINUE
+    scheduler.on_trial_complete(None, bad, point(2, 10.0))
+    assert set(scheduler.by_cell) == {"A", "B"} and "a2" not in scheduler.cell_of_trial
+    # A trial is judged at its step, whatever its number of reports: step 7 is past rung 6.
+    late = fake_trial("a3", "A")
+    scheduler.on_trial_add(None, late)
+    assert scheduler.on_trial_result(None, late, point(7, 50.0)) == TrialScheduler.CONTINUE
+
+
+def test_median_stopping_never_pauses_a_trial(tmp_path):
+    """A function trainable has no checkpoint: a paused trial would start over. With too few
+    other trials to compare with, the median rule yields to waiting trials by pausing; not here."""
+    text = ES_SPEC.replace("{kind: asha, grace_period: 1}", "{kind: median, grace_period: 1, min_samples_required: 2}")
+    scheduler = make_scheduler(load_spec(es_spec(tmp_path, text)).finetuning)
+    waiting = SimpleNamespace(get_live_trials=lambda: [SimpleNamespace(status="PENDING")])
+    first, second, third = (fake_trial(f"t{i}", "A") for i in range(3))
+    for trial in (first, second, third):
+        scheduler.on_trial_add(waiting, trial)
+    assert scheduler.on_trial_result(waiting, first, point(2, 80.0)) == TrialScheduler.CONTINUE
+    assert scheduler.on_trial_result(waiting, second, point(2, 70.0)) == TrialScheduler.CONTINUE
+    assert scheduler.on_trial_result(waiting, third, point(2, 10.0)) == TrialScheduler.STOP
+    # Even a rule built to pause (hard_stop off) only ever continues or stops through CellScheduler.
+    pausing = CellScheduler(lambda: MedianStoppingRule(time_attr=TIME_ATTR, metric=SEARCH_METRIC, mode="max",
+                                                       grace_period=1, hard_stop=False), lambda config: None)
+    lone = fake_trial("x", "A")
+    pausing.on_trial_add(waiting, lone)
+    assert pausing.on_trial_result(waiting, lone, point(2, 10.0)) == TrialScheduler.CONTINUE
+
+
+# -- the worker ----------------------------------------------------------------------------------
+
+def test_the_trial_hands_each_curve_point_to_the_callback_and_ends_where_tune_stops_it(tmp_path, wordpiece_dir):
+    from sweeper.catalog import TASKS
+    from sweeper.configs import AdamWConfig, FinetuneProtocol, TrialConfig, TrialRuntime
+    from sweeper.registry import FAMILIES
+    from trainables.finetune_loop import run_trial
+    from trainables.tasks import data as task_data
+
+    task = TASKS["wordnet-supersense-cls"]
+    family = FAMILIES[task.family]
+    out = tmp_path / "prepared"
+    task_data.prepare_task_data(task, family.implementation, wordpiece_dir, 32, str(out), 48, 16, {})
+    trial = TrialConfig(
+        trial_key="k", task=task, family=family.implementation, seed=0, checkpoint_path=None,
+        protocol=FinetuneProtocol(learning_rate=1e-3, batch_size=8, max_steps=7, epochs=10.0, max_length=32,
+                                  warmup_ratio=0.1, optimizer=AdamWConfig()),
+        task_data_dir=str(out), runtime=TrialRuntime(micro_batch_size=8, eval_batch_size=16, eval_every=2),
+        random_init_config={"vocab_size": 512, "hidden_size": 32, "intermediate_size": 64, "num_hidden_layers": 1,
+                            "num_attention_heads": 4, "num_key_value_heads": 2})
+    points = []
+    result = run_trial(trial, lambda *p: points.append(p))
+    assert [p[0] for p in points] == [2, 4, 6], "a point every eval_every steps; the final weights are the result"
+    assert [(c["step"], c["train_loss"], c["validation_score"]) for c in result["curve"][:-1]] == points
+    assert result["train_steps"] == 7 and result["status"] == "ok"
+
+    def stop_at_second(step, train_loss, validation_score):  # what tune.report does to a stopped trial
+        if step == 4:
+            raise SystemExit(0)
+    with pytest.raises(SystemExit):
+        run_trial(trial, stop_at_second)
+    assert run_trial(replace(trial, seed=1))["status"] == "ok", "the worker runs its next trial as usual"
+
+
+# -- recording -------------------------------------------------------------------------------------
+
+def smoke_shard(tmp_path, n: int = 3):
+    trials = list(plan_study(load_spec(ROOT / "search_spaces" / "smoke.yaml")).trials[:n])
+    layout = StudyLayout(str(tmp_path))
+    return trials, layout, GridShard(trials, layout, {(None, t.task): "unused" for t in trials})
+
+
+def test_a_stopped_trial_is_recorded_with_its_last_curve_point_and_is_finished(tmp_path):
+    trials, layout, shard = smoke_shard(tmp_path)
+    recorder = ResultsRecorder("smoke", layout, shard, ProgressLine("finetune", 2, unit="trials"))
+    stopped, finished = fake_trial("s", "A"), fake_trial("f", "A")
+    stopped.config = {"trial_index": 0}
+    finished.config = {"trial_index": 1}
+    for step, score in [(2, 40.0), (4, 45.0)]:
+        last = {"trial_key": trials[0].trial_key, "learning_rate": 0.001, "train_steps": step, "train_loss": 1.0 / step,
+                "validation_score": score, SEARCH_METRIC: score, "wall_time_s": 0.5, FINAL: False}
+        recorder.on_trial_result(0, [], stopped, last)
+    stopped.last_result = {**last, "done": True}
+    recorder.on_trial_start(0, [], stopped)
+    recorder.on_trial_complete(0, [], stopped)
+    final = {"status": "ok", "validation_score": 60.0, "test_score": 55.0, "train_loss": 0.2, "train_steps": 8,
+             "curve": [{"step": 8, "train_loss": 0.2, "validation_score": 60.0, "test_score": 55.0}], FINAL: True}
+    recorder.on_trial_result(0, [], finished, final)
+    finished.last_result = final
+    recorder.on_trial_start(0, [], finished)
+    recorder.on_trial_complete(0, [], finished)
+    recorder.flush()
+
+    rows = {row["trial_key"]: row for row in pq.read_table(tmp_path / "results" / TRIALS).to_pylist()}
+    row = rows[trials[0].trial_key]
+    assert row["status"] == "stopped" and row["validation_score"] == 45.0 and row["test_score"] is None
+    assert row["train_steps"] == 4 and row["train_loss"] == 0.25 and row["learning_rate"] == 0.001
+    assert rows[trials[1].trial_key]["status"] == "ok"
+    curves = pq.read_table(tmp_path / "results" / EVAL_CURVES).to_pandas()
+    mine = curves[curves["trial_key"] == trials[0].trial_key].sort_values("step")
+    assert mine[["step", "validation_score"]].values.tolist() == [[2, 40.0], [4, 45.0]]
+    assert mine["test_score"].isna().all() and not recorder.curves
+    # Finished: never run again, with or without --retry-failed.
+    assert trials[0].trial_key in finished_trial_keys(tmp_path)
+    assert trials[0].trial_key in finished_trial_keys(tmp_path, include_failed=False)
+
+
+def test_stopped_rows_are_counted_but_never_selected_nor_in_intervals(tmp_path):
+    import pandas as pd
+
+    from sweeper.recording import trial_row
+
+    trials, _, _ = smoke_shard(tmp_path, 8)
+    cell = [t for t in trials if (t.checkpoint.checkpoint_id, t.task) == (trials[0].checkpoint.checkpoint_id,
+                                                                         trials[0].task)]
+    rows = []
+    for i, trial in enumerate(cell[:2]):
+        rows.append(trial_row("s", trial, {"validation_score": 50.0 + i, "test_score": 40.0 + i, "train_steps": 8},
+                              "ok", None))
+    best_stopped = replace(cell[0], seed=7)
+    rows.append(trial_row("s", best_stopped, {"learning_rate": 5e-3, "validation_score": 99.0, "train_steps": 2},
+                          "stopped", None))
+    rows[-1]["learning_rate"], rows[-1]["trial_key"] = 5e-3, "stopped-key"
+    frame = pd.DataFrame(rows)
+    best = analysis.best_params_table(frame)
+    assert len(best) == 1 and best.loc[0, "learning_rate"] == 1e-3 and best.loc[0, "seeds"] == 2
+    assert analysis.selected_scores(frame, best)["test_score"].notna().all()
+    counts = analysis.status_counts(frame)
+    assert counts.loc[0, "ok"] == 2 and counts.loc[0, "stopped"] == 1 and counts.loc[0, "trials"] == 3
+
+
+# -- on Tune ------------------------------------------------------------------------------------------
+
+def curve_trainable(config):
+    """Reports a curve whose level is the config's `level`: low levels are the ones to stop."""
+    for step in (2, 4, 6):
+        tune.report({"trial_key": "x", "learning_rate": 0.001, TIME_ATTR: step, "train_loss": 1.0,
+                     "validation_score": config["level"] + step, SEARCH_METRIC: config["level"] + step,
+                     FINAL: False})
+    tune.report({"status": "ok", TIME_ATTR: 8, "validation_score": config["level"] + 8.0, "test_score": 1.0,
+                 SEARCH_METRIC: config["level"] + 8.0, "curve": [], FINAL: True})
+
+
+class ListSearcher(Searcher):
+    """Hands out the trials of `levels` one at a time (each after the previous one completed)
+    and keeps the result Tune gives it for each: what Optuna's searcher would be told."""
+
+    def __init__(self, levels: list[float]):
+        super().__init__(metric=SEARCH_METRIC, mode="max")
+        self.levels, self.issued, self.completed = levels, 0, {}
+
+    def suggest(self, trial_id):
+        if self.issued == len(self.levels):
+            return Searcher.FINISHED
+        if self.issued > len(self.completed):
+            return None
+        self.issued += 1
+        return {"trial_index": self.issued - 1, "level": self.levels[self.issued - 1]}
+
+    def on_trial_complete(self, trial_id, result=None, error=False):
+        self.completed[result["config/trial_index"]] = result
+
+
+@pytest.mark.e2e
+def test_tune_stops_trials_and_hands_their_last_point_to_the_searcher_and_the_store(ray_head, tmp_path):
+    trials, layout, shard = smoke_shard(tmp_path, 4)
+    ft = load_spec(es_spec(tmp_path)).finetuning
+    searcher = ListSearcher([50.0, 60.0, 10.0, 70.0])
+    ray.init(address=ray_head[0], log_to_driver=False, runtime_env={"env_vars": {"PYTHONPATH": str(ROOT / "tests")}})
+    try:
+        recorder = ResultsRecorder("smoke", layout, shard, ProgressLine("finetune", 4, unit="trials"))
+        tune.Tuner(curve_trainable, tune_config=tune.TuneConfig(
+            search_alg=searcher, num_samples=4, reuse_actors=True, max_concurrent_trials=1,
+            scheduler=make_scheduler(ft, cell_of=lambda config: "one cell")),
+            run_config=tune.RunConfig(storage_path=str(tmp_path / "tune"), callbacks=[recorder], verbose=0)).fit()
+    finally:
+        ray.shutdown()
+    rows = {row["trial_key"]: row for row in read_trials(tmp_path).to_pylist()}
+    statuses = [rows[t.trial_key]["status"] for t in trials]
+    assert statuses == ["ok", "ok", "stopped", "ok"], statuses  # 10 + 2 is below the rung's cutoff
+    stopped = rows[trials[2].trial_key]
+    assert stopped["validation_score"] == 12.0 and stopped["train_steps"] == 2 and stopped["test_score"] is None
+    # The searcher is told the stopped trial's last curve point, as the store records it.
+    assert searcher.completed[2][SEARCH_METRIC] == 12.0 and searcher.completed[0][SEARCH_METRIC] == 58.0
+    curves = read_table(tmp_path, EVAL_CURVES).to_pandas()
+    assert curves[curves["trial_key"] == trials[2].trial_key]["step"].tolist() == [2]
+
+
+# -- end to end ----------------------------------------------------------------------------------------
+
+@pytest.mark.e2e
+def test_an_optuna_search_with_asha_records_stopped_trials_and_a_rerun_adds_nothing(ray_head, tmp_path):
+    from conftest import run_sweeper
+
+    spec, study = es_spec(tmp_path), tmp_path / "study"
+    first = run_sweeper("run", str(spec), "--storage", str(study), address=ray_head[0])
+    assert first.returncode == 0, first.stdout[-4000:] + first.stderr[-3000:]
+    rows = pq.read_table(study / "results" / "trials").to_pandas()
+    assert len(rows) == 5 * 2 and rows["trial_key"].is_unique  # the search ran all its samples x seeds
+    assert sorted(rows["sample"].unique()) == list(range(5))
+    assert (rows.groupby("sample")["learning_rate"].nunique() == 1).all()
+    assert set(rows["status"]) == {"ok", "stopped"}, rows[["sample", "seed", "status", "validation_score"]]
+    stopped, ok = rows[rows["status"] == "stopped"], rows[rows["status"] == "ok"]
+    assert stopped["test_score"].isna().all() and ok["test_score"].notna().all()
+    assert set(stopped["train_steps"]) <= {2, 4, 6} and set(ok["train_steps"]) == {8}
+    curves = pq.read_table(study / "results" / "eval_curves").to_pandas()
+    for row in stopped.itertuples():  # the row's score is its last curve point
+        mine = curves[curves["trial_key"] == row.trial_key].sort_values("step")
+        assert mine["step"].iloc[-1] == row.train_steps and mine["validation_score"].iloc[-1] == row.validation_score
+        assert mine["step"].tolist() == list(range(2, row.train_steps + 1, 2))
+    best = analysis.best_params_table(read_trials(study).to_pandas())
+    assert len(best) == 1 and best.loc[0, "learning_rate"] in set(ok["learning_rate"])
+
+    status = run_sweeper("status", str(study), address=ray_head[0])
+    assert f"10 trials: {len(ok)} ok, {len(stopped)} stopped, 0 running, 0 pending" in status.stdout, status.stdout
+
+    again = run_sweeper("run", str(spec), "--storage", str(study), address=ray_head[0])
+    assert again.returncode == 0, again.stdout[-4000:] + again.stderr[-3000:]
+    assert "10 already recorded, 0 blocked by failed runs, 0 to run" in again.stdout
+    assert len(read_table(study, TRIALS)) == 10
