@@ -105,7 +105,8 @@ def with_params(trials: pd.DataFrame) -> pd.DataFrame:
 def ok_trials(trials: pd.DataFrame) -> pd.DataFrame:
     """The trials that ran to their end: every analysis reads these. A trial stopped early by a
     trial scheduler (`stopped`) has no test score and is never selected; a point some of whose
-    seeds were stopped is judged on the seeds that finished (its `seeds` count says how many)."""
+    seeds were stopped keeps the seeds that finished (its `seeds` count says how many), and is
+    selected only where no point of its cell finished every seed (`best_params_table`)."""
     trials = with_params(trials)
     return trials[trials["status"] == "ok"]
 
@@ -159,9 +160,17 @@ def best_params_table(trials: pd.DataFrame) -> pd.DataFrame:
     if ok.empty:
         return pd.DataFrame()
     per_point = point_table(ok, ["checkpoint_id", "task", "task_category"])
+    # A point some of whose seeds a scheduler stopped is judged on the seeds that survived, the
+    # lucky ones: its mean is biased upwards, so points that finished every seed come first.
+    keys = ["checkpoint_id", "task", "learning_rate", *axes(ok)]
+    stopped = with_params(trials)
+    stopped = stopped.loc[stopped["status"] == "stopped", keys].drop_duplicates().assign(seed_stopped=True)
+    per_point = per_point.merge(stopped, on=keys, how="left")
+    per_point["seed_stopped"] = per_point["seed_stopped"].astype("boolean").fillna(False).astype(bool)
     # A cell with no validation score at any point has nothing to select on: it is left out.
-    best = (per_point.dropna(subset=["validation_mean"]).sort_values("validation_mean", ascending=False, kind="stable")
-                     .drop_duplicates(["checkpoint_id", "task"]))
+    best = (per_point.dropna(subset=["validation_mean"])
+                     .sort_values(["seed_stopped", "validation_mean"], ascending=[True, False], kind="stable")
+                     .drop_duplicates(["checkpoint_id", "task"]).drop(columns="seed_stopped"))
     best = best.merge(run_table(ok), on="checkpoint_id")
     return best.sort_values(["task", "objective", "checkpoint_id"]).reset_index(drop=True)
 

@@ -32,7 +32,7 @@ from sweeper.progress import ProgressLine
 from sweeper.recording import FINAL, ResultsRecorder
 from sweeper.schedulers import make_scheduler
 from sweeper.search import SEARCH_METRIC, Gate, search_score
-from sweeper.shards import EvaluationSets, Shard, grid_shards, optuna_shards, trial_runtime
+from sweeper.shards import EvaluationSets, Shard, study_shards
 from sweeper.spec import StudySpec
 from sweeper.store import EVAL_CURVES, TRIALS, compact, finished_trial_keys
 from sweeper.task_prep import prepare_tasks
@@ -108,10 +108,7 @@ def run_finetuning(spec: StudySpec, plan: StudyPlan, layout: StudyLayout, corpus
     needed = {t.checkpoint.run.tokenizer for t in pending}
     task_dirs = prepare_tasks(spec, layout, {k: v for k, v in corpus_dirs.items() if k in needed})
     sets = EvaluationSets(plan, spec.finetuning.tasks, done)
-    shards = (grid_shards(sets.training_trials(list(plan.trials), pending), layout, task_dirs,
-                          spec.resources.trials_per_shard, sets, trial_runtime(spec))
-              if spec.finetuning.search == "grid"
-              else optuna_shards(spec, plan, pending, done, layout, task_dirs, sets))
+    shards = study_shards(spec, plan, pending, done, layout, task_dirs, sets)
     tally = run_shards(spec, shards, layout, gate=Gate(scheduler))
     return {**tally, "failed": tally.get("failed", 0) + skipped_failures} if skipped_failures else tally
 

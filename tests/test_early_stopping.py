@@ -247,6 +247,17 @@ def test_stopped_rows_are_counted_but_never_selected_nor_in_intervals(tmp_path):
     assert analysis.selected_scores(frame, best)["test_score"].notna().all()
     counts = analysis.status_counts(frame)
     assert counts.loc[0, "ok"] == 2 and counts.loc[0, "stopped"] == 1 and counts.loc[0, "trials"] == 3
+    # A point one of whose seeds was stopped has a survivor-biased mean: a point that finished
+    # every seed is selected before it, however high the survivor scored.
+    for seed, status in ((8, "ok"), (9, "stopped")):
+        rows.append(trial_row("s", replace(cell[0], seed=seed), {"validation_score": 80.0, "test_score": 70.0,
+                                                                 "train_steps": 8}, status, None))
+        rows[-1]["learning_rate"], rows[-1]["trial_key"] = 2e-3, f"lucky-{seed}"
+    best = analysis.best_params_table(pd.DataFrame(rows))
+    assert best.loc[0, "learning_rate"] == 1e-3 and best.loc[0, "seeds"] == 2
+    # Where no point finished every seed, the best of them is still selected.
+    only_partial = pd.DataFrame([r for r in rows if r["learning_rate"] == 2e-3])
+    assert analysis.best_params_table(only_partial).loc[0, "learning_rate"] == 2e-3
 
 
 # -- on Tune ------------------------------------------------------------------------------------------
