@@ -50,34 +50,6 @@ def test_failed_trials_are_recorded_with_their_error_and_the_grid_goes_on(ray_he
     assert "3/3 trials" in capsys.readouterr().out
 
 
-@pytest.mark.e2e
-def test_optuna_mode_searches_each_cell_with_seed_repeats_and_extends_on_rerun(ray_head, tmp_path):
-    from conftest import run_sweeper
-    from sweeper.store import read_trials
-
-    spec, study = ROOT / "tests" / "specs" / "optuna.yaml", tmp_path / "study"
-    first = run_sweeper("run", str(spec), "--storage", str(study), address=ray_head[0])
-    assert first.returncode == 0, first.stdout[-4000:] + first.stderr[-3000:]
-    rows = read_trials(study).to_pandas()
-    assert len(rows) == 2 * 2 * 2 * 2  # checkpoints x tasks x samples x seeds
-    assert set(rows["search_mode"]) == {"optuna"} and set(rows["status"]) == {"ok"}
-    per_sample = rows.groupby(["checkpoint_id", "task", "sample"])
-    assert (per_sample["learning_rate"].nunique() == 1).all(), "a sample is one learning rate run with every seed"
-    assert (per_sample["seed"].apply(sorted).apply(tuple) == (0, 1)).all()
-    assert rows["learning_rate"].between(1e-4, 1e-2).all()
-    assert rows.groupby(["checkpoint_id", "task"])["learning_rate"].nunique().eq(2).all()
-
-    # Asking for a third sample per cell runs only the third sample, its search warm-started.
-    more = tmp_path / "three.yaml"
-    more.write_text(spec.read_text().replace("learning_rates_per_cell: 2", "learning_rates_per_cell: 3"))
-    second = run_sweeper("run", str(more), "--storage", str(study), address=ray_head[0])
-    assert second.returncode == 0, second.stdout[-4000:] + second.stderr[-3000:]
-    assert "16 already recorded, 0 blocked by failed runs, 8 to run" in second.stdout
-    rows = read_trials(study).to_pandas()
-    assert len(rows) == 24 and sorted(set(rows["sample"])) == [0, 1, 2]
-    assert "best LR" in (study / "report.md").read_text()
-
-
 def waiting_trainable(config):
     """Trial 0 ends at once; trial 1 waits for trial 0's row to reach the store, and says
     whether it did while trial 1 itself was still running."""
