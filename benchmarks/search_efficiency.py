@@ -10,7 +10,8 @@ pretrained checkpoints:
 - `tpe`: `search: optuna` over the same ranges (learning rate log-uniform between the grid's
   ends, weight decay a choice of the grid's values), as many samples per cell as the grid has
   points, seeds as repeats;
-- `tpe-asha`: the same search with `scheduler: {kind: asha}` on the validation curve.
+- `tpe-asha`: the same search with `scheduler: {kind: asha}` on the validation curve, which
+  judges a sample on its seeds' mean and stops its seeds together (sweeper.schedulers).
 
 Per (checkpoint, task) cell, the reference is the grid's selection: the best point on
 seed-averaged validation, and its mean test score. A search "has found" the cell after its
@@ -120,6 +121,24 @@ def finetuning_seconds(study: Path) -> float:
     return (rows["finished_at"].max() - started).total_seconds()
 
 
+def point_outcomes(rows) -> str:
+    """How the points (a sample, or a grid point, with every seed) ended: all seeds ok, all
+    stopped (and at which steps), or mixed."""
+    keys = ["checkpoint_id", "task", "sample"] if rows["sample"].notna().all() else [
+        "checkpoint_id", "task", "learning_rate", "params"]
+    counts = {"complete": 0, "stopped": 0, "mixed": 0}
+    steps = []
+    for _, point in rows.groupby(keys, dropna=False):
+        statuses = set(point["status"])
+        kind = "complete" if statuses == {"ok"} else "stopped" if statuses == {"stopped"} else "mixed"
+        counts[kind] += 1
+        if kind == "stopped":
+            steps.append(int(point["train_steps"].max()))
+    stopped_at = ", ".join(f"{n} at step {s}" for s, n in sorted({s: steps.count(s) for s in steps}.items()))
+    return (f"{counts['complete']} complete, {counts['stopped']} stopped" + (f" ({stopped_at})" if steps else "")
+            + f", {counts['mixed']} mixed")
+
+
 def reference(grid) -> dict:
     """Per cell: the grid's selected test mean and its trial-steps."""
     from sweeper import analysis
@@ -172,8 +191,8 @@ def main() -> None:
         walls[mode] = run_study(spec, study)
         tables[mode] = read_trials(study).to_pandas()
         outcomes = ", ".join(f"{n} {status}" for status, n in tables[mode]["status"].value_counts().items())
-        print(f"[{mode}] {len(tables[mode])} trials ({outcomes}), sweeper run {walls[mode]:.0f} s, "
-              f"fine-tuning ~{finetuning_seconds(study):.0f} s", flush=True)
+        print(f"[{mode}] {len(tables[mode])} trials ({outcomes}; points: {point_outcomes(tables[mode])}), "
+              f"sweeper run {walls[mode]:.0f} s, fine-tuning ~{finetuning_seconds(study):.0f} s", flush=True)
 
     ref = reference(tables["grid"])
     lines = [f"{'cell':44s} {'grid test':>9s} " + " ".join(f"{m + ' share':>18s}" for m in ("tpe", "tpe-asha"))]

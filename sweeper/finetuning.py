@@ -12,7 +12,8 @@ Built for the paper's ~18,000 trials from the start:
   tokenised data in its cache from one trial to the next;
 - a Tune callback records results in batches (sweeper.recording);
 - under a trial scheduler (sweeper.schedulers: optuna and random modes) a trial reports each
-  curve point and may be stopped there; without one, a trial reports once, at its end.
+  curve point and may be stopped there, with the other seeds of its point; without one, a
+  trial reports once, at its end.
 Tasks are tokenised once before the grid (sweeper.task_prep).
 """
 from __future__ import annotations
@@ -63,9 +64,14 @@ def finetune_trainable(config: dict, shard: Shard, report_curve: bool = False) -
 
 def cell_of(shard: Shard, config: dict) -> tuple[str, str]:
     """The (checkpoint, task) cell of the trial at `config`: what a trial scheduler compares
-    trials within (sweeper.schedulers)."""
+    points within (sweeper.schedulers)."""
     trial = shard.trial(config)
     return trial.checkpoint.checkpoint_id, trial.task
+
+
+def point_of(shard: Shard, config: dict) -> tuple:
+    """The point whose seeds a trial scheduler judges on their mean and stops together."""
+    return shard.point(config)
 
 
 def short_trial_dirname(trial) -> str:
@@ -129,7 +135,8 @@ def run_shards(spec: StudySpec, shards: list[Shard], layout: StudyLayout, traina
     for number, shard in enumerate(shards):
         if not shard.has_work(gate):
             continue
-        early_stopping = make_scheduler(spec.finetuning, cell_of=partial(cell_of, shard))
+        early_stopping = make_scheduler(spec.finetuning, cell_of=partial(cell_of, shard),
+                                        point_of=partial(point_of, shard))
         trainable = tune.with_resources(
             tune.with_parameters(trainable_fn, shard=shard, **trainable_args,
                                  **({"report_curve": True} if early_stopping is not None else {})),

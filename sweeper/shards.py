@@ -155,6 +155,13 @@ class Shard:
         """Key of the group the trial's rows are held in until all of it is done (None: none)."""
         return None
 
+    def point(self, config: dict) -> tuple:
+        """The point the trial is a seed of, which a trial scheduler judges and stops as one
+        (sweeper.schedulers): its cell, sample, learning rate and swept values."""
+        trial = self.trial(config)
+        return (trial.checkpoint.checkpoint_id, trial.task, trial.sample, trial.learning_rate,
+                params_text(trial.params))
+
 
 class GridShard(Shard):
     """Up to `capacity` of the call's pending `trials`: Tune's config is the trial's index there.
@@ -218,6 +225,9 @@ class OptunaShard(Shard):
 
     def group(self, config: dict):
         return config["cell"], config["sample"]
+
+    def point(self, config: dict) -> tuple:
+        return self.group(config)  # a sample is one point run with every seed
 
 
 def grid_shards(pending: list[Trial], layout: StudyLayout, task_dirs: dict, size: int,

@@ -1,8 +1,9 @@
 """Early stopping (issue #17): Tune schedulers on the validation curve, `stopped` trials.
 
-Unit tests of the scheduler (sweeper.schedulers), of the worker's curve callback, and of how a
-stopped trial is recorded; a Tune run with a real searcher and recorder; and an Optuna study
-with ASHA end to end, rerun without a duplicate row.
+Unit tests of the scheduler (sweeper.schedulers: a point's seeds judged on their mean and
+stopped together), of the worker's curve callback, and of how a stopped trial is recorded; a
+Tune run with a real searcher and recorder; and an Optuna study with ASHA end to end, rerun
+without a duplicate row.
 """
 from __future__ import annotations
 
@@ -70,12 +71,50 @@ class FakeTrial:
         self.trial_id, self.config, self.last_result = trial_id, config, {}
 
 
-def fake_trial(trial_id: str, cell: str) -> FakeTrial:
-    return FakeTrial(trial_id, {"cell": cell})
+def fake_trial(trial_id: str, cell: str, point: str | None = None) -> FakeTrial:
+    return FakeTrial(trial_id, {"cell": cell, "point": point or trial_id})
 
 
 def point(step: int, score: float) -> dict:
     return {TIME_ATTR: step, SEARCH_METRIC: score}
+
+
+def curve_point(step: int, score: float) -> dict:
+    """A curve point as the trainable reports it under a scheduler: not final."""
+    return {**point(step, score), FINAL: False}
+
+
+class FakeController:
+    """What the scheduler calls on Tune's controller: stop a held seed (Tune then completes it
+    in the scheduler) or resume it (its next `train` call)."""
+
+    def __init__(self, scheduler):
+        self.scheduler, self.stopped, self.resumed = scheduler, [], []
+
+    def stop_trial(self, trial) -> None:
+        self.stopped.append(trial.trial_id)
+        self.scheduler.on_trial_complete(self, trial, trial.last_result)
+
+    def _schedule_trial_train(self, trial) -> None:
+        self.resumed.append(trial.trial_id)
+
+    def get_live_trials(self) -> list:
+        return []
+
+
+def seeded_scheduler(tmp_path):
+    """ASHA (first rung at step 2, rf 3) judging points, with a first point whose seeds both
+    score 80 at the rung: the bar the next point is measured against."""
+    ft = load_spec(es_spec(tmp_path)).finetuning
+    scheduler = make_scheduler(ft, cell_of=lambda config: config["cell"], point_of=lambda config: config["point"])
+    controller = FakeController(scheduler)
+    first = [fake_trial(f"p0-s{i}", "A", "p0") for i in range(2)]
+    for trial in first:
+        scheduler.on_trial_add(controller, trial)
+    assert scheduler.on_trial_result(controller, first[0], curve_point(2, 80.0)) == TrialScheduler.NOOP
+    assert scheduler.on_trial_result(controller, first[1], curve_point(2, 80.0)) == TrialScheduler.CONTINUE
+    assert controller.resumed == ["p0-s0"], "the held seed resumes once its sibling reached the step"
+    return scheduler, controller
 
 
 # -- the scheduler -----------------------------------------------------------------------------
@@ -121,7 +160,7 @@ def test_asha_compares_trials_within_their_cell_only(tmp_path):
     # Cell B's first trial has nobody to be compared with: another task's 90 is no bar for it.
     assert scheduler.on_trial_result(None, other, point(2, 10.0)) == TrialScheduler.CONTINUE
     scheduler.on_trial_complete(None, bad, point(2, 10.0))
-    assert set(scheduler.by_cell) == {"A", "B"} and "a2" not in scheduler.cell_of_trial
+    assert set(scheduler.by_cell) == {"A", "B"} and "a2" not in scheduler.point_of_trial
     # A trial is judged at its step, whatever its number of reports: step 7 is past rung 6.
     late = fake_trial("a3", "A")
     scheduler.on_trial_add(None, late)
@@ -146,6 +185,45 @@ def test_median_stopping_never_pauses_a_trial(tmp_path):
     lone = fake_trial("x", "A")
     pausing.on_trial_add(waiting, lone)
     assert pausing.on_trial_result(waiting, lone, point(2, 10.0)) == TrialScheduler.CONTINUE
+
+
+def test_a_point_whose_seed_mean_is_low_is_stopped_with_all_its_seeds_though_one_seed_is_high(tmp_path):
+    scheduler, controller = seeded_scheduler(tmp_path)
+    high, low = fake_trial("p1-s0", "A", "p1"), fake_trial("p1-s1", "A", "p1")
+    for trial in (high, low):
+        scheduler.on_trial_add(controller, trial)
+    # Alone, 90 clears the rung (the first point's 80); the point's mean, (90 + 10) / 2, does not.
+    high.last_result = curve_point(2, 90.0)
+    assert scheduler.on_trial_result(controller, high, high.last_result) == TrialScheduler.NOOP, "held for its sibling"
+    assert scheduler.on_trial_result(controller, low, curve_point(2, 10.0)) == TrialScheduler.STOP
+    assert controller.stopped == ["p1-s0"] and "p1-s0" not in controller.resumed, "stopped with the point"
+    assert scheduler.on_trial_result(controller, high, curve_point(4, 95.0)) == TrialScheduler.STOP
+    # A seed that starts after its point was stopped is stopped at its first report.
+    late = fake_trial("p1-s2", "A", "p1")
+    scheduler.on_trial_add(controller, late)
+    assert scheduler.on_trial_result(controller, late, curve_point(2, 99.0)) == TrialScheduler.STOP
+    assert "1 of 2 points stopped" in scheduler.debug_string()
+
+
+def test_a_point_whose_seed_mean_is_high_runs_on_with_all_its_seeds_though_one_seed_is_low(tmp_path):
+    scheduler, controller = seeded_scheduler(tmp_path)
+    high, low, waiting = (fake_trial(f"p1-s{i}", "A", "p1") for i in range(3))
+    waiting.status = "PENDING"  # no worker yet: it holds nobody back
+    for trial in (high, low, waiting):
+        scheduler.on_trial_add(controller, trial)
+    # Alone, 70 is under the rung's cutoff; the point's mean, (95 + 70) / 2, is above the bar.
+    assert scheduler.on_trial_result(controller, low, curve_point(2, 70.0)) == TrialScheduler.NOOP
+    assert scheduler.on_trial_result(controller, high, curve_point(2, 95.0)) == TrialScheduler.CONTINUE
+    assert controller.resumed[-1] == "p1-s1" and controller.stopped == []
+    # A seed that ended holds its siblings back no more; a seed that starts once its siblings
+    # passed the rung is not judged there again on its own (0 alone would be stopped).
+    scheduler.on_trial_complete(controller, high, {**point(8, 96.0), FINAL: True})
+    assert scheduler.on_trial_result(controller, low, curve_point(4, 72.0)) == TrialScheduler.CONTINUE
+    scheduler.on_trial_complete(controller, low, {**point(8, 71.0), FINAL: True})
+    waiting.status = "RUNNING"
+    for step in (2, 4, 6):
+        assert scheduler.on_trial_result(controller, waiting, curve_point(step, 0.0)) == TrialScheduler.CONTINUE
+    assert controller.stopped == [] and "0 of 2 points stopped" in scheduler.debug_string()
 
 
 # -- the worker ----------------------------------------------------------------------------------
@@ -263,58 +341,67 @@ def test_stopped_rows_are_counted_but_never_selected_nor_in_intervals(tmp_path):
 # -- on Tune ------------------------------------------------------------------------------------------
 
 def curve_trainable(config):
-    """Reports a curve whose level is the config's `level`: low levels are the ones to stop."""
+    """Reports a curve whose level is the config's `level`, one seed 5 above it and the other 5
+    below: low levels are the points to stop."""
+    offset = 5.0 if config["seed"] else -5.0
     for step in (2, 4, 6):
         tune.report({"trial_key": "x", "learning_rate": 0.001, TIME_ATTR: step, "train_loss": 1.0,
-                     "validation_score": config["level"] + step, SEARCH_METRIC: config["level"] + step,
-                     FINAL: False})
-    tune.report({"status": "ok", TIME_ATTR: 8, "validation_score": config["level"] + 8.0, "test_score": 1.0,
-                 SEARCH_METRIC: config["level"] + 8.0, "curve": [], FINAL: True})
+                     "validation_score": config["level"] + offset + step,
+                     SEARCH_METRIC: config["level"] + offset + step, FINAL: False})
+    tune.report({"status": "ok", TIME_ATTR: 8, "validation_score": config["level"] + offset + 8.0, "test_score": 1.0,
+                 SEARCH_METRIC: config["level"] + offset + 8.0, "curve": [], FINAL: True})
 
 
 class ListSearcher(Searcher):
-    """Hands out the trials of `levels` one at a time (each after the previous one completed)
-    and keeps the result Tune gives it for each: what Optuna's searcher would be told."""
+    """Hands out the two seeds of each point of `levels` together, a point once the previous
+    one completed, and keeps the result Tune gives each trial: what Optuna's searcher is told."""
 
     def __init__(self, levels: list[float]):
         super().__init__(metric=SEARCH_METRIC, mode="max")
         self.levels, self.issued, self.completed = levels, 0, {}
 
     def suggest(self, trial_id):
-        if self.issued == len(self.levels):
+        if self.issued == 2 * len(self.levels):
             return Searcher.FINISHED
-        if self.issued > len(self.completed):
+        if self.issued >= len(self.completed) + 2 or (self.issued % 2 == 0 and self.issued > len(self.completed)):
             return None
         self.issued += 1
-        return {"trial_index": self.issued - 1, "level": self.levels[self.issued - 1]}
+        index = self.issued - 1
+        return {"trial_index": index, "level": self.levels[index // 2], "seed": index % 2}
 
     def on_trial_complete(self, trial_id, result=None, error=False):
         self.completed[result["config/trial_index"]] = result
 
 
 @pytest.mark.e2e
-def test_tune_stops_trials_and_hands_their_last_point_to_the_searcher_and_the_store(ray_head, tmp_path):
-    trials, layout, shard = smoke_shard(tmp_path, 4)
+def test_tune_stops_a_points_seeds_together_and_hands_their_last_point_to_the_searcher_and_the_store(
+        ray_head, tmp_path):
+    trials, layout, shard = smoke_shard(tmp_path, 8)
     ft = load_spec(es_spec(tmp_path)).finetuning
     searcher = ListSearcher([50.0, 60.0, 10.0, 70.0])
     ray.init(address=ray_head[0], log_to_driver=False, runtime_env={"env_vars": {"PYTHONPATH": str(ROOT / "tests")}})
     try:
-        recorder = ResultsRecorder("smoke", layout, shard, ProgressLine("finetune", 4, unit="trials"))
-        tune.Tuner(curve_trainable, tune_config=tune.TuneConfig(
-            search_alg=searcher, num_samples=4, reuse_actors=True, max_concurrent_trials=1,
-            scheduler=make_scheduler(ft, cell_of=lambda config: "one cell")),
+        recorder = ResultsRecorder("smoke", layout, shard, ProgressLine("finetune", 8, unit="trials"))
+        tune.Tuner(tune.with_resources(curve_trainable, {"cpu": 1}), tune_config=tune.TuneConfig(
+            search_alg=searcher, num_samples=8, reuse_actors=True, max_concurrent_trials=2,
+            scheduler=make_scheduler(ft, cell_of=lambda config: "one cell", point_of=lambda config: config["level"])),
             run_config=tune.RunConfig(storage_path=str(tmp_path / "tune"), callbacks=[recorder], verbose=0)).fit()
     finally:
         ray.shutdown()
     rows = {row["trial_key"]: row for row in read_trials(tmp_path).to_pylist()}
     statuses = [rows[t.trial_key]["status"] for t in trials]
-    assert statuses == ["ok", "ok", "stopped", "ok"], statuses  # 10 + 2 is below the rung's cutoff
-    stopped = rows[trials[2].trial_key]
-    assert stopped["validation_score"] == 12.0 and stopped["train_steps"] == 2 and stopped["test_score"] is None
-    # The searcher is told the stopped trial's last curve point, as the store records it.
-    assert searcher.completed[2][SEARCH_METRIC] == 12.0 and searcher.completed[0][SEARCH_METRIC] == 58.0
+    # Point 10 (seeds at 7 and 17 at step 2) is below the rung's cutoff: both its seeds stop there.
+    assert statuses == ["ok"] * 4 + ["stopped"] * 2 + ["ok"] * 2, statuses
+    for seed, trial in enumerate(trials[4:6]):
+        stopped = rows[trial.trial_key]
+        level = 10.0 + (5.0 if seed else -5.0) + 2
+        assert stopped["validation_score"] == level and stopped["train_steps"] == 2 and stopped["test_score"] is None
+        # The searcher is told the stopped seed's last curve point, as the store records it.
+        assert searcher.completed[4 + seed][SEARCH_METRIC] == level
+    assert searcher.completed[0][SEARCH_METRIC] == 53.0
     curves = read_table(tmp_path, EVAL_CURVES).to_pandas()
-    assert curves[curves["trial_key"] == trials[2].trial_key]["step"].tolist() == [2]
+    for trial in trials[4:6]:
+        assert curves[curves["trial_key"] == trial.trial_key]["step"].tolist() == [2]
 
 
 # -- end to end ----------------------------------------------------------------------------------------
@@ -339,8 +426,12 @@ def test_an_optuna_search_with_asha_records_stopped_trials_and_a_rerun_adds_noth
         mine = curves[curves["trial_key"] == row.trial_key].sort_values("step")
         assert mine["step"].iloc[-1] == row.train_steps and mine["validation_score"].iloc[-1] == row.validation_score
         assert mine["step"].tolist() == list(range(2, row.train_steps + 1, 2))
+    # A sample is one point: its seeds all ran to their end, or were all stopped.
+    by_sample = rows.groupby("sample")["status"].agg(lambda s: "/".join(sorted(set(s))))
+    assert set(by_sample) <= {"ok", "stopped"}, rows[["sample", "seed", "status", "train_steps"]]
     best = analysis.best_params_table(read_trials(study).to_pandas())
     assert len(best) == 1 and best.loc[0, "learning_rate"] in set(ok["learning_rate"])
+    assert best.loc[0, "seeds"] == 2, "selected among points that finished every seed"
 
     status = run_sweeper("status", str(study), address=ray_head[0])
     assert f"10 trials: {len(ok)} ok, {len(stopped)} stopped, 0 running, 0 pending" in status.stdout, status.stdout
