@@ -13,6 +13,27 @@ import pytest
 ROOT = Path(__file__).parent.parent
 BIN = Path(sys.executable).parent
 
+
+SMOKE_SPEC = (ROOT / "search_spaces" / "smoke.yaml").read_text()
+
+
+def edited_spec(tmp_path: Path, *changes: tuple[str, str], name: str = "spec.yaml", text: str = SMOKE_SPEC) -> Path:
+    """smoke.yaml (or `text`) with each (old, new) replaced once, written into tmp_path."""
+    for old, new in changes:
+        assert old in text, old
+        text = text.replace(old, new, 1)
+    path = tmp_path / name
+    path.write_text(text)
+    return path
+
+
+def nano_study(name: str, runs: str, finetuning: str) -> str:
+    """The spec of a small e2e study: `runs` (YAML list lines) pretrained for 12 steps as nano
+    models on 400 WordNet documents, then the `finetuning` section's lines."""
+    return (f"study: {name}\nmodel: {{preset: nano}}\ndata: {{vocab_size: 1024, seq_len: 64, max_documents: 400}}\n"
+            "pretraining:\n  steps: 12\n  global_batch_size: 4\n  warmup_steps: 2\n  decay_steps: 4\n  log_every: 6\n"
+            f"  runs:\n{runs}finetuning:\n{finetuning}")
+
 # Token auth is on by default for new local clusters since Ray 2.59; the tests run a private
 # loopback cluster and turn it off (cluster configs keep it on).
 os.environ["RAY_AUTH_MODE"] = "disabled"

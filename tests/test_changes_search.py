@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import ROOT
+from conftest import ROOT, SMOKE_SPEC as SMOKE, edited_spec
 from sweeper.changes import find_changes, record_settings
 from sweeper.layout import StudyLayout
 from sweeper.plan import at_point, plan_study
@@ -22,7 +22,6 @@ from sweeper.recording import trial_row
 from sweeper.spec import load_spec
 from sweeper.store import TRIALS, write_rows
 
-SMOKE = (ROOT / "search_spaces" / "smoke.yaml").read_text()
 
 MODES = {
     "grid": ("  learning_rates: [0.001] ", "  learning_rates: [0.001, 0.002]\n  weight_decay: [0.1, 0.0] "),
@@ -40,13 +39,7 @@ CHANGED = ("  max_steps: 8 ", "  max_steps: 6 ")
 
 
 def spec_file(tmp_path: Path, mode: str, *changes: tuple[str, str], name: str = "spec.yaml") -> Path:
-    text = SMOKE.replace(*MODES[mode], 1)
-    for old, new in changes:
-        assert old in text, old
-        text = text.replace(old, new, 1)
-    path = tmp_path / name
-    path.write_text(text)
-    return path
+    return edited_spec(tmp_path, *changes, name=name, text=SMOKE.replace(*MODES[mode], 1))
 
 
 def as_run(trial, number: int):

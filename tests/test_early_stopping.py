@@ -17,7 +17,7 @@ from ray import tune
 from ray.tune.schedulers import ASHAScheduler, MedianStoppingRule, TrialScheduler
 from ray.tune.search import Searcher
 
-from conftest import ROOT
+from conftest import ROOT, nano_study
 from sweeper import analysis
 from sweeper.layout import StudyLayout
 from sweeper.plan import plan_study
@@ -29,19 +29,7 @@ from sweeper.shards import GridShard
 from sweeper.spec import load_spec
 from sweeper.store import EVAL_CURVES, TRIALS, finished_trial_keys, read_table, read_trials
 
-ES_SPEC = """\
-study: early-stopping
-model: {preset: nano}
-data: {vocab_size: 1024, seq_len: 64, max_documents: 400}
-pretraining:
-  steps: 12
-  global_batch_size: 4
-  warmup_steps: 2
-  decay_steps: 4
-  log_every: 6
-  runs:
-    - {objective: mlm}
-finetuning:
+ES_SPEC = nano_study("early-stopping", "    - {objective: mlm}\n", """\
   tasks: [wordnet-supersense-cls]
   search: optuna
   optuna: {learning_rates_per_cell: 5, lr_min: 0.0001, lr_max: 0.3, startup_samples: 3}
@@ -54,7 +42,7 @@ finetuning:
   max_length: 32
   max_train_examples: 64
   max_eval_examples: 32
-"""
+""")
 
 
 def es_spec(tmp_path, text: str = ES_SPEC):

@@ -19,7 +19,7 @@ import pandas as pd
 import pyarrow.parquet as pq
 import pytest
 
-from conftest import ROOT
+from conftest import ROOT, SMOKE_SPEC as SMOKE, edited_spec, nano_study
 from sweeper import space
 from sweeper.layout import StudyLayout
 from sweeper.plan import plan_study, trial_count_text
@@ -30,20 +30,12 @@ from sweeper.spec import load_spec
 from sweeper.spec_parsing import Distribution
 from sweeper.store import TRIALS, read_table, read_trials, write_rows
 
-SMOKE = (ROOT / "search_spaces" / "smoke.yaml").read_text()
 RANDOM = ("  learning_rates: [0.001] ", "  search: random\n  random: {samples: 3, lr_min: 1.0e-4, lr_max: 1.0e-2}\n"
                                         "  weight_decay: {uniform: [0.0, 0.2]}\n  learning_rates: [0.001] ")
 BATCH_CHOICE = ("  batch_size: 16 ", "  batch_size: {choice: [8, 16]} ")
 
 
-def spec_with(tmp_path: Path, *changes: tuple[str, str], name: str = "spec.yaml") -> Path:
-    text = SMOKE
-    for old, new in changes:
-        assert old in text, old
-        text = text.replace(old, new, 1)
-    path = tmp_path / name
-    path.write_text(text)
-    return path
+spec_with = edited_spec
 
 
 def points(plan) -> dict[tuple, tuple]:
@@ -264,19 +256,7 @@ def test_parameter_importances_name_the_parameter_that_moves_the_score():
 
 # --- end to end -----------------------------------------------------------------------------------
 
-E2E_SPEC = """\
-study: optuna-joint
-model: {preset: nano}
-data: {vocab_size: 1024, seq_len: 64, max_documents: 400}
-pretraining:
-  steps: 12
-  global_batch_size: 4
-  warmup_steps: 2
-  decay_steps: 4
-  log_every: 6
-  runs:
-    - {objective: mlm, checkpoint_steps: [6]}
-finetuning:
+E2E_SPEC = nano_study("optuna-joint", "    - {objective: mlm, checkpoint_steps: [6]}\n", """\
   tasks: [wordnet-supersense-cls]
   search: optuna
   optuna: {samples: 3, lr_min: 0.0001, lr_max: 0.01, startup_samples: 2}
@@ -290,7 +270,7 @@ finetuning:
   max_length: 32
   max_train_examples: 64
   max_eval_examples: 32
-"""
+""")
 
 
 def check_studies_match_the_store(study: Path, rows: pd.DataFrame, samples: int) -> None:

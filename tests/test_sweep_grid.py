@@ -16,25 +16,18 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
-from conftest import ROOT
+from conftest import ROOT, edited_spec, nano_study
 from sweeper import analysis
 from sweeper.plan import finetune_protocol, plan_study, task_points
 from sweeper.recording import trial_row
 from sweeper.spec import SpecError, load_spec
 from sweeper.store import EVAL_CURVE_SCHEMA, PROTOCOL_COLUMNS, TRIAL_SCHEMA, TRIALS, read_trials, write_rows
 
-SMOKE = (ROOT / "search_spaces" / "smoke.yaml").read_text()
 
 
 def smoke_with(tmp_path: Path, *changes: tuple[str, str], name: str = "sweep.yaml") -> Path:
     """smoke.yaml with each (old line start, new text) replaced once, written into tmp_path."""
-    text = SMOKE
-    for old, new in changes:
-        assert old in text, old
-        text = text.replace(old, new, 1)
-    path = tmp_path / name
-    path.write_text(text)
-    return path
+    return edited_spec(tmp_path, *changes, name=name)
 
 
 WD_GRID = ("  max_steps: 8 ", "  max_steps: 8\n  weight_decay: [0.1, 0.0] ")
@@ -209,19 +202,7 @@ def test_grid_points_keep_optuna_mode_as_it_was(tmp_path):
     assert spec.finetuning.points() == [{}] and spec.finetuning.swept() == {}
 
 
-E2E_SPEC = """\
-study: grid-lr-wd
-model: {preset: nano}
-data: {vocab_size: 1024, seq_len: 64, max_documents: 400}
-pretraining:
-  steps: 12
-  global_batch_size: 4
-  warmup_steps: 2
-  decay_steps: 4
-  log_every: 6
-  runs:
-    - {objective: mlm}
-finetuning:
+E2E_SPEC = nano_study("grid-lr-wd", "    - {objective: mlm}\n", """\
   tasks: [wordnet-supersense-cls]
   learning_rates: [0.001, 0.003]
   weight_decay: [0.0, 0.1]
@@ -233,7 +214,7 @@ finetuning:
   max_length: 32
   max_train_examples: 64
   max_eval_examples: 32
-"""
+""")
 
 
 @pytest.mark.e2e
