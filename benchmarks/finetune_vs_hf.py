@@ -3,7 +3,8 @@
 The same trials (sequence classification `wordnet-supersense-cls`, token classification
 `wordnet-supersense-tag`: short sentences, median 10-11 words, at max_length 512; the same
 checkpoint, examples, learning rates, seeds, steps, batch size and schedule), run two ways in one
-invocation, `--slots` trials at a time, one thread each:
+invocation, `--slots` trials at a time, one thread each; by default the paper's cell per task (6
+learning rates x 5 seeds: 60 trials):
 - the sweeper: one Ray Tune run of the grid (`sweeper.finetuning.run_shards`, reused actors),
   each trial `trainables.finetune_loop.run_trial` with packing on (`TrialRuntime.packing`);
 - the baseline: a fresh Python process per trial, the way the paper's evaluation code runs a
@@ -24,7 +25,7 @@ Figures, each against the baseline measured in the same run:
 The padded path (`packing: false`, every example at max_length) is a line of its own: its
 fraction always, its compute time with `--padded` (slow: that is the point).
 
-    .venv/bin/python benchmarks/finetune_vs_hf.py [--quick] [--padded] [--lrs 2] [--seeds 4] [--slots 2]
+    .venv/bin/python benchmarks/finetune_vs_hf.py [--quick] [--padded] [--lrs 6] [--seeds 5] [--slots 2]
 
 The baseline needs `accelerate` (the Trainer requires it; the sweeper does not): `.venv/bin/pip install -c constraints.txt -e '.[bench]'`.
 """
@@ -49,6 +50,9 @@ os.environ.setdefault("RAY_AUTH_MODE", "disabled")
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 SC, TC = "wordnet-supersense-cls", "wordnet-supersense-tag"
+LEARNING_RATES = [1e-3, 3e-3, 2e-3, 5e-4, 5e-3, 2e-4]
+"""`--lrs N` takes the first N (the first two were the default before `--lrs 6 --seeds 5`, the
+paper's cell of 30 trials per checkpoint and task; a trial's compute does not depend on them)."""
 
 
 # --- the baseline: one trial in this (fresh) process ----------------------------------------------
@@ -185,6 +189,7 @@ def hf_grid(configs: list, slots: int, work: Path) -> tuple[float, list[dict]]:
 def counted_trainable(config: dict, shard, out_dir: str) -> None:
     """`sweeper.finetuning.finetune_trainable`, plus the trial's token counts written to `out_dir`
     (they live in the worker process: `TOKEN_COUNTS` is per process, reset per trial here)."""
+    called = time.time()  # before the imports: a worker's first trial pays them
     from ray import tune
 
     from sweeper.search import SEARCH_METRIC, search_score
@@ -196,6 +201,7 @@ def counted_trainable(config: dict, shard, out_dir: str) -> None:
     cpu_started = time.process_time()
     result = run_trial(trial)
     Path(out_dir, f"{trial.trial_key}.json").write_text(json.dumps({
+        "worker": os.getpid(), "called": called, "left": time.time(),
         "trial_key": trial.trial_key, "task": trial.task.name, "compute_s": result["wall_time_s"],
         "compute_cpu_s": time.process_time() - cpu_started,
         "status": result["status"], "validation_score": result["validation_score"],
@@ -215,11 +221,34 @@ def sweeper_grid(spec, plan, layout, task_dirs: dict, runtime, work: Path) -> tu
     out.mkdir(parents=True)
     shutil.rmtree(layout.results, ignore_errors=True)
     shards = grid_shards(list(plan.trials), layout, task_dirs, len(plan.trials), EvaluationSets(), runtime)
-    started = time.perf_counter()
+    started, began = time.perf_counter(), time.time()
     tally = run_shards(spec, shards, layout, trainable_fn=counted_trainable, out_dir=str(out))
-    wall = time.perf_counter() - started
+    wall, ended = time.perf_counter() - started, time.time()
     assert tally.get("ok") == len(plan.trials), tally
-    return wall, [json.loads(p.read_text()) for p in sorted(out.glob("*.json"))]
+    results = [json.loads(p.read_text()) for p in sorted(out.glob("*.json"))]
+    for r in results:
+        r["grid_began"], r["grid_ended"] = began, ended
+    return wall, results
+
+
+def slot_use(results: list[dict]) -> str:
+    """Where the sweeper's slots spent the grid: before their first trial (Tune's start, the
+    worker's start and imports), in trials, between trials, and idle after their last one."""
+    import numpy as np
+
+    workers: dict[int, list[dict]] = {}
+    for r in results:
+        workers.setdefault(r["worker"], []).append(r)
+    first, busy, between, last = [], [], [], []
+    for trials in workers.values():
+        trials.sort(key=lambda r: r["called"])
+        first.append(trials[0]["called"] - trials[0]["grid_began"])
+        busy.append(sum(r["left"] - r["called"] for r in trials))
+        between.append(sum(b["called"] - a["left"] for a, b in zip(trials, trials[1:])))
+        last.append(trials[-1]["grid_ended"] - trials[-1]["left"])
+    return (f"{len(workers)} workers, mean per worker: {np.mean(first):.1f} s before its first trial (Tune's start, "
+            f"its own start), {np.mean(busy):.1f} s in trials (its imports and first cache loads included), "
+            f"{np.mean(between):.2f} s between trials, {np.mean(last):.1f} s after its last")
 
 
 def bench_spec(args):
@@ -232,7 +261,7 @@ def bench_spec(args):
     ft = spec.finetuning
     return replace(spec, study="bench-finetune-vs-hf", resources=replace(spec.resources, cpus_per_trial=1),
                    finetuning=replace(
-                       ft, tasks=[SC, TC], learning_rates=[1e-3, 3e-3, 2e-3, 5e-4][:args.lrs],
+                       ft, tasks=[SC, TC], learning_rates=LEARNING_RATES[:args.lrs],
                        task_budgets={TC: TaskBudgetSpec(max_steps=args.tc_steps, epochs=2.0)},
                        max_length=args.max_length, max_train_examples=args.max_train,
                        max_eval_examples=args.max_eval))
@@ -298,8 +327,8 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--quick", action="store_true", help="smoke run: 1 lr x 1 seed, 8 steps, small splits")
     parser.add_argument("--padded", action="store_true", help="also time the padded path (packing off): slow")
-    parser.add_argument("--lrs", type=int, default=2, help="learning rates per task (1-4)")
-    parser.add_argument("--seeds", type=int, default=4, help="seeds per learning rate")
+    parser.add_argument("--lrs", type=int, default=6, help="learning rates per task (1-6; the paper's cell: 6)")
+    parser.add_argument("--seeds", type=int, default=5, help="seeds per learning rate (the paper's cell: 5)")
     parser.add_argument("--slots", type=int, default=os.cpu_count(), help="trials at a time, both sides")
     parser.add_argument("--max-length", type=int, default=512)
     parser.add_argument("--sc-steps", type=int, default=40, help="SC optimizer steps (micro.yaml: 40)")
@@ -358,6 +387,7 @@ def main() -> None:
           f"ratios vs the Trainer; load now {os.getloadavg()[0]:.1f}):")
     print_table("HF Trainer, process", hf_wall, base)
     print_table("sweeper, packed", ours_wall, summary(ours), base, hf_wall)
+    print(f"  {'':<22} {slot_use(ours)}")
     if padded:
         print_table("sweeper, padded", padded[0], summary(padded[1]), base, hf_wall)
     else:

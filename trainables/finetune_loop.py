@@ -108,7 +108,11 @@ def train_and_score(trial: TrialConfig, on_curve_point: CurvePointCallback | Non
     # Heads call the backbone on padded batches; packed, it computes only their real tokens.
     backbone = PackedBackbone(build_backbone(trial.checkpoint_path, trial.random_init_config), runtime.packing)
     model = family.build(backbone, meta).to(device)
-    optimizer = torch.optim.AdamW(model.parameters(), lr=trial.learning_rate, **protocol.optimizer.torch_kwargs())
+    # The fused kernel: one pass over the weights instead of a dozen elementwise ops per tensor
+    # (on GPU, a handful of launches instead of hundreds). On this project's CPU: 0.9 ms a step
+    # for tiny's weights against 4.1 ms, about 1 % of a token-classification trial.
+    optimizer = torch.optim.AdamW(model.parameters(), lr=trial.learning_rate, fused=device.type in ("cpu", "cuda"),
+                                  **protocol.optimizer.torch_kwargs())
     train = splits["train"]
     n_train, batch = family.train_size(train), protocol.batch_size
     micro = min(batch, runtime.micro_batch_size)
