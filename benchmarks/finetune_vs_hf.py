@@ -210,8 +210,9 @@ def counted_trainable(config: dict, shard, out_dir: str) -> None:
     tune.report({**result, SEARCH_METRIC: search_score(result)})
 
 
-def sweeper_grid(spec, plan, layout, task_dirs: dict, runtime, work: Path) -> tuple[float, list[dict]]:
-    """The grid as `sweeper run` runs it (one Tuner run, reused actors): (wall, per-trial results)."""
+def sweeper_grid(spec, plan, layout, task_dirs: dict, runtime, work: Path) -> tuple[float, list[dict], tuple]:
+    """The grid as `sweeper run` runs it (one Tuner run, reused actors): (wall, per-trial results,
+    its (start, end) in epoch seconds, the clock the trials' own times are on)."""
     import shutil
 
     from sweeper.finetuning import run_shards
@@ -225,13 +226,10 @@ def sweeper_grid(spec, plan, layout, task_dirs: dict, runtime, work: Path) -> tu
     tally = run_shards(spec, shards, layout, trainable_fn=counted_trainable, out_dir=str(out))
     wall, ended = time.perf_counter() - started, time.time()
     assert tally.get("ok") == len(plan.trials), tally
-    results = [json.loads(p.read_text()) for p in sorted(out.glob("*.json"))]
-    for r in results:
-        r["grid_began"], r["grid_ended"] = began, ended
-    return wall, results
+    return wall, [json.loads(p.read_text()) for p in sorted(out.glob("*.json"))], (began, ended)
 
 
-def slot_use(results: list[dict]) -> str:
+def slot_use(results: list[dict], span: tuple[float, float]) -> str:
     """Where the sweeper's slots spent the grid: before their first trial (Tune's start, the
     worker's start and imports), in trials, between trials, and idle after their last one."""
     import numpy as np
@@ -242,10 +240,10 @@ def slot_use(results: list[dict]) -> str:
     first, busy, between, last = [], [], [], []
     for trials in workers.values():
         trials.sort(key=lambda r: r["called"])
-        first.append(trials[0]["called"] - trials[0]["grid_began"])
+        first.append(trials[0]["called"] - span[0])
         busy.append(sum(r["left"] - r["called"] for r in trials))
         between.append(sum(b["called"] - a["left"] for a, b in zip(trials, trials[1:])))
-        last.append(trials[-1]["grid_ended"] - trials[-1]["left"])
+        last.append(span[1] - trials[-1]["left"])
     return (f"{len(workers)} workers, mean per worker: {np.mean(first):.1f} s before its first trial (Tune's start, "
             f"its own start), {np.mean(busy):.1f} s in trials (its imports and first cache loads included), "
             f"{np.mean(between):.2f} s between trials, {np.mean(last):.1f} s after its last")
@@ -374,7 +372,7 @@ def main() -> None:
           f"max_length {args.max_length}, SC {args.sc_steps} / TC {args.tc_steps} steps of batch "
           f"{spec.finetuning.batch_size}, up to {args.max_train} train / {args.max_eval} eval examples", flush=True)
 
-    ours_wall, ours = sweeper_grid(spec, plan, layout, task_dirs, packed, work)
+    ours_wall, ours, ours_span = sweeper_grid(spec, plan, layout, task_dirs, packed, work)
     print(f"sweeper grid done, load {os.getloadavg()[0]:.1f}", flush=True)
     padded = None
     if args.padded:
@@ -387,7 +385,7 @@ def main() -> None:
           f"ratios vs the Trainer; load now {os.getloadavg()[0]:.1f}):")
     print_table("HF Trainer, process", hf_wall, base)
     print_table("sweeper, packed", ours_wall, summary(ours), base, hf_wall)
-    print(f"  {'':<22} {slot_use(ours)}")
+    print(f"  {'':<22} {slot_use(ours, ours_span)}")
     if padded:
         print_table("sweeper, padded", padded[0], summary(padded[1]), base, hf_wall)
     else:

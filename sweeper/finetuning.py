@@ -69,11 +69,6 @@ def cell_of(shard: Shard, config: dict) -> tuple[str, str]:
     return trial.checkpoint.checkpoint_id, trial.task
 
 
-def point_of(shard: Shard, config: dict) -> tuple:
-    """The point whose seeds a trial scheduler judges on their mean and stops together."""
-    return shard.point(config)
-
-
 def short_trial_dirname(trial) -> str:
     """Tune names trial folders after their whole config by default: long and useless here."""
     return f"trial-{trial.trial_id}"
@@ -136,7 +131,7 @@ def run_shards(spec: StudySpec, shards: list[Shard], layout: StudyLayout, traina
         if not shard.has_work(gate):
             continue
         early_stopping = make_scheduler(spec.finetuning, cell_of=partial(cell_of, shard),
-                                        point_of=partial(point_of, shard))
+                                        point_of=shard.point)
         trainable = tune.with_resources(
             tune.with_parameters(trainable_fn, shard=shard, **trainable_args,
                                  **({"report_curve": True} if early_stopping is not None else {})),

@@ -35,9 +35,6 @@ RANDOM = ("  learning_rates: [0.001] ", "  search: random\n  random: {samples: 3
 BATCH_CHOICE = ("  batch_size: 16 ", "  batch_size: {choice: [8, 16]} ")
 
 
-spec_with = edited_spec
-
-
 def points(plan) -> dict[tuple, tuple]:
     """(checkpoint, task, sample) -> (learning rate, params) of a random plan, checking that a
     sample's seeds share them."""
@@ -51,7 +48,7 @@ def points(plan) -> dict[tuple, tuple]:
 # --- search: random ---------------------------------------------------------------------------
 
 def test_random_mode_plans_each_cells_samples_deterministically_and_extends_them(tmp_path):
-    spec = load_spec(spec_with(tmp_path, RANDOM, BATCH_CHOICE))
+    spec = load_spec(edited_spec(tmp_path, RANDOM, BATCH_CHOICE))
     plan = plan_study(spec)
     ft = spec.finetuning
     assert len(plan.trials) == len(plan.checkpoints) * len(ft.tasks) * 3 * len(ft.seeds) == 120
@@ -70,16 +67,16 @@ def test_random_mode_plans_each_cells_samples_deterministically_and_extends_them
     for (checkpoint, task, sample), point in drawn.items():
         if task == "wordnet-definition-retrieval":
             assert point == drawn[(checkpoint, "wordnet-usage-retrieval", sample)]
-    assert points(plan_study(load_spec(spec_with(tmp_path, RANDOM, BATCH_CHOICE, name="again.yaml")))) == drawn
+    assert points(plan_study(load_spec(edited_spec(tmp_path, RANDOM, BATCH_CHOICE, name="again.yaml")))) == drawn
 
-    more = plan_study(load_spec(spec_with(tmp_path, (RANDOM[0], RANDOM[1].replace("samples: 3", "samples: 5")),
+    more = plan_study(load_spec(edited_spec(tmp_path, (RANDOM[0], RANDOM[1].replace("samples: 3", "samples: 5")),
                                           BATCH_CHOICE, name="more.yaml")))
     assert {k: v for k, v in points(more).items() if k[2] < 3} == drawn, "more samples keep the first ones"
     keys = {t.trial_key for t in plan.trials}
     assert keys < {t.trial_key for t in more.trials}
 
     # A checkpoint added to a run leaves every other cell's points as they were.
-    added = plan_study(load_spec(spec_with(tmp_path, RANDOM, BATCH_CHOICE, ("checkpoint_steps: [20]",
+    added = plan_study(load_spec(edited_spec(tmp_path, RANDOM, BATCH_CHOICE, ("checkpoint_steps: [20]",
                                                                             "checkpoint_steps: [10, 20]"),
                                            name="checkpoint.yaml")))
     new_points = points(added)
@@ -92,7 +89,7 @@ def test_random_mode_prints_its_plan_without_ray(tmp_path):
     import subprocess
     import sys
 
-    path = spec_with(tmp_path, RANDOM, BATCH_CHOICE)
+    path = edited_spec(tmp_path, RANDOM, BATCH_CHOICE)
     code = ("import sys; from sweeper.cli import main; status = main(['plan', sys.argv[1]]); "
             "print('ray imported' if 'ray' in sys.modules else 'no ray'); sys.exit(status)")
     result = subprocess.run([sys.executable, "-c", code, str(path)], capture_output=True, text=True, cwd=ROOT,
