@@ -21,7 +21,9 @@
                step-<N>/                   a checkpoint: Hugging Face files, tokenizer,
                    training_state.pt       optimizer state and log (resume only)
                    train_log.json          the loss log up to N (read by the driver)
-                   sweeper_checkpoint.json written last: the checkpoint is complete
+                   sweeper_checkpoint.json written last: the checkpoint is complete (it lists
+                                           every other file and its size: Ray Train uploads a
+                                           worker group's checkpoint file by file, in no set order)
 
 A location is a path or an object-store URI (sweeper.storage). The driver hands workers concrete
 locations (a run folder, a checkpoint folder, a cache folder); the file names inside a run and a
@@ -81,6 +83,20 @@ class RunLayout:
     def latest_checkpoint(self) -> str | None:
         steps = self.saved_checkpoints()
         return steps[max(steps)] if steps else None
+
+    def latest_resumable(self, newer_than: int = -1) -> tuple[int, str] | None:
+        """(step, folder) of the newest checkpoint after `newer_than` that a run can resume from:
+        its training state kept, and every file its marker lists there at its listed size. A
+        marker can land before the files it lists (a worker group's upload killed midway); a
+        marker without a list was published in one piece (local mode before the list existed)."""
+        for step, folder in sorted(self.saved_checkpoints().items(), reverse=True):
+            if step <= newer_than:
+                break
+            listed = storage.read_json(storage.join(folder, CHECKPOINT_MARKER), default={}).get("files")
+            present = storage.file_sizes(folder)
+            if TRAINING_STATE in present and all(present.get(name) == size for name, size in (listed or {}).items()):
+                return step, folder
+        return None
 
     def marker_of(self, location: str, run_key: str, damaged: Callable[[str, str], None] | None = None) -> bool:
         """Whether the marker file at `location` was written for this run key (not for a former

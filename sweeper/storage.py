@@ -335,6 +335,18 @@ def find_files(location: str, pattern: str) -> list[str]:
                   if rel.count("/") == depth and PurePosixPath(rel).match(pattern))
 
 
+def file_sizes(location: str) -> dict[str, int]:
+    """Relative path -> size in bytes of every file below the folder `location` (none when it
+    does not exist): one listing, also in an object store."""
+    if not is_remote(location):
+        root = Path(location)
+        return {str(p.relative_to(root)): p.stat().st_size for p in root.rglob("*") if p.is_file()}
+    fs, path = filesystem(location)
+    infos = fs.get_file_info(pafs.FileSelector(path, allow_not_found=True, recursive=True))
+    prefix = len(path.rstrip("/")) + 1
+    return {info.path[prefix:]: info.size for info in infos if info.type == pafs.FileType.File}
+
+
 def step_folders(location: str, marker: str) -> dict[int, str]:
     """The complete `step-<N>` folders (marker present) of a run folder: N -> location."""
     return {int(name(parent(found)).removeprefix("step-")): parent(found)

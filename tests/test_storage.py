@@ -11,6 +11,7 @@ import pyarrow.dataset as ds
 import pytest
 
 from sweeper import storage
+from sweeper.layout import CHECKPOINT_MARKER, TRAINING_STATE, RunLayout
 from sweeper.store import TRIALS, compact, read_table, read_trials, table_dir, write_rows
 
 from conftest import ROOT
@@ -48,6 +49,36 @@ def test_files_round_trip_and_listing(location):
     assert not storage.list_names(storage.join(location, "run"))
     storage.remove_tree(storage.join(location, "old-run"))
     assert not storage.exists(storage.join(location, "old-run", "step-10", "marker.json"))
+
+
+def test_a_run_resumes_from_its_newest_checkpoint_whose_listed_files_all_arrived(location):
+    """Ray Train uploads a worker group's checkpoint file by file in no set order, so a marker
+    can arrive before the files it lists (an upload killed midway). Such a folder, and one whose
+    training state was dropped (an older evaluated checkpoint), is no resume point."""
+    run = RunLayout(storage.join(location, "run"))
+
+    def checkpoint(step: int, files: dict[str, bytes], listed: dict[str, int] | None) -> None:
+        for name, data in files.items():
+            storage.write_bytes(storage.join(run.checkpoint(step), name), data)
+        marker = {"step": step} | ({"files": listed} if listed is not None else {})
+        storage.write_json(storage.join(run.checkpoint(step), CHECKPOINT_MARKER), marker)
+
+    whole = {"model.safetensors": b"w" * 300, TRAINING_STATE: b"s" * 50, "tok/vocab.json": b"{}"}
+    sizes = {name: len(data) for name, data in whole.items()}
+    assert run.latest_resumable() is None
+    checkpoint(10, whole, sizes)
+    checkpoint(20, whole, None)  # published in one piece before markers listed their files
+    checkpoint(30, {n: d for n, d in whole.items() if n != TRAINING_STATE}, sizes)  # stripped
+    assert run.latest_resumable() == (20, run.checkpoint(20))
+    checkpoint(40, {**whole, "model.safetensors": b"w" * 100}, sizes)  # weights half uploaded
+    checkpoint(50, {n: d for n, d in whole.items() if n != "tok/vocab.json"}, sizes)  # a file missing
+    assert run.latest_resumable() == (20, run.checkpoint(20))
+    assert run.latest_resumable(newer_than=20) is None, "Ray's checkpoint at 20 is as new"
+    checkpoint(60, whole, sizes)
+    assert run.latest_resumable(newer_than=20) == (60, run.checkpoint(60))
+    marker = storage.read_bytes(storage.join(run.checkpoint(60), CHECKPOINT_MARKER))
+    assert storage.file_sizes(run.checkpoint(60)) == {**sizes, CHECKPOINT_MARKER: len(marker)}
+    assert storage.file_sizes(storage.join(location, "missing")) == {}
 
 
 def build_folder(folder: Path, version: str = "1") -> None:

@@ -11,10 +11,11 @@ it, with the same phase boundaries.
 
 Checkpoint layout (`sweeper.layout`), `<run_dir>/step-<N>/`: Hugging Face files (config.json,
 model.safetensors, tokenizer), `training_state.pt`, `train_log.json`, and
-`sweeper_checkpoint.json` written last (the marker that the directory is complete). With
-distributed workers Ray Train persists the directory (to any storage URI) under
-`storage_path/<run name>/step-<N>`; in local mode the loop publishes it there itself
-(sweeper.storage: an atomic rename on a disk, an upload with the marker last to an object
+`sweeper_checkpoint.json` written last (the marker that the directory is complete; it lists
+the other files and their sizes). With distributed workers Ray Train persists the directory (to
+any storage URI) under `storage_path/<run name>/step-<N>`, file by file in no set order, so a
+resume checks the list (`RunLayout.latest_resumable`); in local mode the loop publishes it there
+itself (sweeper.storage: an atomic rename on a disk, an upload with the marker last to an object
 store). The run folder is a study location: a path, or a URI whose files the loop reads through
 node-local copies.
 
@@ -213,7 +214,8 @@ def save_checkpoint(model, optimizer, run: PretrainConfig, step: int, log: list[
                         dirs_exist_ok=True)
         torch.save({"optimizer": optimizer_state, "step": step, "log": log}, tmp / TRAINING_STATE)
         (tmp / TRAIN_LOG).write_text(json.dumps(log))  # read by the driver, no torch needed
-        (tmp / CHECKPOINT_MARKER).write_text(json.dumps(checkpoint_marker(run, step, metrics), indent=1))
+        marker = {**checkpoint_marker(run, step, metrics), "files": storage.file_sizes(str(tmp))}
+        (tmp / CHECKPOINT_MARKER).write_text(json.dumps(marker, indent=1))
     name = checkpoint_folder_name(step)
     if distributed:
         checkpoint = ray.train.Checkpoint.from_directory(str(tmp)) if context.get_world_rank() == 0 else None
@@ -225,16 +227,41 @@ def save_checkpoint(model, optimizer, run: PretrainConfig, step: int, log: list[
     ray.train.report(metrics)
 
 
-def resume_directory(run: PretrainConfig):
-    """Context yielding the checkpoint to resume from (Ray's after a worker-group restart, else
-    the newest complete one in the run folder), or None for a fresh start."""
+def resume_point(run: PretrainConfig):
+    """(context yielding the checkpoint to resume from or None for a fresh start, the step of
+    it Ray Train must be told of or None). The checkpoint is the newest complete one in the run
+    folder, or Ray's after a worker-group restart if that is as new. Ray's can be older: a worker
+    reports a checkpoint once its upload is done, and Train's controller registers it when it
+    next polls the workers, so a worker killed in between is handed back the one before. Resuming
+    from the newer folder saves a save interval of work; Ray is then told of it, or its
+    retention (`ray_checkpoint_config`) would count one evaluated checkpoint short."""
     import ray.train
 
     checkpoint = ray.train.get_checkpoint()
-    if checkpoint is not None:
-        return checkpoint.as_directory()
-    latest = RunLayout(run.run_dir).latest_checkpoint()
-    return contextlib.nullcontext(storage.local_copy(latest, CHECKPOINT_MARKER) if latest else None)
+    ray_step = int(Path(checkpoint.path).name.removeprefix("step-")) if checkpoint is not None else -1
+    newer = RunLayout(run.run_dir).latest_resumable(newer_than=ray_step)
+    if newer is not None:
+        return (contextlib.nullcontext(storage.local_copy(newer[1], CHECKPOINT_MARKER)),
+                newer[0] if run.workers > 0 else None)
+    return (checkpoint.as_directory() if checkpoint is not None else contextlib.nullcontext(None)), None
+
+
+def register_with_ray(run: PretrainConfig, step: int, directory: Path) -> None:
+    """Report the checkpoint at `step`, already in Ray's run folder, without uploading it again
+    (every rank calls this, as every report)."""
+    import ray.train
+
+    context = ray.train.get_context()
+    marker = json.loads((Path(directory) / CHECKPOINT_MARKER).read_text())
+    name = checkpoint_folder_name(step)
+    checkpoint = None
+    if context.get_world_rank() == 0:
+        ray_storage = context.get_storage()
+        checkpoint = ray.train.Checkpoint(path=f"{ray_storage.experiment_fs_path}/{name}",
+                                          filesystem=ray_storage.storage_filesystem)
+    ray.train.report({"step": step, "phase": marker["phase"], "loss": marker["loss"],
+                      RETENTION_METRIC: retention_priority(run, step)}, checkpoint=checkpoint,
+                     checkpoint_dir_name=name, checkpoint_upload_mode=ray.train.CheckpointUploadMode.NO_UPLOAD)
 
 
 def restore_training_state(directory: Path, model, optimizer, run: PretrainConfig,
@@ -284,7 +311,8 @@ def train_loop_per_worker(loop_config: dict) -> None:
     rank, world = context.get_world_rank(), context.get_world_size()
     device = torch.device("cuda" if torch.cuda.is_available() and run.use_gpu else "cpu")
     corpus = PackedCorpus(run.corpus_dir, run.seq_len, run.data_seed)
-    with resume_directory(run) as resume:
+    resume_context, unregistered = resume_point(run)
+    with resume_context as resume:
         model = (LlamaEncoderForMaskedLM.from_pretrained(resume) if resume
                  else initial_model(run, corpus.meta["vocab_size"])).to(device)
         model.train()  # from_pretrained returns eval mode; checkpointing acts in training mode only
@@ -298,6 +326,8 @@ def train_loop_per_worker(loop_config: dict) -> None:
         model = distribute(model, run, world)
         optimizer = torch.optim.AdamW(model.parameters(), lr=run.peak_lr, **run.optimizer.torch_kwargs())
         start, log = restore_training_state(resume, model, optimizer, run, world) if resume else (0, [])
+        if unregistered is not None:
+            register_with_ray(run, unregistered, resume)
     share = run.global_batch_size // world  # this rank's rows: [rank * share, (rank + 1) * share)
     mask_token_id, vocab_size = corpus.meta["mask_token_id"], unwrap(model).config.vocab_size
     losses: dict[str, ObjectiveLoss] = {}  # phase.loss -> its function, imported once
