@@ -84,17 +84,25 @@ class RunLayout:
         steps = self.saved_checkpoints()
         return steps[max(steps)] if steps else None
 
+    def files_arrived(self, folder: str) -> bool | None:
+        """Whether every file the marker in the checkpoint `folder` lists is there at its listed
+        size: a marker can land before the files it lists (Ray Train uploads a worker group's
+        checkpoint file by file, in no set order). None when the marker lists no files (written
+        before markers did; such a checkpoint was published in one piece or is an older one)."""
+        listed = storage.read_json(storage.join(folder, CHECKPOINT_MARKER), default={}).get("files")
+        if listed is None:
+            return None
+        present = storage.file_sizes(folder)
+        return all(present.get(name) == size for name, size in listed.items())
+
     def latest_resumable(self, newer_than: int = -1) -> tuple[int, str] | None:
         """(step, folder) of the newest checkpoint after `newer_than` that a run can resume from:
-        its training state kept, and every file its marker lists there at its listed size. A
-        marker can land before the files it lists (a worker group's upload killed midway); a
-        marker without a list was published in one piece (local mode before the list existed)."""
+        its files all arrived (`files_arrived`) and its training state kept (an older evaluated
+        checkpoint drops it)."""
         for step, folder in sorted(self.saved_checkpoints().items(), reverse=True):
             if step <= newer_than:
                 break
-            listed = storage.read_json(storage.join(folder, CHECKPOINT_MARKER), default={}).get("files")
-            present = storage.file_sizes(folder)
-            if TRAINING_STATE in present and all(present.get(name) == size for name, size in (listed or {}).items()):
+            if storage.exists(storage.join(folder, TRAINING_STATE)) and self.files_arrived(folder) is not False:
                 return step, folder
         return None
 

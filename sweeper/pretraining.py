@@ -135,7 +135,7 @@ class PretrainingScheduler:
         self.waiting = [run for run in runs if run.name not in self.done | self.failed]
         self.total = len(self.waiting)
         self.futures: dict = {}
-        self.listings: dict[str, tuple[float, list[int]]] = {}  # run name -> (listed at, saved steps)
+        self.listings: dict[str, tuple[float, set[int]]] = {}  # run name -> (listed at, complete steps)
         res = spec.resources
         self.resources = {"cpus_per_worker": res.cpus_per_worker, "gpus_per_worker": res.gpus_per_worker,
                           "max_failures": res.max_failures}
@@ -198,24 +198,25 @@ class PretrainingScheduler:
         return sorted(self.failed)
 
     def checkpoint_ready(self, run: PretrainingRun, step: int) -> bool:
-        """Whether step `step` of `run` can be fine-tuned now. Local mode publishes a checkpoint
-        with one atomic rename; Ray Train uploads a worker group's file by file, so there a
-        checkpoint counts once a later one (or the end of the run) shows the upload finished."""
-        if run.name in self.done:
-            return True
-        markers = self.saved_steps(run)
-        if self.spec.resources.pretraining_workers == 0:
-            return step in markers
-        return any(m > step for m in markers)
+        """Whether step `step` of `run` can be fine-tuned now."""
+        return run.name in self.done or step in self.complete_steps(run)
 
-    def saved_steps(self, run: PretrainingRun, max_age_s: float = 2.0) -> list[int]:
-        """Steps whose marker the run folder holds, listed at most every `max_age_s` per run:
-        the grid asks once per pending trial, and in an object store a listing is a request."""
-        listed_at, steps = self.listings.get(run.name, (0.0, []))
+    def complete_steps(self, run: PretrainingRun, max_age_s: float = 2.0) -> set[int]:
+        """Steps of `run` whose checkpoint is complete, listed at most every `max_age_s` per run:
+        the grid asks once per pending trial, and in an object store a listing is a request. Local
+        mode publishes a checkpoint with one atomic rename, so every marker counts. Ray Train
+        uploads a worker group's checkpoint file by file in no set order: its newest marker counts
+        once the files it lists have arrived, the older ones because a later upload began after
+        theirs ended (the report of a step returns after its upload)."""
+        listed_at, ready = self.listings.get(run.name, (0.0, set()))
         if time.time() - listed_at > max_age_s:
-            steps = list(self.layout.run(run.name).saved_checkpoints())
-            self.listings[run.name] = (time.time(), steps)
-        return steps
+            run_layout = self.layout.run(run.name)
+            saved = run_layout.saved_checkpoints()
+            ready = set(saved)
+            if self.spec.resources.pretraining_workers > 0 and saved and not run_layout.files_arrived(saved[max(saved)]):
+                ready.discard(max(saved))
+            self.listings[run.name] = (time.time(), ready)
+        return ready
 
     def blocked(self, run: PretrainingRun) -> bool:
         """A run that failed (or whose source failed) will never write its missing checkpoints."""

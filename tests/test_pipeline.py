@@ -1,4 +1,8 @@
-"""Pipelining: a checkpoint's fine-tuning trials run while the run that wrote it still trains."""
+"""Pipelining: a checkpoint's fine-tuning trials run while the run that wrote it still trains.
+
+The run is a Ray Train worker group (of one), as on a cluster: Ray uploads its checkpoints file
+by file, so the driver counts one complete once the files its marker lists have arrived, not when
+a later checkpoint (here the final one) shows its upload ended."""
 from __future__ import annotations
 
 import json

@@ -73,6 +73,9 @@ def test_a_run_resumes_from_its_newest_checkpoint_whose_listed_files_all_arrived
     checkpoint(40, {**whole, "model.safetensors": b"w" * 100}, sizes)  # weights half uploaded
     checkpoint(50, {n: d for n, d in whole.items() if n != "tok/vocab.json"}, sizes)  # a file missing
     assert run.latest_resumable() == (20, run.checkpoint(20))
+    # What the driver asks before fine-tuning a worker group's newest checkpoint.
+    assert [run.files_arrived(run.checkpoint(step)) for step in (10, 20, 30, 40, 50)] \
+        == [True, None, False, False, False]
     assert run.latest_resumable(newer_than=20) is None, "Ray's checkpoint at 20 is as new"
     checkpoint(60, whole, sizes)
     assert run.latest_resumable(newer_than=20) == (60, run.checkpoint(60))
