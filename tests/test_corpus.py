@@ -145,10 +145,11 @@ def test_a_bad_corpus_source_exits_2_before_anything_starts(tmp_path, corpus, te
     spec = tmp_path / "spec.yaml"
     spec.write_text(PIPELINE_SPEC.read_text().replace(
         "data: {vocab_size: 1024", f"data: {{corpus: {json.dumps(corpus)}, text_column: {text_column}, vocab_size: 1024"))
+    data_line = next(n for n, line in enumerate(spec.read_text().splitlines(), 1) if line.startswith("data:"))
     env = {"RAY_ADDRESS": "127.0.0.1:1"}  # no cluster there: the check comes first
     result = subprocess.run([sys.executable, "-m", "sweeper", "run", str(spec), "--storage", str(tmp_path / "s")],
                             capture_output=True, text=True, cwd=ROOT, timeout=300,
                             env={**__import__("os").environ, **env})
     assert result.returncode == 2, result.stdout[-2000:] + result.stderr[-2000:]
-    assert f"{spec}:4: {key}: " in result.stderr and reason in result.stderr, result.stderr
+    assert f"{spec}:{data_line}: {key}: " in result.stderr and reason in result.stderr, result.stderr
     assert not (tmp_path / "s" / "pretraining").exists()
