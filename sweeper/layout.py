@@ -51,6 +51,11 @@ def checkpoint_folder_name(step: int) -> str:
     return f"step-{step}"
 
 
+def checkpoint_step(folder_name: str) -> int:
+    """The step of a checkpoint folder's name (`checkpoint_folder_name`'s inverse)."""
+    return int(folder_name.removeprefix("step-"))
+
+
 @dataclass(frozen=True, slots=True)
 class RunLayout:
     """One pretraining run's folder."""
@@ -80,19 +85,16 @@ class RunLayout:
         """step -> folder of every complete checkpoint (its marker written)."""
         return storage.step_folders(self.root, CHECKPOINT_MARKER)
 
-    def latest_checkpoint(self) -> str | None:
-        steps = self.saved_checkpoints()
-        return steps[max(steps)] if steps else None
-
-    def files_arrived(self, folder: str) -> bool | None:
+    def files_arrived(self, folder: str, present: dict[str, int] | None = None) -> bool | None:
         """Whether every file the marker in the checkpoint `folder` lists is there at its listed
         size: a marker can land before the files it lists (Ray Train uploads a worker group's
         checkpoint file by file, in no set order). None when the marker lists no files (written
-        before markers did; such a checkpoint was published in one piece or is an older one)."""
+        before markers did; such a checkpoint was published in one piece or is an older one).
+        `present`: the folder's `storage.file_sizes`, when the caller has listed it already."""
         listed = storage.read_json(storage.join(folder, CHECKPOINT_MARKER), default={}).get("files")
         if listed is None:
             return None
-        present = storage.file_sizes(folder)
+        present = storage.file_sizes(folder) if present is None else present
         return all(present.get(name) == size for name, size in listed.items())
 
     def latest_resumable(self, newer_than: int = -1) -> tuple[int, str] | None:
@@ -102,7 +104,8 @@ class RunLayout:
         for step, folder in sorted(self.saved_checkpoints().items(), reverse=True):
             if step <= newer_than:
                 break
-            if storage.exists(storage.join(folder, TRAINING_STATE)) and self.files_arrived(folder) is not False:
+            present = storage.file_sizes(folder)
+            if TRAINING_STATE in present and self.files_arrived(folder, present) is not False:
                 return step, folder
         return None
 

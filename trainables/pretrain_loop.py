@@ -53,6 +53,7 @@ from sweeper.layout import (
     TRAINING_STATE,
     RunLayout,
     checkpoint_folder_name,
+    checkpoint_step,
 )
 from sweeper.registry import resolve
 from sweeper.tracking import start_wandb
@@ -238,7 +239,7 @@ def resume_point(run: PretrainConfig):
     import ray.train
 
     checkpoint = ray.train.get_checkpoint()
-    ray_step = int(Path(checkpoint.path).name.removeprefix("step-")) if checkpoint is not None else -1
+    ray_step = checkpoint_step(Path(checkpoint.path).name) if checkpoint is not None else -1
     newer = RunLayout(run.run_dir).latest_resumable(newer_than=ray_step)
     if newer is not None:
         return (contextlib.nullcontext(storage.local_copy(newer[1], CHECKPOINT_MARKER)),
