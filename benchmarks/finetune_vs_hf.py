@@ -5,7 +5,7 @@ The same trials (sequence classification `wordnet-supersense-cls`, token classif
 checkpoint, examples, learning rates, seeds, steps, batch size and schedule), run two ways in one
 invocation, `--slots` trials at a time, one thread each; by default the paper's cell per task (6
 learning rates x 5 seeds: 60 trials):
-- the sweeper: one Ray Tune run of the grid (`sweeper.finetuning.run_shards`, reused actors),
+- the sweeper: one Ray Tune run of the grid (`sweeper.run.finetuning.run_shards`, reused actors),
   each trial `trainables.finetune_loop.run_trial` with packing on (`TrialRuntime.packing`);
 - the baseline: a fresh Python process per trial, the way the paper's evaluation code runs a
   trial: start, imports, model build, `transformers.Trainer.train()` with `DataCollatorWithPadding`
@@ -121,7 +121,7 @@ def hf_trial(config_path: str, out_path: str) -> None:
 
     started, cpu_started = time.perf_counter(), time.process_time()
     set_seed(trial.seed)
-    from sweeper.registry import resolve
+    from sweeper.spec.registry import resolve
 
     family = resolve(trial.family)
     model = TrainerModel(family.build(AutoModel.from_pretrained(trial.checkpoint_path), meta))
@@ -187,12 +187,12 @@ def hf_grid(configs: list, slots: int, work: Path) -> tuple[float, list[dict]]:
 # --- the sweeper ---------------------------------------------------------------------------------
 
 def counted_trainable(config: dict, shard, out_dir: str) -> None:
-    """`sweeper.finetuning.finetune_trainable`, plus the trial's token counts written to `out_dir`
+    """`sweeper.run.finetuning.finetune_trainable`, plus the trial's token counts written to `out_dir`
     (they live in the worker process: `TOKEN_COUNTS` is per process, reset per trial here)."""
     called = time.time()  # before the imports: a worker's first trial pays them
     from ray import tune
 
-    from sweeper.search import SEARCH_METRIC, search_score
+    from sweeper.run.search import SEARCH_METRIC, search_score
     from trainables.finetune_loop import run_trial
     from trainables.tasks.packing import TOKEN_COUNTS
 
@@ -215,8 +215,8 @@ def sweeper_grid(spec, plan, layout, task_dirs: dict, runtime, work: Path) -> tu
     its (start, end) in epoch seconds, the clock the trials' own times are on)."""
     import shutil
 
-    from sweeper.finetuning import run_shards
-    from sweeper.shards import EvaluationSets, grid_shards
+    from sweeper.run.finetuning import run_shards
+    from sweeper.run.shards import EvaluationSets, grid_shards
 
     out = work / f"sweeper-{'packed' if runtime.packing else 'padded'}"
     out.mkdir(parents=True)
@@ -253,7 +253,7 @@ def bench_spec(args):
     """benchmarks/trials_per_hour.py's spec (micro.yaml, one checkpoint of `tiny`) with the SC and
     TC tasks at `--max-length`, `--lrs` x `--seeds` trials each, micro.yaml's step budgets."""
     from benchmarks.trials_per_hour import bench_spec as one_task_spec
-    from sweeper.spec import TaskBudgetSpec
+    from sweeper.spec.study import TaskBudgetSpec
 
     spec = one_task_spec(argparse.Namespace(preset="tiny", trials=args.seeds, steps=args.sc_steps))
     ft = spec.finetuning
@@ -342,11 +342,11 @@ def main() -> None:
     import ray
 
     from benchmarks.trials_per_hour import fake_checkpoint
-    from sweeper.layout import StudyLayout
-    from sweeper.plan import plan_study
-    from sweeper.runner import prepare_corpora, use_loopback_node
-    from sweeper.shards import EvaluationSets, grid_shards, trial_runtime
-    from sweeper.task_prep import prepare_tasks
+    from sweeper.store.layout import StudyLayout
+    from sweeper.plan.study_plan import plan_study
+    from sweeper.run.runner import prepare_corpora, use_loopback_node
+    from sweeper.run.shards import EvaluationSets, grid_shards, trial_runtime
+    from sweeper.run.task_prep import prepare_tasks
 
     spec = bench_spec(args)
     if args.quick:  # a tokenizer from fewer documents: the corpus job is setup, not a figure

@@ -49,9 +49,9 @@ def plain_tune_trainable(config: dict) -> None:
 
 
 def sweeper_run(spec, trials, study_dir: Path, seconds: float) -> float:
-    from sweeper.finetuning import run_shards
-    from sweeper.layout import StudyLayout
-    from sweeper.shards import grid_shards
+    from sweeper.run.finetuning import run_shards
+    from sweeper.store.layout import StudyLayout
+    from sweeper.run.shards import grid_shards
 
     layout = StudyLayout(str(study_dir))
     fake_dirs = {(t.checkpoint.run.tokenizer, t.task): "unused" for t in trials}
@@ -75,8 +75,8 @@ def plain_tune_run(trials: int, seconds: float, storage: Path) -> float:
 def overhead(args) -> None:
     import ray
 
-    from sweeper.plan import plan_study
-    from sweeper.spec import load_spec
+    from sweeper.plan.study_plan import plan_study
+    from sweeper.spec.study import load_spec
 
     spec = load_spec(ROOT / "search_spaces" / "smoke.yaml")
     seeds = list(range(args.trials // (4 * 2) + 1))  # 4 checkpoints x 2 tasks x seeds >= trials
@@ -96,8 +96,8 @@ def overhead(args) -> None:
 
 
 def paper(args) -> None:
-    from sweeper.plan import plan_study
-    from sweeper.spec import load_spec
+    from sweeper.plan.study_plan import plan_study
+    from sweeper.spec.study import load_spec
 
     spec = load_spec(ROOT / "search_spaces" / "paper.yaml")
     spec = replace(spec, resources=replace(spec.resources, cpus_per_trial=1, gpus_per_trial=0))
@@ -123,7 +123,7 @@ def main() -> None:
     two = commands.add_parser("paper")
     two.add_argument("--trials", type=int, default=18_000)
     args = parser.parse_args()
-    from sweeper.runner import connect_ray
+    from sweeper.run.runner import connect_ray
 
     connect_ray()
     {"overhead": overhead, "paper": paper}[args.command](args)

@@ -1,4 +1,4 @@
-"""Estimated vs measured peak memory of one pretraining step (sweeper.memory's cpu-fp32 estimate).
+"""Estimated vs measured peak memory of one pretraining step (sweeper.plan.memory's cpu-fp32 estimate).
 
 Each case runs in a fresh subprocess, one after another: imports, a warm-up step of a throwaway
 nano model (torch's thread pools and kernels' first-use buffers belong to the baseline), then the
@@ -25,8 +25,8 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from sweeper.catalog import MODEL_PRESETS  # noqa: E402
-from sweeper.memory import GB, MemorySetup, estimate_peak  # noqa: E402
+from sweeper.spec.catalog import MODEL_PRESETS  # noqa: E402
+from sweeper.plan.memory import GB, MemorySetup, estimate_peak  # noqa: E402
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)

@@ -71,8 +71,8 @@ def sweeper_loop(corpus_dir: str, model_config: dict, objective: str, steps: int
     from ray.train import RunConfig, ScalingConfig
     from ray.train.torch import TorchTrainer
 
-    from sweeper.configs import AdamWConfig, InitSource, PhaseConfig, PretrainConfig
-    from sweeper.registry import OBJECTIVES
+    from sweeper.spec.configs import AdamWConfig, InitSource, PhaseConfig, PretrainConfig
+    from sweeper.spec.registry import OBJECTIVES
     from trainables.pretrain_loop import train_loop_per_worker
 
     run_dir.mkdir(parents=True)
@@ -114,8 +114,8 @@ def main() -> None:
 
     import torch
 
-    from sweeper.catalog import MODEL_PRESETS
-    from sweeper.configs import CorpusConfig
+    from sweeper.spec.catalog import MODEL_PRESETS
+    from sweeper.spec.configs import CorpusConfig
     from trainables.corpus import prepare_corpus
 
     torch.set_num_threads(args.threads)
@@ -127,7 +127,7 @@ def main() -> None:
     print(f"machine: {platform.machine()}, {os.cpu_count()} CPUs, torch {torch.__version__}, "
           f"{args.threads} threads; preset {args.preset}, batch {args.batch} x {args.seq_len} tokens, "
           f"{args.steps} steps ({args.warmup} warm-up)")
-    from sweeper.cost import parameter_count
+    from sweeper.plan.cost import parameter_count
 
     def mfu(tokens_per_s: float) -> str:
         """Model FLOPs utilisation: 6 x parameters x tokens/s over the GPU's peak (GPU only)."""

@@ -11,7 +11,7 @@ pretrained checkpoints:
   ends, weight decay a choice of the grid's values), as many samples per cell as the grid has
   points, seeds as repeats;
 - `tpe-asha`: the same search with `scheduler: {kind: asha}` on the validation curve, which
-  judges a sample on its seeds' mean and stops its seeds together (sweeper.schedulers).
+  judges a sample on its seeds' mean and stops its seeds together (sweeper.run.early_stopping).
 
 Per (checkpoint, task) cell, the reference is the grid's selection: the best point on
 seed-averaged validation, and its mean test score. A search "has found" the cell after its
@@ -114,7 +114,7 @@ def finetuning_seconds(study: Path) -> float:
     process start, equal for all three, left out)."""
     import pandas as pd
 
-    from sweeper.store import read_trials
+    from sweeper.store.results import read_trials
 
     rows = read_trials(study).to_pandas()
     started = (rows["finished_at"] - pd.to_timedelta(rows["wall_time_s"], unit="s")).min()
@@ -141,7 +141,7 @@ def point_outcomes(rows) -> str:
 
 def reference(grid) -> dict:
     """Per cell: the grid's selected test mean and its trial-steps."""
-    from sweeper import analysis
+    from sweeper.report import analysis
 
     best = analysis.best_params_table(grid)
     steps = grid.groupby(["checkpoint_id", "task"])["train_steps"].sum()
@@ -153,7 +153,7 @@ def reference(grid) -> dict:
 def found_after(search, cell: tuple, target: float, tolerance: float) -> tuple[int | None, int, int, float]:
     """(samples after which the selection stays within tolerance, or None; their trial-steps;
     the search's trial-steps in all; the final selection's test mean)."""
-    from sweeper import analysis
+    from sweeper.report import analysis
 
     rows = search[(search["checkpoint_id"] == cell[0]) & (search["task"] == cell[1])]
     samples = sorted(rows["sample"].unique())
@@ -178,7 +178,7 @@ def main() -> None:
     out = args.out or Path(tempfile.mkdtemp(prefix="search-efficiency-"))
     out.mkdir(parents=True, exist_ok=True)
 
-    from sweeper.store import read_trials
+    from sweeper.store.results import read_trials
 
     walls, tables = {}, {}
     for mode in ("grid", "tpe", "tpe-asha"):

@@ -29,9 +29,9 @@ SHARD_TRIALS = 2_000  # resources.trials_per_shard of paper.yaml
 
 
 def trial_rows(count: int) -> list[dict]:
-    from sweeper.recording import trial_row
-    from sweeper.plan import plan_study
-    from sweeper.spec import load_spec
+    from sweeper.run.recording import trial_row
+    from sweeper.plan.study_plan import plan_study
+    from sweeper.spec.study import load_spec
 
     trials = plan_study(load_spec(ROOT / "search_spaces" / "paper.yaml")).trials[:count]
     now = datetime.now(timezone.utc)
@@ -42,7 +42,7 @@ def trial_rows(count: int) -> list[dict]:
 
 def record(study: str, rows: list[dict]) -> dict[str, float]:
     """Write as the driver does; returns seconds per phase and the files written."""
-    from sweeper.store import TRIALS, compact, read_trials, write_rows
+    from sweeper.store.results import TRIALS, compact, read_trials, write_rows
 
     timings = {"write": 0.0, "compact": 0.0, "files": 0}
     for shard_start in range(0, len(rows), SHARD_TRIALS):
@@ -64,7 +64,7 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--trials", type=int, default=18_000)
     args = parser.parse_args()
-    from sweeper.local_s3 import local_s3
+    from sweeper.store.local_s3 import local_s3
 
     rows = trial_rows(args.trials)
     with local_s3("bench") as s3:

@@ -31,7 +31,7 @@ TASK = "wordnet-supersense-cls"
 
 def bench_spec(args):
     """micro.yaml narrowed to one checkpoint of `--preset` and one task, `--trials` seeds."""
-    from sweeper.spec import load_spec
+    from sweeper.spec.study import load_spec
 
     spec = load_spec(SPEC)
     run = replace(spec.pretraining.runs[0], checkpoint_steps=[])
@@ -55,8 +55,8 @@ def fake_checkpoint(layout, plan, corpus: str) -> None:
 
 def packed_run(spec, plan, layout, task_dirs: dict, per_device: int, device: str) -> float:
     """Trials/hour with `per_device` trials sharing one device."""
-    from sweeper.finetuning import run_shards
-    from sweeper.shards import EvaluationSets, grid_shards, trial_runtime
+    from sweeper.run.finetuning import run_shards
+    from sweeper.run.shards import EvaluationSets, grid_shards, trial_runtime
 
     share = 1.0 / per_device
     resources = (replace(spec.resources, gpus_per_trial=share, cpus_per_trial=share) if device == "cuda"
@@ -81,10 +81,10 @@ def main() -> None:
 
     import ray
 
-    from sweeper.layout import StudyLayout
-    from sweeper.plan import plan_study
-    from sweeper.runner import connect_ray, prepare_corpora
-    from sweeper.task_prep import prepare_tasks
+    from sweeper.store.layout import StudyLayout
+    from sweeper.plan.study_plan import plan_study
+    from sweeper.run.runner import connect_ray, prepare_corpora
+    from sweeper.run.task_prep import prepare_tasks
 
     spec = bench_spec(args)
     plan = plan_study(spec)

@@ -1,5 +1,10 @@
-"""Driver side of the sweeper: spec, plan, scheduling on Ray, results store, report, CLI.
+"""Driver side of the sweeper, in stages (each package's docstring says what it owns):
 
-Never imports torch: the worker side (`trainables`) runs inside Ray tasks and trials.
+    cli ─► run ─► report ─► plan ─► spec ─► store
+
+a stage imports only the stages to its right (tests/test_architecture.py checks it); `cli.py`
+and `__main__.py` sit on top. Never imports torch: the worker side (`trainables`) runs inside
+Ray tasks and trials, and imports only the torch- and Ray-free `spec` and `store` modules and
+`run.tracking` / `run.corpus_source`.
 """
 __version__ = "0.1.0"

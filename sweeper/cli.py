@@ -9,10 +9,10 @@ import argparse
 import sys
 from pathlib import Path
 
-from sweeper import storage
-from sweeper.layout import StudyLayout
-from sweeper.lease import EXIT_LEASE, LeaseHeld, hold_lease
-from sweeper.spec import SpecError, load_spec
+from sweeper.store import storage
+from sweeper.store.layout import StudyLayout
+from sweeper.run.lease import EXIT_LEASE, LeaseHeld, hold_lease
+from sweeper.spec.study import SpecError, load_spec
 
 EXIT_SPEC_ERROR = 2
 EXIT_CHANGED = 3
@@ -39,9 +39,9 @@ def study_dir_for(spec, flag: str | None, spec_file: str = "spec") -> str:
 
 
 def command_plan(args) -> int:
-    from sweeper.cost import finetuning_cost, parameter_count, pretraining_cost
-    from sweeper.memory import check_runs, refusal, run_figure, summary
-    from sweeper.plan import plan_study, trial_count_text
+    from sweeper.plan.cost import finetuning_cost, parameter_count, pretraining_cost
+    from sweeper.plan.memory import check_runs, refusal, run_figure, summary
+    from sweeper.plan.study_plan import plan_study, trial_count_text
 
     spec = load_spec(args.spec)
     plan = plan_study(spec)
@@ -58,8 +58,8 @@ def command_plan(args) -> int:
         extra = f" (+ {cost.unknown} items sized at run time)" if cost.unknown else ""
         print(f"    {stage:12s} {cost.gpu_hours:>12,.1f} GPU-h  ({cost.flops:.2e} FLOPs){extra}")
     print(f"    {'total':12s} {pre_cost.gpu_hours + ft_cost.gpu_hours:>12,.1f} GPU-h")
-    from sweeper.cost import finetuning_comparison
-    from sweeper.memory import check_trials, trial_refusal, trial_summary
+    from sweeper.plan.cost import finetuning_comparison
+    from sweeper.plan.memory import check_trials, trial_refusal, trial_summary
 
     trial_memory = check_trials(spec, plan.runs)  # fine-tuning: the padded figure and the paper's units
     print("\n".join(finetuning_comparison(spec, plan, ft_cost) + trial_summary(spec, trial_memory)
@@ -79,8 +79,8 @@ def command_plan(args) -> int:
 
 
 def command_run(args) -> int:
-    from sweeper.memory import check_runs, check_trials, refusal, trial_refusal
-    from sweeper.plan import plan_study
+    from sweeper.plan.memory import check_runs, check_trials, refusal, trial_refusal
+    from sweeper.plan.study_plan import plan_study
 
     spec = load_spec(args.spec)
     plan = plan_study(spec)
@@ -92,7 +92,7 @@ def command_run(args) -> int:
 
     study_dir = study_dir_for(spec, args.storage, args.spec)
     layout = StudyLayout(study_dir)
-    try:  # one driver per study: the lease comes before anything is written (sweeper.lease)
+    try:  # one driver per study: the lease comes before anything is written (sweeper.run.lease)
         lease = hold_lease(layout.lease)
     except LeaseHeld as error:
         print(f"error: {error}", file=sys.stderr)
@@ -109,7 +109,7 @@ def command_run(args) -> int:
 
 def run_with_lease(args, spec, plan, study_dir: str, layout: StudyLayout) -> int:
     """`sweeper run` once the study's lease is held: changed cells, settings, then the study."""
-    from sweeper.changes import apply_recompute, find_changes, record_settings, refuse_unwritten_checkpoints
+    from sweeper.plan.changes import apply_recompute, find_changes, record_settings, refuse_unwritten_checkpoints
 
     refuse_unwritten_checkpoints(spec, plan, layout, args.spec)
     changes = find_changes(spec, plan, layout)
@@ -123,13 +123,13 @@ def run_with_lease(args, spec, plan, study_dir: str, layout: StudyLayout) -> int
         apply_recompute(changes, layout)
     storage.make_dirs(study_dir)
     record_settings(spec, plan, layout)
-    from sweeper.runner import run_study  # imports Ray: only after the spec is known good
+    from sweeper.run.runner import run_study  # imports Ray: only after the spec is known good
 
     return run_study(spec, Path(args.spec), plan, study_dir, retry_failed=args.retry_failed)
 
 
 def command_status(args) -> int:
-    from sweeper.status import print_status
+    from sweeper.report.status import print_status
 
     study_dir = storage.normalize(args.study_dir)
     if not storage.exists(StudyLayout(study_dir).spec):
@@ -140,7 +140,7 @@ def command_status(args) -> int:
 
 
 def command_report(args) -> int:
-    from sweeper.report import write_report
+    from sweeper.report.writer import write_report
 
     study_dir = storage.normalize(args.study_dir)
     results = StudyLayout(study_dir).results

@@ -12,8 +12,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from safetensors.torch import load_file
 
-from sweeper.configs import AdamWConfig, InitSource, PhaseConfig, PretrainConfig
-from sweeper.registry import OBJECTIVES
+from sweeper.spec.configs import AdamWConfig, InitSource, PhaseConfig, PretrainConfig
+from sweeper.spec.registry import OBJECTIVES
 from trainables.corpus import document_layout
 from trainables.model import LlamaEncoderConfig, build_model
 from trainables.objectives import (
@@ -159,7 +159,7 @@ def test_two_ddp_workers_in_micro_batches_train_like_one_process_and_keep_only_w
     checkpoints only (the final one is the newest resume point), step 3 without optimizer state."""
     import ray
 
-    from sweeper.pretraining import fit_run
+    from sweeper.run.pretraining import fit_run
 
     corpus_dir = str(Path(wordpiece_dir).parent)
     runs = {name: planned_run(6, checkpoint_steps=(3,), run_dir=str(tmp_path / name), corpus_dir=corpus_dir,

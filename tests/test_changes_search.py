@@ -1,4 +1,4 @@
-"""Change detection in every search mode (sweeper.changes): a cell is (checkpoint, task, point,
+"""Change detection in every search mode (sweeper.plan.changes): a cell is (checkpoint, task, point,
 seed), the point being the learning rate and swept values in grid mode and the sample number in
 optuna and random modes. Changing a fixed value lists the recorded cells it changes and
 `sweeper run` exits 3 before anything starts; adding a value or a sample adds cells only.
@@ -15,12 +15,12 @@ from pathlib import Path
 import pytest
 
 from conftest import ROOT, SMOKE_SPEC as SMOKE, edited_spec
-from sweeper.changes import find_changes, record_settings
-from sweeper.layout import StudyLayout
-from sweeper.plan import at_point, plan_study
-from sweeper.recording import trial_row
-from sweeper.spec import load_spec
-from sweeper.store import TRIALS, write_rows
+from sweeper.plan.changes import find_changes, record_settings
+from sweeper.store.layout import StudyLayout
+from sweeper.plan.study_plan import at_point, plan_study
+from sweeper.run.recording import trial_row
+from sweeper.spec.study import load_spec
+from sweeper.store.results import TRIALS, write_rows
 
 
 MODES = {

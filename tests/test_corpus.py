@@ -12,11 +12,11 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from sweeper.configs import CorpusConfig
-from sweeper.corpora import ORDER_BLOCK_WINDOWS as DRIVER_BLOCK, corpus_config, corpus_dir, effective_max_tokens
-from sweeper.layout import StudyLayout
-from sweeper.plan import plan_study
-from sweeper.spec import load_spec
+from sweeper.spec.configs import CorpusConfig
+from sweeper.run.corpora import ORDER_BLOCK_WINDOWS as DRIVER_BLOCK, corpus_config, corpus_dir, effective_max_tokens
+from sweeper.store.layout import StudyLayout
+from sweeper.plan.study_plan import plan_study
+from sweeper.spec.study import load_spec
 from trainables.corpus import ORDER_BLOCK_WINDOWS, PackedCorpus, prepare_corpus
 
 from conftest import ROOT
@@ -112,7 +112,7 @@ def test_new_data_fields_leave_run_keys_alone_and_the_corpus_key_follows_the_str
 def test_a_changed_vocabulary_trains_on_a_new_corpus(tmp_path):
     """--recompute-changed: the runs' keys change (data enters them), and their new config reads
     a corpus prepared for the new vocabulary, beside the old one."""
-    from sweeper.pretraining import pretrain_config
+    from sweeper.run.pretraining import pretrain_config
 
     spec = load_spec(PIPELINE_SPEC)
     layout = StudyLayout(str(tmp_path / "study"))

@@ -1,4 +1,4 @@
-"""The fine-tuning cost model (sweeper.cost) and the fine-tuning memory check of `sweeper plan`."""
+"""The fine-tuning cost model (sweeper.plan.cost) and the fine-tuning memory check of `sweeper plan`."""
 from __future__ import annotations
 
 import subprocess
@@ -8,16 +8,16 @@ from dataclasses import replace
 import pytest
 from conftest import ROOT
 
-from sweeper import catalog
-from sweeper.catalog import PAPER_TASK_STATISTICS, task_statistics
-from sweeper.cost import (
+from sweeper.spec import catalog
+from sweeper.spec.catalog import PAPER_TASK_STATISTICS, task_statistics
+from sweeper.plan.cost import (
     finetuning_cost,
     mi250x_hours,
     padded_finetuning_cost,
     trial_tokens,
 )
-from sweeper.plan import plan_study
-from sweeper.spec import load_spec
+from sweeper.plan.study_plan import plan_study
+from sweeper.spec.study import load_spec
 
 
 @pytest.fixture(scope="module")
@@ -119,7 +119,7 @@ def test_the_paper_plan_is_comparable_with_the_papers_compute(paper):
 
 
 def test_a_task_without_statistics_falls_back_to_padded_rows(paper, monkeypatch):
-    from sweeper import cost
+    from sweeper.plan import cost
 
     spec, plan = paper
     spec = with_finetuning(spec, tasks=["sst2"])

@@ -2,7 +2,7 @@
 Face Llama causal LM built from config and saved locally (with a tokenizer that has no [MASK]).
 
 The study lives in an object store (a real S3 endpoint on the loopback): every stage reads and
-writes it through sweeper.storage, the continued run downloads its source checkpoint, trials
+writes it through sweeper.store.storage, the continued run downloads its source checkpoint, trials
 download checkpoints and tokenised data, and a rerun, `status` and `report` work on the URI."""
 from __future__ import annotations
 
@@ -12,8 +12,8 @@ from tokenizers import Tokenizer, models, pre_tokenizers, trainers
 from transformers import AutoTokenizer, LlamaConfig, LlamaForCausalLM, PreTrainedTokenizerFast
 
 import trainables  # noqa: F401
-from sweeper import storage
-from sweeper.store import TRIALS, read_table
+from sweeper.store import storage
+from sweeper.store.results import TRIALS, read_table
 from trainables.text_sources import iter_corpus_texts
 
 from conftest import ROOT, run_sweeper

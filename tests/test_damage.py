@@ -12,12 +12,12 @@ from pathlib import Path
 import pyarrow.parquet as pq
 import pytest
 
-from sweeper import storage
-from sweeper.layout import StudyLayout
-from sweeper.plan import plan_study
-from sweeper.recording import trial_row
-from sweeper.spec import load_spec
-from sweeper.store import (
+from sweeper.store import storage
+from sweeper.store.layout import StudyLayout
+from sweeper.plan.study_plan import plan_study
+from sweeper.run.recording import trial_row
+from sweeper.spec.study import load_spec
+from sweeper.store.results import (
     TRIALS, compact, finished_trial_keys, quarantined, read_table, read_trials, table_dir, write_rows,
 )
 

@@ -1,6 +1,6 @@
 """Early stopping (issue #17): Tune schedulers on the validation curve, `stopped` trials.
 
-Unit tests of the scheduler (sweeper.schedulers: a point's seeds judged on their mean and
+Unit tests of the scheduler (sweeper.run.early_stopping: a point's seeds judged on their mean and
 stopped together), of the worker's curve callback, and of how a stopped trial is recorded; a
 Tune run with a real searcher and recorder; and an Optuna study with ASHA end to end, rerun
 without a duplicate row.
@@ -18,16 +18,16 @@ from ray.tune.schedulers import ASHAScheduler, MedianStoppingRule, TrialSchedule
 from ray.tune.search import Searcher
 
 from conftest import ROOT, nano_study
-from sweeper import analysis
-from sweeper.layout import StudyLayout
-from sweeper.plan import plan_study
-from sweeper.progress import ProgressLine
-from sweeper.recording import FINAL, ResultsRecorder
-from sweeper.schedulers import TIME_ATTR, CellScheduler, make_scheduler
-from sweeper.search import SEARCH_METRIC
-from sweeper.shards import GridShard
-from sweeper.spec import load_spec
-from sweeper.store import EVAL_CURVES, TRIALS, finished_trial_keys, read_table, read_trials
+from sweeper.report import analysis
+from sweeper.store.layout import StudyLayout
+from sweeper.plan.study_plan import plan_study
+from sweeper.run.progress import ProgressLine
+from sweeper.run.recording import FINAL, ResultsRecorder
+from sweeper.run.early_stopping import TIME_ATTR, CellScheduler, make_scheduler
+from sweeper.run.search import SEARCH_METRIC
+from sweeper.run.shards import GridShard
+from sweeper.spec.study import load_spec
+from sweeper.store.results import EVAL_CURVES, TRIALS, finished_trial_keys, read_table, read_trials
 
 ES_SPEC = nano_study("early-stopping", "    - {objective: mlm}\n", """\
   tasks: [wordnet-supersense-cls]
@@ -108,7 +108,7 @@ def seeded_scheduler(tmp_path):
 # -- the scheduler -----------------------------------------------------------------------------
 
 def test_no_scheduler_in_the_spec_is_none_and_grid_mode_refuses_one(tmp_path):
-    from sweeper.spec import SpecError
+    from sweeper.spec.study import SpecError
 
     spec = load_spec(es_spec(tmp_path, ES_SPEC.replace("  scheduler: {kind: asha, grace_period: 1}\n", "")))
     assert make_scheduler(spec.finetuning) is None
@@ -217,9 +217,9 @@ def test_a_point_whose_seed_mean_is_high_runs_on_with_all_its_seeds_though_one_s
 # -- the worker ----------------------------------------------------------------------------------
 
 def test_the_trial_hands_each_curve_point_to_the_callback_and_ends_where_tune_stops_it(tmp_path, wordpiece_dir):
-    from sweeper.catalog import TASKS
-    from sweeper.configs import AdamWConfig, FinetuneProtocol, TrialConfig, TrialRuntime
-    from sweeper.registry import FAMILIES
+    from sweeper.spec.catalog import TASKS
+    from sweeper.spec.configs import AdamWConfig, FinetuneProtocol, TrialConfig, TrialRuntime
+    from sweeper.spec.registry import FAMILIES
     from trainables.finetune_loop import run_trial
     from trainables.tasks import data as task_data
 
@@ -294,7 +294,7 @@ def test_a_stopped_trial_is_recorded_with_its_last_curve_point_and_is_finished(t
 def test_stopped_rows_are_counted_but_never_selected_nor_in_intervals(tmp_path):
     import pandas as pd
 
-    from sweeper.recording import trial_row
+    from sweeper.run.recording import trial_row
 
     trials, _, _ = smoke_shard(tmp_path, 8)
     cell = [t for t in trials if (t.checkpoint.checkpoint_id, t.task) == (trials[0].checkpoint.checkpoint_id,

@@ -15,9 +15,9 @@ import pytest
 import torch
 import yaml
 
-from sweeper import catalog, registry
-from sweeper.plan import plan_study
-from sweeper.spec import SpecError, load_spec
+from sweeper.spec import catalog, registry
+from sweeper.plan.study_plan import plan_study
+from sweeper.spec.study import SpecError, load_spec
 
 from conftest import ROOT, run_sweeper
 

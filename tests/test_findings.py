@@ -9,12 +9,13 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from sweeper import analysis, registry
-from sweeper.figures import clipped_interval, score_ranges
-from sweeper.findings import check_findings
-from sweeper.registry import FamilyInfo
-from sweeper.report import findings_section
-from sweeper.verdict_tests import CANNOT_TELL, CONTRADICTS, SUPPORTS, holm, paired_t
+from sweeper.report import analysis
+from sweeper.spec import registry
+from sweeper.report.figures import clipped_interval, score_ranges
+from sweeper.report.findings import check_findings
+from sweeper.spec.registry import FamilyInfo
+from sweeper.report.writer import findings_section
+from sweeper.report.statistics import CANNOT_TELL, CONTRADICTS, SUPPORTS, holm, paired_t
 from test_verdict_calibration import synthetic_study
 
 

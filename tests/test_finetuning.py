@@ -5,13 +5,13 @@ import pytest
 import ray
 from ray import tune
 
-from sweeper.layout import StudyLayout
-from sweeper.plan import plan_study
-from sweeper.progress import ProgressLine
-from sweeper.recording import ResultsRecorder
-from sweeper.shards import GridShard
-from sweeper.spec import load_spec
-from sweeper.store import read_table, TRIALS
+from sweeper.store.layout import StudyLayout
+from sweeper.plan.study_plan import plan_study
+from sweeper.run.progress import ProgressLine
+from sweeper.run.recording import ResultsRecorder
+from sweeper.run.shards import GridShard
+from sweeper.spec.study import load_spec
+from sweeper.store.results import read_table, TRIALS
 
 from conftest import ROOT
 
@@ -55,7 +55,7 @@ def waiting_trainable(config):
     whether it did while trial 1 itself was still running."""
     import time
 
-    from sweeper.store import read_table as read
+    from sweeper.store.results import read_table as read
 
     seen = False
     if config["trial_index"] == 1:

@@ -1,4 +1,4 @@
-"""The single-writer lease of a study (sweeper.lease): one driver per study, on a disk and in S3;
+"""The single-writer lease of a study (sweeper.run.lease): one driver per study, on a disk and in S3;
 dead holders are taken over; end to end, a second driver is refused and a third takes over from
 a killed first, and every planned trial is recorded exactly once."""
 from __future__ import annotations
@@ -13,9 +13,9 @@ import uuid
 
 import pytest
 
-from sweeper import lease as lease_module
-from sweeper import storage
-from sweeper.lease import LeaseHeld, hold_lease, read_lease, take_lease
+from sweeper.run import lease as lease_module
+from sweeper.store import storage
+from sweeper.run.lease import LeaseHeld, hold_lease, read_lease, take_lease
 
 from conftest import ROOT
 
@@ -122,7 +122,7 @@ def test_a_driver_that_lost_its_lease_is_told(tmp_path):
 
 HOLDER = """
 import sys, time
-from sweeper.lease import hold_lease
+from sweeper.run.lease import hold_lease
 hold_lease(sys.argv[1], heartbeat_s=0.1)
 print("held", flush=True)
 if sys.argv[2] == "raise":

@@ -21,7 +21,7 @@ import json, os, socket
 from pathlib import Path
 
 import ray
-from sweeper.runner import connect_ray
+from sweeper.run.runner import connect_ray
 
 
 def listening() -> dict[str, str]:

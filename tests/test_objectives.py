@@ -7,9 +7,9 @@ import torch
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from sweeper.configs import AdamWConfig, InitSource, PhaseConfig, PretrainConfig
-from sweeper.runs import switch_step
-from sweeper.registry import OBJECTIVES, resolve
+from sweeper.spec.configs import AdamWConfig, InitSource, PhaseConfig, PretrainConfig
+from sweeper.plan.runs import switch_step
+from sweeper.spec.registry import OBJECTIVES, resolve
 from trainables.corpus import document_layout
 from trainables.model import LlamaEncoderConfig, build_model
 from trainables.objectives import (

@@ -15,9 +15,9 @@ import torch
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from sweeper.catalog import TASKS
-from sweeper.configs import AdamWConfig, FinetuneProtocol, TrialConfig, TrialRuntime
-from sweeper.registry import FAMILIES, resolve
+from sweeper.spec.catalog import TASKS
+from sweeper.spec.configs import AdamWConfig, FinetuneProtocol, TrialConfig, TrialRuntime
+from sweeper.spec.registry import FAMILIES, resolve
 from trainables.finetune_loop import cached_task_data, run_trial
 from trainables.model import LlamaEncoderConfig, LlamaEncoderModel
 from trainables.tasks import data as task_data

@@ -10,7 +10,7 @@ from datetime import datetime, timezone
 
 import pytest
 
-from sweeper.store import read_trials
+from sweeper.store.results import read_trials
 
 from conftest import ROOT, run_sweeper
 

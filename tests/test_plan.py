@@ -4,10 +4,10 @@ from pathlib import Path
 
 import pytest
 
-from sweeper.plan import plan_study
-from sweeper.configs import PhaseConfig
-from sweeper.runs import format_steps, run_name
-from sweeper.spec import SpecError, load_spec
+from sweeper.plan.study_plan import plan_study
+from sweeper.spec.configs import PhaseConfig
+from sweeper.plan.runs import format_steps, run_name
+from sweeper.spec.study import SpecError, load_spec
 
 SPECS = Path(__file__).parent.parent / "search_spaces"
 
@@ -85,7 +85,7 @@ def test_paper_plan_counts_runs_checkpoints_and_trials():
 
 
 def test_gpu_hour_estimate_follows_the_documented_cost_model():
-    from sweeper.cost import parameter_count, pretraining_cost
+    from sweeper.plan.cost import parameter_count, pretraining_cost
 
     spec = load_spec(SPECS / "paper.yaml")
     run = next(r for r in plan_study(spec).runs if r.name == "210m-mlm40-42k")

@@ -14,11 +14,11 @@ import pyarrow.dataset as ds
 import pyarrow.parquet as pq
 import pytest
 
-from sweeper import storage
-from sweeper.layout import RunLayout
-from sweeper.plan import plan_study
-from sweeper.spec import load_spec
-from sweeper.store import TRIALS, read_table, table_dir
+from sweeper.store import storage
+from sweeper.store.layout import RunLayout
+from sweeper.plan.study_plan import plan_study
+from sweeper.spec.study import load_spec
+from sweeper.store.results import TRIALS, read_table, table_dir
 
 from conftest import ROOT, run_sweeper
 
@@ -152,7 +152,7 @@ def test_pretraining_process_killed_mid_run_resumes_to_the_planned_result(ray_he
 WRITER = """
 import sys, time
 from datetime import datetime, timezone
-from sweeper.store import TRIALS, write_rows
+from sweeper.store.results import TRIALS, write_rows
 rows = [{"study": "s", "trial_key": f"k{i}", "task": "t", "status": "ok", "error": "x" * 2000,
          "finished_at": datetime.now(timezone.utc)} for i in range(5000)]
 print("ready", flush=True)

@@ -7,7 +7,7 @@ import pickle
 import pytest
 import torch
 
-from sweeper.layout import TRAINING_STATE
+from sweeper.store.layout import TRAINING_STATE
 from trainables.pretrain_loop import restore_training_state
 
 from test_objectives import planned_run

@@ -1,7 +1,7 @@
 """Sweeping run fields and Ray Tune's search-space forms in the YAML (issue #17, first slice).
 
 Pretraining: any run field given as a grid (a YAML list or `{grid_search: [...]}`) expands to
-runs, named with the values that differ from the field's base (sweeper.runs); a distribution
+runs, named with the values that differ from the field's base (sweeper.plan.runs); a distribution
 there is a spec error. Fine-tuning protocol fields take Tune's vocabulary, each form checked
 (arity, types, bounds, lo < hi, loguniform lo > 0) with exit 2, the file, line and key path, and
 no Ray. Unswept specs keep their runs, names and keys (tests/test_pinned_keys.py pins them).
@@ -19,10 +19,10 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from sweeper.plan import plan_study
-from sweeper.runs import short_number
-from sweeper.spec import load_spec
-from sweeper.spec_parsing import Distribution, Grid, SpecError
+from sweeper.plan.study_plan import plan_study
+from sweeper.plan.runs import short_number
+from sweeper.spec.study import load_spec
+from sweeper.spec.parsing import Distribution, Grid, SpecError
 
 ROOT = Path(__file__).parent.parent
 SMOKE = (ROOT / "search_spaces" / "smoke.yaml").read_text()
@@ -106,8 +106,8 @@ def test_a_grid_expands_every_entry_as_a_product_and_runs_carry_their_values(tmp
 
 
 def test_the_worker_config_trains_with_the_runs_values(tmp_path):
-    from sweeper.layout import StudyLayout
-    from sweeper.pretraining import pretrain_config
+    from sweeper.store.layout import StudyLayout
+    from sweeper.run.pretraining import pretrain_config
 
     plan = plan_study(load_spec(write(tmp_path, PEAK_LR_GRID)))
     runs = {run.name: run for run in plan.runs}
@@ -170,7 +170,7 @@ def test_a_peak_lr_grid_names_every_run_once_and_the_first_value_plainly(tmp_pat
 
 def test_every_form_of_tunes_vocabulary_is_read(tmp_path):
     """Each form parses into its typed value (the plan refuses those it cannot run yet)."""
-    from sweeper.spec_parsing import Context, LineIndex, convert_space
+    from sweeper.spec.parsing import Context, LineIndex, convert_space
 
     context = Context("x.yaml", LineIndex(""))
     forms = {"{choice: [16, 32]}": Distribution("choice", (16, 32))}

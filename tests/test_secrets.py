@@ -9,8 +9,9 @@ import sys
 
 import pytest
 
-from sweeper import storage, tracking
-from sweeper.layout import StudyLayout
+from sweeper.run import tracking
+from sweeper.store import storage
+from sweeper.store.layout import StudyLayout
 
 from conftest import ROOT, run_sweeper
 
@@ -66,8 +67,8 @@ def test_the_filesystem_object_holds_no_credentials():
 
 
 def planned_fsdp_study():
-    from sweeper.plan import plan_study
-    from sweeper.spec import load_spec
+    from sweeper.plan.study_plan import plan_study
+    from sweeper.spec.study import load_spec
 
     spec = load_spec(ROOT / "tests" / "specs" / "fsdp.yaml")
     return spec, plan_study(spec)
@@ -76,8 +77,8 @@ def planned_fsdp_study():
 def test_worker_payloads_hold_no_credentials():
     import cloudpickle
 
-    from sweeper.pretraining import pretrain_config
-    from sweeper.shards import EvaluationSets, grid_shards, trial_runtime
+    from sweeper.run.pretraining import pretrain_config
+    from sweeper.run.shards import EvaluationSets, grid_shards, trial_runtime
 
     spec, plan = planned_fsdp_study()
     layout = StudyLayout(URI)

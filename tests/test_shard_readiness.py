@@ -16,12 +16,12 @@ import ray
 from ray import tune
 from ray.tune.search import Searcher
 
-from sweeper.layout import CHECKPOINT_MARKER, StudyLayout
-from sweeper.plan import plan_study
-from sweeper.search import Gate
-from sweeper.shards import EvaluationSets, grid_shards, optuna_shards
-from sweeper.spec import load_spec
-from sweeper.store import read_trials
+from sweeper.store.layout import CHECKPOINT_MARKER, StudyLayout
+from sweeper.plan.study_plan import plan_study
+from sweeper.run.search import Gate
+from sweeper.run.shards import EvaluationSets, grid_shards, optuna_shards
+from sweeper.spec.study import load_spec
+from sweeper.store.results import read_trials
 
 from conftest import ROOT
 
@@ -117,7 +117,7 @@ def instant_trainable(config: dict, shard) -> None:
 @pytest.mark.e2e
 def test_the_last_shards_ready_checkpoint_is_recorded_before_any_trial_of_an_unwritten_one(ray_head, tmp_path,
                                                                                           capsys):
-    from sweeper.finetuning import run_shards
+    from sweeper.run.finetuning import run_shards
 
     spec = one_task_spec(trials_per_shard=2)
     *earlier, last = plan_study(spec).checkpoints[:3]
@@ -158,12 +158,12 @@ def test_the_last_shards_ready_checkpoint_is_recorded_before_any_trial_of_an_unw
 MEMORY_SCRIPT = """
 import sys
 sys.path.insert(0, {root!r})
-from sweeper.finetuning import run_shards  # noqa: F401 (the driver's imports: Ray Tune included)
-from sweeper.layout import StudyLayout
-from sweeper.plan import plan_study
-from sweeper.search import Gate
-from sweeper.shards import EvaluationSets, grid_shards, trial_runtime
-from sweeper.spec import load_spec
+from sweeper.run.finetuning import run_shards  # noqa: F401 (the driver's imports: Ray Tune included)
+from sweeper.store.layout import StudyLayout
+from sweeper.plan.study_plan import plan_study
+from sweeper.run.search import Gate
+from sweeper.run.shards import EvaluationSets, grid_shards, trial_runtime
+from sweeper.spec.study import load_spec
 
 spec = load_spec({root!r} + "/search_spaces/paper.yaml")
 plan = plan_study(spec)

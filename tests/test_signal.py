@@ -19,13 +19,13 @@ import pytest
 import ray
 import yaml
 
-from sweeper.catalog import get_task
-from sweeper.configs import CompanionSet, TrialConfig
-from sweeper.plan import finetune_protocol, plan_study
-from sweeper.registry import FAMILIES
-from sweeper.shards import trial_runtime
-from sweeper.spec import load_spec
-from sweeper.store import read_trials
+from sweeper.spec.catalog import get_task
+from sweeper.spec.configs import CompanionSet, TrialConfig
+from sweeper.plan.study_plan import finetune_protocol, plan_study
+from sweeper.spec.registry import FAMILIES
+from sweeper.run.shards import trial_runtime
+from sweeper.spec.study import load_spec
+from sweeper.store.results import read_trials
 from trainables.finetune_loop import run_trial
 
 from conftest import ROOT
@@ -47,7 +47,7 @@ def prepared_task_dirs(study_dir, tasks: list[str], driver: subprocess.Popen, ti
     """The study's tokenised task folders, once the running study has written them."""
     deadline = time.time() + timeout
     while time.time() < deadline:
-        # A folder being written is `<name>.tmp-<pid>` (sweeper.storage) until it is renamed into place.
+        # A folder being written is `<name>.tmp-<pid>` (sweeper.store.storage) until it is renamed into place.
         found = {task: next((meta for meta in (study_dir / "cache" / "tasks").glob(f"{task}-study-*/meta.json")
                              if ".tmp-" not in meta.parent.name), None)
                  for task in tasks} if (study_dir / "cache" / "tasks").exists() else {}

@@ -10,9 +10,9 @@ from pathlib import Path
 import pyarrow.dataset as ds
 import pytest
 
-from sweeper import storage
-from sweeper.layout import CHECKPOINT_MARKER, TRAINING_STATE, RunLayout
-from sweeper.store import TRIALS, compact, read_table, read_trials, table_dir, write_rows
+from sweeper.store import storage
+from sweeper.store.layout import CHECKPOINT_MARKER, TRAINING_STATE, RunLayout
+from sweeper.store.results import TRIALS, compact, read_table, read_trials, table_dir, write_rows
 
 from conftest import ROOT
 
@@ -166,7 +166,7 @@ def test_a_bad_storage_flag_exits_2_before_anything_starts(tmp_path):
 
 def test_a_spec_may_name_an_object_store_and_a_missing_bucket_stops_the_run(tmp_path, object_store):
     from sweeper.cli import study_dir_for
-    from sweeper.spec import load_spec
+    from sweeper.spec.study import load_spec
 
     smoke = (ROOT / "search_spaces" / "smoke.yaml").read_text()
     spec_path = tmp_path / "spec.yaml"

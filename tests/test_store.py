@@ -4,7 +4,7 @@ from pathlib import Path
 
 import pyarrow.parquet as pq
 
-from sweeper.store import (
+from sweeper.store.results import (
     PRETRAINING, TRIALS, compact, finished_trial_keys, read_table, read_trials, table_dir, write_rows,
 )
 

@@ -16,8 +16,8 @@ from pathlib import Path
 import pytest
 import yaml
 
-from sweeper import registry
-from sweeper.store import TRIALS, read_table, read_trials
+from sweeper.spec import registry
+from sweeper.store.results import TRIALS, read_table, read_trials
 
 from conftest import ROOT, run_sweeper
 

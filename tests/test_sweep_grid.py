@@ -17,11 +17,11 @@ import pyarrow.parquet as pq
 import pytest
 
 from conftest import ROOT, edited_spec, nano_study
-from sweeper import analysis
-from sweeper.plan import finetune_protocol, plan_study, task_points
-from sweeper.recording import trial_row
-from sweeper.spec import SpecError, load_spec
-from sweeper.store import EVAL_CURVE_SCHEMA, PROTOCOL_COLUMNS, TRIAL_SCHEMA, TRIALS, read_trials, write_rows
+from sweeper.report import analysis
+from sweeper.plan.study_plan import finetune_protocol, plan_study, task_points
+from sweeper.run.recording import trial_row
+from sweeper.spec.study import SpecError, load_spec
+from sweeper.store.results import EVAL_CURVE_SCHEMA, PROTOCOL_COLUMNS, TRIAL_SCHEMA, TRIALS, read_trials, write_rows
 
 
 
@@ -89,7 +89,7 @@ def test_a_combination_of_grid_values_the_checks_refuse_is_a_spec_error(tmp_path
 
 
 def test_task_data_is_prepared_once_per_length_and_stride_a_trial_reads(tmp_path):
-    from sweeper.task_prep import data_variant, task_data_dir, task_folder_name
+    from sweeper.run.task_prep import data_variant, task_data_dir, task_folder_name
 
     base = load_spec(smoke_with(tmp_path, ("  max_steps: 8 ", "  max_steps: 8 "), name="plain.yaml"))
     qa = "wordnet-supersense-qa"
@@ -108,9 +108,9 @@ def test_task_data_is_prepared_once_per_length_and_stride_a_trial_reads(tmp_path
 
 
 def test_the_trial_config_carries_the_point(tmp_path):
-    from sweeper.configs import TrialRuntime
-    from sweeper.layout import StudyLayout
-    from sweeper.shards import EvaluationSets, trial_config
+    from sweeper.spec.configs import TrialRuntime
+    from sweeper.store.layout import StudyLayout
+    from sweeper.run.shards import EvaluationSets, trial_config
 
     spec = load_spec(smoke_with(tmp_path, WD_GRID))
     plan = plan_study(spec)
@@ -176,8 +176,8 @@ def test_selection_is_the_best_params_tuple_on_seed_averaged_validation(tmp_path
 
 
 def test_a_changed_fixed_value_names_the_swept_cells_it_changes(tmp_path):
-    from sweeper.changes import find_changes, record_settings
-    from sweeper.layout import StudyLayout
+    from sweeper.plan.changes import find_changes, record_settings
+    from sweeper.store.layout import StudyLayout
 
     study = tmp_path / "study"
     spec = load_spec(smoke_with(tmp_path, WD_GRID))

@@ -14,9 +14,9 @@ import numpy as np
 import pytest
 from transformers import AutoTokenizer
 
-from sweeper.catalog import TASKS
-from sweeper.configs import TaskInfo
-from sweeper.registry import FAMILIES, resolve
+from sweeper.spec.catalog import TASKS
+from sweeper.spec.configs import TaskInfo
+from sweeper.spec.registry import FAMILIES, resolve
 from trainables.tasks.adapters import retrieval_split
 from trainables.tasks.data import load_task_splits
 from trainables.tasks.family import TaskFamily

@@ -5,9 +5,9 @@ import pytest
 
 from dataclasses import replace
 
-from sweeper.catalog import TASKS
-from sweeper.configs import AdamWConfig, FinetuneProtocol, TrialConfig, TrialRuntime
-from sweeper.registry import FAMILIES
+from sweeper.spec.catalog import TASKS
+from sweeper.spec.configs import AdamWConfig, FinetuneProtocol, TrialConfig, TrialRuntime
+from sweeper.spec.registry import FAMILIES
 from trainables.finetune_loop import run_trial
 from trainables.tasks import data as task_data
 

@@ -29,9 +29,9 @@ import pandas as pd
 import pytest
 from scipy import stats
 
-from sweeper import analysis
-from sweeper.findings import check_findings, judge
-from sweeper.verdict_tests import CONTRADICTS, SUPPORTS, SeedScores, Spreads
+from sweeper.report import analysis
+from sweeper.report.findings import check_findings, judge
+from sweeper.report.statistics import CONTRADICTS, SUPPORTS, SeedScores, Spreads
 
 SIGMA = 1.0          # model noise SD, points
 SEED_SD = 1.5        # per-(task, seed) effect shared by every checkpoint and learning rate
@@ -232,7 +232,7 @@ def null_counts() -> pd.DataFrame:
 
 
 def test_the_simulated_studies_have_the_store_schema_and_the_paper_grid_shape():
-    from sweeper.store import TRIAL_SCHEMA
+    from sweeper.store.results import TRIAL_SCHEMA
     rows = synthetic_study(np.random.default_rng(0), 0.0)
     assert set(rows.columns) <= set(TRIAL_SCHEMA.names)
     assert rows["seed"].nunique() == SEEDS and 3 <= rows["learning_rate"].nunique() <= 6

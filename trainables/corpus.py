@@ -25,9 +25,9 @@ import numpy as np
 import pyarrow.fs as pafs
 import torch
 
-from sweeper import storage
-from sweeper.configs import CorpusConfig
-from sweeper.layout import CORPUS_MARKER
+from sweeper.store import storage
+from sweeper.spec.configs import CorpusConfig
+from sweeper.store.layout import CORPUS_MARKER
 from trainables.objectives import TokenBatch
 
 ORDER_BLOCK_WINDOWS = 1 << 16

@@ -50,10 +50,10 @@ from pathlib import Path
 
 import numpy as np
 
-from sweeper import storage
-from sweeper.configs import CorpusConfig
-from sweeper.corpus_source import read_documents, resolve_files
-from sweeper.layout import CORPUS_MARKER
+from sweeper.store import storage
+from sweeper.spec.configs import CorpusConfig
+from sweeper.run.corpus_source import read_documents, resolve_files
+from sweeper.store.layout import CORPUS_MARKER
 
 SHARD_TOKENS = 1 << 24
 """Tokens per shard: 16,777,216 (64 MiB of int32): ~6,000 shards for 100B tokens."""

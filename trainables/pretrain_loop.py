@@ -9,13 +9,13 @@ global batch) (`objectives.RowDraws`), and the optimizer state and log travel in
 `training_state.pt`. A restarted run therefore continues bit-for-bit where the checkpoint left
 it, with the same phase boundaries.
 
-Checkpoint layout (`sweeper.layout`), `<run_dir>/step-<N>/`: Hugging Face files (config.json,
+Checkpoint layout (`sweeper.store.layout`), `<run_dir>/step-<N>/`: Hugging Face files (config.json,
 model.safetensors, tokenizer), `training_state.pt`, `train_log.json`, and
 `sweeper_checkpoint.json` written last (the marker that the directory is complete; it lists
 the other files and their sizes). With distributed workers Ray Train persists the directory (to
 any storage URI) under `storage_path/<run name>/step-<N>`, file by file in no set order, so a
 resume checks the list (`RunLayout.latest_resumable`); in local mode the loop publishes it there
-itself (sweeper.storage: an atomic rename on a disk, an upload with the marker last to an object
+itself (sweeper.store.storage: an atomic rename on a disk, an upload with the marker last to an object
 store). The run folder is a study location: a path, or a URI whose files the loop reads through
 node-local copies.
 
@@ -44,9 +44,9 @@ from pathlib import Path
 
 import torch
 
-from sweeper import storage
-from sweeper.configs import PretrainConfig
-from sweeper.layout import (
+from sweeper.store import storage
+from sweeper.spec.configs import PretrainConfig
+from sweeper.store.layout import (
     CHECKPOINT_MARKER,
     CORPUS_MARKER,
     TRAIN_LOG,
@@ -55,8 +55,8 @@ from sweeper.layout import (
     checkpoint_folder_name,
     checkpoint_step,
 )
-from sweeper.registry import resolve
-from sweeper.tracking import start_wandb
+from sweeper.spec.registry import resolve
+from sweeper.run.tracking import start_wandb
 from trainables.corpus import PackedCorpus
 from trainables.model import LlamaEncoderConfig, LlamaEncoderForMaskedLM, build_model
 from trainables.objectives import LossContext, ObjectiveLoss, RowDraws

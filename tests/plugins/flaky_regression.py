@@ -10,9 +10,9 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from sweeper.catalog import register_task
-from sweeper.configs import TaskInfo
-from sweeper.registry import FamilyInfo, register_family
+from sweeper.spec.catalog import register_task
+from sweeper.spec.configs import TaskInfo
+from sweeper.spec.registry import FamilyInfo, register_family
 from toy_regression import Regression
 
 DATA = Path(__file__).resolve().parent / "flaky-data"

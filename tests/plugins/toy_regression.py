@@ -13,9 +13,9 @@ import numpy as np
 import torch
 import torch.nn.functional as F
 
-from sweeper.catalog import register_task
-from sweeper.configs import TaskInfo
-from sweeper.registry import FamilyInfo, register_family
+from sweeper.spec.catalog import register_task
+from sweeper.spec.configs import TaskInfo
+from sweeper.spec.registry import FamilyInfo, register_family
 from trainables.tasks.heads import LinearHead
 
 

@@ -1,0 +1,215 @@
+"""Cost model behind `sweeper plan`: FLOPs = 6 x parameters x tokens trained (forward 2, backward
+4) + 2 x parameters x tokens only run forward (scoring, embedding).
+
+Parameters exclude the input embedding (a lookup costs no FLOPs). Pretraining includes the LM
+head; fine-tuning drops it (the task heads are a few thousand weights). GPU-hours = FLOPs /
+(peak TFLOP/s x utilisation x 3600).
+
+Fine-tuning counts real tokens, from each task's published sizes and mean lengths
+(`sweeper.spec.catalog.task_statistics`), each length capped at `finetuning.max_length`:
+- training: min(max_steps, ceil(epochs x train examples / batch)) steps of `batch_size`
+  examples, as the worker loop runs them; an extractive-QA example is its windows (a context
+  longer than a window is cut with `doc_stride` overlap, each window repeating the question), a
+  retrieval example a query and its positive document;
+- scoring: the validation and test splits once at the end (and validation every `eval_every`
+  steps when set); retrieval embeds each split's queries and its labelled document pool;
+- a retrieval trial also scores its evaluation-only companions (NQ and MLDR for MS MARCO) with
+  the same weights, so their cost is the training trial's and their own trials cost nothing.
+A task without statistics (a plugin's) is costed as before: padded max_length tokens and
+`cost.finetune_eval_examples` scored examples. The worker pads every row to max_length today
+(trainables/tasks/*.py): these figures are what the paper's dynamically padded runs compute,
+the work a length-bucketing loop would do; padded, the worker does more (`padded_finetuning_cost`).
+"""
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+from sweeper.spec.catalog import TaskStatistics, get_task, task_statistics
+from sweeper.spec.configs import FinetuneProtocol
+from sweeper.plan.study_plan import StudyPlan, finetune_protocol, protocol_text
+from sweeper.plan.runs import PretrainingRun
+from sweeper.spec.study import StudySpec
+
+MI250X_PEAK_TFLOPS = 383.0
+"""AMD Instinct MI250X dense bf16 peak (the paper's accelerator, Adastra): 383 TFLOP/s per
+module of two GCDs (191.5 each). Used only to restate the estimate in the paper's units."""
+PAPER_FINETUNING_GPU_HOURS = 9_000
+"""The paper's fine-tuning compute as issue #15 quotes it: ~9k MI250X GPU-hours for its
+15-18k fine-tuning runs (whether a "GPU" there is a module or a GCD is not stated)."""
+
+
+def parameter_count(config: dict, include_embedding: bool = False) -> int:
+    """Exact parameter count of the llama_encoder backbone + LM head for a config dict."""
+    hidden, ffn, layers = config["hidden_size"], config["intermediate_size"], config["num_hidden_layers"]
+    head_dim = hidden // config["num_attention_heads"]
+    attention = hidden * head_dim * (2 * config["num_attention_heads"] + 2 * config["num_key_value_heads"])
+    per_layer = attention + 3 * hidden * ffn + 2 * hidden
+    total = layers * per_layer + hidden + config["vocab_size"] * hidden  # final norm + LM head
+    return total + (config["vocab_size"] * hidden if include_embedding else 0)
+
+
+def backbone_count(config: dict) -> int:
+    """Parameters a fine-tuning token passes through: the blocks and final norm (no embedding
+    lookup, no LM head)."""
+    return parameter_count(config) - config["vocab_size"] * config["hidden_size"]
+
+
+@dataclass(frozen=True, slots=True)
+class StageCost:
+    flops: float
+    gpu_hours: float
+    unknown: int
+    """Items whose size is only known at run time (Hugging Face sources): not in the figures."""
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class TrialTokens:
+    """Tokens one trial of a task runs through the backbone."""
+
+    trained: float
+    """Forward and backward (6 x parameters each)."""
+    scored: float
+    """Forward only: scoring and embedding (2 x parameters each), companions included."""
+
+    def flops(self, parameters: int) -> float:
+        return 6 * parameters * self.trained + 2 * parameters * self.scored
+
+
+def gpu_hours(flops: float, spec: StudySpec) -> float:
+    return flops / (spec.cost.gpu_peak_tflops * 1e12 * spec.cost.utilization * 3600)
+
+
+def pretraining_cost(spec: StudySpec, runs: tuple[PretrainingRun, ...]) -> StageCost:
+    flops, unknown = 0.0, 0
+    for run in runs:
+        if not run.model_config:
+            unknown += 1
+            continue
+        flops += 6 * parameter_count(run.model_config) * run.total_steps * run.tokens_per_step
+    return StageCost(flops, gpu_hours(flops, spec), unknown)
+
+
+# --- fine-tuning: tokens per trial from the task's statistics ---------------------------------
+
+@dataclass(frozen=True, slots=True)
+class Layout:
+    """How rows become model inputs: truncated at max_length, QA contexts cut with doc_stride;
+    `padded`: every row filled to max_length (the worker's encoders today)."""
+
+    max_length: int
+    doc_stride: int
+    padded: bool = False
+
+    def cap(self, tokens: float) -> float:
+        return self.max_length if self.padded else min(tokens, self.max_length)
+
+
+def qa_windows(stats: TaskStatistics, layout: Layout) -> tuple[int, float]:
+    """(windows per example, tokens per window) of the mean example, as trainables.tasks.qa cuts
+    it: [CLS] question [SEP] context-window [SEP], the question cut at max_length / 2."""
+    question = min(stats.question_tokens, layout.max_length // 2)
+    width = layout.max_length - question - 3
+    if stats.context_tokens <= width:
+        return 1, layout.cap(question + stats.context_tokens + 3)
+    step = width - min(layout.doc_stride, width - 1)
+    return math.ceil((stats.context_tokens - width) / step) + 1, layout.max_length
+
+
+def example_tokens(family: str, stats: TaskStatistics, layout: Layout) -> float:
+    """Tokens of one training example (QA: all its windows; retrieval: the query and its
+    positive document, each capped)."""
+    if family == "extractive_qa":
+        windows, per_window = qa_windows(stats, layout)
+        return windows * per_window
+    if family == "retrieval":
+        return layout.cap(stats.query_tokens) + layout.cap(stats.document_tokens)
+    return layout.cap(stats.mean_tokens)
+
+
+def scored_tokens(family: str, stats: TaskStatistics, examples: int, layout: Layout) -> float:
+    """Forward tokens of scoring `examples` rows of a split (retrieval: their queries, then the
+    labelled pool they bring)."""
+    if family == "retrieval":
+        return examples * (layout.cap(stats.query_tokens) + stats.documents_per_query * layout.cap(stats.document_tokens))
+    return examples * example_tokens(family, stats, layout)
+
+
+def companions(spec: StudySpec, task: str) -> list[str]:
+    """The study's evaluation-only sets scored with `task`'s trained weights."""
+    return [other for other in spec.finetuning.tasks if get_task(other).train_task == task]
+
+
+def trial_tokens(spec: StudySpec, task: str, padded: bool = False,
+                 protocol: FinetuneProtocol | None = None) -> TrialTokens | None:
+    """Tokens one trial of `task` runs with `protocol` (default: the task's protocol at the
+    spec's first point), or None when the task has no statistics."""
+    ft, info, stats = spec.finetuning, get_task(task), task_statistics(task)
+    if stats is None:
+        return None
+    if info.train_task:  # scored inside its training task's trials (see `companions`)
+        return TrialTokens(trained=0, scored=0)
+    protocol = protocol or finetune_protocol(spec, task)
+    stride = protocol.family_settings.get("doc_stride", ft.at({}).doc_stride)
+    layout = Layout(protocol.max_length, stride, padded)
+    train, validation, test = stats.split_rows(ft.max_train_examples, ft.max_eval_examples)
+    # The loop's step count (trainables.finetune_loop): QA draws batches of windows.
+    examples = train * qa_windows(stats, layout)[0] if info.family == "extractive_qa" else train
+    steps = min(protocol.max_steps, math.ceil(protocol.epochs * examples / protocol.batch_size))
+    # A QA batch holds windows, not whole examples.
+    per_example = qa_windows(stats, layout)[1] if info.family == "extractive_qa" else example_tokens(
+        info.family, stats, layout)
+    evaluations = 1 + (steps // ft.eval_every if ft.eval_every else 0)
+    scored = (evaluations * scored_tokens(info.family, stats, validation, layout)
+              + scored_tokens(info.family, stats, test, layout))
+    for companion in companions(spec, task):
+        if (other := task_statistics(companion)) is not None:
+            _, other_validation, other_test = other.split_rows(ft.max_train_examples, ft.max_eval_examples)
+            scored += scored_tokens(get_task(companion).family, other, other_validation + other_test, layout)
+    return TrialTokens(trained=steps * protocol.batch_size * per_example, scored=scored)
+
+
+def fallback_tokens(spec: StudySpec, task: str, protocol: FinetuneProtocol | None = None) -> TrialTokens:
+    """A task without statistics: max_steps full batches of padded rows, and
+    `cost.finetune_eval_examples` padded rows scored (an evaluation-only set trains nothing)."""
+    protocol = protocol or finetune_protocol(spec, task)
+    trained = 0 if get_task(task).train_task else protocol.max_steps * protocol.batch_size * protocol.max_length
+    return TrialTokens(trained=trained, scored=spec.cost.finetune_eval_examples * protocol.max_length)
+
+
+def finetuning_cost(spec: StudySpec, plan: StudyPlan, padded: bool = False) -> StageCost:
+    """Every planned trial's FLOPs, its tokens from its own protocol (swept fields included)."""
+    tokens: dict[tuple[str, str], TrialTokens] = {}
+    flops, unknown = 0.0, 0
+    for trial in plan.trials:
+        config = trial.checkpoint.run.model_config
+        if not config:
+            unknown += 1
+            continue
+        cell = (trial.task, protocol_text(trial.protocol))
+        if cell not in tokens:
+            tokens[cell] = (trial_tokens(spec, trial.task, padded, trial.protocol)
+                            or fallback_tokens(spec, trial.task, trial.protocol))
+        flops += tokens[cell].flops(backbone_count(config))
+    return StageCost(flops, gpu_hours(flops, spec), unknown)
+
+
+def padded_finetuning_cost(spec: StudySpec, plan: StudyPlan) -> StageCost:
+    """The fine-tuning cost with every row padded to max_length, as the worker runs it today."""
+    return finetuning_cost(spec, plan, padded=True)
+
+
+def mi250x_hours(spec: StudySpec, cost: StageCost) -> float:
+    """The same FLOPs on MI250X modules (the paper's accelerator) at the spec's utilisation."""
+    return cost.flops / (MI250X_PEAK_TFLOPS * 1e12 * spec.cost.utilization * 3600)
+
+
+def finetuning_comparison(spec: StudySpec, plan: StudyPlan, cost: StageCost) -> list[str]:
+    """`sweeper plan`'s lines after the stage costs: fine-tuning with every row padded (what a
+    trainer without packing pays; the worker packs, `trainables.tasks.packing`), and both figures in the paper's units (GPU-hours scale with the ratio of the peaks)."""
+    padded = padded_finetuning_cost(spec, plan)
+    return [f"    {'(padded)':12s} {padded.gpu_hours:>12,.1f} GPU-h  fine-tuning with every row padded to max_length "
+            f"(without packing)",
+            f"    in the paper's units ({MI250X_PEAK_TFLOPS:g} TFLOP/s per MI250X, same utilisation): fine-tuning "
+            f"{mi250x_hours(spec, cost):,.0f} MI250X-hours, padded {mi250x_hours(spec, padded):,.0f} "
+            f"(the paper: ~{PAPER_FINETUNING_GPU_HOURS:,})"]

@@ -1,0 +1,413 @@
+"""The pretraining grid: a spec's run entries -> named, keyed runs, each a list of phases.
+
+A run is a list of phases (objective, first step, end step, settings), nanotron's `data_stages`
+idiom. A spec entry gives them in the short form (`objective: clm-mlm, clm_fraction: [0.25]`,
+expanded over its lists) or the long form (`phases: [{objective: clm, until: 0.25},
+{objective: mlm, mask_ratio: 0.4}]`); both resolve to the same phases, the same name and the
+same key. A phase of no steps is dropped, so a CLM share of 0 or 1 is a pure run.
+
+Names follow the authors' scheme: each phase's tag then its end step (`610m-mlm40-42k`,
+`610m-clm-42k`, `610m-clm-10k-mlm40-42k`); continued pretraining `610m-clm-dec42k-mlm40-64k`.
+Keys hash the resolved configuration (`identity`): runs of the shapes the paper uses (MLM, CLM,
+CLM then MLM) keep the layout their keys always had; other phase lists hash their phases.
+
+Ablation axes: any run field given as a grid (`pretraining.optimizer.*`, `global_batch_size`,
+`warmup_steps`, `decay_steps`, `data.seq_len`, a model override, an entry's warmup / decay)
+expands every entry over its values (`run_settings`). A run's name extends with one tag per
+swept field whose value differs from the field's base: the first value listed, or for a model
+override the preset's own value (`610m-mlm40-42k-lr1e-3`, `tiny-mlm40-600-layers2`), so the run
+planned before a field was swept keeps its name, its key and its folder. The resolved values
+travel on the run (`PretrainingRun.peak_lr`, `.optimizer`, ...; the swept ones in `params`):
+nothing downstream of the plan reads them from the spec.
+
+This module imports no spec at run time (the spec's own checks use `expand_base_runs`).
+"""
+from __future__ import annotations
+
+import itertools
+import re
+from dataclasses import asdict, dataclass, field, replace
+from typing import TYPE_CHECKING
+
+from sweeper.spec import registry
+from sweeper.spec.catalog import MODEL_PRESETS
+from sweeper.spec.configs import AdamWConfig, PhaseConfig, stable_key
+
+if TYPE_CHECKING:
+    from sweeper.spec.study import RunGridSpec, StudySpec
+
+
+def format_steps(steps: int) -> str:
+    """The authors' step notation: 42000 -> '42k', 1500 -> '1500'."""
+    return f"{steps // 1000}k" if steps % 1000 == 0 else str(steps)
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class PretrainingRun:
+    name: str
+    run_key: str
+    preset: str
+    objective: str
+    """mlm | clm | clm-mlm for the paper's shapes, else the phases' objectives joined by '-'."""
+    phases: tuple[PhaseConfig, ...]
+    mask_ratio: float | None
+    """Masking ratio of the last masking phase (None: the run masks nothing)."""
+    clm_fraction: float
+    """Share of the steps trained with CLM, as the spec gave it."""
+    switch_step: int
+    """First step after the leading CLM phase (0 for MLM, total_steps for CLM)."""
+    total_steps: int
+    """Steps this run trains (for continued pretraining: the added steps)."""
+    checkpoint_steps: tuple[int, ...]
+    """Intermediate steps that are fine-tuned; the final step always is."""
+    model_config: dict
+    warmup_steps: int
+    decay_steps: int
+    init_from_run: str | None = None
+    """Continued pretraining from this study run's final (decayed) checkpoint."""
+    init_from_hf: str | None = None
+    """Continued pretraining from this Hugging Face causal LM (path or name)."""
+    steps_before: int = 0
+    """Steps the starting checkpoint had already trained (its data is not seen again)."""
+    identity: dict = field(compare=False, repr=False, default_factory=dict)
+    """The resolved configuration the run_key hashes (kept to explain what changed)."""
+    peak_lr: float = 5e-4
+    optimizer: AdamWConfig = field(default_factory=AdamWConfig)
+    global_batch_size: int = 2304
+    """Sequences per optimizer step."""
+    seq_len: int = 128
+    """Tokens per packed sequence."""
+    params: dict = field(default_factory=dict)
+    """This run's values of the swept fields, by key path (`optimizer.peak_lr`,
+    `model.num_hidden_layers`); empty when nothing is swept."""
+    name_tags: tuple[str, ...] = ()
+    """The tags its name ends with (`lr1e-3`): swept values that differ from their base."""
+
+    @property
+    def tokens_per_step(self) -> int:
+        return self.global_batch_size * self.seq_len
+
+    @property
+    def init_from(self) -> str | None:
+        return self.init_from_run or (f"hf:{self.init_from_hf}" if self.init_from_hf else None)
+
+    @property
+    def tokenizer(self) -> str | None:
+        """The tokenizer this run's data is encoded with: None = the study's."""
+        return self.init_from_hf
+
+
+def run_name(preset: str, phases: tuple[PhaseConfig, ...]) -> str:
+    """`610m-mlm40-42k`, `610m-clm-42k`, `610m-clm-10k-mlm40-42k`: each phase's tag, then its end."""
+    parts = [f"{registry.OBJECTIVES[p.objective].run_tag(p.settings)}-{format_steps(p.end_step)}" for p in phases]
+    return "-".join([preset, *parts])
+
+
+def cpt_name(source: PretrainingRun | str, mask_ratio: float, added_steps: int) -> str:
+    """`610m-clm-dec42k-mlm40-64k`: source objective, `dec` + the decayed source's steps, then
+    the MLM phase up to the new total. A Hugging Face source: `hf-<model>-mlm40-<added>`."""
+    mlm = registry.mlm_tag({"mask_ratio": mask_ratio})
+    if isinstance(source, str):
+        model = re.sub(r"[^A-Za-z0-9.]+", "-", source.rstrip("/").split("/")[-1]).strip("-").lower()
+        return f"hf-{model}-{mlm}-{format_steps(added_steps)}"
+    untagged = source.name.removesuffix("".join(f"-{t}" for t in source.name_tags))
+    prefix = untagged.removesuffix(f"-{format_steps(source.total_steps)}")
+    total = source.total_steps + added_steps
+    return "-".join([f"{prefix}-dec{format_steps(source.total_steps)}-{mlm}-{format_steps(total)}", *source.name_tags])
+
+
+def model_config(spec: StudySpec, preset: str, settings: RunSettings) -> dict:
+    """Preset + vocabulary and context from the data section + the run's overrides."""
+    return {**MODEL_PRESETS[preset], "vocab_size": spec.data.vocab_size,
+            "max_position_embeddings": max(2048, settings.seq_len), **settings.overrides}
+
+
+# --- ablation axes -----------------------------------------------------------------------------
+
+AXIS_TAGS = {"seq_len": "seq", "global_batch_size": "bs", "optimizer.peak_lr": "lr", "optimizer.betas": "betas",
+             "optimizer.eps": "eps", "optimizer.weight_decay": "wd", "optimizer.grad_clip": "clip",
+             "warmup_steps": "warmup", "decay_steps": "decay"}
+"""Swept run field (key path under `pretraining`, or `seq_len` of `data`) -> its tag in run names,
+in the order tags follow the name."""
+OVERRIDE_TAGS = {"num_hidden_layers": "layers", "hidden_size": "hidden", "intermediate_size": "ffn",
+                 "num_attention_heads": "heads", "num_key_value_heads": "kvheads", "rope_theta": "rope",
+                 "rms_norm_eps": "normeps", "initializer_range": "init", "max_position_embeddings": "pos",
+                 "vocab_size": "vocab"}
+"""Model override -> its tag in run names (other fields: their own name)."""
+
+
+def short_number(value) -> str:
+    """A value as a run-name tag writes it: 1e-3, 2.5e-4, 0.1, 512, 0.9-0.98 (a pair)."""
+    if isinstance(value, (tuple, list)):
+        return "-".join(short_number(v) for v in value)
+    if isinstance(value, int) or value == 0 or 1e-2 <= abs(value) < 1e5:
+        return f"{value:g}" if isinstance(value, float) else str(value)
+    mantissa, exponent = f"{value:e}".split("e")
+    return f"{mantissa.rstrip('0').rstrip('.')}e{int(exponent)}"
+
+
+def tag(path: str, value) -> str:
+    if path.startswith("model."):
+        return f"{OVERRIDE_TAGS.get(path[6:], path[6:])}{short_number(value)}"
+    if path in ("warmup_steps", "decay_steps"):
+        return f"{AXIS_TAGS[path]}{format_steps(value)}"
+    return f"{AXIS_TAGS[path]}{short_number(value)}"
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class RunSettings:
+    """One point of a run entry's grid of swept fields: the values a run trains with."""
+
+    peak_lr: float
+    optimizer: AdamWConfig
+    global_batch_size: int
+    seq_len: int
+    warmup_steps: int
+    decay_steps: int
+    overrides: dict
+    params: dict
+    """The swept fields' values at this point, by key path (fields with one value left out)."""
+    tags: dict
+    """Name tags of the swept values that differ from their base, by key path, in name order."""
+
+
+def run_settings(spec: StudySpec, grid: RunGridSpec, preset: str | None) -> list[RunSettings]:
+    """Every point of the entry's swept fields, in the order given (the first value of each grid
+    first); `preset` None: the run's architecture is its source's (overrides are not swept)."""
+    from sweeper.spec.parsing import values_of  # torch- and spec-free, like this module
+
+    pre, optimizer = spec.pretraining, spec.pretraining.optimizer
+    axes = {"seq_len": values_of(spec.data.seq_len), "global_batch_size": values_of(pre.global_batch_size),
+            **{f"optimizer.{name}": values_of(getattr(optimizer, name))
+               for name in ("peak_lr", "betas", "eps", "weight_decay", "grad_clip")},
+            "warmup_steps": values_of(pre.warmup_steps if grid.warmup_steps is None else grid.warmup_steps),
+            "decay_steps": values_of(pre.decay_steps if grid.decay_steps is None else grid.decay_steps)}
+    overrides = spec.model.override_grid() if preset is not None else {}
+    axes |= {f"model.{key}": values for key, values in overrides.items()}
+    bases = {path: values[0] for path, values in axes.items()}
+    for key in overrides:
+        if preset in MODEL_PRESETS and key in MODEL_PRESETS[preset]:
+            bases[f"model.{key}"] = MODEL_PRESETS[preset][key]
+    order = [*(f"model.{key}" for key in overrides), *AXIS_TAGS]
+    points = []
+    for values in itertools.product(*axes.values()):
+        point = dict(zip(axes, values))
+        params = {path: point[path] for path in order if len(axes[path]) > 1}
+        points.append(RunSettings(
+            peak_lr=point["optimizer.peak_lr"],
+            optimizer=AdamWConfig(**{name: point[f"optimizer.{name}"] for name in ("betas", "eps", "weight_decay",
+                                                                                   "grad_clip")}),
+            global_batch_size=point["global_batch_size"], seq_len=point["seq_len"],
+            warmup_steps=point["warmup_steps"], decay_steps=point["decay_steps"],
+            overrides={key: point[f"model.{key}"] for key in overrides}, params=params,
+            tags={path: tag(path, value) for path, value in params.items() if value != bases[path]}))
+    return points
+
+
+def tagged(name: str, settings: RunSettings) -> str:
+    return "-".join([name, *settings.tags.values()])
+
+
+def switch_step(total_steps: int, clm_fraction: float, decay_steps: int = 0, of: str = "total") -> int:
+    """First MLM step (0-based): round(clm_fraction x total_steps), or, with of="pre_decay",
+    round(clm_fraction x (total_steps - decay_steps)), the authors' convention (25 % of 42k with
+    2k of decay = `clm-10k-mlm40-42k`; 100 % = 40k CLM then 2k MLM)."""
+    span = total_steps - decay_steps if of == "pre_decay" else total_steps
+    return round(clm_fraction * span)
+
+
+def masking_defaults(spec: StudySpec) -> dict:
+    """MLM settings every run shares unless a phase sets its own (pretraining.random_replace, ...)."""
+    pre = spec.pretraining
+    return {"random_replace": pre.random_replace, "keep_original": pre.keep_original}
+
+
+def phase(spec: StudySpec, objective: str, start: int, end: int, given: dict) -> PhaseConfig:
+    """A phase with the objective's settings resolved: registered defaults, the study's MLM
+    settings for MLM, then what the spec gave; `loss` names the worker's function."""
+    defaults = masking_defaults(spec) if objective == "mlm" else {}
+    return PhaseConfig(objective=objective, loss=registry.OBJECTIVES[objective].loss, start_step=start, end_step=end,
+                       settings=registry.objective_settings(objective, {**defaults, **given}))
+
+
+def short_form_phases(spec: StudySpec, objective: str, steps: int, ratio: float | None, share: float,
+                      decay: int) -> tuple[PhaseConfig, ...]:
+    """mlm / clm / another registered objective: one phase; clm-mlm: CLM up to the switch step."""
+    masking = {"mask_ratio": ratio} if ratio is not None else {}
+    if objective != "clm-mlm":
+        settings = masking if "mask_ratio" in registry.OBJECTIVES[objective].settings else {}
+        return (phase(spec, objective, 0, steps, settings),)
+    switch = min(switch_step(steps, share, decay, spec.pretraining.clm_fraction_of), steps)
+    stretches = [("clm", 0, switch, {}), ("mlm", switch, steps, masking)]
+    return tuple(phase(spec, *stretch) for stretch in stretches if stretch[2] > stretch[1])
+
+
+def long_form_phases(spec: StudySpec, grid: RunGridSpec, steps: int, decay: int) -> tuple[PhaseConfig, ...]:
+    span = steps - decay if spec.pretraining.clm_fraction_of == "pre_decay" else steps
+    phases, start = [], 0
+    for i, given in enumerate(grid.phases):
+        last = i == len(grid.phases) - 1
+        end = steps if last else min(round(given.until * span), steps)
+        if end > start:
+            phases.append(phase(spec, given.objective, start, end, given.objective_settings()))
+        start = max(start, end)
+    return tuple(phases)
+
+
+def leading_clm_share(grid: RunGridSpec) -> float:
+    """The CLM share of a long-form entry as its user wrote it (its first phase's `until`)."""
+    first = grid.phases[0]
+    if first.objective != "clm":
+        return 0.0
+    return 1.0 if len(grid.phases) == 1 else first.until
+
+
+def describe(phases: tuple[PhaseConfig, ...], steps: int) -> tuple[str, float | None, int]:
+    """(objective, mask ratio, switch step) of a run as rows and the report describe it."""
+    names = [p.objective for p in phases]
+    objective = {("mlm",): "mlm", ("clm",): "clm", ("clm", "mlm"): "clm-mlm"}.get(tuple(names), "-".join(names))
+    ratios = [p.settings["mask_ratio"] for p in phases if "mask_ratio" in p.settings]
+    switch = phases[0].end_step if names[0] == "clm" else 0
+    return objective, (ratios[-1] if ratios else None), min(switch, steps)
+
+
+def identity_of(spec: StudySpec, config: dict, phases: tuple[PhaseConfig, ...], steps: int,
+                settings: RunSettings) -> dict:
+    """What the run key hashes. The paper's shapes keep the layout their keys always had."""
+    objective, ratio, switch = describe(phases, steps)
+    shared = shared_identity(spec, settings)
+    schedule = {"steps": steps, "warmup_steps": settings.warmup_steps, "decay_steps": settings.decay_steps}
+    paper_shape = objective in ("mlm", "clm", "clm-mlm") and all(
+        {k: v for k, v in p.settings.items() if k != "mask_ratio"} == (masking_defaults(spec) if p.objective == "mlm"
+                                                                       else {}) for p in phases)
+    if paper_shape:
+        return {"model": config, "objective": objective, "mask_ratio": ratio, "switch_step": switch,
+                **schedule, **shared}
+    # Where the loss function lives is no part of what the run computes: not hashed.
+    phase_list = [{"objective": p.objective, "start_step": p.start_step, "end_step": p.end_step, "settings": p.settings}
+                  for p in phases]
+    return {"model": config, "phases": phase_list, **schedule, **shared}
+
+
+def shared_identity(spec: StudySpec, settings: RunSettings) -> dict:
+    """The run's data, optimizer and batch in the layout keys always had (`data` as
+    DataSpec.identity gives it, `optimizer` as OptimizerSpec's asdict), at this point's values."""
+    pre = spec.pretraining
+    optimizer = {**asdict(settings.optimizer), "peak_lr": settings.peak_lr}
+    return {"data": {**spec.data.identity(), "seq_len": settings.seq_len}, "optimizer": optimizer, "seed": pre.seed,
+            "global_batch_size": settings.global_batch_size, "random_replace": pre.random_replace,
+            "keep_original": pre.keep_original}
+
+
+def resolved(settings: RunSettings) -> dict:
+    """The PretrainingRun fields a point of the grid sets."""
+    return dict(peak_lr=settings.peak_lr, optimizer=settings.optimizer, global_batch_size=settings.global_batch_size,
+                seq_len=settings.seq_len, warmup_steps=settings.warmup_steps, decay_steps=settings.decay_steps,
+                params=settings.params, name_tags=tuple(settings.tags.values()))
+
+
+def expand_base_runs(spec: StudySpec) -> list[PretrainingRun]:
+    """Runs trained from scratch (no init_from), deduplicated by name, in spec order."""
+    return expand_runs(spec, include_cpt=False)
+
+
+def scratch_runs(spec: StudySpec, grid: RunGridSpec):
+    """The runs of one entry trained from scratch, over its list-valued fields and the swept ones."""
+    presets = grid.preset or [spec.model.preset]
+    for preset in presets:
+        for settings in run_settings(spec, grid, preset):
+            yield from entry_runs(spec, grid, preset, settings)
+
+
+def entry_runs(spec: StudySpec, grid: RunGridSpec, preset: str, settings: RunSettings):
+    """The entry's runs of one preset at one point of the swept fields."""
+    decay, budgets = settings.decay_steps, grid.steps or [spec.pretraining.steps]
+    if grid.phases is not None:
+        choices = [(steps, long_form_phases(spec, grid, steps, decay), leading_clm_share(grid)) for steps in budgets]
+    else:
+        masks = grid.objective == "clm-mlm" or "mask_ratio" in registry.OBJECTIVES[grid.objective].settings
+        ratios = grid.mask_ratio if masks else [None]
+        shares = grid.clm_fraction if grid.objective == "clm-mlm" else [1.0 if grid.objective == "clm" else 0.0]
+        choices = [(steps, short_form_phases(spec, grid.objective, steps, ratio, share, decay), share)
+                   for steps, ratio, share in itertools.product(budgets, ratios, shares)]
+    for steps, phases, share in choices:
+        objective, ratio, switch = describe(phases, steps)
+        share = {"clm": 1.0, "mlm": 0.0}.get(objective, share)
+        config = model_config(spec, preset, settings)
+        identity = identity_of(spec, config, phases, steps, settings)
+        yield PretrainingRun(
+            name=tagged(run_name(preset, phases), settings), run_key=stable_key(identity), preset=preset,
+            objective=objective, phases=phases, mask_ratio=ratio, clm_fraction=share, switch_step=switch,
+            total_steps=steps, checkpoint_steps=tuple(sorted(set(grid.checkpoint_steps))), model_config=config,
+            identity=identity, **resolved(settings),
+        )
+
+
+class RunNameClash(ValueError):
+    """Two entries plan different runs under one name (one run folder): a spec error."""
+
+    def __init__(self, entry: int, name: str, other_entry: int):
+        self.key = f"pretraining.runs[{entry}]"
+        self.reason = (f"plans a run named {name!r} that runs[{other_entry}] also plans, with other settings; "
+                       "a run's folder is its name: change one of them (e.g. its steps or masking ratio)")
+        super().__init__(f"{self.key}: {self.reason}")
+
+
+def expand_runs(spec: StudySpec, include_cpt: bool = True) -> list[PretrainingRun]:
+    """Every run of the spec, in entry order; the same run from two entries is planned once, with
+    the union of its checkpoints. Raises RunNameClash for two different runs of one name."""
+    runs: dict[str, PretrainingRun] = {}
+    entry_of: dict[str, int] = {}
+
+    def add(run: PretrainingRun, entry: int) -> None:
+        previous = runs.get(run.name)
+        if previous is not None:
+            if previous.run_key != run.run_key:
+                raise RunNameClash(entry, run.name, entry_of[run.name])
+            steps = tuple(sorted(set(run.checkpoint_steps) | set(previous.checkpoint_steps)))
+            run = replace(run, checkpoint_steps=steps)
+        runs[run.name] = run
+        entry_of.setdefault(run.name, entry)
+
+    for entry, grid in enumerate(spec.pretraining.runs):
+        if grid.init_from is None:
+            for run in scratch_runs(spec, grid):
+                add(run, entry)
+    if include_cpt:
+        base = dict(runs)
+        for entry, grid in enumerate(spec.pretraining.runs):
+            if grid.init_from is None:
+                continue
+            for source, steps, ratio, settings in itertools.product(
+                    grid.init_from, grid.steps or [spec.pretraining.steps], grid.mask_ratio,
+                    run_settings(spec, grid, None)):
+                add(continued_run(spec, grid, source, base, steps, ratio, settings), entry)
+    return list(runs.values())
+
+
+def continued_run(spec: StudySpec, grid: RunGridSpec, source: str, base: dict, steps: int, ratio: float,
+                  settings: RunSettings) -> PretrainingRun:
+    """An MLM run that starts from a decayed checkpoint: a study run's, or a Hugging Face LM's.
+    A study run's continuation reads on in its data order: its source's batch and sequence
+    length, whatever the grid says."""
+    checkpoints = tuple(sorted(set(grid.checkpoint_steps)))
+    phases = (phase(spec, "mlm", 0, steps, {"mask_ratio": ratio}),)
+    warmup, decay = settings.warmup_steps, settings.decay_steps
+    common = dict(objective="mlm", phases=phases, mask_ratio=ratio, clm_fraction=0.0, switch_step=0, total_steps=steps,
+                  checkpoint_steps=checkpoints)
+    schedule = {"objective": "mlm", "mask_ratio": ratio, "steps": steps, "warmup_steps": warmup, "decay_steps": decay}
+    if source.startswith("hf:"):
+        path = source[3:]
+        identity = {"init_from_hf": path, **schedule, "model_overrides": spec.model.overrides,
+                    **shared_identity(spec, settings)}
+        return PretrainingRun(name=tagged(cpt_name(path, ratio, steps), settings), run_key=stable_key(identity),
+                              preset="hf", model_config={}, init_from_hf=path, identity=identity, **common,
+                              **resolved(settings))
+    origin = base[source]
+    settings = replace(settings, global_batch_size=origin.global_batch_size, seq_len=origin.seq_len,
+                       params={k: v for k, v in settings.params.items() if k not in ("global_batch_size", "seq_len")},
+                       tags={k: v for k, v in settings.tags.items() if k not in ("global_batch_size", "seq_len")})
+    identity = {"init_from": origin.run_key, **schedule, **shared_identity(spec, settings)}
+    return PretrainingRun(name=tagged(cpt_name(origin, ratio, steps), settings), run_key=stable_key(identity),
+                          preset=origin.preset, model_config=origin.model_config, init_from_run=origin.name,
+                          steps_before=origin.total_steps, identity=identity, **common, **resolved(settings))

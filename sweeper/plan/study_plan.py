@@ -1,0 +1,256 @@
+"""Spec -> the concrete study: pretraining runs, evaluated checkpoints, fine-tuning trials.
+
+Every run and trial carries a stable key: a hash of its resolved configuration (never of a
+timestamp or of its position in the grid), so a rerun or an extended spec maps each cell to
+the same key and the results store can say what is already done. Runs come from
+`sweeper.plan.runs`; a trial's settings are one `FinetuneProtocol` (sweeper.spec.configs), resolved per
+task: its budget and its family's own settings applied, so editing QA's stride changes QA's
+trial keys only.
+
+A trial is a point in a space: the learning rate, plus one value of each swept or searched
+protocol field (`finetuning.weight_decay: [0.0, 0.1]`, `{uniform: [0.0, 0.1]}`), its `params`. The point's values enter the
+protocol like any fixed value, so the key hashes what it always hashed: a spec that sweeps nothing
+plans the trials it planned before, under the same keys, and sweeping a field from its current
+value (listed first) keeps every recorded trial's key. Points that give a task the same protocol
+are one trial (a swept doc_stride changes nothing for a classification task; a task budget
+replaces a swept max_steps), and a trial's `params` name only the fields that reach its protocol.
+
+The search modes (`finetuning.search`):
+- grid: checkpoint x task x point x learning rate x seed;
+- random: checkpoint x task x sample x seed, sample k of a cell drawn here from the learning-rate
+  range and the searched fields (sweeper.spec.space.random_point, seeded by the cell), so its trials are
+  keyed like a grid's (the drawn values in the protocol) and run, resume and change like a grid's;
+- optuna: checkpoint x task x sample x seed, sample k of a cell being the k-th point its TPE search
+  proposes at run time (sweeper.run.search). The planned protocol holds each searched field's largest
+  value (what `sweeper plan` budgets with) and no learning rate; the key hashes the cell's search
+  (settings, seeds, the space of its distributions) and the sample number instead. A spec without
+  distributions keeps the keys it always had.
+"""
+from __future__ import annotations
+
+import itertools
+import json
+from dataclasses import asdict, dataclass, field, fields, replace
+
+from sweeper.spec import registry, space
+from sweeper.spec.catalog import get_task
+from sweeper.spec.configs import AdamWConfig, FinetuneProtocol, stable_key, trial_identity
+from sweeper.plan.runs import PretrainingRun, expand_runs
+from sweeper.spec.study import StudySpec
+from sweeper.spec.parsing import Distribution
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class EvaluatedCheckpoint:
+    checkpoint_id: str
+    """The run name for the final checkpoint, `<run>-<step>` for an intermediate one."""
+    run: PretrainingRun
+    step: int
+    tokens_seen: int
+    """Pretraining tokens behind this checkpoint, those of a CPT source included."""
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class Trial:
+    trial_key: str
+    checkpoint: EvaluatedCheckpoint
+    task: str
+    protocol: FinetuneProtocol
+    """Everything the trial's outcome depends on besides checkpoint, task and seed. In an Optuna
+    plan its learning rate is None and each searched field holds its largest value: the search
+    picks them (`at_point`)."""
+    seed: int
+    sample: int | None = None
+    """Optuna and random modes: which of the cell's samples this trial repeats (with its seed)."""
+    params: dict = field(default_factory=dict)
+    """The swept or searched protocol fields' values at this trial's point (field -> value, e.g.
+    {"weight_decay": 0.0}); empty when only the learning rate is swept. In an Optuna plan each
+    searched field maps to None until the search picks it."""
+    search_mode: str = "grid"
+    """grid, optuna or random (`finetuning.search`)."""
+    search_key: str | None = None
+    """Optuna mode: the key of the cell's search (what each of its trial keys hashes, less the
+    sample and seed); it names the cell's Optuna study."""
+
+    @property
+    def learning_rate(self) -> float | None:
+        return self.protocol.learning_rate
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class StudyPlan:
+    runs: tuple[PretrainingRun, ...]
+    checkpoints: tuple[EvaluatedCheckpoint, ...]
+    trials: tuple[Trial, ...]
+
+
+def finetune_protocol(spec: StudySpec, task: str | None = None, learning_rate: float | None = None,
+                      point: dict | None = None) -> FinetuneProtocol:
+    """The settings every trial of `task` shares at `point` (swept field -> value; the fields not in
+    it at their first value): the spec's protocol, the task's own budget (`task_budgets`) and its
+    family's settings. Without a task: the study-wide part alone."""
+    ft = spec.finetuning.at(point or {})
+    budget = ft.task_budgets.get(task) if task else None
+    family = registry.FAMILIES[get_task(task).family] if task else None
+    return FinetuneProtocol(
+        learning_rate=learning_rate, batch_size=ft.batch_size,
+        max_steps=budget.max_steps if budget and budget.max_steps is not None else ft.max_steps,
+        epochs=budget.epochs if budget and budget.epochs is not None else ft.epochs,
+        max_length=ft.max_length, warmup_ratio=ft.warmup_ratio, optimizer=AdamWConfig.of(ft),
+        max_train_examples=ft.max_train_examples, max_eval_examples=ft.max_eval_examples,
+        family_settings={key: getattr(ft, key) for key in family.settings} if family else {},
+    )
+
+
+def protocol_text(protocol: FinetuneProtocol) -> str:
+    """The protocol's key fields as canonical JSON: equal text, equal trials."""
+    return json.dumps(protocol.key_fields(), sort_keys=True, default=str)
+
+
+def reaches(spec: StudySpec, task: str, name: str) -> bool:
+    """Whether the protocol field `name` reaches `task`'s protocol (doc_stride reaches QA alone;
+    a task budget replaces max_steps and epochs)."""
+    return (protocol_text(finetune_protocol(spec, task, point={name: None}))
+            != protocol_text(finetune_protocol(spec, task, point={name: "probe"})))
+
+
+def task_points(spec: StudySpec, task: str) -> list[tuple[dict, FinetuneProtocol]]:
+    """(params, protocol) of each distinct protocol the study's points give `task`, in point order
+    (one ({}, protocol) when nothing is swept). `params` keep the swept fields that reach the
+    task's protocol: a field whose values all give this task the same protocol is left out. With
+    search: optuna or random these are the planning points (`FinetuningSpec.points`): the
+    protocols task data, memory and time are planned for, not trials."""
+    points = spec.finetuning.points()
+    reaching = [name for name in points[0] if reaches(spec, task, name)]
+    distinct: dict[str, tuple[dict, FinetuneProtocol]] = {}
+    for point in points:
+        protocol = finetune_protocol(spec, task, point=point)
+        distinct.setdefault(protocol_text(protocol), ({name: point[name] for name in reaching}, protocol))
+    return list(distinct.values())
+
+
+def task_space(spec: StudySpec, task: str) -> dict[str, Distribution]:
+    """The searched fields (distributions) that reach `task`'s protocol: its search space besides
+    the learning rate."""
+    return {name: dist for name, dist in spec.finetuning.searched().items() if reaches(spec, task, name)}
+
+
+def with_values(protocol: FinetuneProtocol, values: dict) -> FinetuneProtocol:
+    """`protocol` with some fields set (field -> value, as `FinetuningSpec` names them): its own
+    fields, the AdamW settings, the family's settings."""
+    own, adamw = {f.name for f in fields(FinetuneProtocol)}, {f.name for f in fields(AdamWConfig)}
+    return replace(protocol, **{k: v for k, v in values.items() if k in own},
+                   optimizer=replace(protocol.optimizer, **{k: v for k, v in values.items() if k in adamw}),
+                   family_settings={**protocol.family_settings,
+                                    **{k: v for k, v in values.items() if k in protocol.family_settings}})
+
+
+def at_point(trial: Trial, point: dict) -> Trial:
+    """A planned trial of an Optuna plan at the point its cell's search picked (learning rate and
+    searched fields): its protocol and `params` hold the values, as a grid trial's would. The
+    point's fields that do not reach the trial's task (an evaluation-only set) are left out."""
+    params = {name: point[name] for name in trial.params if name in point}
+    protocol = with_values(trial.protocol, {"learning_rate": point[space.LEARNING_RATE], **params})
+    return replace(trial, protocol=protocol, params=params)
+
+
+def task_overrides(spec: StudySpec, task: str) -> dict:
+    """What a task's protocol sets beyond the study-wide one: its budget and family settings."""
+    budget = spec.finetuning.task_budgets.get(task)
+    own = [*registry.FAMILIES[get_task(task).family].settings,
+           *(key for key in ("max_steps", "epochs") if budget and getattr(budget, key) is not None)]
+    return {key: value for key, value in finetune_protocol(spec, task).key_fields().items() if key in own}
+
+
+def plan_trials(spec: StudySpec, checkpoints: list[EvaluatedCheckpoint]) -> list[Trial]:
+    """The study's trials in plan order, by checkpoint then task (module docstring: the modes)."""
+    ft = spec.finetuning
+    trials = []
+    if ft.search == "grid":
+        points = {task: task_points(spec, task) for task in ft.tasks}
+        for ckpt, task in itertools.product(checkpoints, ft.tasks):
+            info, run_key = get_task(task), ckpt.run.run_key
+            for (params, task_protocol), lr in itertools.product(points[task], ft.learning_rates):
+                protocol = replace(task_protocol, learning_rate=lr)
+                trials += [Trial(trial_key=stable_key(trial_identity(run_key, ckpt.step, info, protocol, seed)),
+                                 checkpoint=ckpt, task=task, protocol=protocol, seed=seed, params=params)
+                           for seed in ft.seeds]
+    elif ft.search == "random":
+        spaces = {task: {space.LEARNING_RATE: space.log_range(ft.random.lr_min, ft.random.lr_max),
+                         **task_space(spec, task)} for task in ft.tasks}
+        for ckpt, task in itertools.product(checkpoints, ft.tasks):
+            info, run_key = get_task(task), ckpt.run.run_key
+            # An evaluation-only set draws as its training task does: it is scored at that trial's point.
+            drawn_as = info.train_task or task
+            for k in range(ft.random.samples):
+                params = space.random_point(spaces[task], ft.random.seed, ckpt.checkpoint_id, drawn_as, k)
+                lr = params.pop(space.LEARNING_RATE)
+                protocol = replace(finetune_protocol(spec, task, point=params), learning_rate=lr)
+                trials += [Trial(trial_key=stable_key(trial_identity(run_key, ckpt.step, info, protocol, seed)),
+                                 checkpoint=ckpt, task=task, protocol=protocol, seed=seed, sample=k, params=params,
+                                 search_mode="random")
+                           for seed in ft.seeds]
+    else:
+        settings = {k: v for k, v in asdict(ft.optuna).items() if k not in ft.optuna.NOT_KEYED}
+        cells = {}
+        for task in ft.tasks:
+            searched = task_space(spec, task)
+            protocol = finetune_protocol(spec, task)  # searched fields at their largest: the plan budgets with it
+            # The key hashes the space and leaves the searched fields out of the protocol.
+            keyed = with_values(protocol, dict.fromkeys(searched))
+            search = {"optuna": settings, "seeds": ft.seeds, **({"space": space.identity(searched)} if searched else {})}
+            cells[task] = protocol, keyed, search, dict.fromkeys(searched)
+        for ckpt, task in itertools.product(checkpoints, ft.tasks):
+            (protocol, keyed, search, params), info, run_key = cells[task], get_task(task), ckpt.run.run_key
+            cell = stable_key({"run_key": run_key, "step": ckpt.step, "task": asdict(info),
+                               "protocol": keyed.key_fields(), "search": search})
+            trials += [Trial(trial_key=stable_key(trial_identity(run_key, ckpt.step, info, keyed, seed,
+                                                                 search=search, sample=k)),
+                             checkpoint=ckpt, task=task, protocol=protocol, seed=seed, sample=k, params=params,
+                             search_mode="optuna", search_key=cell)
+                       for k in range(ft.optuna.samples_per_cell) for seed in ft.seeds]
+    return trials
+
+
+def space_text(spec: StudySpec) -> str:
+    """The searched space as `sweeper plan` prints it: each field with its form and arguments."""
+    ft = spec.finetuning
+    lr = ft.optuna if ft.search == "optuna" else ft.random
+    fields_ = {space.LEARNING_RATE: space.log_range(lr.lr_min, lr.lr_max), **ft.searched()}
+    return ", ".join(f"{name} {dist.kind} {[list(a) if isinstance(a, tuple) else a for a in dist.args]}"
+                     for name, dist in fields_.items())
+
+
+def trial_count_text(spec: StudySpec, plan: StudyPlan) -> str:
+    """`sweeper plan`'s trial count and its factors, the swept fields named with their values
+    (a field that reaches only some tasks' protocols multiplies only theirs), or the searched
+    space (search: optuna or random)."""
+    ft = spec.finetuning
+    text = f"{len(plan.trials):,} = {len(plan.checkpoints)} checkpoints x {len(ft.tasks)} datasets x "
+    if ft.search == "optuna":
+        budget = "; searched fields budgeted at their largest values" if ft.searched() else ""
+        return (text + f"{ft.optuna.samples_per_cell} Optuna samples x {len(ft.seeds)} seeds; TPE per cell over "
+                f"{space_text(spec)}{budget}")
+    if ft.search == "random":
+        return (text + f"{ft.random.samples} random samples x {len(ft.seeds)} seeds; drawn per cell from "
+                f"{space_text(spec)}")
+    swept = ft.swept()
+    if not swept:
+        return text + f"{len(ft.learning_rates)} learning rates x {len(ft.seeds)} seeds"
+    pairs = sum(len(task_points(spec, task)) for task in ft.tasks)
+    values = ", ".join(f"{name} {[list(v) if isinstance(v, tuple) else v for v in grid]}" for name, grid in swept.items())
+    return (f"{len(plan.trials):,} = {len(plan.checkpoints)} checkpoints x {pairs} (dataset, point) pairs x "
+            f"{len(ft.learning_rates)} learning rates x {len(ft.seeds)} seeds; points over {values}")
+
+
+def plan_study(spec: StudySpec) -> StudyPlan:
+    runs = expand_runs(spec)
+    checkpoints = [
+        EvaluatedCheckpoint(
+            checkpoint_id=run.name if step == run.total_steps else f"{run.name}-{step}",
+            run=run, step=step, tokens_seen=(run.steps_before + step) * run.tokens_per_step,
+        )
+        for run in runs
+        for step in (*run.checkpoint_steps, run.total_steps)
+    ]
+    return StudyPlan(runs=tuple(runs), checkpoints=tuple(checkpoints), trials=tuple(plan_trials(spec, checkpoints)))

@@ -1,0 +1,362 @@
+"""Do the user's results support the paper's five findings? Each verdict comes from tests with a
+known false-positive rate, and names them with their numbers (docs/statistics.md).
+
+Each finding is split into parts (one claim about one group of runs), tested on the per-seed
+category scores with the machinery of `sweeper.report.statistics` (paired t-tests over seeds, Holm
+over a finding's parts). Only checkpoints of one model size and one budget (total steps) are
+compared with each other. The finding supports when every part supports, contradicts when any
+part contradicts, and otherwise cannot tell, saying what is missing (runs, seeds) or that the
+data cannot show it.
+"""
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+
+import numpy as np
+import pandas as pd
+
+from sweeper.report import analysis
+from sweeper.plan.runs import format_steps
+from sweeper.report.statistics import (CANNOT_TELL, Part, SeedScores, Spreads, VerdictConfig, decide, describe,
+                                   interval, pair_part, paired_t)
+
+CATEGORIES = ("SC", "TC", "QA", "IR")  # the paper's categories, which its findings speak of
+
+FINDINGS = (
+    "MLM beats CLM on SC and QA at every size; CLM ties or wins on TC.",
+    "No masking ratio is best everywhere; 40 % is the compromise.",
+    "CLM is more data-efficient early and less sensitive to the fine-tuning learning rate.",
+    "At a fixed budget, CLM then MLM beats MLM alone; 25 % CLM is the most reliable split.",
+    "MLM continued pretraining from a CLM checkpoint beats continuing MLM from an MLM checkpoint.",
+)
+
+
+@dataclass
+class Verdict:
+    """One finding's verdict, with its parts and one line of evidence per part."""
+    number: int
+    claim: str
+    verdict: str
+    evidence: list[str] = field(default_factory=list)
+    parts: list[Part] = field(default_factory=list)
+
+
+# --- the study's runs, grouped for comparison ---------------------------------------------------
+
+def budget(steps) -> str:
+    return format_steps(int(steps))
+
+
+def ratio_text(ratio: float) -> str:
+    return f"{ratio:.0%}"
+
+
+def closest_mlm(group: pd.DataFrame, config: VerdictConfig) -> str | None:
+    """The MLM checkpoint standing for MLM: the reference ratio when trained, else the closest."""
+    mlm = group[group["objective"] == "mlm"]
+    if mlm.empty:
+        return None
+    return mlm.iloc[(mlm["mask_ratio"] - config.reference_ratio).abs().argmin()].name
+
+
+def final_scratch(runs: pd.DataFrame) -> pd.DataFrame:
+    return runs[(runs["checkpoint_step"] == runs["total_steps"]) & runs["init_from"].isna()]
+
+
+# --- the five findings ---------------------------------------------------------------------------
+
+def finding_1(scores: SeedScores, config: VerdictConfig) -> list[Part]:
+    parts = []
+    for (size, steps), group in final_scratch(scores.runs).groupby(["size", "total_steps"]):
+        where = f"{size} @ {budget(steps)}"
+        clm = group.index[group["objective"] == "clm"]
+        mlm = closest_mlm(group, config)
+        if len(clm) == 0 or mlm is None:
+            if len(clm) or mlm is not None:
+                parts.append(Part(comparison=where, missing=f"no {size} {'MLM' if mlm is None else 'CLM'} run at "
+                                                            f"{budget(steps)}"))
+            continue
+        scored = scores.categories([mlm, clm[0]])
+        for category in ("SC", "QA", "TC"):
+            if category not in scored:
+                parts.append(Part(comparison=f"{where}, {category}", missing=f"{category} not scored for {mlm} and {clm[0]}"))
+            elif category != "TC":
+                parts.append(pair_part(scores, mlm, clm[0], f"{where}, {category}: MLM beats CLM", [category], config))
+            else:  # 'ties or wins' is a non-inferiority claim: CLM - MLM > -margin
+                parts.append(pair_part(scores, clm[0], mlm, f"{where}, TC: CLM ties or wins ("
+                                       f"{config.tie_margin:g}-point margin)", ["TC"], config, shift=-config.tie_margin))
+    if not parts:
+        parts.append(Part(comparison="MLM vs CLM",
+                          missing="needs a pure MLM and a pure CLM run of the same size and budget"))
+    return parts
+
+
+def ratio_matrix(scores: SeedScores, group: pd.DataFrame) -> tuple[list[float], list[str], np.ndarray]:
+    by_ratio = group.reset_index().drop_duplicates("mask_ratio").sort_values("mask_ratio")
+    ids = list(by_ratio["checkpoint_id"])
+    categories = scores.categories(ids)
+    return list(by_ratio["mask_ratio"]), categories, scores.matrix(ids, categories)
+
+
+def finding_2(scores: SeedScores, config: VerdictConfig) -> list[Part]:
+    parts = []
+    scratch = final_scratch(scores.runs)
+    mlm = scratch[scratch["objective"] == "mlm"]
+    for (size, steps), group in mlm.groupby(["size", "total_steps"]):
+        if group["mask_ratio"].nunique() < 2:
+            continue
+        where = f"{size} @ {budget(steps)}"
+        ratios, categories, y = ratio_matrix(scores, group)  # y: (ratio, category, seed)
+        everywhere = Part(comparison=f"{where}: no ratio is best in every category")
+        compromise = Part(comparison=f"{where}: {ratio_text(config.reference_ratio)} is the compromise (category "
+                                     f"mean within a {config.tie_margin:g}-point margin of every other ratio)")
+        parts += [everywhere, compromise]
+        if len(categories) < 2:
+            everywhere.missing = compromise.missing = "needs two or more categories scored for every ratio"
+            continue
+        if y.shape[2] < config.min_seeds:
+            everywhere.missing = compromise.missing = f"needs >= {config.min_seeds} seeds shared by the ratios"
+            continue
+        best_everywhere_test(everywhere, ratios, categories, y)
+        if config.reference_ratio not in ratios:
+            compromise.missing = f"no {size} MLM {ratio_text(config.reference_ratio)} run at {budget(steps)}"
+        else:
+            compromise_test(compromise, ratios, categories, y, config)
+    if not parts:
+        parts.append(Part(comparison="masking ratios",
+                          missing="needs MLM runs at two or more masking ratios of one size and budget"))
+    return parts
+
+
+def best_everywhere_test(part: Part, ratios: list[float], categories: list[str], y: np.ndarray) -> None:
+    """'No ratio is best everywhere' holds when every ratio is beaten by another in some category.
+
+    For ratio r, 'r is best everywhere' is rejected when any one-sided paired t-test 'another
+    ratio beats r in a category' rejects, Bonferroni over the C(R-1) of them; the claim needs this
+    for every r (intersection-union: the largest of the R p-values, no further adjustment). Its
+    opposite, 'one ratio is best everywhere', needs every test 'it beats each other ratio in each
+    category' to reject (the largest p-value), Bonferroni over the R candidates."""
+    n_ratios, n_categories = len(ratios), len(categories)
+    # above[i, j, c]: p for 'ratio i beats ratio j in category c'.
+    above, _ = paired_t(y[:, None, :, :] - y[None, :, :, :])
+    off_diagonal = ~np.eye(n_ratios, dtype=bool)
+    beaten = np.array([np.nanmin(above[off_diagonal[:, j], j]) for j in range(n_ratios)])
+    part.p_support = float(min(1.0, n_categories * (n_ratios - 1) * beaten.max()))
+    best = np.array([np.max(above[i, off_diagonal[i]]) for i in range(n_ratios)])
+    part.p_contradict = float(min(1.0, n_ratios * np.nanmin(best)))
+    means = y.mean(axis=2)
+    part.numbers = "; ".join(f"{c}: " + ", ".join(f"{ratio_text(r)} {means[i, k]:.2f}" for i, r in enumerate(ratios))
+                             + f" (best {ratio_text(ratios[int(means[:, k].argmax())])})"
+                             for k, c in enumerate(categories))
+    part.test = (f"one-sided paired t-tests over {y.shape[2]} seeds per (ratio pair, category); intersection-union "
+                 "over ratios, Bonferroni within")
+    if np.isnan(part.p_support) or np.isnan(part.p_contradict):
+        part.missing = "the seeds do not vary: no test"
+
+
+def compromise_test(part: Part, ratios: list[float], categories: list[str], y: np.ndarray,
+                    config: VerdictConfig) -> None:
+    """On the mean over categories, the reference ratio minus each other ratio is above -margin
+    (non-inferiority, intersection-union: the largest p-value); contradicted when some ratio
+    beats it by more than the margin (Bonferroni over the other ratios)."""
+    average = y.mean(axis=1)  # (ratio, seed)
+    reference = ratios.index(config.reference_ratio)
+    others = [i for i in range(len(ratios)) if i != reference]
+    above, below = paired_t(average[reference] - average[others], -config.tie_margin)
+    part.p_support = float(np.max(above))
+    part.p_contradict = float(min(1.0, len(others) * np.min(below)))
+    part.numbers = ("mean of " + "/".join(categories) + ": "
+                    + ", ".join(f"{ratio_text(r)} {describe(average[i])}" for i, r in enumerate(ratios))
+                    + "; " + ", ".join(f"{ratio_text(config.reference_ratio)} minus {ratio_text(ratios[i])} "
+                                       f"{describe(average[reference] - average[i])}" for i in others))
+    part.test = (f"paired t-tests over {y.shape[2]} seeds against a {config.tie_margin:g}-point margin, "
+                 "intersection-union over the other ratios")
+    if np.isnan(part.p_support) or np.isnan(part.p_contradict):
+        part.missing = "the seeds do not vary: no test"
+
+
+def finding_3(scores: SeedScores, spreads: Spreads, config: VerdictConfig) -> list[Part]:
+    parts = []
+    runs = scores.runs[scores.runs["init_from"].isna() & scores.runs["objective"].isin(["clm", "mlm"])]
+    early = runs[runs["checkpoint_step"] < runs["total_steps"]]
+    for (size, steps), group in early.groupby(["size", "total_steps"]):
+        where = f"{size} @ {budget(steps)}"
+        clm_steps = set(group.loc[group["objective"] == "clm", "checkpoint_step"])
+        mlm_steps = set(group.loc[group["objective"] == "mlm", "checkpoint_step"])
+        common = sorted(clm_steps & mlm_steps)
+        if not common:
+            parts.append(Part(comparison=f"{where}, data efficiency", missing=(
+                f"needs intermediate checkpoints of a {size} CLM and MLM run at a common step")))
+            continue
+        at = group[group["checkpoint_step"] == common[0]]
+        clm, mlm = at.index[at["objective"] == "clm"][0], closest_mlm(at, config)
+        parts.append(pair_part(scores, clm, mlm, f"{where}, step {common[0]}: CLM beats MLM early", None, config))
+    if early.empty:
+        parts.append(Part(comparison="data efficiency",
+                          missing="needs intermediate checkpoints of both a CLM and an MLM run"))
+    stable = final_scratch(runs)
+    tested = False
+    for (size, steps), group in stable.groupby(["size", "total_steps"]):
+        clm, mlm = group.index[group["objective"] == "clm"], closest_mlm(group, config)
+        if len(clm) == 0 or mlm is None:
+            continue
+        tested = True
+        parts.append(spread_part(spreads, clm[0], mlm, f"{size} @ {budget(steps)}, stability: "
+                                 "CLM's spread over seeds x learning rates is smaller", config))
+    if not tested:
+        parts.append(Part(comparison="stability", missing="needs final CLM and MLM checkpoints of one size and budget "
+                                                          "(with several seeds or learning rates per cell)"))
+    return parts
+
+
+def spread_part(spreads: Spreads, clm: str, mlm: str, label: str, config: VerdictConfig) -> Part:
+    """CLM's spread below MLM's: a paired t-test over seeds of the per-seed log ratio of the
+    root-mean-square centred scores, averaged over the categories both have (a geometric mean)."""
+    part = Part(comparison=label)
+    cube = spreads.log_rms
+    if cube is None or clm not in cube.checkpoints or mlm not in cube.checkpoints:
+        part.missing = "needs final CLM and MLM checkpoints with a spread (several seeds or learning rates per cell)"
+        return part
+    categories = cube.categories([clm, mlm])
+    both = cube.matrix([clm, mlm], categories)  # (2, category, seed)
+    if both.shape[2] < config.min_seeds:
+        part.missing = f"needs >= {config.min_seeds} seeds with a spread for both, has {both.shape[2]}"
+        return part
+    per_seed = (both[0] - both[1]).mean(axis=0)
+    above, below = paired_t(per_seed)
+    part.p_support, part.p_contradict = float(below), float(above)
+    mean, low, high = interval(per_seed)
+    shown = {c: spreads.pooled.loc[c].reindex(categories).mean() for c in (clm, mlm)}
+    part.numbers = (f"spread (mean over {'/'.join(categories)}) {clm} {shown[clm]:.2f} vs {mlm} {shown[mlm]:.2f}; "
+                    f"ratio CLM/MLM {math.exp(mean):.2f} [{math.exp(low):.2f}, {math.exp(high):.2f}]")
+    part.test = f"paired t-test over {len(per_seed)} seeds of the log spread ratio, two-sided"
+    if np.isnan(part.p_support):
+        part.missing = "the seeds do not vary: no test"
+    return part
+
+
+def finding_4(scores: SeedScores, config: VerdictConfig) -> list[Part]:
+    parts = []
+    scratch = final_scratch(scores.runs)
+    scratch = scratch[scratch["mask_ratio"].notna()]
+    reliable_tested = False
+    for (size, steps, ratio), group in scratch.groupby(["size", "total_steps", "mask_ratio"]):
+        splits = group[(group["objective"] == "clm-mlm") & group["clm_fraction"].between(0, 1, inclusive="neither")]
+        if splits.empty:
+            continue
+        where = f"{size} @ {budget(steps)}, MLM {ratio_text(ratio)}"
+        mlm = group.index[group["objective"] == "mlm"]
+        if len(mlm) == 0:
+            parts.append(Part(comparison=where, missing=f"no {size} MLM {ratio_text(ratio)} run at {budget(steps)}"))
+            continue
+        splits = splits.sort_values("clm_fraction")
+        parts.append(split_beats_part(scores, mlm[0], splits, f"{where}: a CLM -> MLM split beats MLM alone", config))
+        quarter = splits.index[(splits["clm_fraction"] - config.reliable_split).abs() < 0.05]
+        if len(quarter):
+            reliable_tested = True
+            parts.append(reliable_part(scores, quarter[0], mlm[0], f"{where}: the {ratio_text(config.reliable_split)} "
+                                       f"split is within a {config.tie_margin:g}-point margin of MLM or "
+                                       "above in every category", config))
+    if not parts:
+        parts.append(Part(comparison="biphasic", missing="needs a pure MLM run and CLM -> MLM runs at the same size, "
+                                                         "budget and masking ratio"))
+    elif not reliable_tested:
+        parts.append(Part(comparison="reliable split",
+                          missing=f"no {ratio_text(config.reliable_split)} CLM split beside a pure MLM run"))
+    return parts
+
+
+def split_beats_part(scores: SeedScores, mlm: str, splits: pd.DataFrame, label: str, config: VerdictConfig) -> Part:
+    """Some split beats MLM alone on the category mean: one-sided paired t-tests, Bonferroni over
+    the K splits; contradicted when MLM alone beats every split (intersection-union)."""
+    part = Part(comparison=label)
+    ids = [mlm, *splits.index]
+    categories = scores.categories(ids)
+    y = scores.matrix(ids, categories).mean(axis=1) if categories else np.empty((len(ids), 0))
+    if y.shape[1] < config.min_seeds:
+        part.missing = f"needs >= {config.min_seeds} seeds shared by MLM and the splits, has {y.shape[1]}"
+        return part
+    above, below = paired_t(y[1:] - y[0])
+    part.p_support = float(min(1.0, len(splits) * np.min(above)))
+    part.p_contradict = float(np.max(below))
+    part.numbers = ("mean of " + "/".join(categories) + f": MLM {describe(y[0])}, "
+                    + ", ".join(f"{ratio_text(f)} CLM {describe(y[i + 1])}" for i, f in enumerate(splits["clm_fraction"])))
+    part.test = f"one-sided paired t-tests over {y.shape[1]} seeds, Bonferroni over {len(splits)} split(s)"
+    if np.isnan(part.p_support) or np.isnan(part.p_contradict):
+        part.missing = "the seeds do not vary: no test"
+    return part
+
+
+def reliable_part(scores: SeedScores, split: str, mlm: str, label: str, config: VerdictConfig) -> Part:
+    """The split is non-inferior to MLM alone (margin) in every category: intersection-union of
+    the per-category tests; contradicted when MLM beats it by more than the margin somewhere
+    (Bonferroni over the categories)."""
+    part = Part(comparison=label)
+    categories = scores.categories([split, mlm])
+    y = scores.matrix([split, mlm], categories)  # (2, category, seed)
+    if y.shape[2] < config.min_seeds or not categories:
+        part.missing = f"needs >= {config.min_seeds} seeds shared by {split} and {mlm}, has {y.shape[2]}"
+        return part
+    above, below = paired_t(y[0] - y[1], -config.tie_margin)
+    part.p_support = float(np.max(above))
+    part.p_contradict = float(min(1.0, len(categories) * np.min(below)))
+    part.numbers = "; ".join(f"{c}: difference {describe(y[0, k] - y[1, k])}" for k, c in enumerate(categories))
+    part.test = (f"paired t-tests over {y.shape[2]} seeds against a {config.tie_margin:g}-point margin, "
+                 "intersection-union over categories")
+    if np.isnan(part.p_support) or np.isnan(part.p_contradict):
+        part.missing = "the seeds do not vary: no test"
+    return part
+
+
+def source_objective(runs: pd.DataFrame, source: str) -> str | None:
+    """The objective of a continued run's source: from the study's rows, else from its name
+    (`610m-clm-42k`, `610m-mlm40-42k`); None for a Hugging Face or biphasic source."""
+    known = runs.loc[runs["run_name"] == source, "objective"]
+    if len(known):
+        return known.iloc[0]
+    tokens = source.split("-")
+    if len(tokens) == 3 and tokens[1] == "clm":
+        return "clm"
+    return "mlm" if len(tokens) == 3 and tokens[1].startswith("mlm") else None
+
+
+def finding_5(scores: SeedScores, config: VerdictConfig) -> list[Part]:
+    parts = []
+    runs = scores.runs
+    cpt = runs[runs["init_from"].notna() & (runs["checkpoint_step"] == runs["total_steps"])]
+    cpt = cpt.assign(source=cpt["init_from"].map(lambda s: source_objective(runs, s)))
+    keys = ["size", "steps_before", "total_steps", "mask_ratio"]
+    for (size, before, added, ratio), group in cpt[cpt["source"].notna()].groupby(keys):
+        where = f"{size}, +{budget(added)} MLM {ratio_text(ratio)} steps after {budget(before)}"
+        from_clm, from_mlm = group.index[group["source"] == "clm"], group.index[group["source"] == "mlm"]
+        if len(from_clm) == 0 or len(from_mlm) == 0:
+            parts.append(Part(comparison=where, missing=f"no continued run from a {'CLM' if len(from_clm) == 0 else 'MLM'} "
+                                                        "checkpoint with these steps"))
+            continue
+        parts.append(pair_part(scores, from_clm[0], from_mlm[0], f"{where}: from CLM beats from MLM", None, config))
+    if not parts:
+        parts.append(Part(comparison="continued pretraining", missing=(
+            "needs continued-pretraining runs from a CLM and an MLM checkpoint with the same added steps")))
+    return parts
+
+
+def check_findings(trials: pd.DataFrame, lr_range: tuple[float, float] = (1e-5, 1e-4),
+                   config: VerdictConfig = VerdictConfig()) -> list[Verdict]:
+    """The five verdicts on a trials table (the store's rows)."""
+    trials = analysis.analysis_columns(trials)
+    per_seed = analysis.per_seed_category_scores(trials) if not trials.empty else pd.DataFrame()
+    if per_seed.empty:
+        return [Verdict(i + 1, claim, CANNOT_TELL, ["no finished trials"]) for i, claim in enumerate(FINDINGS)]
+    return judge(SeedScores.of(per_seed), Spreads.of(analysis.per_seed_spread(trials, lr_range)[0]), config)
+
+
+def judge(scores: SeedScores, spreads: Spreads, config: VerdictConfig = VerdictConfig()) -> list[Verdict]:
+    """The five verdicts from the per-seed arrays (the calibration simulates these directly)."""
+    all_parts = [finding_1(scores, config), finding_2(scores, config),
+                 finding_3(scores, spreads, config), finding_4(scores, config), finding_5(scores, config)]
+    verdicts = []
+    for number, (claim, parts) in enumerate(zip(FINDINGS, all_parts), start=1):
+        verdict = decide(parts, config)
+        verdicts.append(Verdict(number, claim, verdict, [part.line() for part in parts], parts))
+    return verdicts

@@ -1,0 +1,315 @@
+"""`sweeper report STUDY_DIR`: the paper's tables, figures and findings for the study, from the store.
+
+Writes `report.md` and `figures/*.png` in the study directory and prints the summary. Works on
+partial results: it reports on what is recorded and says what is missing, and names the damaged
+files it met (store parts set aside, an unreadable `plan.json`).
+"""
+from __future__ import annotations
+
+import math
+from collections.abc import Callable
+from pathlib import Path
+
+import pandas as pd
+
+from sweeper.report import analysis, figures, importance
+from sweeper.store import storage
+from sweeper.report.findings import Verdict, check_findings
+from sweeper.store.layout import StudyLayout
+from sweeper.store.results import quarantined, read_trials
+from sweeper.report.statistics import CANNOT_TELL, p_text
+
+
+def planned_trial_keys(study_dir: str | Path, damaged: Callable[[str, str], None] | None = None) -> list[str] | None:
+    """The planned trial keys of `plan.json`; None when it is absent or damaged (told to `damaged`)."""
+    plan = storage.read_json(StudyLayout(str(study_dir)).plan, default={}, damaged=damaged)
+    keys = plan.get("trial_keys") if isinstance(plan, dict) else None
+    return keys if isinstance(keys, list) else None
+
+
+def damage_section(study_dir: str, damaged: dict[str, str]) -> list[str]:
+    """Lines naming the store files set aside and the markers read as absent (none: no lines)."""
+    notes = quarantined(study_dir)
+    if not notes and not damaged:
+        return []
+    out = ["## Damaged files", ""]
+    if notes:
+        out += [f"{len(notes)} damaged store file(s) set aside in `quarantine/`: their rows are absent from this "
+                "report, and `sweeper run` reruns their trials.", ""]
+        out += [f"- `{n['file']}` (set aside {n['quarantined_at']}): {n['reason'][:200]}" for n in notes]
+    out += [f"- `{storage.name(location)}`: {why}; read as absent" for location, why in sorted(damaged.items())]
+    return out + [""]
+
+
+MAX_AXIS_VALUES = 12
+"""A swept field with more values than this gets no axis section, nor does a range the spec's
+search samples (a value per sample: one column each would say nothing); `## Parameter
+importances` covers them. A choice keeps its section: a few values, each sampled often."""
+
+
+def fmt(value, digits: int = 2) -> str:
+    return "n/a" if value is None or (isinstance(value, float) and math.isnan(value)) else f"{value:.{digits}f}"
+
+
+def markdown_table(headers: list[str], rows: list[list[str]]) -> str:
+    lines = ["| " + " | ".join(headers) + " |", "|" + "|".join("---" for _ in headers) + "|"]
+    lines += ["| " + " | ".join(row) + " |" for row in rows]
+    return "\n".join(lines)
+
+
+def coverage(trials: pd.DataFrame, planned: int | None) -> str:
+    counts = trials["status"].value_counts().to_dict() if not trials.empty else {}
+    parts = [f"{n} {status}" for status, n in sorted(counts.items())]
+    line = f"{len(trials)} trials recorded ({', '.join(parts) or 'none'})"
+    if planned is not None and planned > len(trials):
+        line += (f"; **{planned - len(trials)} of {planned} planned trials are missing** (study incomplete: "
+                 "tables show what is recorded)")
+    return line
+
+
+def category_section(categories: pd.DataFrame, title: str) -> list[str]:
+    if categories.empty:
+        return []
+    means, cis = analysis.wide(categories), analysis.wide(categories, "ci95")
+    runs = categories.drop_duplicates("checkpoint_id").set_index("checkpoint_id")
+    rows = [[checkpoint, runs.loc[checkpoint, "objective"],
+             *(f"{fmt(means.loc[checkpoint, c])} ± {fmt(cis.loc[checkpoint, c])}" for c in means.columns)]
+            for checkpoint in means.index]
+    return [f"## {title}", "", markdown_table(["checkpoint", "objective", *means.columns], rows), ""]
+
+
+def value_text(value) -> str:
+    """A swept value as the report writes it: numbers short (1e-3, 0.1), a pair as a list."""
+    if isinstance(value, tuple):
+        return "[" + ", ".join(f"{v:g}" for v in value) + "]"
+    if isinstance(value, float) and value.is_integer() and abs(value) < 1e6:
+        return str(int(value))
+    return f"{value:g}" if isinstance(value, (int, float)) else str(value)
+
+
+def params_text(row, swept: list[str]) -> str:
+    """The swept values of a best point ('-' when none reaches the task)."""
+    given = [f"{analysis.axis_name(a)} {value_text(row[a])}" for a in swept
+             if row[a] is not None and not (isinstance(row[a], float) and math.isnan(row[a]))]
+    return ", ".join(given) or "-"
+
+
+def task_sections(best: pd.DataFrame, trials: pd.DataFrame) -> list[str]:
+    out, swept = [], analysis.axes(best)
+    what = "point (learning rate and swept values)" if swept else "LR"
+    for task, rows in best.groupby("task", sort=True):
+        metric = trials.loc[trials["task"] == task, "metric"].iloc[0]
+        out += [f"### {task} ({metric}; test mean over seeds at the best validation {what})", ""]
+        out.append(markdown_table(
+            ["checkpoint", "objective", "step", "best LR", *(["best params"] if swept else []), "val mean",
+             "test mean", "95% CI", "std", "seeds"],
+            [[r["checkpoint_id"], r["objective"], str(int(r["checkpoint_step"])), f"{r['learning_rate']:.1e}",
+              *([params_text(r, swept)] if swept else []),
+              fmt(r["validation_mean"]), fmt(r["test_mean"]), f"± {fmt(r['test_ci95'])}", fmt(r["test_std"]),
+              str(int(r["seeds"]))] for _, r in rows.iterrows()]))
+        out.append("")
+    return out
+
+
+def axis_section(table: pd.DataFrame, axis: str) -> list[str]:
+    """A swept field's section: per task and checkpoint, the test score at each value (mean over
+    seeds ± 95 % interval, at that value's best learning rate and other swept values)."""
+    name = analysis.axis_name(axis)
+    values = sorted(table[axis].unique())
+    cells = {(r["task"], r["checkpoint_id"], r[axis]): f"{fmt(r['test_mean'])} ± {fmt(r['test_ci95'])}"
+             for _, r in table.iterrows()}
+    keys = table.drop_duplicates(["task", "checkpoint_id"])
+    rows = [[r["task"], r["checkpoint_id"], r["objective"], *(cells.get((r["task"], r["checkpoint_id"], v), "-")
+                                                             for v in values)]
+            for _, r in keys.iterrows()]
+    return [f"## Swept: finetuning.{name}", "",
+            f"Test score at each value of `{name}` (mean over seeds ± 95 % CI), each value at its best learning "
+            "rate and other swept values on mean validation; tasks the field does not reach are left out.", "",
+            markdown_table(["task", "checkpoint", "objective", *(f"{name} {value_text(v)}" for v in values)], rows), ""]
+
+
+def curve_table(frame: pd.DataFrame, index: list[str], title: str, note: str) -> list[str]:
+    if frame.empty:
+        return []
+    table = frame.pivot_table(index=index, columns="task_category", values="mean")
+    table = table[analysis.ordered_categories(table.columns)]
+    rows = [[*(str(v) for v in (key if isinstance(key, tuple) else (key,))), *(fmt(x) for x in values)]
+            for key, values in zip(table.index, table.values)]
+    return [f"## {title}", "", note, "", markdown_table([*index, *table.columns], rows), ""]
+
+
+def study_space(study_dir: str) -> dict | None:
+    """The searched space of the study's own spec copy (learning rate and distributions), for the
+    importances' bounds; None when the copy is absent or no longer reads (a removed plugin)."""
+    from sweeper.spec.space import LEARNING_RATE, log_range
+    from sweeper.spec.study import load_spec
+
+    try:
+        ft = load_spec(StudyLayout(study_dir).spec).finetuning
+    except Exception:  # noqa: BLE001 - a report is written from the store whatever the spec says now
+        return None
+    section = ft.optuna if ft.search == "optuna" else ft.random
+    return {LEARNING_RATE: log_range(section.lr_min, section.lr_max), **ft.searched()}
+
+
+def importance_section(trials: pd.DataFrame, study_dir: str, space: dict | None) -> list[str]:
+    """`## Parameter importances` for the samples of optuna or random searches (no lines when
+    the study has none): per task and objective, each parameter's mean fANOVA importance over
+    the cells, and how many cells had too few samples."""
+    samples = importance.sample_scores(trials)
+    if samples.empty:
+        return []
+    per_cell = importance.cell_importances(samples, space)
+    table = importance.importance_summary(per_cell)
+    counts = samples.groupby(["checkpoint_id", "task"]).size()
+    few = int((counts < importance.MIN_SAMPLES).sum())
+    flat = int((counts >= importance.MIN_SAMPLES).sum()) - per_cell.groupby(["checkpoint_id", "task"]).ngroups
+    out = ["## Parameter importances", "",
+           "Optuna's fANOVA importance of each searched parameter within a (checkpoint, task) cell, over its samples' "
+           "seed-averaged validation scores (the score the search maximised; a cell's importances sum to 1), averaged "
+           "over the cells of each task and objective.", ""]
+    if not table.empty:
+        names = [c for c in table.columns if c not in ("task", "objective", "cells")]
+        out += [markdown_table(["task", "objective", "cells", *names],
+                               [[r["task"], r["objective"], str(int(r["cells"])), *(fmt(r[n]) for n in names)]
+                                for _, r in table.iterrows()]), ""]
+    if few:
+        out += [f"{few} of {len(counts)} cells have fewer than {importance.MIN_SAMPLES} samples and are left out "
+                "(more samples per cell: `optuna.samples` / `random.samples`).", ""]
+    if flat:
+        out += [f"{flat} of {len(counts)} cells are left out: every sample scores the same there (nothing to "
+                "explain).", ""]
+    return out
+
+
+FINDINGS_INTRO = (
+    "Each finding is split into parts; each part is a paired test over fine-tuning seeds (checkpoints of one size "
+    "and one budget, at their best learning rates), and Holm's adjustment runs over the parts of a finding, so "
+    "a finding says *supports* or *contradicts* with at most a 5 % chance when nothing differs. A part is "
+    "decided when its adjusted p-value is below 0.05; otherwise it is *cannot tell*, with what is missing. "
+    "Numbers: mean over seeds [95 % CI]. Tests, margins and their measured error rates: docs/statistics.md.")
+
+
+def findings_section(verdicts: list[Verdict]) -> list[str]:
+    """Per finding its verdict, then per part: the comparison, the numbers, the test, the
+    Holm-adjusted p-value and the part's verdict."""
+    out = ["## The paper's findings, checked on this study", "", FINDINGS_INTRO, ""]
+    for verdict in verdicts:
+        out += [f"{verdict.number}. **{verdict.verdict}**: {verdict.claim}", ""]
+        if not verdict.parts:
+            out += [f"   - {line}" for line in verdict.evidence] + [""]
+            continue
+        rows = [[part.comparison, part.numbers or "-", part.test if not part.missing else "not tested",
+                 p_text(part.p_adjusted) if not part.missing else "n/a",
+                 part.verdict if not part.missing else f"{CANNOT_TELL}: {part.missing}"]
+                for part in verdict.parts]
+        out += ["   " + line for line in markdown_table(
+            ["part", "numbers", "test", "p (Holm)", "verdict"], rows).splitlines()] + [""]
+    return out
+
+
+def build_report(study_dir: str | Path, lr_range: tuple[float, float] = (1e-5, 1e-4)) -> tuple[str, list[Path]]:
+    """The report text and the figures drawn (into `<study>/figures/`, or a local folder that
+    `write_report` uploads when the study is in an object store)."""
+    study_dir = str(study_dir)
+    trials = read_trials(study_dir).to_pandas()  # sets damaged parts aside first
+    damaged: dict[str, str] = {}
+    planned = planned_trial_keys(study_dir, damaged=damaged.__setitem__)
+    if planned is not None:
+        trials = trials[trials["trial_key"].isin(set(planned))]  # superseded cells leave the report
+    study = trials["study"].iloc[0] if not trials.empty else storage.name(study_dir)
+    out = [f"# Study report: {study}", "", coverage(trials, len(planned) if planned is not None else None), ""]
+    out += damage_section(study_dir, damaged)
+    best = analysis.best_params_table(trials)
+    if best.empty:
+        return "\n".join(out + ["No finished trials yet."]) + "\n", []
+    categories = analysis.category_scores(trials, best)
+    final = analysis.final_only(categories)
+    stability, used_range = analysis.stability(trials, lr_range)
+    figure_dir = storage.scratch_dir(study_dir, "figures")
+    ranges = figures.score_ranges(trials)  # per category: its families' score range, for clipping
+    made, skipped = [], []
+
+    def figure(name: str, path: Path | None, why_not: str) -> None:
+        if path is None:
+            skipped.append(f"{name}: {why_not}")
+        else:
+            made.append(path)
+            out.extend([f"![{name}](figures/{path.name})", ""])
+
+    at_best = "test score at the best point (learning rate, swept values)" if analysis.axes(best) else "best-LR test score"
+    out += category_section(final, f"Category averages (final checkpoints; {at_best}, mean ± 95 % CI over seeds)")
+    figure("category scores", figures.category_bars(final, ranges, figure_dir / "category_scores.png"), "no scores")
+    out += findings_section(check_findings(trials, lr_range))
+    if not stability.empty:
+        out += ["## Fine-tuning stability", "",
+                f"Test scores centred per (checkpoint, task), spread = std over seeds x learning rates {used_range}, "
+                "pooled per category (paper Fig. 5; smaller is more stable).", "",
+                "The interval is a 95 % interval over seeds (the replicated unit; see docs/statistics.md).", "",
+                markdown_table(["run", "objective", "category", "spread", "95% CI", "trials"],
+                               [[r["run_name"], r["objective"], r["task_category"], fmt(r["spread"]),
+                                 f"[{fmt(r['spread_low'])}, {fmt(r['spread_high'])}]", str(r["runs"])]
+                                for _, r in stability.iterrows()]), ""]
+    figure("stability", figures.stability_bars(stability, used_range, figure_dir / "stability.png"), "no final checkpoints")
+    efficiency = analysis.data_efficiency(categories)
+    out += curve_table(efficiency, ["run_name", "checkpoint_step", "tokens_seen"], "Data efficiency",
+                       "Category score at each evaluated checkpoint of runs with intermediate checkpoints.")
+    figure("data efficiency", figures.lines_by_category(
+        efficiency, "tokens_seen", "run_name", "pretraining tokens", "Score vs pretraining tokens",
+        figure_dir / "data_efficiency.png", ranges), "no run has intermediate checkpoints")
+    splits = analysis.biphasic(categories)
+    if splits["clm_fraction"].between(0, 1, inclusive="neither").any():
+        out += curve_table(splits, ["total_steps", "clm_fraction", "mask_ratio"], "Biphasic CLM -> MLM",
+                           "Category score per CLM share at each budget (0 = MLM only).")
+        figure("biphasic", figures.lines_by_category(
+            splits.assign(budget=splits["total_steps"]), "clm_fraction", "budget", "CLM share of the steps",
+            "Score vs CLM share, per step budget", figure_dir / "biphasic.png", ranges), "no CLM -> MLM runs")
+    else:
+        skipped.append("biphasic: no CLM -> MLM runs")
+    ratios = analysis.masking_ratios(categories)
+    if ratios["mask_ratio"].nunique() > 1:
+        out += curve_table(ratios, ["run_name", "mask_ratio"], "Masking ratio", "Pure MLM runs by masking ratio.")
+    cpt = analysis.continued_pretraining(categories)
+    if not cpt.empty:
+        out += curve_table(cpt, ["source", "added_steps"], "Continued pretraining",
+                           "MLM continued from each source; 0 added steps is the source itself.")
+        figure("continued pretraining", figures.lines_by_category(
+            cpt, "added_steps", "source", "added MLM steps", "Continued MLM pretraining by starting point",
+            figure_dir / "continued_pretraining.png", ranges), "no continued-pretraining runs")
+    else:
+        skipped.append("continued pretraining: no continued-pretraining runs")
+    figure("learning-rate sensitivity", figures.lr_sensitivity(trials, figure_dir / "lr_sensitivity.png"),
+           "fewer than two learning rates")
+    swept, searched = analysis.with_params(trials), study_space(study_dir) or {}
+    for axis in analysis.axes(swept):
+        name = analysis.axis_name(axis)
+        if (name in searched and searched[name].kind != "choice") or swept[axis].nunique() > MAX_AXIS_VALUES:
+            continue  # a sampled range, a value per sample: `## Parameter importances` covers it
+        table = analysis.axis_scores(swept, axis)
+        if table.empty:
+            continue
+        out += axis_section(table, axis)
+        figure(f"score vs {name}", figures.axis_lines(table, axis, name, ranges, figure_dir / f"swept_{name}.png"),
+               "no scores")
+    out += importance_section(trials, study_dir, searched or None)
+    out += ["## Per task", ""] + task_sections(best, trials)
+    if skipped:
+        out += ["## Figures not drawn", ""] + [f"- {line}" for line in skipped] + [""]
+    return "\n".join(out) + "\n", made
+
+
+def write_report(study_dir: str | Path, lr_range: tuple[float, float] = (1e-5, 1e-4)) -> str:
+    """Write `report.md` and the figures into the study; returns the report's location."""
+    study_dir = str(study_dir)
+    layout = StudyLayout(study_dir)
+    text, made = build_report(study_dir, lr_range)
+    if storage.is_remote(study_dir):
+        for figure in made:
+            storage.write_bytes(storage.join(layout.figures, figure.name), figure.read_bytes())
+    path = layout.report
+    storage.write_text(path, text)
+    summary = text.split("## Fine-tuning stability")[0].split("## Per task")[0]
+    print(summary.rstrip())
+    print(f"[report] {storage.display(path)} ({len(made)} figures in "
+          f"{storage.display(layout.figures)})")
+    return path

@@ -1,0 +1,106 @@
+"""The corpus stage on the driver: which prepared corpora a study needs, where each lives, the
+check of its source before anything starts, and the Ray tasks that prepare them.
+
+A corpus folder is keyed by everything that shapes its token stream (source, text column,
+tokenizer, and for a tokenizer trained here its vocabulary and sample size, the effective token
+limit, max_documents): a spec that changes any of them trains on a new corpus, and a study's
+corpus is reused only by runs that read the same stream.
+"""
+from __future__ import annotations
+
+import math
+import re
+from pathlib import Path
+
+from sweeper.spec.configs import CorpusConfig, stable_key
+from sweeper.run.corpus_source import source_problem
+from sweeper.store.layout import StudyLayout
+from sweeper.plan.study_plan import StudyPlan
+from sweeper.spec.study import SpecError, StudySpec
+
+ORDER_BLOCK_WINDOWS = 1 << 16
+"""Windows the sample order permutes together (trainables.corpus.ORDER_BLOCK_WINDOWS): a token
+limit is rounded up to whole blocks, so a corpus grown for a longer run keeps the sample order
+of the shorter one's."""
+NEED_MARGIN = 0.05
+"""Tokens read beyond what the longest run needs (before rounding up to whole blocks)."""
+
+
+def needed_tokens(spec: StudySpec, plan: StudyPlan) -> int:
+    """Tokens the longest run reads, continued pretraining included (it reads on in the same order)."""
+    return max(((run.steps_before + run.total_steps) * run.tokens_per_step for run in plan.runs), default=0)
+
+
+def effective_max_tokens(spec: StudySpec, plan: StudyPlan) -> int:
+    """`data.max_tokens`, else the need plus NEED_MARGIN, rounded up to whole order blocks."""
+    wanted = spec.data.max_tokens or math.ceil(needed_tokens(spec, plan) * (1 + NEED_MARGIN))
+    block = ORDER_BLOCK_WINDOWS * max((run.seq_len for run in plan.runs), default=1)
+    return max(1, math.ceil(wanted / block)) * block
+
+
+def corpus_config(spec: StudySpec, plan: StudyPlan, tokenizer: str | None) -> CorpusConfig:
+    """The study's corpus (`tokenizer` None), or the same text for a CPT source's tokenizer."""
+    data = spec.data
+    return CorpusConfig(source=data.corpus, text_column=data.text_column, tokenizer=tokenizer or data.tokenizer,
+                        vocab_size=data.vocab_size, max_documents=data.max_documents,
+                        max_tokens=effective_max_tokens(spec, plan),
+                        tokenizer_sample_documents=data.tokenizer_sample_documents)
+
+
+def corpus_dir(layout: StudyLayout, config: CorpusConfig) -> str:
+    """`cache/corpus-<key>`: the key covers what shapes the stream, and no more (a hub tokenizer's
+    corpus does not change with data.vocab_size)."""
+    shape = {"source": config.source, "text_column": config.text_column, "tokenizer": config.tokenizer,
+             "max_tokens": config.max_tokens, "max_documents": config.max_documents}
+    if config.tokenizer == "train-wordpiece":
+        shape |= {"vocab_size": config.vocab_size, "tokenizer_sample_documents": config.tokenizer_sample_documents}
+    return layout.corpus(stable_key(shape))
+
+
+def check_corpus_source(spec: StudySpec, spec_path: Path) -> None:
+    """A corpus that cannot be read (missing, unknown file type, no such text column) is a spec
+    error (`file:line: data.corpus: reason`, exit 2), found before the study writes or starts anything."""
+    problem = source_problem(spec.data.corpus, spec.data.text_column)
+    if problem is None:
+        return
+    key = "text_column" if f"column {spec.data.text_column!r}" in problem or "one column" in problem else "corpus"
+    raise SpecError(str(spec_path), f"data.{key}", problem, line=line_of(spec_path, key))
+
+
+def line_of(spec_path: Path, key: str) -> int | None:
+    """The line of the first `key:` in the spec file (for the error's `file:line`)."""
+    try:
+        for number, line in enumerate(Path(spec_path).read_text().splitlines(), start=1):
+            if re.search(rf"(^|[\s{{,]){key}\s*:", line):
+                return number
+    except OSError:
+        pass
+    return None
+
+
+def prepare_corpus_task(config: CorpusConfig, out_dir: str) -> dict:
+    from trainables.corpus_prep import prepare_corpus
+
+    return prepare_corpus(config, out_dir)
+
+
+def prepare_corpora(spec: StudySpec, plan: StudyPlan, layout: StudyLayout) -> dict[str | None, str]:
+    """One prepared corpus per tokenizer the runs need (once ever), each prepared by a Ray task
+    that runs its Ray Data job. The task takes no CPU: the job's tokenising actors take them all."""
+    import ray
+
+    tokenizers = sorted({run.tokenizer for run in plan.runs}, key=lambda t: (t is not None, t or ""))
+    remote = ray.remote(prepare_corpus_task).options(num_cpus=0)
+    folders, futures = {}, {}
+    for tokenizer in tokenizers:
+        config = corpus_config(spec, plan, tokenizer)
+        folders[tokenizer] = corpus_dir(layout, config)
+        futures[tokenizer] = remote.remote(config, folders[tokenizer])
+    for tokenizer, future in futures.items():
+        meta = ray.get(future)
+        print(f"[corpus] {meta['documents']:,} documents, {meta['tokens']:,} tokens in {meta.get('shards', 1)} "
+              f"shard(s), vocabulary {meta['vocab_size']:,} ({tokenizer or spec.data.tokenizer})", flush=True)
+        if tokenizer is None and meta["vocab_size"] > spec.data.vocab_size:
+            raise RuntimeError(f"the tokenizer has {meta['vocab_size']} tokens but data.vocab_size is "
+                               f"{spec.data.vocab_size}: raise data.vocab_size")
+    return folders

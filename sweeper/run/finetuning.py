@@ -1,0 +1,166 @@
+"""Schedule the fine-tuning grid on Ray Tune: pending trials -> shards -> one Tuner run each.
+
+Built for the paper's ~18,000 trials from the start:
+- plain function trainables (Train-in-Tune costs ~15 s a trial), `reuse_actors=True` (2 s -> 0.05 s
+  of Tune overhead per trial), and Tune's per-trial loggers off: the Parquet store is the record;
+- the pending trials (planned minus already recorded) run in shards of `trials_per_shard`
+  (sweeper.run.shards), one Tuner run each, so the driver's memory stays bounded; the shards take
+  the trials as their checkpoints are written (sweeper.run.search), so with pretraining still
+  running, a written checkpoint's trials run while those of unwritten ones wait, whatever their
+  place in the plan;
+- trials are handed out by checkpoint then task, so a reused worker keeps the same backbone and
+  tokenised data in its cache from one trial to the next;
+- a Tune callback records results in batches (sweeper.run.recording);
+- under a trial scheduler (sweeper.run.early_stopping: optuna and random modes) a trial reports each
+  curve point and may be stopped there, with the other seeds of its point; without one, a
+  trial reports once, at its end.
+Tasks are tokenised once before the grid (sweeper.run.task_prep).
+"""
+from __future__ import annotations
+
+import logging
+import os
+import time
+from dataclasses import asdict
+from functools import partial
+
+from ray import tune
+
+from sweeper.store import storage
+from sweeper.store.layout import StudyLayout
+from sweeper.plan.study_plan import StudyPlan
+from sweeper.run.progress import ProgressLine
+from sweeper.run.recording import FINAL, ResultsRecorder
+from sweeper.run.early_stopping import make_scheduler
+from sweeper.run.search import SEARCH_METRIC, Gate, search_score
+from sweeper.run.shards import EvaluationSets, Shard, study_shards
+from sweeper.spec.study import StudySpec
+from sweeper.store.results import EVAL_CURVES, TRIALS, compact, finished_trial_keys
+from sweeper.run.task_prep import prepare_tasks
+from sweeper.run.tracking import start_wandb
+from sweeper.run.version import code_version
+
+
+def finetune_trainable(config: dict, shard: Shard, report_curve: bool = False) -> None:
+    """The Tune function trainable; imports the worker side only inside the trial's process.
+    `config` locates the trial in its shard (shipped once by `tune.with_parameters`).
+
+    With `report_curve` (a trial scheduler watches the shard) each curve point is reported as it
+    is measured, marked not final, with what recording a stopped trial needs; Tune stops the
+    trial by raising SystemExit inside such a report. The final result is marked final."""
+    from trainables.finetune_loop import run_trial
+
+    trial, started = shard.trial_config(config), time.time()
+
+    def report_point(step: int, train_loss: float, validation_score: float) -> None:
+        point = {"trial_key": trial.trial_key, "learning_rate": trial.learning_rate, "train_steps": step,
+                 "train_loss": train_loss, "validation_score": validation_score,
+                 "wall_time_s": time.time() - started, FINAL: False}
+        tune.report({**point, SEARCH_METRIC: search_score(point)})
+
+    result = run_trial(trial, report_point if report_curve else None)
+    tune.report({**result, SEARCH_METRIC: search_score(result), FINAL: True})
+
+
+def cell_of(shard: Shard, config: dict) -> tuple[str, str]:
+    """The (checkpoint, task) cell of the trial at `config`: what a trial scheduler compares
+    points within (sweeper.run.early_stopping)."""
+    trial = shard.trial(config)
+    return trial.checkpoint.checkpoint_id, trial.task
+
+
+def short_trial_dirname(trial) -> str:
+    """Tune names trial folders after their whole config by default: long and useless here."""
+    return f"trial-{trial.trial_id}"
+
+
+def quiet_tune() -> None:
+    """Tune's JSON/CSV/TensorBoard loggers write a directory per trial, which the store replaces;
+    without them its result grid warns about every trial's missing metric files."""
+    os.environ.setdefault("TUNE_DISABLE_AUTO_CALLBACK_LOGGERS", "1")
+    logging.getLogger("ray.tune.analysis.experiment_analysis").setLevel(logging.ERROR)
+
+
+def run_finetuning(spec: StudySpec, plan: StudyPlan, layout: StudyLayout, corpus_dirs: dict, *,
+                   scheduler=None, retry_failed: bool = False) -> dict[str, int]:
+    """Run every planned trial not yet recorded; returns the tally of outcomes of this call,
+    where trials recorded as failed before and not retried count as failed (as failed runs do:
+    the study is still incomplete, `sweeper run` exits 1 and says `--retry-failed` reruns them).
+    `corpus_dirs`: tokenizer key -> prepared corpus (whose tokenizer encodes the tasks).
+
+    With a pretraining `scheduler` still running, trials start as their checkpoints appear
+    (pipelining); trials of runs that failed are skipped."""
+    recorded = finished_trial_keys(layout.root)
+    planned_keys = {t.trial_key for t in plan.trials}
+    failed_before = (recorded - finished_trial_keys(layout.root, include_failed=False)) & planned_keys
+    done = recorded - failed_before if retry_failed else recorded
+    failed_runs = scheduler.failed if scheduler is not None else set()
+    blocked = [t for t in plan.trials if t.trial_key not in done and t.checkpoint.run.name in failed_runs
+               and not (scheduler and scheduler.checkpoint_ready(t.checkpoint.run, t.checkpoint.step))]
+    blocked_keys = {t.trial_key for t in blocked}
+    pending = [t for t in plan.trials if t.trial_key not in done and t.trial_key not in blocked_keys]
+    skipped_failures = 0 if retry_failed else len(failed_before)
+    print(f"[finetune] {len(plan.trials)} trials: {len(plan.trials) - len(pending) - len(blocked)} already "
+          f"recorded" + (f" ({skipped_failures} failed before: --retry-failed reruns them)" if skipped_failures else "")
+          + f", {len(blocked)} blocked by failed runs, {len(pending)} to run", flush=True)
+    earlier = {"failed": skipped_failures} if skipped_failures else {}
+    if not pending:
+        return earlier
+    needed = {t.checkpoint.run.tokenizer for t in pending}
+    task_dirs = prepare_tasks(spec, layout, {k: v for k, v in corpus_dirs.items() if k in needed})
+    sets = EvaluationSets(plan, spec.finetuning.tasks, done)
+    shards = study_shards(spec, plan, pending, done, layout, task_dirs, sets)
+    tally = run_shards(spec, shards, layout, gate=Gate(scheduler))
+    return {**tally, "failed": tally.get("failed", 0) + skipped_failures} if skipped_failures else tally
+
+
+def run_shards(spec: StudySpec, shards: list[Shard], layout: StudyLayout, trainable_fn=finetune_trainable,
+               gate: Gate | None = None, **trainable_args) -> dict[str, int]:
+    """One Tuner run per shard, outcomes recorded as they come; returns the tally. The
+    benchmarks pass their own `trainable_fn` (and its `trainable_args`) to time this machinery
+    with a fixed workload."""
+    quiet_tune()
+    gate = gate or Gate()
+    res = spec.resources
+    progress = ProgressLine("finetune", sum(len(shard) for shard in shards), unit="trials")
+    tracker = start_wandb(spec.tracking, name=f"{spec.study}-trials", run_id=f"{spec.study}-trials",
+                          location=layout.root, config=asdict(spec.finetuning))
+    # Tune's own state goes to the study's filesystem (an object store included).
+    tune_filesystem, tune_path = storage.filesystem(layout.tune)
+    for number, shard in enumerate(shards):
+        if not shard.has_work(gate):
+            continue
+        early_stopping = make_scheduler(spec.finetuning, cell_of=partial(cell_of, shard),
+                                        point_of=shard.point)
+        trainable = tune.with_resources(
+            tune.with_parameters(trainable_fn, shard=shard, **trainable_args,
+                                 **({"report_curve": True} if early_stopping is not None else {})),
+            {"cpu": res.cpus_per_trial, "gpu": res.gpus_per_trial},
+        )
+        name = f"finetune-shard-{number:04d}"
+        search = shard.tuner_args(spec, gate)
+        tuner = tune.Tuner(
+            trainable,
+            param_space=search.pop("param_space"),
+            tune_config=tune.TuneConfig(reuse_actors=True, max_concurrent_trials=res.max_concurrent_trials,
+                                        trial_dirname_creator=short_trial_dirname, scheduler=early_stopping,
+                                        **search),
+            run_config=tune.RunConfig(
+                name=name, storage_path=tune_path, verbose=0,
+                storage_filesystem=tune_filesystem if storage.is_remote(layout.root) else None,
+                callbacks=[ResultsRecorder(spec.study, layout, shard, progress, extra={
+                    "cpus": res.cpus_per_trial, "gpus": res.gpus_per_trial, "code_version": code_version()},
+                    tracker=tracker)],
+                failure_config=tune.FailureConfig(max_failures=0),
+            ),
+        )
+        tuner.fit()
+        # Every outcome is in the store now; Tune's own state (an empty folder per trial and a
+        # JSON rewritten as trials finish) is no record and is not kept.
+        storage.remove_tree(storage.join(layout.tune, name))
+        for table in (TRIALS, EVAL_CURVES):
+            compact(layout.root, table)
+    progress.finish()
+    if tracker is not None:
+        tracker.finish()
+    return dict(progress.tally)

@@ -1,0 +1,223 @@
+"""Schedule the pretraining grid on Ray Train, one `TorchTrainer.fit()` per run.
+
+Each run's fit is launched from a Ray task, so runs proceed in parallel as far as the cluster's
+resources allow. With `pretraining_workers: 0` the fit is Train's local mode, in that task's
+process (no worker-group start, ~40 s saved per run on a laptop); with N workers Train starts a
+worker group (DDP) and persists checkpoints to `storage_path/<run name>`, deleting the
+superseded resume-only ones itself (`keep_resume_checkpoints`). Either way the run's
+checkpoints land in the run's folder (sweeper.store.layout), and Train resumes a rerun of the same
+name from the latest one. The loop receives a typed `PretrainConfig` (sweeper.spec.configs). The
+study may live in an object store: Train is handed the store's pyarrow filesystem, and the
+run's markers are single objects (sweeper.store.storage).
+"""
+from __future__ import annotations
+
+import time
+from dataclasses import asdict
+
+import ray
+
+from sweeper.store import storage
+from sweeper.spec.configs import InitSource, PretrainConfig
+from sweeper.store.layout import TRAIN_LOG, StudyLayout
+from sweeper.plan.runs import PretrainingRun
+from sweeper.spec.study import StudySpec
+from sweeper.store.results import PRETRAINING, write_rows
+
+
+def pretrain_config(run: PretrainingRun, spec: StudySpec, layout: StudyLayout, corpus_dir: str,
+                    runs_by_name: dict[str, PretrainingRun]) -> PretrainConfig:
+    """Everything the worker loop reads, typed (workers never import the driver). Its locations
+    carry no credentials (`storage.strip_credentials`): workers reach the bucket through their
+    own provider chain."""
+    pre, res = spec.pretraining, spec.resources
+    if run.init_from_run:
+        source = runs_by_name[run.init_from_run]
+        init = InitSource(kind="study",
+                          location=storage.strip_credentials(layout.checkpoint(source.name, source.total_steps)))
+    elif run.init_from_hf:
+        init = InitSource(kind="hf", location=run.init_from_hf)
+    else:
+        init = InitSource(kind="scratch")
+    return PretrainConfig(
+        name=run.name, run_key=run.run_key, objective=run.objective, mask_ratio=run.mask_ratio,
+        clm_fraction=run.clm_fraction, switch_step=run.switch_step,
+        run_dir=storage.strip_credentials(layout.run(run.name).root),
+        corpus_dir=storage.strip_credentials(corpus_dir), model_config=run.model_config, init=init, phases=run.phases,
+        total_steps=run.total_steps, checkpoint_steps=run.checkpoint_steps,
+        global_batch_size=run.global_batch_size, seq_len=run.seq_len, peak_lr=run.peak_lr,
+        optimizer=run.optimizer, warmup_steps=run.warmup_steps, decay_steps=run.decay_steps,
+        seed=pre.seed, data_seed=spec.data.order_seed, data_offset_steps=run.steps_before,
+        log_every=pre.log_every, save_every=pre.save_every, workers=res.pretraining_workers,
+        threads=max(1, int(res.cpus_per_worker)), sharding=res.sharding, compile=pre.compile,
+        micro_batch_size=pre.micro_batch_size, activation_checkpointing=pre.activation_checkpointing,
+        keep_resume_checkpoints=pre.keep_resume_checkpoints,
+        use_gpu=res.gpus_per_worker > 0, tracking=spec.tracking,
+    )
+
+
+def fit_run(run: PretrainConfig, resources: dict) -> dict:
+    """Body of the Ray task that owns one run: build the TorchTrainer and fit it."""
+    from ray.train import ControllerError, FailureConfig, RunConfig, ScalingConfig
+    from ray.train.torch import TorchTrainer
+
+    from trainables.pretrain_loop import ray_checkpoint_config, train_loop_per_worker
+
+    storage.make_dirs(run.run_dir)
+    # Train writes `storage_path/<name>/`: the run folder, on the study's filesystem.
+    filesystem, runs_path = storage.filesystem(storage.parent(run.run_dir))
+    workers = run.workers
+    scaling = ScalingConfig(
+        num_workers=workers, use_gpu=run.use_gpu and workers > 0,
+        resources_per_worker={"CPU": resources["cpus_per_worker"], "GPU": resources["gpus_per_worker"]}
+        if workers > 0 else None,
+    )
+
+    def trainer():
+        return TorchTrainer(
+            train_loop_per_worker, train_loop_config={"run": run}, scaling_config=scaling,
+            run_config=RunConfig(
+                name=run.name, storage_path=runs_path,
+                storage_filesystem=filesystem if storage.is_remote(run.run_dir) else None,
+                failure_config=FailureConfig(max_failures=resources["max_failures"]),
+                # A worker group's checkpoints are Ray's to delete (its run snapshot lists them):
+                # evaluated ones and the newest resume ones stay (trainables.pretrain_loop.retention).
+                checkpoint_config=ray_checkpoint_config(run),
+            ),
+        )
+
+    started = time.time()
+    for attempt in range(1, resources["max_failures"] + 2):
+        try:
+            trainer().fit()
+            break
+        except ControllerError as error:
+            # Train's controller itself failed (seen on Ray 2.60: restarting a killed worker
+            # group, the new group's actor was destroyed with the old placement group), which
+            # FailureConfig does not retry. A new trainer resumes from the last checkpoint, as a
+            # rerun of the study would.
+            if attempt > resources["max_failures"]:
+                raise
+            print(f"[pretrain {run.name}] Ray Train's controller failed ({str(error).strip().splitlines()[0][:200]}); "
+                  f"fitting again from the last checkpoint (retry {attempt}/{resources['max_failures']})", flush=True)
+    return {"run_name": run.name, "wall_time_s": time.time() - started}
+
+
+def record_finished_run(study: str, layout: StudyLayout, run: PretrainingRun, wall_time_s: float) -> None:
+    """Write the run's training log to the pretraining table, then mark it done."""
+    run_layout = layout.run(run.name)
+    log = storage.read_json(storage.join(run_layout.checkpoint(run.total_steps), TRAIN_LOG))
+    write_rows(layout.root, PRETRAINING, [
+        {"study": study, "run_name": run.name, "run_key": run.run_key, "objective": run.objective, **row}
+        for row in log
+    ])
+    storage.remove(run_layout.failed)
+    storage.write_json(run_layout.done, {
+        "run_key": run.run_key, "wall_time_s": wall_time_s, "identity": run.identity,
+        "run": {k: v for k, v in asdict(run).items() if k != "identity"}})
+
+
+class PretrainingScheduler:
+    """The pretraining grid as a non-blocking state machine, so fine-tuning can run beside it.
+
+    `start()` launches every run whose inputs are ready (a continued-pretraining run waits for
+    its source); `poll()` records the runs that finished or failed since and launches the runs
+    they unblock; `checkpoint_ready()` says whether a checkpoint can be fine-tuned yet. Each run
+    is fitted in its own Ray task, in parallel as far as the cluster's resources allow."""
+
+    def __init__(self, spec: StudySpec, runs: list[PretrainingRun], layout: StudyLayout, corpus_dirs: dict,
+                 retry_failed: bool = False):
+        self.spec, self.layout, self.corpus_dirs = spec, layout, corpus_dirs
+        self.by_name = {run.name: run for run in runs}
+        self.done = {run.name for run in runs if layout.run(run.name).is_done(run.run_key)}
+        self.failed = {run.name for run in runs if run.name not in self.done
+                       and layout.run(run.name).has_failed(run.run_key) and not retry_failed}
+        self.waiting = [run for run in runs if run.name not in self.done | self.failed]
+        self.total = len(self.waiting)
+        self.futures: dict = {}
+        self.listings: dict[str, tuple[float, set[int]]] = {}  # run name -> (listed at, complete steps)
+        res = spec.resources
+        self.resources = {"cpus_per_worker": res.cpus_per_worker, "gpus_per_worker": res.gpus_per_worker,
+                          "max_failures": res.max_failures}
+        local = res.pretraining_workers == 0
+        # A local-mode run has no Train worker group to restart: Ray retries the task itself (a
+        # crashed process or an exception), and the loop resumes from the run's last checkpoint.
+        self.task = ray.remote(fit_run).options(
+            num_cpus=res.cpus_per_worker if local else 0, num_gpus=res.gpus_per_worker if local else 0,
+            max_retries=res.max_failures if local else 0, retry_exceptions=local,
+        )
+        print(f"[pretrain] {len(runs)} runs: {len(self.done)} already done, {len(self.failed)} failed before "
+              f"(--retry-failed reruns them), {len(self.waiting)} to train", flush=True)
+
+    @property
+    def finished(self) -> bool:
+        return not self.waiting and not self.futures
+
+    def start(self) -> None:
+        for run in list(self.waiting):
+            if run.init_from_run in self.failed:
+                self.waiting.remove(run)
+                self.failed.add(run.name)
+                print(f"[pretrain] {run.name} skipped: its source {run.init_from_run} failed", flush=True)
+            elif run.init_from_run is None or run.init_from_run in self.done:
+                self.waiting.remove(run)
+                storage.write_json(self.layout.run(run.name).started, {"run_key": run.run_key, "identity": run.identity})
+                config = pretrain_config(run, self.spec, self.layout, self.corpus_dirs[run.tokenizer], self.by_name)
+                self.futures[self.task.remote(config, self.resources)] = run
+
+    def poll(self, timeout: float = 0.0) -> None:
+        """Record what finished (waiting up to `timeout` s for something to), launch what it unblocks."""
+        ready, _ = ray.wait(list(self.futures), num_returns=len(self.futures), timeout=timeout) \
+            if self.futures else ([], [])
+        for future in ready:
+            self.record(future, self.futures.pop(future))
+        if ready:
+            self.start()
+
+    def record(self, future, run: PretrainingRun) -> None:
+        try:
+            outcome = ray.get(future)
+        except Exception as error:  # the other runs go on; every failure is reported
+            message = storage.redact(f"{type(error).__name__}: {str(error).strip()[-2000:]}")
+            failed_file = self.layout.run(run.name).failed
+            storage.write_json(failed_file, {"run_key": run.run_key, "error": message, "failed_at": time.time()})
+            self.failed.add(run.name)
+            print(f"[pretrain] {run.name} FAILED: {message.splitlines()[0][:300]} "
+                  f"(details in {storage.display(failed_file)})", flush=True)
+            return
+        record_finished_run(self.spec.study, self.layout, run, outcome["wall_time_s"])
+        self.done.add(run.name)
+        finished = self.total - len(self.waiting) - len(self.futures)
+        print(f"[pretrain] {run.name} done in {outcome['wall_time_s']:.0f}s ({finished}/{self.total})", flush=True)
+
+    def wait(self) -> list[str]:
+        """Block until every run finished or failed; returns the failed runs' names."""
+        self.start()
+        while self.futures:
+            self.poll(timeout=None)
+        return sorted(self.failed)
+
+    def checkpoint_ready(self, run: PretrainingRun, step: int) -> bool:
+        """Whether step `step` of `run` can be fine-tuned now."""
+        return run.name in self.done or step in self.complete_steps(run)
+
+    def complete_steps(self, run: PretrainingRun, max_age_s: float = 2.0) -> set[int]:
+        """Steps of `run` whose checkpoint is complete, listed at most every `max_age_s` per run:
+        the grid asks once per pending trial, and in an object store a listing is a request. Local
+        mode publishes a checkpoint with one atomic rename, so every marker counts. Ray Train
+        uploads a worker group's checkpoint file by file in no set order: its newest marker counts
+        once the files it lists have arrived, the older ones because a later upload began after
+        theirs ended (the report of a step returns after its upload)."""
+        listed_at, ready = self.listings.get(run.name, (0.0, set()))
+        if time.time() - listed_at > max_age_s:
+            run_layout = self.layout.run(run.name)
+            saved = run_layout.saved_checkpoints()
+            ready = set(saved)
+            if self.spec.resources.pretraining_workers > 0 and saved and not run_layout.files_arrived(saved[max(saved)]):
+                ready.discard(max(saved))
+            self.listings[run.name] = (time.time(), ready)
+        return ready
+
+    def blocked(self, run: PretrainingRun) -> bool:
+        """A run that failed (or whose source failed) will never write its missing checkpoints."""
+        return run.name in self.failed

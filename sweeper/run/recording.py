@@ -1,0 +1,182 @@
+"""Recording: finished Tune trials -> rows of the results store, written in batches.
+
+A trial row is the mark that a trial is done: rows are buffered and written in batches (one
+Parquet file per batch, every 50 rows or within 10 s of a trial's end, whichever comes first,
+even while no other trial finishes), its eval-curve points first. An Optuna
+sample's seeds are held until all are done, so the store only holds whole samples. `live.json`
+is the driver's heartbeat for `sweeper status`.
+
+Under a trial scheduler (sweeper.run.early_stopping) a trial reports each curve point, marked not
+`final`, before its final result. A trial whose last result is such a point was stopped by the
+scheduler: it is recorded as `stopped`, with that point's validation score, train loss and step,
+no test score, and the curve points it reported (collected here as they come).
+"""
+from __future__ import annotations
+
+import os
+import socket
+import time
+from datetime import datetime, timezone
+from pathlib import Path
+
+from ray import tune
+
+from sweeper.store import storage
+from sweeper.spec.catalog import get_task
+from sweeper.store.layout import StudyLayout
+from sweeper.plan.study_plan import Trial
+from sweeper.run.progress import ProgressLine
+from sweeper.spec.configs import params_text
+from sweeper.store.results import EVAL_CURVES, PROTOCOL_COLUMNS, TRIALS, write_rows
+
+
+PROTOCOL_NAMES = tuple(name for name, _ in PROTOCOL_COLUMNS)
+
+FINAL = "final"
+"""Result field: False on a curve point reported under a trial scheduler, True on a trial's
+final result (absent from the results of trainables that report once: final)."""
+
+
+def trial_row(study: str, trial: Trial, result: dict | None, status: str, error: str | None) -> dict:
+    ckpt, run, task = trial.checkpoint, trial.checkpoint.run, get_task(trial.task)
+    result = result or {}
+    return {
+        "study": study, "trial_key": trial.trial_key, "run_name": run.name, "run_key": run.run_key,
+        "checkpoint_id": ckpt.checkpoint_id, "objective": run.objective, "clm_fraction": run.clm_fraction,
+        "mask_ratio": run.mask_ratio, "checkpoint_step": ckpt.step, "total_steps": run.total_steps,
+        "init_from": run.init_from, "steps_before": run.steps_before,
+        "tokens_seen": ckpt.tokens_seen, "task": trial.task, "task_family": task.family,
+        "task_category": task.category, "metric": task.metric,
+        "search_mode": trial.search_mode,
+        "learning_rate": trial.learning_rate if trial.learning_rate is not None else result.get("learning_rate"),
+        "seed": trial.seed, "sample": trial.sample, **protocol_columns(trial), "status": status,
+        "validation_score": result.get("validation_score"), "test_score": result.get("test_score"),
+        "train_loss": result.get("train_loss"), "train_steps": result.get("train_steps"),
+        "error": storage.redact(error) if error else error, "wall_time_s": result.get("wall_time_s"),
+        "finished_at": datetime.now(timezone.utc),
+    }
+
+
+def protocol_columns(trial: Trial) -> dict:
+    """The store's columns of the trial's fine-tuning settings (sweeper.store.results.PROTOCOL_COLUMNS):
+    each sweepable field as its protocol has it (None where it does not reach the task), and the
+    swept values of its point as JSON."""
+    fields = trial.protocol.key_fields()
+    return {**{name: fields.get(name) for name in PROTOCOL_NAMES if name != "params"},
+            "params": params_text(trial.params)}
+
+
+CURVE_SHARED = ("study", "trial_key", "checkpoint_id", "task", "learning_rate", "seed", *PROTOCOL_NAMES)
+"""The trial row's columns every eval-curve point of the trial repeats."""
+
+
+class ResultsRecorder(tune.Callback):
+    """Tune callback: turns finished trials into store rows, written in batches."""
+
+    def __init__(self, study: str, layout: StudyLayout, shard, progress: ProgressLine,
+                 flush_rows: int = 50, flush_seconds: float = 10.0, extra: dict | None = None, tracker=None):
+        self.study, self.layout, self.shard, self.progress = study, layout, shard, progress
+        self.tracker = tracker
+        self.extra = extra or {}  # columns every row shares: resources, code version
+        self.groups: dict[object, list[dict]] = {}
+        # A killed driver loses at most the unflushed rows: those trials simply run again.
+        self.flush_rows, self.flush_seconds = flush_rows, flush_seconds
+        self.buffer: list[dict] = []
+        self.last_flush = time.time()
+        self.running = 0
+        self.curves: dict[str, list[dict]] = {}  # Tune trial id -> curve points reported so far
+
+    def _add(self, config: dict, result: dict, status: str, error: str | None) -> None:
+        """Rows of one finished Tune trial: its own and its companions' (evaluation-only sets
+        scored with its weights), less those a previous run already recorded."""
+        planned = self.shard.trial(config)
+        row = trial_row(self.study, planned, result, status, error)
+        row["_curve"] = result.get("curve", [])
+        rows = [row]
+        for companion in self.shard.sets.companions(planned):
+            scores = result.get("also_evaluated", {}).get(companion.trial_key, {})
+            rows.append(trial_row(self.study, companion, {
+                **result, "validation_score": scores.get("validation"), "test_score": scores.get("test")},
+                status, error))
+        rows = [r for r in rows if r["trial_key"] not in self.shard.sets.recorded]
+        for row in rows:
+            row.update(self.extra)
+            if self.tracker is not None:  # one W&B run for the whole grid, a row per trial
+                self.tracker.log({k: v for k, v in row.items() if isinstance(v, (int, float, str, bool))})
+        self.running -= 1
+        self.progress.advance(status)
+        group = self.shard.group(config)
+        if group is None:
+            self.buffer += rows
+        else:  # held until every seed of the sample is done
+            trials = self.groups.setdefault(group, [])
+            trials.append(rows)
+            if len(trials) == self.shard.group_size:
+                self.buffer += [r for trial_rows in self.groups.pop(group) for r in trial_rows]
+        if len(self.buffer) >= self.flush_rows or time.time() - self.last_flush > self.flush_seconds:
+            self.flush()
+
+    def flush(self) -> None:
+        # Curves first: a trial row is the mark that a trial is done, so it goes last.
+        write_rows(self.layout.root, EVAL_CURVES, [
+            {**{k: row[k] for k in CURVE_SHARED}, **point}
+            for row in self.buffer for point in row.pop("_curve", [])
+        ])
+        write_rows(self.layout.root, TRIALS, self.buffer)
+        self.buffer, self.last_flush = [], time.time()
+        write_live_state(self.layout, self.running)
+
+    def on_step_end(self, iteration, trials, **info):
+        # Tune calls this on every turn of its loop, finished trials or not: rows held back by the
+        # batching (a trial done while the others run for minutes) reach the store within
+        # flush_seconds, and live.json keeps beating.
+        if time.time() - self.last_flush > self.flush_seconds:
+            if self.buffer:
+                self.flush()
+            else:
+                self.last_flush = time.time()
+                write_live_state(self.layout, self.running)
+
+    def on_trial_start(self, iteration, trials, trial, **info):
+        self.running += 1
+        if time.time() - self.last_flush > 2.0:
+            write_live_state(self.layout, self.running)
+
+    def on_trial_result(self, iteration, trials, trial, result, **info):
+        if result.get(FINAL) is False:
+            self.curves.setdefault(trial.trial_id, []).append(
+                {"step": result["train_steps"], "train_loss": result.get("train_loss"),
+                 "validation_score": result.get("validation_score")})
+
+    def on_trial_complete(self, iteration, trials, trial, **info):
+        result = trial.last_result or {}
+        curve = self.curves.pop(trial.trial_id, [])
+        if result.get(FINAL) is False:  # stopped by the scheduler at its last curve point
+            self._add(trial.config, {**result, "curve": curve}, "stopped", None)
+        else:
+            self._add(trial.config, result, result.get("status", "failed"), None)
+
+    def on_trial_error(self, iteration, trials, trial, **info):
+        self.curves.pop(trial.trial_id, None)
+        self._add(trial.config, {"learning_rate": trial.config.get("learning_rate")}, "failed",
+                  trial_error_text(trial)[-2000:])
+
+    def on_experiment_end(self, trials, **info):
+        self.running = 0
+        self.flush()
+
+
+def trial_error_text(trial) -> str:
+    """The trial's traceback. Tune writes it to the trial's local folder before calling back and
+    syncs it to storage later, so `trial.get_error()` (which reads storage) can still be empty."""
+    local = Path(trial.error_file) if trial.error_file else None
+    if local is not None and local.exists():
+        return local.read_text()
+    return trial.get_error() or "trial raised an error (no traceback recorded)"
+
+
+def write_live_state(layout: StudyLayout, running_trials: int) -> None:
+    """`live.json`: the driver's pid and trials in flight, for `sweeper status`."""
+    storage.write_json(layout.live, {
+        "pid": os.getpid(), "host": socket.gethostname(), "running_trials": running_trials,
+        "updated_at": time.time()}, indent=None)

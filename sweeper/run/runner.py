@@ -1,0 +1,120 @@
+"""`sweeper run`: the whole study, stage by stage, on whatever Ray cluster is reachable.
+
+corpus -> pretraining grid -> fine-tuning grid -> report. Each stage skips what the study
+directory already holds, so running the same command again resumes the study.
+"""
+from __future__ import annotations
+
+import os
+import time
+from pathlib import Path
+
+import ray
+
+from sweeper.spec import registry
+from sweeper.store import storage
+from sweeper.run.corpora import check_corpus_source, prepare_corpora  # noqa: F401 (benchmarks import it from here)
+from sweeper.run.finetuning import run_finetuning
+from sweeper.store.layout import StudyLayout
+from sweeper.plan.study_plan import StudyPlan
+from sweeper.run.pretraining import PretrainingScheduler
+from sweeper.run.progress import format_duration
+from sweeper.report.writer import write_report
+from sweeper.spec.study import StudySpec
+
+
+def plugin_runtime_env() -> dict | None:
+    """With plugins (SWEEPER_PLUGINS), the job's workers get the same variable and the driver's
+    PYTHONPATH, so they import the plugins' implementations as the driver did. (On a cluster the
+    plugin modules must also be on the nodes: `ray job submit --working-dir`, or py_modules.)"""
+    plugins = os.environ.get(registry.PLUGINS_VARIABLE)
+    if not plugins:
+        return None
+    env_vars = {registry.PLUGINS_VARIABLE: plugins}
+    if os.environ.get("PYTHONPATH"):
+        env_vars["PYTHONPATH"] = os.environ["PYTHONPATH"]
+    return {"env_vars": env_vars}
+
+
+SINGLE_MACHINE_VARIABLE = "RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER"
+
+
+def use_loopback_node() -> None:
+    """Make the local Ray instance about to start a loopback-only node. Ray 2.60 binds its GCS,
+    raylet, agents and workers to every interface unless the node's address is the loopback,
+    and on Linux turns a node address of 127.0.0.1 into the host's routable one, except in its
+    single-machine mode (`RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER=0`, its default on laptops). That
+    mode is set for the processes Ray starts and, as Ray reads it once when imported, for this
+    one; a value the user set is left as it is."""
+    if os.environ.get(SINGLE_MACHINE_VARIABLE) is not None:
+        return
+    os.environ[SINGLE_MACHINE_VARIABLE] = "0"
+    from ray._private import ray_constants
+
+    ray_constants.ENABLE_RAY_CLUSTER = False
+
+
+def tighten_auth_token() -> None:
+    """Ray (2.59+) writes its token file (`~/.ray/auth_token`) readable by every user: make it
+    readable by its owner only."""
+    token = Path(os.environ.get("RAY_AUTH_TOKEN_PATH") or Path.home() / ".ray" / "auth_token")
+    try:
+        if token.stat().st_mode & 0o077:
+            token.chmod(0o600)
+    except OSError:  # no token (auth off), or not ours
+        pass
+
+
+def connect_ray() -> None:
+    """Join the cluster of RAY_ADDRESS (set by `ray job submit`; `RAY_ADDRESS=auto` joins one
+    started with `ray start`), else start a local Ray instance that listens on 127.0.0.1 only,
+    dashboard included, with Ray's token authentication (on by default for a new local
+    instance; RAY_AUTH_MODE=disabled turns it off, as the tests do)."""
+    if ray.is_initialized():
+        return
+    os.environ.setdefault("RAY_DEDUP_LOGS", "0")  # keep every run's progress line
+    options = dict(log_to_driver=True, configure_logging=False, runtime_env=plugin_runtime_env())
+    if os.environ.get("RAY_ADDRESS"):
+        ray.init(address=os.environ["RAY_ADDRESS"], **options)
+    else:
+        use_loopback_node()
+        ray.init(address="local", _node_ip_address="127.0.0.1", dashboard_host="127.0.0.1", **options)
+    tighten_auth_token()
+
+
+def write_plan_file(plan: StudyPlan, layout: StudyLayout) -> None:
+    """`plan.json`: the planned trial keys, so reports and `sweeper status` know what is missing."""
+    storage.write_json(layout.plan, {
+        "trials": len(plan.trials), "trial_keys": [t.trial_key for t in plan.trials],
+        "runs": {run.name: run.run_key for run in plan.runs},
+    }, indent=None)
+
+
+def run_study(spec: StudySpec, spec_path: Path, plan: StudyPlan, study_dir: str, *,
+              retry_failed: bool = False) -> int:
+    """Run or resume the study at `study_dir` (a path or an object-store URI); returns the
+    exit status (1 if any run or trial failed)."""
+    started = time.time()
+    check_corpus_source(spec, spec_path)  # before anything is written or started: exit 2
+    layout = StudyLayout(study_dir)
+    storage.make_dirs(study_dir)
+    # The copy holds no credentials (a spec's `storage: s3://KEY:SECRET@...`): sweeper.store.storage.
+    storage.write_text(layout.spec, storage.redact(Path(spec_path).read_text()))
+    write_plan_file(plan, layout)
+    print(f"[study] {spec.study}: {len(plan.runs)} pretraining runs, {len(plan.checkpoints)} checkpoints, "
+          f"{len(plan.trials)} fine-tuning trials -> {storage.display(study_dir)}", flush=True)
+    connect_ray()
+    corpora = prepare_corpora(spec, plan, layout)
+    # Pretraining and fine-tuning run side by side: a checkpoint's trials start once it is written.
+    scheduler = PretrainingScheduler(spec, list(plan.runs), layout, corpora, retry_failed)
+    scheduler.start()
+    tally = run_finetuning(spec, plan, layout, corpora, scheduler=scheduler, retry_failed=retry_failed)
+    failed_runs = scheduler.wait()
+    report = write_report(study_dir)
+    print(f"[study] finished in {format_duration(time.time() - started)}; report: {storage.display(report)}",
+          flush=True)
+    if failed_runs or tally.get("failed"):
+        print(f"[study] incomplete: {len(failed_runs)} pretraining run(s) and {tally.get('failed', 0)} trial(s) "
+              f"failed; `sweeper status {storage.display(study_dir)}` lists them, `--retry-failed` reruns them", flush=True)
+        return 1
+    return 0

@@ -1,0 +1,8 @@
+"""The spec stage: what a study may say, read from YAML into frozen, validated dataclasses.
+
+Owns the spec types (`study`, `pretraining`, `finetuning`), reading a spec file within bounds
+(`reading`) and converting it field by field (`parsing`, with grids and distributions), a
+fine-tuning cell's search space (`space`), what a spec can name (`catalog`: tasks and model
+presets; `registry`: task families and objectives) and the typed configs that cross to the
+workers (`configs`). Imports only `sweeper.store` below it; no Ray, no torch.
+"""

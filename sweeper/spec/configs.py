@@ -1,0 +1,379 @@
+"""Typed configurations that cross from the driver to Ray workers: a pretraining run, a trial.
+
+Torch-free and Ray-free, so both sides import them: the driver builds them from the spec and
+the plan, Ray pickles them as they are, and the worker loops read attributes, never string keys.
+Every class is a frozen dataclass; `AdamWConfig` is reused by the spec (its fields are the
+`pretraining.optimizer` and `finetuning` AdamW settings).
+
+Keys: a run key and a trial key are SHA-256 hashes of the resolved configuration
+(`stable_key`). What enters them is stated once, here (`FinetuneProtocol.key_fields`,
+`trial_identity`) and in `sweeper.plan.study_plan` (runs), in the layout that earlier versions hashed, so
+the keys of recorded cells never change with a refactor (tests/test_pinned_keys.py).
+"""
+from __future__ import annotations
+
+import hashlib
+import json
+import math
+import reprlib
+from dataclasses import asdict, dataclass, field, fields
+from typing import Literal
+
+
+def stable_key(payload: dict) -> str:
+    """16 hex digits of SHA-256 over canonical JSON: equal configs, equal keys."""
+    return hashlib.sha256(json.dumps(payload, sort_keys=True, default=str).encode()).hexdigest()[:16]
+
+
+def params_text(params: dict | None) -> str:
+    """A trial's swept values as canonical JSON (sorted keys, tuples as lists): the `params`
+    column of the store, and the part of a cell that tells its points apart ('{}': none)."""
+    return json.dumps(params or {}, sort_keys=True)
+
+
+def positive(owner, *keys: str):
+    """(key, reason) for each named field that is not a positive, finite number."""
+    for key in keys:
+        value = getattr(owner, key)
+        if value is not None and not (value > 0 and math.isfinite(value)):
+            yield key, f"must be positive, got {value}"
+
+
+def each_positive(owner, *keys: str):
+    """(key[i], reason) for each item of the named list fields that is not positive and finite."""
+    for key in keys:
+        for i, value in enumerate(getattr(owner, key) or []):
+            if not (value > 0 and math.isfinite(value)):
+                yield f"{key}[{i}]", f"must be positive, got {value}"
+
+
+def non_negative(owner, *keys: str):
+    """(key, reason) for each named field that is negative or not finite."""
+    for key in keys:
+        value = getattr(owner, key)
+        if value is not None and not (value >= 0 and math.isfinite(value)):
+            yield key, f"must not be negative, got {value}"
+
+
+def non_empty(owner, *keys: str):
+    """(key, reason) for each named list field that is empty (a grid of nothing)."""
+    for key in keys:
+        if getattr(owner, key) == []:
+            yield key, "empty grid: give at least one value"
+
+
+def non_blank(owner, *keys: str):
+    """(key, reason) for each named text field that is empty or only spaces."""
+    for key in keys:
+        value = getattr(owner, key)
+        if value is not None and not value.strip():
+            yield key, f"must not be empty, got {value!r}"
+
+
+def distinct(owner, *keys: str):
+    """(key[i], reason) for each item of the named list fields that repeats an earlier item (the
+    cells it plans would be planned twice, under one key)."""
+    for key in keys:
+        first: dict = {}
+        for i, value in enumerate(getattr(owner, key) or []):
+            if value in first:
+                yield f"{key}[{i}]", (f"{reprlib.repr(value)} is listed twice ({key}[{first[value]}] and [{i}]): "
+                                      "give each value once")
+            else:
+                first[value] = i
+
+
+SEED_LIMIT = 2**32
+"""Seeds lie in [0, 2**32): what numpy, Optuna's sampler and every torch generator accept."""
+
+
+def seeds(owner, *keys: str):
+    """(key, reason) for each named seed field (or key[i] for each item of a seed list) outside
+    [0, 2**32)."""
+    for key in keys:
+        value = getattr(owner, key)
+        items = enumerate(value) if isinstance(value, (list, tuple)) else [(None, value)]
+        for i, seed in items:
+            if seed is not None and not 0 <= seed < SEED_LIMIT:
+                yield (key if i is None else f"{key}[{i}]"), f"a seed must lie in [0, 2**32), got {seed}"
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class AdamWConfig:
+    """AdamW with gradient-norm clipping; the learning rate comes from the schedule."""
+
+    betas: tuple[float, float] = (0.9, 0.95)
+    """AdamW betas, each in [0, 1)."""
+    eps: float = 1e-5
+    """AdamW epsilon."""
+    weight_decay: float = 0.1
+    """AdamW weight decay (decoupled)."""
+    grad_clip: float = 1.0
+    """Gradient-norm clipping threshold."""
+
+    def check(self):
+        if len(self.betas) != 2 or not all(0 <= b < 1 for b in self.betas):
+            yield "betas", f"must be two numbers in [0, 1), got {list(self.betas)}"
+        yield from positive(self, "eps", "grad_clip")
+        yield from non_negative(self, "weight_decay")
+
+    @classmethod
+    def of(cls, owner) -> AdamWConfig:
+        """The AdamW settings of a spec section that carries them as its own fields."""
+        return cls(**{f.name: getattr(owner, f.name) for f in fields(cls)})
+
+    def torch_kwargs(self) -> dict:
+        """Keyword arguments of `torch.optim.AdamW` (the clip is applied by the loop)."""
+        return {"betas": tuple(self.betas), "eps": self.eps, "weight_decay": self.weight_decay}
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class CorpusConfig:
+    """What shapes a prepared corpus (`trainables.corpus.prepare_corpus`)."""
+
+    source: str
+    """Built-in `wordnet`, a local .jsonl/.parquet/.txt path, or a hub dataset id."""
+    text_column: str = "text"
+    tokenizer: str = "train-wordpiece"
+    """`train-wordpiece` (trained on the corpus) or a Hugging Face tokenizer name or path."""
+    vocab_size: int = 2048
+    """Vocabulary size of a tokenizer trained here."""
+    max_documents: int | None = None
+    """Read at most this many documents (None: all)."""
+    max_tokens: int | None = None
+    """Stop the token stream at this many tokens (None: the whole source)."""
+    tokenizer_sample_documents: int = 100_000
+    """A trained tokenizer learns from the stream's first this many documents."""
+
+
+# --- pretraining -------------------------------------------------------------------------------
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class PhaseConfig:
+    """One stretch of a run's steps trained with one objective."""
+
+    objective: str
+    """A registered objective (sweeper.spec.registry.OBJECTIVES)."""
+    loss: str
+    """`module:function` of its loss on the worker side (resolved there, so a plugin objective
+    needs no registration in the worker process)."""
+    start_step: int
+    """First step of the phase (0-based)."""
+    end_step: int
+    """First step after the phase."""
+    settings: dict = field(default_factory=dict)
+    """The objective's settings (MLM: mask_ratio, random_replace, keep_original)."""
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class InitSource:
+    """Where a run's weights start."""
+
+    kind: str
+    """`scratch` (seeded random weights), `study` (a checkpoint folder of this study, weights
+    only) or `hf` (a Hugging Face causal LM, converted to the encoder)."""
+    location: str | None = None
+    """The checkpoint location (`study`) or the model path or name (`hf`)."""
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class TrackingConfig:
+    wandb: bool = False
+    """Also log pretraining curves and trial results to Weights & Biases (the Parquet store stays the record)."""
+    project: str = "sweeper"
+    """W&B project."""
+    mode: Literal["online", "offline"] = "offline"
+    """W&B mode; offline writes runs locally for `wandb sync`."""
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class PretrainConfig:
+    """Everything one pretraining run's loop reads (`trainables.pretrain_loop`)."""
+
+    name: str
+    """Run name (`tiny-clm-150-mlm40-600`)."""
+    run_key: str
+    objective: str
+    """The run's objective as rows and markers describe it (mlm, clm, clm-mlm, or the phases'
+    objectives joined by '-')."""
+    mask_ratio: float | None
+    """The masking ratio of its last masking phase (None: it masks nothing)."""
+    clm_fraction: float
+    """Share of its steps trained with CLM."""
+    switch_step: int
+    """First step of its last phase (0 for a single-phase MLM run, total_steps for CLM)."""
+    run_dir: str
+    """The run's folder (a path or an object-store URI): checkpoints `step-<N>`, markers."""
+    corpus_dir: str
+    """The prepared corpus (tokenizer + token stream) this run reads."""
+    model_config: dict
+    """LlamaEncoderConfig fields (empty for a Hugging Face source: its own config)."""
+    init: InitSource
+    phases: tuple[PhaseConfig, ...]
+    """The objectives of the run in step order; together they cover [0, total_steps)."""
+    total_steps: int
+    """Steps this run trains (continued pretraining: the added steps)."""
+    checkpoint_steps: tuple[int, ...]
+    """Intermediate evaluated checkpoints; the final step is always saved too."""
+    global_batch_size: int
+    seq_len: int
+    peak_lr: float
+    optimizer: AdamWConfig
+    warmup_steps: int
+    decay_steps: int
+    seed: int
+    """Weight initialisation and masking seed."""
+    data_seed: int
+    """Sample-order seed of the corpus (the same for every run)."""
+    data_offset_steps: int = 0
+    """Steps of data already seen by the starting checkpoint (continued runs read on)."""
+    log_every: int = 100
+    save_every: int = 1000
+    workers: int = 0
+    """Train workers (0: local mode, in the Ray task's process)."""
+    threads: int = 1
+    sharding: str = "ddp"
+    micro_batch_size: int | None = None
+    """Sequences per forward pass on one worker (None: its whole share of the global batch)."""
+    activation_checkpointing: bool = False
+    keep_resume_checkpoints: int = 1
+    """Resume-only checkpoints kept; evaluated ones are always kept (optimizer state dropped
+    once the run is past them)."""
+    compile: bool = False
+    use_gpu: bool = False
+    tracking: TrackingConfig = field(default_factory=TrackingConfig)
+
+    def phase_at(self, step: int) -> PhaseConfig:
+        for phase in self.phases:
+            if phase.start_step <= step < phase.end_step:
+                return phase
+        return self.phases[-1]
+
+    def tokens_seen(self, step: int) -> int:
+        """Pretraining tokens behind step `step`, those of the starting checkpoint included."""
+        return (self.data_offset_steps + step) * self.global_batch_size * self.seq_len
+
+
+# --- fine-tuning -------------------------------------------------------------------------------
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class TaskInfo:
+    """A fine-tuning data set: where its rows come from and how they map onto its family's fields.
+
+    Its fields are part of every trial key of the task (asdict): add none without a key plan."""
+
+    name: str
+    family: str
+    """A registered task family (sweeper.spec.registry.FAMILIES)."""
+    category: str
+    """Report category: SC, TC, QA, IR, or a plugin family's own."""
+    source: str
+    """Built-in file name, local path, or hub dataset id (`name:config`)."""
+    metric: str
+    text_fields: tuple[str, ...] = ("sentence",)
+    """Columns joined into one input; with prefixes for sentence pairs."""
+    field_prefixes: tuple[str, ...] = ("",)
+    label_field: str = "label"
+    label_names: tuple[str, ...] = ()
+    """Label vocabulary when the source stores integer ids (hub datasets)."""
+    train_split: str = "train"
+    test_split: str = "validation"
+    split_column: str | None = None
+    """For single-file sources: the column that says which split a row belongs to."""
+    schema: str = "columns"
+    """Row layout: `columns` (text/label fields above), QA `squad` | `record`, retrieval
+    `msmarco` | `pairs` (query, answer) | `mldr` (positive/negative passages)."""
+    data_files: dict = field(default_factory=dict)
+    """Hub sources without a builder that `datasets` 5 runs (script datasets): split -> files in
+    the hub repository, read with the `json` builder."""
+    with_no_answer: bool = False
+    """Extractive QA: questions may have no answer in the context (SQuAD v2 rules)."""
+    train_task: str | None = None
+    """Retrieval: an evaluation-only set scored with the model trained on this task."""
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class FinetuneProtocol:
+    """The settings a trial's outcome depends on, resolved for its task (budget and family
+    settings applied). `learning_rate` is a field like the others: a searched value replaces it."""
+
+    learning_rate: float | None
+    """Peak learning rate (None in a plan whose search proposes it at run time)."""
+    batch_size: int
+    max_steps: int
+    epochs: float
+    max_length: int
+    warmup_ratio: float
+    optimizer: AdamWConfig
+    max_train_examples: int | None = None
+    max_eval_examples: int | None = None
+    family_settings: dict = field(default_factory=dict)
+    """The settings the task's family declares (`FamilyInfo.settings`), e.g. QA's doc_stride."""
+
+    def key_fields(self) -> dict:
+        """What trial keys hash: every field but the learning rate (hashed beside the seed),
+        the AdamW settings and family settings flattened in (the layout keys always had)."""
+        return {"batch_size": self.batch_size, "max_steps": self.max_steps, "epochs": self.epochs,
+                "max_length": self.max_length, "warmup_ratio": self.warmup_ratio, **asdict(self.optimizer),
+                "max_train_examples": self.max_train_examples, "max_eval_examples": self.max_eval_examples,
+                **self.family_settings}
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class TrialRuntime:
+    """How a trial runs, not what it computes: never part of a key."""
+
+    micro_batch_size: int = 32
+    """Examples per forward pass (gradient accumulation to batch_size)."""
+    eval_batch_size: int = 128
+    eval_every: int = 0
+    """Validation every this many steps (the eval-curve table); 0: final weights only."""
+    threads: int = 1
+    packing: bool = True
+    """Examples packed into rows (document-aware attention) so compute follows real tokens; off:
+    every example padded to max_length (the reference the packed path equals)."""
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class CompanionSet:
+    """An evaluation-only set scored with the trial's trained weights (retrieval's NQ, MLDR)."""
+
+    trial_key: str
+    task_data_dir: str
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class TrialConfig:
+    """Everything one fine-tuning trial reads (`trainables.finetune_loop.run_trial`)."""
+
+    trial_key: str
+    task: TaskInfo
+    family: str
+    """`module:Class` of the task family's implementation (resolved on the worker)."""
+    protocol: FinetuneProtocol
+    seed: int
+    checkpoint_path: str | None
+    """The backbone checkpoint folder; None trains the random-weights control."""
+    task_data_dir: str
+    """The task tokenised once for this tokenizer and length (sweeper.run.task_prep)."""
+    runtime: TrialRuntime = field(default_factory=TrialRuntime)
+    companions: tuple[CompanionSet, ...] = ()
+    random_init_config: dict | None = None
+    """Architecture of the random-weights control (with checkpoint_path None)."""
+    params: dict = field(default_factory=dict)
+    """The swept protocol fields' values at this trial's point (sweeper.plan.study_plan.Trial.params); the
+    protocol holds them already, this says which were swept."""
+
+    @property
+    def learning_rate(self) -> float:
+        return self.protocol.learning_rate
+
+
+def trial_identity(run_key: str, step: int, task: TaskInfo, protocol: FinetuneProtocol, seed: int,
+                   search: dict | None = None, sample: int | None = None) -> dict:
+    """What a trial key hashes: the checkpoint (run key, step), the task's definition, the
+    protocol, and the learning rate and seed (grid) or the search and sample number (Optuna)."""
+    cell = {"run_key": run_key, "step": step, "task": asdict(task), "protocol": protocol.key_fields()}
+    if search is None:
+        return {**cell, "lr": protocol.learning_rate, "seed": seed}
+    return {**cell, "search": search, "sample": sample, "seed": seed}

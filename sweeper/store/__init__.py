@@ -1,0 +1,7 @@
+"""The store stage: where a study lives and what it holds, knowing nothing of specs or Ray.
+
+Owns locations and their files on disks and object stores (`storage`), whole folders published
+with their marker and copied to a node's cache (`folders`), the name of every file and folder
+of a study (`layout`), the Parquet results store (`results`) and a loopback S3 server for tests
+and benchmarks (`local_s3`). Imports no other stage: every stage above reads and writes through it.
+"""
