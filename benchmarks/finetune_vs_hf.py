@@ -344,7 +344,8 @@ def main() -> None:
     from benchmarks.trials_per_hour import fake_checkpoint
     from sweeper.store.layout import StudyLayout
     from sweeper.plan.study_plan import plan_study
-    from sweeper.run.runner import prepare_corpora, use_loopback_node
+    from sweeper.run.corpora import prepare_corpora
+    from sweeper.run.ray_compat import use_loopback_node
     from sweeper.run.shards import EvaluationSets, grid_shards, trial_runtime
     from sweeper.run.task_prep import prepare_tasks
 
@@ -355,7 +356,7 @@ def main() -> None:
     work = Path(tempfile.mkdtemp(prefix="bench-ft-hf-"))
     started = time.perf_counter()
     use_loopback_node()
-    ray.init(address="local", num_cpus=args.slots, _node_ip_address="127.0.0.1", include_dashboard=False,
+    ray.init(address="local", num_cpus=args.slots, include_dashboard=False,
              log_to_driver=False)
     ray_start = time.perf_counter() - started
     layout = StudyLayout(str(work / "study"))

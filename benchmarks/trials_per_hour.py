@@ -83,7 +83,8 @@ def main() -> None:
 
     from sweeper.store.layout import StudyLayout
     from sweeper.plan.study_plan import plan_study
-    from sweeper.run.runner import connect_ray, prepare_corpora
+    from sweeper.run.corpora import prepare_corpora
+    from sweeper.run.runner import connect_ray
     from sweeper.run.task_prep import prepare_tasks
 
     spec = bench_spec(args)

@@ -44,6 +44,7 @@ from dataclasses import dataclass, field
 
 from ray.tune.schedulers import ASHAScheduler, FIFOScheduler, MedianStoppingRule, TrialScheduler
 
+from sweeper.run.ray_compat import require_tested_ray, resume_held_trial
 from sweeper.run.recording import FINAL
 from sweeper.run.search import SEARCH_METRIC
 from sweeper.spec.study import FinetuningSpec
@@ -128,12 +129,6 @@ class Point:
         return sorted({s for curve in self.curves.values() for s in curve if self.handed < s <= reached})
 
 
-def trial_controller(tune_controller):
-    """The TuneController behind the wrapper Tune hands schedulers: resuming a held trial
-    (`_schedule_trial_train`, what a CONTINUE does) is not on the wrapper's list."""
-    return getattr(tune_controller, "_tune_controller", tune_controller)
-
-
 class CellScheduler(FIFOScheduler):
     """Runs trials in the order the searcher makes them (FIFO); hands each point's seed-averaged
     curve to the scheduler of its cell (made on the cell's first trial) and stops a point's
@@ -145,17 +140,23 @@ class CellScheduler(FIFOScheduler):
     seeds of a point stop at the same step, and a stopped point has no seed that ran to its
     end. A final report is never held: a seed that reached its end is recorded ok."""
 
-    _supports_buffered_results = False  # a held seed's hold is one result's decision, not a buffer's
-
     def __init__(self, build: Callable[[], TrialScheduler], cell_of: Callable[[dict], Hashable],
                  point_of: Callable[[dict], Hashable] | None = None):
+        require_tested_ray()  # before the first trial: resuming a held seed is Tune's private API
         super().__init__()
         self.build, self.cell_of, self.point_of = build, cell_of, point_of
         self.by_cell: dict[Hashable, TrialScheduler] = {}
         self.points: dict[tuple, Point] = {}  # (cell, point) -> its state
         self.point_of_trial: dict[str, Point] = {}
         self.numbers = itertools.count()
-        self._metric = SEARCH_METRIC  # what Tune checks every result for
+
+    @property
+    def metric(self) -> str:
+        return SEARCH_METRIC  # what Tune checks every result for
+
+    @property
+    def supports_buffered_results(self) -> bool:
+        return False  # a held seed's hold is one result's decision, not a buffer's
 
     def set_search_properties(self, metric, mode, **spec) -> bool:
         return True  # fixed at construction (sweeper.run.search's metric and mode)
@@ -216,7 +217,7 @@ class CellScheduler(FIFOScheduler):
                 tune_controller.stop_trial(trial)  # recorded `stopped` at the point it is held at
             elif point.last_step(trial_id) <= point.handed:
                 point.held.pop(trial_id)
-                trial_controller(tune_controller)._schedule_trial_train(trial)
+                resume_held_trial(tune_controller, trial)
 
     def end(self, tune_controller, trial, result: dict | None = None, failed: bool = False) -> None:
         """A seed ended (its end, a stop, an error): it holds its point back no more. A failed

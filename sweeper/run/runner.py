@@ -13,12 +13,13 @@ import ray
 
 from sweeper.spec import registry
 from sweeper.store import storage
-from sweeper.run.corpora import check_corpus_source, prepare_corpora  # noqa: F401 (benchmarks import it from here)
+from sweeper.run.corpora import check_corpus_source, prepare_corpora
 from sweeper.run.finetuning import run_finetuning
 from sweeper.store.layout import StudyLayout
 from sweeper.plan.study_plan import StudyPlan
 from sweeper.run.pretraining import PretrainingScheduler
 from sweeper.run.progress import format_duration
+from sweeper.run.ray_compat import use_loopback_node
 from sweeper.report.writer import write_report
 from sweeper.spec.study import StudySpec
 
@@ -34,24 +35,6 @@ def plugin_runtime_env() -> dict | None:
     if os.environ.get("PYTHONPATH"):
         env_vars["PYTHONPATH"] = os.environ["PYTHONPATH"]
     return {"env_vars": env_vars}
-
-
-SINGLE_MACHINE_VARIABLE = "RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER"
-
-
-def use_loopback_node() -> None:
-    """Make the local Ray instance about to start a loopback-only node. Ray 2.60 binds its GCS,
-    raylet, agents and workers to every interface unless the node's address is the loopback,
-    and on Linux turns a node address of 127.0.0.1 into the host's routable one, except in its
-    single-machine mode (`RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER=0`, its default on laptops). That
-    mode is set for the processes Ray starts and, as Ray reads it once when imported, for this
-    one; a value the user set is left as it is."""
-    if os.environ.get(SINGLE_MACHINE_VARIABLE) is not None:
-        return
-    os.environ[SINGLE_MACHINE_VARIABLE] = "0"
-    from ray._private import ray_constants
-
-    ray_constants.ENABLE_RAY_CLUSTER = False
 
 
 def tighten_auth_token() -> None:
@@ -77,8 +60,8 @@ def connect_ray() -> None:
     if os.environ.get("RAY_ADDRESS"):
         ray.init(address=os.environ["RAY_ADDRESS"], **options)
     else:
-        use_loopback_node()
-        ray.init(address="local", _node_ip_address="127.0.0.1", dashboard_host="127.0.0.1", **options)
+        use_loopback_node()  # the node's address: the loopback (ray.init takes none)
+        ray.init(address="local", dashboard_host="127.0.0.1", **options)
     tighten_auth_token()
 
 

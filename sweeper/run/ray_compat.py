@@ -1,0 +1,69 @@
+"""Every use of Ray's or Tune's private API, in one module: what each does, why no public API
+does it, and the Ray versions it was tested with.
+
+A Ray upgrade may rename or remove any of these without notice; the unit tests fake them, so
+only the end-to-end tests (`-m e2e`) would notice. So each function here first checks the
+installed Ray against TESTED_RAY_VERSIONS and refuses an untested one with a RuntimeError
+naming it: moving to a new Ray means running the e2e tests on it, then adding its version
+here. Only the code that uses these functions checks (`sweeper plan`, `status` and `report`
+never import Ray). `tests/test_ray_compat.py` fails on a private Ray or Tune name anywhere else.
+"""
+from __future__ import annotations
+
+import os
+from functools import lru_cache
+
+TESTED_RAY_VERSIONS = ("2.60.",)
+"""Ray releases (prefixes of `ray.__version__`) the private uses below were tested with."""
+
+
+@lru_cache(maxsize=1)
+def require_tested_ray() -> None:
+    """Raise a RuntimeError naming the installed Ray unless it is one of TESTED_RAY_VERSIONS."""
+    import ray
+
+    if not ray.__version__.startswith(TESTED_RAY_VERSIONS):
+        raise RuntimeError(
+            f"Ray {ray.__version__} is installed; sweeper.run.ray_compat uses Ray's private API as Ray "
+            f"{', '.join(v + 'x' for v in TESTED_RAY_VERSIONS)} has it (the project pins ray==2.60.0 in "
+            "pyproject.toml): install that version, or run the e2e tests on this one and add it to "
+            "TESTED_RAY_VERSIONS")
+
+
+SINGLE_MACHINE_VARIABLE = "RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER"
+
+
+def use_loopback_node() -> None:
+    """Make the local Ray instance about to start a loopback-only node. Ray 2.60 binds its GCS,
+    raylet, agents and workers to every interface unless the node's address is the loopback,
+    and on Linux turns a node address of 127.0.0.1 into the host's routable one, except in its
+    single-machine mode (`RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER=0`, its default on laptops). That
+    mode is set for the processes Ray starts and, as Ray reads it once when imported, for this
+    one; a value the user set is left as it is.
+
+    Private: `ray._private.ray_constants.ENABLE_RAY_CLUSTER`, the flag
+    `services.get_node_ip_address` reads (and so `ray.init`'s choice of the node's address).
+    No public API: `ray.init` takes no node address (only the hidden `_node_ip_address`, which
+    it resolves through that same function, so the loopback comes back routable), and
+    `dashboard_host` covers the dashboard alone."""
+    if os.environ.get(SINGLE_MACHINE_VARIABLE) is not None:
+        return
+    require_tested_ray()
+    os.environ[SINGLE_MACHINE_VARIABLE] = "0"
+    from ray._private import ray_constants
+
+    ray_constants.ENABLE_RAY_CLUSTER = False
+
+
+def resume_held_trial(tune_controller, trial) -> None:
+    """Start the next `train` call of a trial a scheduler held with NOOP (its worker waits
+    inside `tune.report`): what Tune does for a CONTINUE decision.
+
+    Private: `TuneController._schedule_trial_train`, reached through `_tune_controller`, the
+    controller behind the `_TuneControllerWrapper` Tune hands schedulers (a fake controller, as
+    in the unit tests, is used as it is). No public API: a scheduler's decisions are returned
+    for the result being processed, and NOOP's only way back (`_schedule_trial_train`) is not
+    on the wrapper's list of attributes; `TuneController.pause_trial`/`resume` would restart a
+    function trainable from scratch (it has no checkpoint)."""
+    require_tested_ray()
+    getattr(tune_controller, "_tune_controller", tune_controller)._schedule_trial_train(trial)
