@@ -116,7 +116,7 @@ def main() -> None:
 
     from sweeper.spec.catalog import MODEL_PRESETS
     from sweeper.spec.configs import CorpusConfig
-    from trainables.corpus import prepare_corpus
+    from trainables.corpus_prep import prepare_corpus
 
     torch.set_num_threads(args.threads)
     work = Path(tempfile.mkdtemp(prefix="bench-pretrain-"))

@@ -158,7 +158,7 @@ def submit_job(dashboard: str, *entrypoint: str, agent_wait_s: float = 180.0) ->
 def wordpiece_dir(tmp_path_factory) -> str:
     """A small WordPiece tokenizer trained on the built-in corpus (for task-data tests)."""
     from sweeper.spec.configs import CorpusConfig
-    from trainables.corpus import prepare_corpus
+    from trainables.corpus_prep import prepare_corpus
 
     out = tmp_path_factory.mktemp("corpus") / "corpus"
     prepare_corpus(CorpusConfig(source="wordnet", text_column="text", tokenizer="train-wordpiece", vocab_size=512,

@@ -17,7 +17,8 @@ from sweeper.run.corpora import ORDER_BLOCK_WINDOWS as DRIVER_BLOCK, corpus_conf
 from sweeper.store.layout import StudyLayout
 from sweeper.plan.study_plan import plan_study
 from sweeper.spec.study import load_spec
-from trainables.corpus import ORDER_BLOCK_WINDOWS, PackedCorpus, prepare_corpus
+from trainables.corpus import ORDER_BLOCK_WINDOWS, PackedCorpus
+from trainables.corpus_prep import prepare_corpus
 
 from conftest import ROOT
 

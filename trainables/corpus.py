@@ -1,4 +1,4 @@
-"""Pretraining corpus: the tokenizer, and packed, ordered batches read from the token shards.
+"""Pretraining corpus: packed, ordered batches read from the token shards (the tokenizer: trainables.tokenizer).
 
 The corpus is prepared once per study (`trainables.corpus_prep.prepare_corpus`, a Ray Data job)
 into a folder every run reads: the tokenizer in Hugging Face format and the token stream, all
@@ -18,7 +18,6 @@ from __future__ import annotations
 import hashlib
 import json
 import os
-from collections.abc import Iterable
 from pathlib import Path
 
 import numpy as np
@@ -26,62 +25,12 @@ import pyarrow.fs as pafs
 import torch
 
 from sweeper.store import storage
-from sweeper.spec.configs import CorpusConfig
 from sweeper.store.layout import CORPUS_MARKER
+from trainables.corpus_prep import read_index
 from trainables.objectives import TokenBatch
 
 ORDER_BLOCK_WINDOWS = 1 << 16
 """Windows permuted together: 65,536 (8.4M tokens at seq_len 128, 67M at 1,024)."""
-SPECIAL_TOKENS = ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]"]
-
-
-def train_wordpiece_tokenizer(texts: Iterable[str], vocab_size: int):
-    """A lowercase WordPiece tokenizer trained on `texts`, streamed (under a second per 100k tokens)."""
-    from tokenizers import Tokenizer, decoders, models, normalizers, pre_tokenizers, processors, trainers
-    from transformers import PreTrainedTokenizerFast
-
-    tokenizer = Tokenizer(models.WordPiece(unk_token="[UNK]"))
-    tokenizer.normalizer = normalizers.BertNormalizer(lowercase=True)
-    tokenizer.pre_tokenizer = pre_tokenizers.BertPreTokenizer()
-    tokenizer.decoder = decoders.WordPiece()
-    trainer = trainers.WordPieceTrainer(vocab_size=vocab_size, special_tokens=SPECIAL_TOKENS)
-    tokenizer.train_from_iterator(texts, trainer=trainer)
-    # The trainer picks the same tokens every time but numbers them in hash-map order, which
-    # differs between processes: renumber them (special tokens, then the rest sorted) so two
-    # studies on the same corpus get the same token ids, hence the same initial embeddings.
-    trained = tokenizer.get_vocab()
-    ordered = SPECIAL_TOKENS + sorted(token for token in trained if token not in SPECIAL_TOKENS)
-    tokenizer.model = models.WordPiece(vocab={token: i for i, token in enumerate(ordered)}, unk_token="[UNK]")
-    cls_id, sep_id = tokenizer.token_to_id("[CLS]"), tokenizer.token_to_id("[SEP]")
-    tokenizer.post_processor = processors.TemplateProcessing(
-        single="[CLS] $A [SEP]", pair="[CLS] $A [SEP] $B [SEP]",
-        special_tokens=[("[CLS]", cls_id), ("[SEP]", sep_id)],
-    )
-    return PreTrainedTokenizerFast(
-        tokenizer_object=tokenizer, pad_token="[PAD]", unk_token="[UNK]", cls_token="[CLS]",
-        sep_token="[SEP]", mask_token="[MASK]",
-    )
-
-
-def load_or_train_tokenizer(name: str, texts: Iterable[str], vocab_size: int):
-    """`train-wordpiece` trained on `texts`, or a Hugging Face tokenizer (texts unread)."""
-    if name == "train-wordpiece":
-        return train_wordpiece_tokenizer(texts, vocab_size)
-    from transformers import AutoTokenizer
-
-    tokenizer = AutoTokenizer.from_pretrained(name)
-    if tokenizer.mask_token is None:  # causal-LM tokenizers (Llama-3) have none: add one
-        tokenizer.add_special_tokens({"mask_token": "[MASK]"})
-    if tokenizer.pad_token is None:
-        tokenizer.pad_token = tokenizer.eos_token or tokenizer.mask_token
-    return tokenizer
-
-
-def prepare_corpus(config: CorpusConfig, out_dir: str, **options) -> dict:
-    """Build the corpus at `out_dir` once and return its meta (trainables.corpus_prep)."""
-    from trainables.corpus_prep import prepare_corpus as prepare
-
-    return prepare(config, out_dir, **options)
 
 
 class PackedCorpus:
@@ -95,8 +44,6 @@ class PackedCorpus:
         if self.meta is None:
             raise FileNotFoundError(f"corpus {storage.display(corpus_dir)} is not prepared (no {CORPUS_MARKER})")
         if "shards" in self.meta:
-            from trainables.corpus_prep import read_index
-
             entries = read_index(corpus_dir)["shards"]
             self.shard_files = ["shards/" + e["file"] for e in entries]
             sizes = [e["tokens"] for e in entries]

@@ -54,6 +54,7 @@ from sweeper.store import storage
 from sweeper.spec.configs import CorpusConfig
 from sweeper.run.corpus_source import read_documents, resolve_files
 from sweeper.store.layout import CORPUS_MARKER
+from trainables.tokenizer import load_or_train_tokenizer
 
 SHARD_TOKENS = 1 << 24
 """Tokens per shard: 16,777,216 (64 MiB of int32): ~6,000 shards for 100B tokens."""
@@ -145,8 +146,6 @@ def publish_tokenizer(config: CorpusConfig, files: list[str], out_dir: str):
     """The corpus's tokenizer, trained or loaded once and published to `out_dir/tokenizer`; a
     rerun loads the published one, so a resumed build encodes with the same tokenizer."""
     from transformers import AutoTokenizer
-
-    from trainables.corpus import load_or_train_tokenizer
 
     location = storage.join(out_dir, TOKENIZER)
     if not storage.exists(storage.join(location, TOKENIZER_DONE)):

@@ -129,7 +129,7 @@ class AdamWConfig:
 
 @dataclass(frozen=True, kw_only=True, slots=True)
 class CorpusConfig:
-    """What shapes a prepared corpus (`trainables.corpus.prepare_corpus`)."""
+    """What shapes a prepared corpus (`trainables.corpus_prep.prepare_corpus`)."""
 
     source: str
     """Built-in `wordnet`, a local .jsonl/.parquet/.txt path, or a hub dataset id."""
