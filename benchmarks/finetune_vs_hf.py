@@ -253,7 +253,7 @@ def bench_spec(args):
     """benchmarks/trials_per_hour.py's spec (micro.yaml, one checkpoint of `tiny`) with the SC and
     TC tasks at `--max-length`, `--lrs` x `--seeds` trials each, micro.yaml's step budgets."""
     from benchmarks.trials_per_hour import bench_spec as one_task_spec
-    from sweeper.spec.study import TaskBudgetSpec
+    from sweeper.spec.finetuning import TaskBudgetSpec
 
     spec = one_task_spec(argparse.Namespace(preset="tiny", trials=args.seeds, steps=args.sc_steps))
     ft = spec.finetuning

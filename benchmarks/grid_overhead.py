@@ -76,7 +76,7 @@ def overhead(args) -> None:
     import ray
 
     from sweeper.plan.study_plan import plan_study
-    from sweeper.spec.study import load_spec
+    from sweeper.plan.load import load_spec
 
     spec = load_spec(ROOT / "search_spaces" / "smoke.yaml")
     seeds = list(range(args.trials // (4 * 2) + 1))  # 4 checkpoints x 2 tasks x seeds >= trials
@@ -97,7 +97,7 @@ def overhead(args) -> None:
 
 def paper(args) -> None:
     from sweeper.plan.study_plan import plan_study
-    from sweeper.spec.study import load_spec
+    from sweeper.plan.load import load_spec
 
     spec = load_spec(ROOT / "search_spaces" / "paper.yaml")
     spec = replace(spec, resources=replace(spec.resources, cpus_per_trial=1, gpus_per_trial=0))

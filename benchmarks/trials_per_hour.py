@@ -31,7 +31,7 @@ TASK = "wordnet-supersense-cls"
 
 def bench_spec(args):
     """micro.yaml narrowed to one checkpoint of `--preset` and one task, `--trials` seeds."""
-    from sweeper.spec.study import load_spec
+    from sweeper.plan.load import load_spec
 
     spec = load_spec(SPEC)
     run = replace(spec.pretraining.runs[0], checkpoint_steps=[])

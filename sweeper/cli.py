@@ -12,7 +12,8 @@ from pathlib import Path
 from sweeper.store import storage
 from sweeper.store.layout import StudyLayout
 from sweeper.run.lease import EXIT_LEASE, LeaseHeld, hold_lease
-from sweeper.spec.study import SpecError, load_spec
+from sweeper.plan.load import load_spec
+from sweeper.spec.reading import SpecError
 
 EXIT_SPEC_ERROR = 2
 EXIT_CHANGED = 3

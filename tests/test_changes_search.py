@@ -19,7 +19,7 @@ from sweeper.plan.changes import find_changes, record_settings
 from sweeper.store.layout import StudyLayout
 from sweeper.plan.study_plan import at_point, plan_study
 from sweeper.run.recording import trial_row
-from sweeper.spec.study import load_spec
+from sweeper.plan.load import load_spec
 from sweeper.store.results import TRIALS, write_rows
 
 

@@ -16,7 +16,7 @@ from sweeper.spec.configs import CorpusConfig
 from sweeper.run.corpora import ORDER_BLOCK_WINDOWS as DRIVER_BLOCK, corpus_config, corpus_dir, effective_max_tokens
 from sweeper.store.layout import StudyLayout
 from sweeper.plan.study_plan import plan_study
-from sweeper.spec.study import load_spec
+from sweeper.plan.load import load_spec
 from trainables.corpus import ORDER_BLOCK_WINDOWS, PackedCorpus
 from trainables.corpus_prep import prepare_corpus
 

@@ -17,7 +17,7 @@ from sweeper.plan.cost import (
     trial_tokens,
 )
 from sweeper.plan.study_plan import plan_study
-from sweeper.spec.study import load_spec
+from sweeper.plan.load import load_spec
 
 
 @pytest.fixture(scope="module")

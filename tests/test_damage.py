@@ -16,7 +16,7 @@ from sweeper.store import storage
 from sweeper.store.layout import StudyLayout
 from sweeper.plan.study_plan import plan_study
 from sweeper.run.recording import trial_row
-from sweeper.spec.study import load_spec
+from sweeper.plan.load import load_spec
 from sweeper.store.results import (
     TRIALS, compact, finished_trial_keys, quarantined, read_table, read_trials, table_dir, write_rows,
 )

@@ -13,7 +13,7 @@ from transformers import AutoConfig, AutoModel, AutoModelForMaskedLM
 import trainables  # noqa: F401  (registers the architecture)
 from sweeper.store import storage
 from sweeper.plan.study_plan import plan_study
-from sweeper.spec.study import load_spec
+from sweeper.plan.load import load_spec
 from sweeper.store.results import TRIALS, read_table
 
 from conftest import ROOT, run_sweeper

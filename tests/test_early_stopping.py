@@ -26,7 +26,7 @@ from sweeper.run.recording import FINAL, ResultsRecorder
 from sweeper.run.early_stopping import TIME_ATTR, CellScheduler, make_scheduler
 from sweeper.run.search import SEARCH_METRIC
 from sweeper.run.shards import GridShard
-from sweeper.spec.study import load_spec
+from sweeper.plan.load import load_spec
 from sweeper.store.results import EVAL_CURVES, TRIALS, finished_trial_keys, read_table, read_trials
 
 ES_SPEC = nano_study("early-stopping", "    - {objective: mlm}\n", """\
@@ -108,7 +108,7 @@ def seeded_scheduler(tmp_path):
 # -- the scheduler -----------------------------------------------------------------------------
 
 def test_no_scheduler_in_the_spec_is_none_and_grid_mode_refuses_one(tmp_path):
-    from sweeper.spec.study import SpecError
+    from sweeper.spec.reading import SpecError
 
     spec = load_spec(es_spec(tmp_path, ES_SPEC.replace("  scheduler: {kind: asha, grace_period: 1}\n", "")))
     assert make_scheduler(spec.finetuning) is None

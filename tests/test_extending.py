@@ -17,7 +17,8 @@ import yaml
 
 from sweeper.spec import catalog, registry
 from sweeper.plan.study_plan import plan_study
-from sweeper.spec.study import SpecError, load_spec
+from sweeper.plan.load import load_spec
+from sweeper.spec.reading import SpecError
 
 from conftest import ROOT, run_sweeper
 

@@ -10,7 +10,7 @@ from sweeper.plan.study_plan import plan_study
 from sweeper.run.progress import ProgressLine
 from sweeper.run.recording import ResultsRecorder
 from sweeper.run.shards import GridShard
-from sweeper.spec.study import load_spec
+from sweeper.plan.load import load_spec
 from sweeper.store.results import read_table, TRIALS
 
 from conftest import ROOT

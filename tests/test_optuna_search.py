@@ -26,7 +26,7 @@ from sweeper.plan.study_plan import plan_study, trial_count_text
 from sweeper.run.recording import trial_row
 from sweeper.run.search import Gate
 from sweeper.run.shards import EvaluationSets, optuna_shards
-from sweeper.spec.study import load_spec
+from sweeper.plan.load import load_spec
 from sweeper.spec.parsing import Distribution
 from sweeper.store.results import TRIALS, read_table, read_trials, write_rows
 

@@ -17,7 +17,7 @@ import pytest
 from sweeper.store import storage
 from sweeper.store.layout import RunLayout
 from sweeper.plan.study_plan import plan_study
-from sweeper.spec.study import load_spec
+from sweeper.plan.load import load_spec
 from sweeper.store.results import TRIALS, read_table, table_dir
 
 from conftest import ROOT, run_sweeper

@@ -20,9 +20,10 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from sweeper.plan.study_plan import plan_study
-from sweeper.plan.runs import short_number
-from sweeper.spec.study import load_spec
-from sweeper.spec.parsing import Distribution, Grid, SpecError
+from sweeper.plan.run_names import short_number
+from sweeper.plan.load import load_spec
+from sweeper.spec.parsing import Distribution, Grid
+from sweeper.spec.reading import SpecError
 
 ROOT = Path(__file__).parent.parent
 SMOKE = (ROOT / "search_spaces" / "smoke.yaml").read_text()
@@ -170,7 +171,8 @@ def test_a_peak_lr_grid_names_every_run_once_and_the_first_value_plainly(tmp_pat
 
 def test_every_form_of_tunes_vocabulary_is_read(tmp_path):
     """Each form parses into its typed value (the plan refuses those it cannot run yet)."""
-    from sweeper.spec.parsing import Context, LineIndex, convert_space
+    from sweeper.spec.parsing import convert_space
+    from sweeper.spec.reading import Context, LineIndex
 
     context = Context("x.yaml", LineIndex(""))
     forms = {"{choice: [16, 32]}": Distribution("choice", (16, 32))}

@@ -20,7 +20,7 @@ from sweeper.store.layout import CHECKPOINT_MARKER, StudyLayout
 from sweeper.plan.study_plan import plan_study
 from sweeper.run.search import Gate
 from sweeper.run.shards import EvaluationSets, grid_shards, optuna_shards
-from sweeper.spec.study import load_spec
+from sweeper.plan.load import load_spec
 from sweeper.store.results import read_trials
 
 from conftest import ROOT
@@ -163,7 +163,7 @@ from sweeper.store.layout import StudyLayout
 from sweeper.plan.study_plan import plan_study
 from sweeper.run.search import Gate
 from sweeper.run.shards import EvaluationSets, grid_shards, trial_runtime
-from sweeper.spec.study import load_spec
+from sweeper.plan.load import load_spec
 
 spec = load_spec({root!r} + "/search_spaces/paper.yaml")
 plan = plan_study(spec)

@@ -7,7 +7,8 @@ from pathlib import Path
 
 import pytest
 
-from sweeper.spec.study import SpecError, load_spec
+from sweeper.plan.load import load_spec
+from sweeper.spec.reading import SpecError
 
 ROOT = Path(__file__).parent.parent
 GOOD = (ROOT / "search_spaces" / "smoke.yaml").read_text()
@@ -186,7 +187,7 @@ def test_shipped_specs_document_every_field_they_set():
     """The first time a file sets a field (run entries counted once), its line carries a comment."""
     import re
 
-    from sweeper.spec.parsing import LineIndex
+    from sweeper.spec.reading import LineIndex
 
     for path in (ROOT / "search_spaces").glob("*.yaml"):
         lines = path.read_text().splitlines()
@@ -227,7 +228,7 @@ def test_model_fields_match_the_model_config():
     from trainables.model import LlamaEncoderConfig
 
     from sweeper.spec.catalog import MODEL_FIELDS, MODEL_PRESETS
-    from sweeper.spec.study import ModelSpec
+    from sweeper.spec.pretraining import ModelSpec
 
     parameters = {name: p for name, p in inspect.signature(LlamaEncoderConfig.__init__).parameters.items()
                   if name != "self" and p.kind is not inspect.Parameter.VAR_KEYWORD}

@@ -166,7 +166,7 @@ def test_a_bad_storage_flag_exits_2_before_anything_starts(tmp_path):
 
 def test_a_spec_may_name_an_object_store_and_a_missing_bucket_stops_the_run(tmp_path, object_store):
     from sweeper.cli import study_dir_for
-    from sweeper.spec.study import load_spec
+    from sweeper.plan.load import load_spec
 
     smoke = (ROOT / "search_spaces" / "smoke.yaml").read_text()
     spec_path = tmp_path / "spec.yaml"

@@ -20,7 +20,8 @@ from conftest import ROOT, edited_spec, nano_study
 from sweeper.report import analysis
 from sweeper.plan.study_plan import finetune_protocol, plan_study, task_points
 from sweeper.run.recording import trial_row
-from sweeper.spec.study import SpecError, load_spec
+from sweeper.plan.load import load_spec
+from sweeper.spec.reading import SpecError
 from sweeper.store.results import EVAL_CURVE_SCHEMA, PROTOCOL_COLUMNS, TRIAL_SCHEMA, TRIALS, read_trials, write_rows
 
 

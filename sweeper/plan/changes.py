@@ -24,7 +24,7 @@ from sweeper.spec.configs import params_text
 from sweeper.store.layout import StudyLayout
 from sweeper.plan.study_plan import StudyPlan, finetune_protocol, task_overrides
 from sweeper.spec.study import StudySpec
-from sweeper.spec.parsing import SpecError
+from sweeper.spec.reading import SpecError
 from sweeper.store.results import TRIALS, read_table
 
 

@@ -20,26 +20,22 @@ planned before a field was swept keeps its name, its key and its folder. The res
 travel on the run (`PretrainingRun.peak_lr`, `.optimizer`, ...; the swept ones in `params`):
 nothing downstream of the plan reads them from the spec.
 
-This module imports no spec at run time (the spec's own checks use `expand_base_runs`).
+Names are made in sweeper.plan.run_names; the checks that need the planned runs (a name planned
+twice, an unknown CPT source) run while the spec is loaded (sweeper.plan.load).
 """
 from __future__ import annotations
 
 import itertools
 import re
 from dataclasses import asdict, dataclass, field, replace
-from typing import TYPE_CHECKING
 
+from sweeper.plan.run_names import AXIS_TAGS, format_steps, run_name, tag
 from sweeper.spec import registry
 from sweeper.spec.catalog import MODEL_PRESETS
 from sweeper.spec.configs import AdamWConfig, PhaseConfig, stable_key
-
-if TYPE_CHECKING:
-    from sweeper.spec.study import RunGridSpec, StudySpec
-
-
-def format_steps(steps: int) -> str:
-    """The authors' step notation: 42000 -> '42k', 1500 -> '1500'."""
-    return f"{steps // 1000}k" if steps % 1000 == 0 else str(steps)
+from sweeper.spec.parsing import values_of
+from sweeper.spec.pretraining import RunGridSpec
+from sweeper.spec.study import StudySpec
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
@@ -97,12 +93,6 @@ class PretrainingRun:
         return self.init_from_hf
 
 
-def run_name(preset: str, phases: tuple[PhaseConfig, ...]) -> str:
-    """`610m-mlm40-42k`, `610m-clm-42k`, `610m-clm-10k-mlm40-42k`: each phase's tag, then its end."""
-    parts = [f"{registry.OBJECTIVES[p.objective].run_tag(p.settings)}-{format_steps(p.end_step)}" for p in phases]
-    return "-".join([preset, *parts])
-
-
 def cpt_name(source: PretrainingRun | str, mask_ratio: float, added_steps: int) -> str:
     """`610m-clm-dec42k-mlm40-64k`: source objective, `dec` + the decayed source's steps, then
     the MLM phase up to the new total. A Hugging Face source: `hf-<model>-mlm40-<added>`."""
@@ -120,38 +110,6 @@ def model_config(spec: StudySpec, preset: str, settings: RunSettings) -> dict:
     """Preset + vocabulary and context from the data section + the run's overrides."""
     return {**MODEL_PRESETS[preset], "vocab_size": spec.data.vocab_size,
             "max_position_embeddings": max(2048, settings.seq_len), **settings.overrides}
-
-
-# --- ablation axes -----------------------------------------------------------------------------
-
-AXIS_TAGS = {"seq_len": "seq", "global_batch_size": "bs", "optimizer.peak_lr": "lr", "optimizer.betas": "betas",
-             "optimizer.eps": "eps", "optimizer.weight_decay": "wd", "optimizer.grad_clip": "clip",
-             "warmup_steps": "warmup", "decay_steps": "decay"}
-"""Swept run field (key path under `pretraining`, or `seq_len` of `data`) -> its tag in run names,
-in the order tags follow the name."""
-OVERRIDE_TAGS = {"num_hidden_layers": "layers", "hidden_size": "hidden", "intermediate_size": "ffn",
-                 "num_attention_heads": "heads", "num_key_value_heads": "kvheads", "rope_theta": "rope",
-                 "rms_norm_eps": "normeps", "initializer_range": "init", "max_position_embeddings": "pos",
-                 "vocab_size": "vocab"}
-"""Model override -> its tag in run names (other fields: their own name)."""
-
-
-def short_number(value) -> str:
-    """A value as a run-name tag writes it: 1e-3, 2.5e-4, 0.1, 512, 0.9-0.98 (a pair)."""
-    if isinstance(value, (tuple, list)):
-        return "-".join(short_number(v) for v in value)
-    if isinstance(value, int) or value == 0 or 1e-2 <= abs(value) < 1e5:
-        return f"{value:g}" if isinstance(value, float) else str(value)
-    mantissa, exponent = f"{value:e}".split("e")
-    return f"{mantissa.rstrip('0').rstrip('.')}e{int(exponent)}"
-
-
-def tag(path: str, value) -> str:
-    if path.startswith("model."):
-        return f"{OVERRIDE_TAGS.get(path[6:], path[6:])}{short_number(value)}"
-    if path in ("warmup_steps", "decay_steps"):
-        return f"{AXIS_TAGS[path]}{format_steps(value)}"
-    return f"{AXIS_TAGS[path]}{short_number(value)}"
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
@@ -174,8 +132,6 @@ class RunSettings:
 def run_settings(spec: StudySpec, grid: RunGridSpec, preset: str | None) -> list[RunSettings]:
     """Every point of the entry's swept fields, in the order given (the first value of each grid
     first); `preset` None: the run's architecture is its source's (overrides are not swept)."""
-    from sweeper.spec.parsing import values_of  # torch- and spec-free, like this module
-
     pre, optimizer = spec.pretraining, spec.pretraining.optimizer
     axes = {"seq_len": values_of(spec.data.seq_len), "global_batch_size": values_of(pre.global_batch_size),
             **{f"optimizer.{name}": values_of(getattr(optimizer, name))

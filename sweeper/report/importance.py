@@ -84,7 +84,7 @@ def cell_trials(points: list[dict], scores, space: dict) -> list:
 
 def cell_importances(samples: pd.DataFrame, space: dict | None = None) -> pd.DataFrame:
     """Per cell with at least MIN_SAMPLES samples: one row per varying parameter with its fANOVA
-    importance (the cell's importances sum to 1). `space`: parameter -> spec_parsing.Distribution."""
+    importance (the cell's importances sum to 1). `space`: parameter -> sweeper.spec.parsing.Distribution."""
     import optuna
     from optuna.importance import FanovaImportanceEvaluator, get_param_importances
 

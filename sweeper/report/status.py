@@ -14,7 +14,7 @@ from collections import Counter
 from sweeper.store import storage
 from sweeper.store.layout import StudyLayout
 from sweeper.plan.study_plan import plan_study
-from sweeper.spec.study import load_spec
+from sweeper.plan.load import load_spec
 from sweeper.store.results import quarantined, read_trials
 
 STALE_AFTER_S = 600  # a heartbeat older than this means nobody is running the study

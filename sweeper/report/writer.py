@@ -142,7 +142,7 @@ def study_space(study_dir: str) -> dict | None:
     """The searched space of the study's own spec copy (learning rate and distributions), for the
     importances' bounds; None when the copy is absent or no longer reads (a removed plugin)."""
     from sweeper.spec.space import LEARNING_RATE, log_range
-    from sweeper.spec.study import load_spec
+    from sweeper.plan.load import load_spec
 
     try:
         ft = load_spec(StudyLayout(study_dir).spec).finetuning

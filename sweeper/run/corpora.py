@@ -16,7 +16,8 @@ from sweeper.spec.configs import CorpusConfig, stable_key
 from sweeper.run.corpus_source import source_problem
 from sweeper.store.layout import StudyLayout
 from sweeper.plan.study_plan import StudyPlan
-from sweeper.spec.study import SpecError, StudySpec
+from sweeper.spec.reading import SpecError
+from sweeper.spec.study import StudySpec
 
 ORDER_BLOCK_WINDOWS = 1 << 16
 """Windows the sample order permutes together (trainables.corpus.ORDER_BLOCK_WINDOWS): a token

@@ -47,7 +47,7 @@ from ray.tune.schedulers import ASHAScheduler, FIFOScheduler, MedianStoppingRule
 from sweeper.run.ray_compat import require_tested_ray, resume_held_trial
 from sweeper.run.recording import FINAL
 from sweeper.run.search import SEARCH_METRIC
-from sweeper.spec.study import FinetuningSpec
+from sweeper.spec.finetuning import FinetuningSpec
 
 TIME_ATTR = "train_steps"
 """The result field the schedulers read as time: the optimizer steps the trial has taken."""

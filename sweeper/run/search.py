@@ -55,7 +55,7 @@ class CellSearch:
     study_name: str = ""
     """Its Optuna study in the journal: `<checkpoint>/<task>/<search key>`."""
     space: dict = field(default_factory=dict)
-    """Parameter -> spec_parsing.Distribution: the learning rate's range and the searched fields."""
+    """Parameter -> sweeper.spec.parsing.Distribution: the learning rate's range and the searched fields."""
     evaluated: list[tuple[int, dict, float]] = field(default_factory=list)
     """(sample, point, seed-averaged search score) of the recorded samples."""
     issued: int = 0

@@ -1,5 +1,5 @@
 """A fine-tuning cell's search space: the learning rate's log range and the protocol fields given
-as distributions (`spec_parsing.Distribution`), drawn at random, mapped to Optuna, or budgeted.
+as distributions (`sweeper.spec.parsing.Distribution`), drawn at random, mapped to Optuna, or budgeted.
 
 - `random_point` (search: random): one draw per field by Ray Tune's sampler semantics (uniform,
   log-uniform, randint with hi excluded, q-forms rounded to a multiple of q as `tune.quniform`

@@ -1,0 +1,51 @@
+"""Loading a spec: the file -> a StudySpec that can be planned, or a SpecError naming file,
+line, key and reason.
+
+The spec stage checks every value (sweeper.spec); the checks here need the planned runs, so
+they are the plan's: continued-pretraining sources must be runs of the study, and no two run
+entries may plan different runs under one name (one run folder). They run last, as when they
+were `StudySpec.check`'s last part: the first problem of a spec is reported, the same one.
+"""
+from __future__ import annotations
+
+from pathlib import Path
+
+from sweeper.plan.runs import RunNameClash, expand_base_runs, expand_runs
+from sweeper.spec import registry
+from sweeper.spec.parsing import build_dataclass
+from sweeper.spec.reading import load_yaml, shown, suggestion
+from sweeper.spec.study import StudySpec
+
+
+def load_spec(path: str | Path) -> StudySpec:
+    """Parse and validate a spec file; raises SpecError on any mistake. Plugin modules named in
+    SWEEPER_PLUGINS are imported first (their families and objectives become valid names)."""
+    registry.load_plugins()
+    data, context = load_yaml(path)
+    spec = build_dataclass(StudySpec, data, "", context)
+    for key, reason in run_problems(spec):
+        context.fail(key, reason)
+    return spec
+
+
+def run_problems(spec: StudySpec):
+    """(key, reason) pairs: CPT sources must be runs of this study (non-CPT ones, so the order
+    is well defined), and no two entries may plan different runs under one name."""
+    try:
+        base_names = {run.name for run in expand_base_runs(spec)}
+    except RunNameClash as clash:
+        yield clash.key, clash.reason
+        return
+    unknown = False
+    for i, grid in enumerate(spec.pretraining.runs):
+        for j, source in enumerate(grid.init_from or []):
+            if not source.startswith("hf:") and source not in base_names:
+                unknown = True
+                yield (f"pretraining.runs[{i}].init_from[{j}]",
+                       f"no run named {shown(source)} in this study{suggestion(source, sorted(base_names))}"
+                       " (a study run name, or hf:<path> for a Hugging Face causal LM)")
+    if not unknown:
+        try:
+            expand_runs(spec)
+        except RunNameClash as clash:
+            yield clash.key, clash.reason

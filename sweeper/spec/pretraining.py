@@ -1,0 +1,372 @@
+"""The pretraining sections of a spec: `model`, `data` and `pretraining` (its run entries, their
+phases, the optimizer), as typed dataclasses.
+
+Every field has a one-line docstring; the shipped YAML files repeat them as comments. Each
+dataclass checks its own values in `check()`, returning (key, reason) pairs, so an error names
+the exact key. A field named in a `GRID_FIELDS` takes a grid: one run per value
+(sweeper.plan.runs). The AdamW settings are `sweeper.spec.configs.AdamWConfig`'s fields.
+"""
+from __future__ import annotations
+
+import itertools
+import math
+from dataclasses import asdict, dataclass, field, fields
+from typing import ClassVar, Literal
+
+from sweeper.spec import registry
+from sweeper.spec.catalog import MODEL_FIELDS, MODEL_PRESETS
+from sweeper.spec.configs import (AdamWConfig, distinct, each_positive, non_blank, non_empty, non_negative, positive,
+                                  seeds)
+from sweeper.spec.parsing import FORMS, Grid, values_of
+from sweeper.spec.reading import MAX_INT, key_text, shown, suggestion, type_name
+
+
+def number_problem(value, integer: bool) -> str | None:
+    """Why `value` (from an untyped mapping: model overrides, objective settings) is not a finite
+    number, or not an integer when `integer`, or None."""
+    if isinstance(value, bool) or not isinstance(value, int if integer else (int, float)):
+        hint = " (YAML reads 1e-5 as text: write 1.0e-5)" if not integer and parses_as_float(value) else ""
+        return f"expected {'an integer' if integer else 'a number'}, got {type_name(value)} {shown(value)}{hint}"
+    if isinstance(value, int) and abs(value) > MAX_INT:
+        return f"{shown(value)} is beyond the 64-bit integer range"
+    if not math.isfinite(value):
+        return f"must be a finite number, got {value}"
+    return None
+
+
+def parses_as_float(value) -> bool:
+    try:
+        return isinstance(value, str) and math.isfinite(float(value))
+    except ValueError:
+        return False
+
+
+def override_items(key, value) -> list[tuple[str, object]]:
+    """(key path, value) of each value an override takes: itself, each item of a grid (a list or
+    `{grid_search: [...]}`). A distribution, or another mapping, is one item the checks refuse."""
+    where = f"overrides.{key_text(key)}"
+    if isinstance(value, list):
+        return [(f"{where}[{i}]", item) for i, item in enumerate(value)] or [(where, value)]
+    if isinstance(value, dict) and list(value) == ["grid_search"] and isinstance(value["grid_search"], list):
+        return [(f"{where}.grid_search[{i}]", item) for i, item in enumerate(value["grid_search"])] or [(where, [])]
+    return [(where, value)]
+
+
+def override_problems(overrides: dict):
+    """(key, reason) for each model override that is not a LlamaEncoderConfig field
+    (catalog.MODEL_FIELDS) of its type: sizes and floats positive, token ids not negative. An
+    override may be a grid (one run per value); a distribution cannot go there."""
+    for key, value in overrides.items():
+        where, kind = f"overrides.{key_text(key)}", MODEL_FIELDS.get(key)
+        if kind is None:
+            yield where, (f"unknown key{suggestion(str(key), list(MODEL_FIELDS))}; LlamaEncoderConfig fields: "
+                          f"{', '.join(MODEL_FIELDS)}")
+            continue
+        if isinstance(value, dict) and len(value) == 1 and next(iter(value)) in FORMS and "grid_search" not in value:
+            yield f"{where}.{next(iter(value))}", (f"{next(iter(value))} is a distribution, and only a value or a grid "
+                                                   "(a list, or {grid_search: [...]}) can go here: pretraining runs "
+                                                   "are planned as a grid")
+            continue
+        items, seen = override_items(key, value), {}
+        if items == [(where, [])]:
+            yield where, "empty grid: give at least one value"
+        for path, item in items:
+            if problem := number_problem(item, integer=kind is int):
+                yield path, problem
+            elif str(key).endswith("_token_id") and item < 0:
+                yield path, f"must not be negative, got {item}"
+            elif not str(key).endswith("_token_id") and item <= 0:
+                yield path, f"must be positive, got {item}"
+            elif item in seen:
+                yield path, f"{shown(item)} is listed twice ({seen[item]} and {path}): give each value once"
+            else:
+                seen[item] = path
+
+
+def setting_problem(default, value) -> str | None:
+    """Why `value` cannot replace an objective setting whose registered default is `default`: a
+    number for a number (an integer for an integer), finite; otherwise a scalar of the default's type."""
+    if isinstance(default, (int, float)) and not isinstance(default, bool):
+        return number_problem(value, integer=isinstance(default, int))
+    scalar = (str, bool, int, float, type(None))
+    if isinstance(value, float) and not math.isfinite(value):
+        return f"must be a finite number, got {value}"
+    if default is None and isinstance(value, scalar) or type(value) is type(default) and isinstance(value, scalar):
+        return None
+    return f"expected {type_name(default)} like the default {shown(default)}, got {type_name(value)} {shown(value)}"
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class ModelSpec:
+    preset: str = "tiny"
+    """Architecture preset: nano, tiny, mini (CPU) or 210m, 610m, 1b, 1b-authors (paper Table 1)."""
+    overrides: dict = field(default_factory=dict)
+    """LlamaEncoderConfig fields replacing the preset's (e.g. num_hidden_layers: 2); a grid
+    (num_hidden_layers: [2, 4]) plans one run per value."""
+
+    def check(self):
+        if self.preset not in MODEL_PRESETS:
+            yield "preset", f"unknown preset {shown(self.preset)}{suggestion(self.preset, list(MODEL_PRESETS))}"
+        yield from override_problems(self.overrides)
+
+    def override_grid(self) -> dict[str, tuple]:
+        """Each override's values, in the order given (a plain value: one; a grid: its items)."""
+        return {key: tuple(item for _, item in override_items(key, value)) for key, value in self.overrides.items()}
+
+    def override_points(self) -> list[dict]:
+        """Every combination of the overrides' values (one dict when nothing is swept)."""
+        grid = self.override_grid()
+        return [dict(zip(grid, values)) for values in itertools.product(*grid.values())]
+
+    def architecture_problem(self, preset: str, overrides: dict | None = None) -> str | None:
+        """Why the preset with these overrides (default: the section's, unswept) is not a model
+        the encoder can build."""
+        config = {**MODEL_PRESETS[preset], **(self.overrides if overrides is None else overrides)}
+        hidden, heads, kv_heads = config["hidden_size"], config["num_attention_heads"], config["num_key_value_heads"]
+        if hidden % heads:
+            return f"hidden_size {hidden} is not divisible by num_attention_heads {heads}"
+        if heads % kv_heads:
+            return f"num_attention_heads {heads} is not divisible by num_key_value_heads {kv_heads}"
+        if hidden // heads % 2:
+            return f"the head size (hidden_size / num_attention_heads = {hidden // heads}) must be even (rotary)"
+        return None
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class DataSpec:
+    corpus: str = "wordnet"
+    """Pretraining text: built-in `wordnet`, a local .jsonl/.parquet/.txt path, or a hub dataset id."""
+    text_column: str = "text"
+    """Column holding the text in the corpus rows."""
+    tokenizer: str = "train-wordpiece"
+    """`train-wordpiece` (trained on the corpus) or a Hugging Face tokenizer name or path."""
+    vocab_size: int = 2048
+    """Vocabulary size when the tokenizer is trained here."""
+    seq_len: int = 128
+    """Tokens per packed pretraining sequence (the paper: 1,024); a grid plans one run per value."""
+    max_documents: int | None = None
+    """Read at most this many corpus documents (None: all)."""
+    order_seed: int = 0
+    """Seed of the sample order, shared by every run (the same data order for all objectives)."""
+    max_tokens: int | None = None
+    """Tokens of the prepared corpus, rounded up to whole order blocks (65,536 x seq_len tokens);
+    None: what the longest run reads plus 5 %. Reading stops there."""
+    tokenizer_sample_documents: int = 100_000
+    """A tokenizer trained here (`train-wordpiece`) learns from the corpus's first this many documents."""
+
+    GRID_FIELDS: ClassVar = ("seq_len",)
+    """Fields that take a grid: one run per value (sweeper.plan.runs)."""
+
+    def check(self):
+        yield from non_blank(self, "corpus", "text_column", "tokenizer")
+        yield from positive(self, "vocab_size", "seq_len", "max_documents", "max_tokens", "tokenizer_sample_documents")
+        yield from seeds(self, "order_seed")
+
+    def identity(self) -> dict:
+        """What enters run keys: every field, less those added later while at their defaults
+        (so the keys of studies recorded before them stay the same)."""
+        identity, defaults = asdict(self), {f.name: f.default for f in fields(self)}
+        for added in ("max_tokens", "tokenizer_sample_documents"):
+            if identity[added] == defaults[added]:
+                del identity[added]
+        return identity
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class OptimizerSpec(AdamWConfig):
+    """AdamW (betas, eps, weight_decay, grad_clip: see AdamWConfig) at a peak learning rate."""
+
+    peak_lr: float = 5e-4
+    """Peak learning rate of the warmup-stable-decay schedule."""
+    GRID_FIELDS: ClassVar = ("peak_lr", "betas", "eps", "weight_decay", "grad_clip")
+    """Fields that take a grid (peak_lr: [5.0e-4, 1.0e-3]): one run per value (sweeper.plan.runs)."""
+
+    def check(self):
+        yield from AdamWConfig.check(self)
+        yield from positive(self, "peak_lr")
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class PhaseSpec:
+    """One stretch of a run trained with one objective (the long form of a run's objectives)."""
+
+    objective: str
+    """A registered objective: mlm, clm, or a plugin's (sweeper.spec.registry)."""
+    until: float | None = None
+    """End of the phase as a share of the run's steps (of its pre-decay steps with
+    clm_fraction_of: pre_decay), in (0, 1]; the last phase runs to the end (leave it out)."""
+    mask_ratio: float | None = None
+    """Masking ratio of a masking objective, in (0, 1) (default: the objective's)."""
+    settings: dict = field(default_factory=dict)
+    """Other settings of the objective (see its registration), e.g. a plugin's span length."""
+
+    def check(self):
+        if self.objective not in registry.OBJECTIVES:
+            yield "objective", (f"unknown objective {shown(self.objective)}"
+                                f"{suggestion(self.objective, list(registry.OBJECTIVES))}; "
+                                f"registered: {', '.join(registry.OBJECTIVES)}")
+            return
+        known = registry.OBJECTIVES[self.objective].settings
+        if self.mask_ratio is not None:
+            if "mask_ratio" not in known:
+                yield "mask_ratio", f"objective {self.objective!r} masks nothing"
+            elif not 0 < self.mask_ratio < 1:
+                yield "mask_ratio", f"{self.mask_ratio} is outside (0, 1)"
+        for key, value in self.settings.items():
+            if key not in known or key == "mask_ratio":
+                yield f"settings.{key_text(key)}", (
+                    f"not a setting of objective {self.objective!r}{suggestion(str(key), list(known))}; "
+                    f"its settings: {', '.join(known) or 'none'}")
+            elif problem := setting_problem(known[key], value):
+                yield f"settings.{key}", problem
+            elif key in ("random_replace", "keep_original") and not 0 <= value <= 1:
+                yield f"settings.{key}", f"{value} is outside [0, 1]"
+        if self.until is not None and not 0 < self.until <= 1:
+            yield "until", f"{self.until} is outside (0, 1]"
+
+    def objective_settings(self) -> dict:
+        given = {**self.settings, **({} if self.mask_ratio is None else {"mask_ratio": self.mask_ratio})}
+        return registry.objective_settings(self.objective, given)
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class RunGridSpec:
+    objective: str | None = None
+    """mlm, clm, clm-mlm (CLM for clm_fraction of the steps, then MLM), or another registered
+    objective: the short form. Give this or `phases`."""
+    phases: list[PhaseSpec] | None = None
+    """The long form: objectives in step order, e.g. [{objective: clm, until: 0.25},
+    {objective: mlm, mask_ratio: 0.4}] (plans the same run, under the same key, as clm-mlm 0.25)."""
+    mask_ratio: list[float] = field(default_factory=lambda: [0.4])
+    """MLM masking ratios, each in (0, 1); one run per value."""
+    clm_fraction: list[float] = field(default_factory=lambda: [0.25])
+    """clm-mlm only: share of the steps trained with CLM, each in [0, 1]."""
+    steps: list[int] | None = None
+    """Step budgets, one run per value (default: pretraining.steps)."""
+    checkpoint_steps: list[int] = field(default_factory=list)
+    """Intermediate checkpoints (steps) that are fine-tuned too: the data-efficiency curve."""
+    preset: list[str] | None = None
+    """Model presets of this entry, one run each (default: model.preset)."""
+    init_from: list[str] | None = None
+    """Continued pretraining: start from the decayed final checkpoint of these runs of the study
+    (run names) or from Hugging Face Llama-family causal LMs (`hf:<path or name>`); steps are then
+    the added steps."""
+    warmup_steps: int | None = None
+    """Warmup of this entry's schedule (default: pretraining.warmup_steps); the re-warmup of a CPT
+    run. A grid plans one run per value."""
+    decay_steps: int | None = None
+    """Decay of this entry's schedule (default: pretraining.decay_steps); a grid plans one run per value."""
+    GRID_FIELDS: ClassVar = ("warmup_steps", "decay_steps")
+
+    def check(self):
+        if (self.objective is None) == (self.phases is None):
+            yield "objective", "give either objective (short form) or phases (long form)"
+            return
+        if self.objective is not None and self.objective not in (*registry.OBJECTIVES, "clm-mlm"):
+            yield "objective", (f"unknown objective {shown(self.objective)}"
+                                f"{suggestion(self.objective, [*registry.OBJECTIVES, 'clm-mlm'])}; "
+                                f"registered: {', '.join([*registry.OBJECTIVES, 'clm-mlm'])}")
+        if self.phases is not None:
+            yield from self.check_phases()
+        if self.init_from is not None and self.objective != "mlm":
+            yield "init_from", "continued pretraining is MLM: use objective: mlm with init_from"
+        if self.init_from == []:
+            yield "init_from", "empty grid: give at least one source or leave init_from out"
+        for i, source in enumerate(self.init_from or []):
+            if source.startswith("hf:") and len(source) == 3:
+                yield f"init_from[{i}]", "give a path or model name after 'hf:'"
+        for i, preset in enumerate(self.preset or []):
+            if preset not in MODEL_PRESETS:
+                yield f"preset[{i}]", f"unknown preset {shown(preset)}{suggestion(preset, list(MODEL_PRESETS))}"
+        if self.preset == []:
+            yield "preset", "empty grid: give at least one preset or leave preset out"
+        yield from non_negative(self, "warmup_steps", "decay_steps")
+        for i, ratio in enumerate(self.mask_ratio):
+            if not 0 < ratio < 1:
+                yield f"mask_ratio[{i}]", f"{ratio} is outside (0, 1)"
+        for i, share in enumerate(self.clm_fraction):
+            if not 0 <= share <= 1:
+                yield f"clm_fraction[{i}]", f"{share} is outside [0, 1]"
+        yield from non_empty(self, "mask_ratio", "clm_fraction", "steps")
+        yield from each_positive(self, "steps", "checkpoint_steps")
+        yield from distinct(self, "mask_ratio", "clm_fraction", "steps", "checkpoint_steps", "preset", "init_from")
+
+    def check_phases(self):
+        if not self.phases:
+            yield "phases", "empty: give at least one phase"
+            return
+        ends = [phase.until for phase in self.phases]
+        if ends[-1] is not None and ends[-1] != 1:
+            yield f"phases[{len(ends) - 1}].until", "the last phase runs to the end: leave until out (or 1)"
+        for i, end in enumerate(ends[:-1]):
+            if end is None:
+                yield f"phases[{i}].until", "every phase but the last needs until (a share of the steps)"
+            elif i and ends[i - 1] is not None and end <= ends[i - 1]:
+                yield f"phases[{i}].until", f"{end} is not after the previous phase's end ({ends[i - 1]})"
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class PretrainingSpec:
+    runs: list[RunGridSpec]
+    """Run grids; each entry expands over its list-valued fields."""
+    steps: int = 42_000
+    """Default step budget of a run."""
+    global_batch_size: int = 2304
+    """Sequences per optimizer step, over all workers."""
+    warmup_steps: int = 2000
+    """Linear warmup steps of the warmup-stable-decay schedule."""
+    decay_steps: int = 2000
+    """Final linear decay-to-zero steps."""
+    optimizer: OptimizerSpec = field(default_factory=OptimizerSpec)
+    """AdamW settings and peak learning rate; each may be a grid (one run per value)."""
+    GRID_FIELDS: ClassVar = ("global_batch_size", "warmup_steps", "decay_steps")
+    """Fields that take a grid: one run per value (sweeper.plan.runs)."""
+    clm_fraction_of: Literal["total", "pre_decay"] = "total"
+    """What clm_fraction is a share of: all steps, or the steps before the decay (the authors'
+    naming: 25 % of 42k with 2k decay = `clm-10k-mlm40-42k`; 100 % = 40k CLM + 2k MLM)."""
+    random_replace: float = 0.0
+    """MLM: share of selected tokens replaced by a random token (BERT: 0.1; paper: 0)."""
+    keep_original: float = 0.0
+    """MLM: share of selected tokens left unchanged (BERT: 0.1; paper: 0)."""
+    log_every: int = 100
+    """Steps between progress lines and pretraining-table rows."""
+    save_every: int = 1000
+    """Steps between resume checkpoints (0: only at evaluated checkpoints); a restarted run loses at most this many."""
+    micro_batch_size: int | None = None
+    """Sequences per forward pass on one worker (None: the worker's whole share of the global
+    batch). Gradients accumulate over global_batch_size / (workers x micro_batch_size) passes, the
+    loss normalised over the whole global batch, so any micro batch trains the same weights."""
+    activation_checkpointing: bool = False
+    """Recompute each transformer block's activations in the backward pass instead of keeping
+    them: about a third more compute for activation memory of one block per micro batch."""
+    keep_resume_checkpoints: int = 1
+    """Resume-only checkpoints (save_every) kept per run; evaluated checkpoints are always kept
+    and drop their optimizer state once the run has moved past them."""
+    compile: bool = False
+    """torch.compile each transformer block (fixed shapes: compiled once per run); pays on GPU over
+    long runs, not on a few hundred CPU steps (benchmarks/pretrain_throughput.py --compile)."""
+    seed: int = 0
+    """Weight-initialisation seed (the same for every run)."""
+
+    def check(self):
+        if not self.runs:
+            yield "runs", "empty grid: give at least one run"
+        yield from positive(self, "steps", "global_batch_size", "log_every", "micro_batch_size",
+                            "keep_resume_checkpoints")
+        yield from non_negative(self, "warmup_steps", "decay_steps", "save_every", "random_replace", "keep_original")
+        yield from seeds(self, "seed")
+        if not 0 <= self.random_replace + self.keep_original <= 1:
+            yield "random_replace", "random_replace + keep_original must lie in [0, 1]"
+        for i, run in enumerate(self.runs):
+            budgets = run.steps or [self.steps]
+            for j, step in enumerate(run.checkpoint_steps):
+                if step >= min(budgets):
+                    yield (f"runs[{i}].checkpoint_steps[{j}]",
+                           f"step {step} is not before the run's budget of {min(budgets)} steps")
+            warmups = values_of(self.warmup_steps if run.warmup_steps is None else run.warmup_steps)
+            decays = values_of(self.decay_steps if run.decay_steps is None else run.decay_steps)
+            for budget, (j, warmup), (k, decay) in itertools.product(budgets, enumerate(warmups), enumerate(decays)):
+                if warmup + decay > budget:  # named at the entry's swept value when that is what differs
+                    key = (f"runs[{i}].warmup_steps[{j}]" if isinstance(run.warmup_steps, Grid) and j else
+                           f"runs[{i}].decay_steps[{k}]" if isinstance(run.decay_steps, Grid) and k else f"runs[{i}].steps")
+                    yield key, f"budget {budget} is shorter than warmup + decay steps ({warmup} + {decay})"
