@@ -41,7 +41,7 @@ def study_dir_for(spec, flag: str | None, spec_file: str = "spec") -> str:
 
 def command_plan(args) -> int:
     from sweeper.plan.cost import finetuning_cost, parameter_count, pretraining_cost
-    from sweeper.plan.memory import check_runs, refusal, run_figure, summary
+    from sweeper.plan.memory_check import check_runs, refusal, run_figure, summary
     from sweeper.plan.study_plan import plan_study, trial_count_text
 
     spec = load_spec(args.spec)
@@ -60,7 +60,7 @@ def command_plan(args) -> int:
         print(f"    {stage:12s} {cost.gpu_hours:>12,.1f} GPU-h  ({cost.flops:.2e} FLOPs){extra}")
     print(f"    {'total':12s} {pre_cost.gpu_hours + ft_cost.gpu_hours:>12,.1f} GPU-h")
     from sweeper.plan.cost import finetuning_comparison
-    from sweeper.plan.memory import check_trials, trial_refusal, trial_summary
+    from sweeper.plan.memory_check import check_trials, trial_refusal, trial_summary
 
     trial_memory = check_trials(spec, plan.runs)  # fine-tuning: the padded figure and the paper's units
     print("\n".join(finetuning_comparison(spec, plan, ft_cost) + trial_summary(spec, trial_memory)
@@ -80,7 +80,7 @@ def command_plan(args) -> int:
 
 
 def command_run(args) -> int:
-    from sweeper.plan.memory import check_runs, check_trials, refusal, trial_refusal
+    from sweeper.plan.memory_check import check_runs, check_trials, refusal, trial_refusal
     from sweeper.plan.study_plan import plan_study
 
     spec = load_spec(args.spec)
