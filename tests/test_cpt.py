@@ -12,7 +12,7 @@ from tokenizers import Tokenizer, models, pre_tokenizers, trainers
 from transformers import AutoTokenizer, LlamaConfig, LlamaForCausalLM, PreTrainedTokenizerFast
 
 import trainables  # noqa: F401
-from sweeper.store import storage
+from sweeper.store import folders, storage
 from sweeper.store.results import TRIALS, read_table
 from trainables.text_sources import iter_corpus_texts
 
@@ -84,7 +84,7 @@ def test_continued_pretraining_from_study_and_hub_checkpoints_in_an_object_store
     assert marker["objective"] == "mlm" and marker["phase"] == "mlm"
     assert marker["tokens_seen"] == (20 + 10) * 4 * 64, "continues the data stream after the source's 20 steps"
 
-    hub = storage.local_copy(storage.join(study, "pretraining", "hf-tiny-llama-mlm40-10", "step-10"),
+    hub = folders.local_copy(storage.join(study, "pretraining", "hf-tiny-llama-mlm40-10", "step-10"),
                              "sweeper_checkpoint.json")
     encoder = trainables.model.LlamaEncoderForMaskedLM.from_pretrained(hub)
     tokenizer = AutoTokenizer.from_pretrained(hub)

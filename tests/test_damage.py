@@ -12,7 +12,7 @@ from pathlib import Path
 import pyarrow.parquet as pq
 import pytest
 
-from sweeper.store import storage
+from sweeper.store import folders, storage
 from sweeper.store.layout import StudyLayout
 from sweeper.plan.study_plan import plan_study
 from sweeper.run.recording import trial_row
@@ -178,7 +178,7 @@ def test_publish_tree_fsyncs_every_file_and_folder_then_the_parent(tmp_path, syn
     (build / "sub").mkdir(parents=True)
     for name in ("model.safetensors", "sub/tokenizer.json", "sweeper_checkpoint.json"):
         (build / name).write_text("{}")
-    storage.publish_tree(build, str(run / "step-10"), "sweeper_checkpoint.json")
+    folders.publish_tree(build, str(run / "step-10"), "sweeper_checkpoint.json")
     assert (run / "step-10" / "sweeper_checkpoint.json").exists()
     files = {str(build / n) for n in ("model.safetensors", "sub/tokenizer.json", "sweeper_checkpoint.json")}
     assert set(synced[:3]) == files

@@ -11,7 +11,7 @@ import torch
 from transformers import AutoConfig, AutoModel, AutoModelForMaskedLM
 
 import trainables  # noqa: F401  (registers the architecture)
-from sweeper.store import storage
+from sweeper.store import folders, storage
 from sweeper.plan.study_plan import plan_study
 from sweeper.plan.load import load_spec
 from sweeper.store.results import TRIALS, read_table
@@ -163,12 +163,12 @@ def test_fsdp2_sharded_run_matches_the_single_process_run(ray_head, tmp_path, ob
     logs, weights, sharded_study = {}, {}, object_store("fsdp/study")
     for name, spec, study in (("fsdp", sharded_spec, sharded_study), ("local", local_spec, str(tmp_path / "local"))):
         if name == "local":
-            storage.copy_tree_from(storage.join(sharded_study, "cache"), tmp_path / "local" / "cache")
+            folders.copy_tree_from(storage.join(sharded_study, "cache"), tmp_path / "local" / "cache")
         result = run_sweeper("run", str(spec), "--storage", study, address=ray_head[0])
         assert result.returncode == 0, result.stdout[-4000:] + result.stderr[-4000:]
         assert (name == "local") != ("shard 0 written" in result.stdout), "the local study reuses the copied corpus"
         run_dir = storage.join(study, "pretraining", "nano-clm-20")
-        final = storage.local_copy(storage.join(run_dir, "step-20"), "sweeper_checkpoint.json")
+        final = folders.local_copy(storage.join(run_dir, "step-20"), "sweeper_checkpoint.json")
         assert json.loads((final / "config.json").read_text())["architectures"] == ["LlamaEncoderForMaskedLM"]
         logs[name] = [row["loss"] for row in json.loads((final / "train_log.json").read_text())]
         weights[name] = AutoModelForMaskedLM.from_pretrained(final).state_dict()
@@ -180,8 +180,8 @@ def test_fsdp2_sharded_run_matches_the_single_process_run(ray_head, tmp_path, ob
         assert read_table(study, TRIALS).num_rows == 2
         # Offline W&B: the pretraining curve from rank 0, the trials from the driver (in the
         # node's scratch folder when the study is in an object store).
-        assert list((storage.scratch_dir(run_dir, "") / "wandb").glob("offline-run-*/run-*.wandb"))
-        assert list((storage.scratch_dir(study, "") / "wandb").glob("offline-run-*/run-*.wandb"))
+        assert list((folders.scratch_dir(run_dir, "") / "wandb").glob("offline-run-*/run-*.wandb"))
+        assert list((folders.scratch_dir(study, "") / "wandb").glob("offline-run-*/run-*.wandb"))
     assert len(logs["fsdp"]) == len(logs["local"]) == 4
     assert all(abs(a - b) < 3e-3 * abs(b) for a, b in zip(logs["fsdp"], logs["local"])), logs
     from trainables.model import build_model

@@ -10,7 +10,7 @@ import sys
 import pytest
 
 from sweeper.run import tracking
-from sweeper.store import storage
+from sweeper.store import folders, storage
 from sweeper.store.layout import StudyLayout
 
 from conftest import ROOT, run_sweeper
@@ -164,7 +164,7 @@ def test_a_study_with_keys_in_its_uri_leaves_them_nowhere(ray_head, tmp_path, ob
     spec_copy = objects[f"{root}/spec.yaml"].decode()
     assert f'storage: "{storage.strip_credentials(study)}"' in spec_copy, spec_copy
 
-    scratch = storage.scratch_dir(study, "")
+    scratch = folders.scratch_dir(study, "")
     local = {str(path): path.read_bytes() for path in scratch.rglob("*") if path.is_file()}
     assert [name for name in local if "offline-run-" in name], "W&B wrote its offline files here"
     assert files_holding(local, "sweeper-tests"), "the runs' configs went to W&B (stripped)"

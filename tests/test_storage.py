@@ -10,7 +10,7 @@ from pathlib import Path
 import pyarrow.dataset as ds
 import pytest
 
-from sweeper.store import storage
+from sweeper.store import folders, storage
 from sweeper.store.layout import CHECKPOINT_MARKER, TRAINING_STATE, RunLayout
 from sweeper.store.results import TRIALS, compact, read_table, read_trials, table_dir, write_rows
 
@@ -44,7 +44,7 @@ def test_files_round_trip_and_listing(location):
     storage.remove(storage.join(location, "a.json"))
     storage.remove(storage.join(location, "a.json"))  # missing is fine
     assert not storage.exists(storage.join(location, "a.json"))
-    storage.move_tree(storage.join(location, "run"), storage.join(location, "old-run"))
+    folders.move_tree(storage.join(location, "run"), storage.join(location, "old-run"))
     assert storage.list_names(storage.join(location, "old-run"), folders=True) == ["step-10", "step-20", "tmp-1"]
     assert not storage.list_names(storage.join(location, "run"))
     storage.remove_tree(storage.join(location, "old-run"))
@@ -99,27 +99,27 @@ def test_build_once_publishes_a_whole_folder_that_local_copy_reads(location, tmp
         build_folder(folder)
 
     target = storage.join(location, "cache", "corpus")
-    storage.build_once(target, "marker.json", build)
-    storage.build_once(target, "marker.json", build)
+    folders.build_once(target, "marker.json", build)
+    folders.build_once(target, "marker.json", build)
     assert len(calls) == 1, "a finished folder is reused"
-    copy = storage.local_copy(target, "marker.json")
+    copy = folders.local_copy(target, "marker.json")
     assert (copy / "sub" / "weights.bin").read_bytes().endswith(b"1")
-    sub = storage.local_copy(target, "marker.json", only="sub")
+    sub = folders.local_copy(target, "marker.json", only="sub")
     assert sub.name.endswith("sub") and sorted(p.name for p in sub.iterdir()) == ["weights.bin"]
     if storage.is_remote(target):
         assert str(copy).startswith(str(tmp_path / "cache")), "remote folders are copied into the node's cache"
-        light = storage.local_copy(target, "marker.json", skip=("weights.bin",))
+        light = folders.local_copy(target, "marker.json", skip=("weights.bin",))
         assert light != copy and sorted(p.name for p in light.rglob("*") if p.is_file()) == ["config.json", "marker.json"]
         # Published again with other content (a recomputed run): the new marker means a new copy.
         local = tmp_path / "v2"
         local.mkdir()
         build_folder(local, "2")
-        storage.publish_tree(local, target, "marker.json")
+        folders.publish_tree(local, target, "marker.json")
         assert not local.exists()
-        again = storage.local_copy(target, "marker.json")
+        again = folders.local_copy(target, "marker.json")
         assert again != copy and (again / "sub" / "weights.bin").read_bytes().endswith(b"2")
         with pytest.raises(FileNotFoundError):
-            storage.local_copy(storage.join(location, "nothing-here"), "marker.json")
+            folders.local_copy(storage.join(location, "nothing-here"), "marker.json")
     else:
         assert copy == Path(target), "a local folder is read where it is"
 

@@ -24,7 +24,7 @@ import numpy as np
 import pyarrow.fs as pafs
 import torch
 
-from sweeper.store import storage
+from sweeper.store import folders, storage
 from sweeper.store.layout import CORPUS_MARKER
 from trainables.corpus_prep import read_index
 from trainables.objectives import TokenBatch
@@ -117,7 +117,7 @@ def local_shard(corpus_dir: str, meta: dict, name: str) -> Path:
     if not storage.is_remote(corpus_dir):
         return Path(corpus_dir, name)
     stamp = hashlib.sha256(json.dumps(meta, sort_keys=True).encode()).hexdigest()[:16]
-    target = storage.in_cache("copies", corpus_dir) / f"{stamp}-shards" / name
+    target = folders.in_cache("copies", corpus_dir) / f"{stamp}-shards" / name
     if not target.exists():
         target.parent.mkdir(parents=True, exist_ok=True)
         tmp = target.with_name(f".{target.name}.tmp-{os.getpid()}")

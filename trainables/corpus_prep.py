@@ -50,7 +50,7 @@ from pathlib import Path
 
 import numpy as np
 
-from sweeper.store import storage
+from sweeper.store import folders, storage
 from sweeper.spec.configs import CorpusConfig
 from sweeper.run.corpus_source import read_documents, resolve_files
 from sweeper.store.layout import CORPUS_MARKER
@@ -66,7 +66,7 @@ INDEX = "index.json"
 SHARDS = "shards"
 TOKENIZER = "tokenizer"
 TOKENIZER_DONE = "tokenizer_config.json"
-"""Uploaded last into tokenizer/ (storage.publish_tree): the tokenizer is complete."""
+"""Uploaded last into tokenizer/ (folders.publish_tree): the tokenizer is complete."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -161,10 +161,10 @@ def publish_tokenizer(config: CorpusConfig, files: list[str], out_dir: str):
             tmp = Path(out_dir) / f".{TOKENIZER}.tmp-{os.getpid()}"
             shutil.rmtree(tmp, ignore_errors=True)
         tokenizer.save_pretrained(tmp)
-        storage.publish_tree(tmp, location, TOKENIZER_DONE)
+        folders.publish_tree(tmp, location, TOKENIZER_DONE)
     if storage.is_remote(location):
         local = Path(tempfile.mkdtemp(prefix="sweeper-tokenizer-"))
-        storage.copy_tree_from(location, local)
+        folders.copy_tree_from(location, local)
         return AutoTokenizer.from_pretrained(local)
     return AutoTokenizer.from_pretrained(location)
 

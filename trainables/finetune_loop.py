@@ -21,7 +21,7 @@ from functools import lru_cache
 import numpy as np
 import torch
 
-from sweeper.store import storage
+from sweeper.store import folders
 from sweeper.spec.configs import TrialConfig
 from sweeper.store.layout import CHECKPOINT_MARKER, TRAINING_STATE
 from sweeper.spec.registry import resolve
@@ -39,7 +39,7 @@ def cached_backbone_state(checkpoint_path: str):
 
     hf_logging.set_verbosity_error()
     hf_logging.disable_progress_bar()
-    model = AutoModel.from_pretrained(storage.local_copy(checkpoint_path, CHECKPOINT_MARKER, skip=(TRAINING_STATE,)))
+    model = AutoModel.from_pretrained(folders.local_copy(checkpoint_path, CHECKPOINT_MARKER, skip=(TRAINING_STATE,)))
     return model.config, {k: v.clone() for k, v in model.state_dict().items()}
 
 

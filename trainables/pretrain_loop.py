@@ -44,7 +44,7 @@ from pathlib import Path
 
 import torch
 
-from sweeper.store import storage
+from sweeper.store import folders, storage
 from sweeper.spec.configs import PretrainConfig
 from sweeper.store.layout import (
     CHECKPOINT_MARKER,
@@ -211,7 +211,7 @@ def save_checkpoint(model, optimizer, run: PretrainConfig, step: int, log: list[
     model_state, optimizer_state = full_states(model, optimizer, run, context.get_world_size())
     if context.get_world_rank() == 0:
         save_hf(model, tmp, model_state)
-        shutil.copytree(storage.local_copy(run.corpus_dir, CORPUS_MARKER, only="tokenizer"), tmp,
+        shutil.copytree(folders.local_copy(run.corpus_dir, CORPUS_MARKER, only="tokenizer"), tmp,
                         dirs_exist_ok=True)
         torch.save({"optimizer": optimizer_state, "step": step, "log": log}, tmp / TRAINING_STATE)
         (tmp / TRAIN_LOG).write_text(json.dumps(log))  # read by the driver, no torch needed
@@ -224,7 +224,7 @@ def save_checkpoint(model, optimizer, run: PretrainConfig, step: int, log: list[
         shutil.rmtree(tmp, ignore_errors=True)
         return
     # A folder of this step left by a run that died after publishing has the same content.
-    storage.publish_tree(tmp, RunLayout(run.run_dir).checkpoint(step), CHECKPOINT_MARKER)
+    folders.publish_tree(tmp, RunLayout(run.run_dir).checkpoint(step), CHECKPOINT_MARKER)
     ray.train.report(metrics)
 
 
@@ -242,7 +242,7 @@ def resume_point(run: PretrainConfig):
     ray_step = checkpoint_step(Path(checkpoint.path).name) if checkpoint is not None else -1
     newer = RunLayout(run.run_dir).latest_resumable(newer_than=ray_step)
     if newer is not None:
-        return (contextlib.nullcontext(storage.local_copy(newer[1], CHECKPOINT_MARKER)),
+        return (contextlib.nullcontext(folders.local_copy(newer[1], CHECKPOINT_MARKER)),
                 newer[0] if run.workers > 0 else None)
     return (checkpoint.as_directory() if checkpoint is not None else contextlib.nullcontext(None)), None
 
@@ -290,7 +290,7 @@ def initial_model(run: PretrainConfig, vocab_size: int) -> LlamaEncoderForMasked
     """Fresh weights, or the decayed checkpoint continued pretraining starts from."""
     if run.init.kind == "study":
         # Weights only: a continued run starts a fresh optimizer.
-        weights = storage.local_copy(run.init.location, CHECKPOINT_MARKER, skip=(TRAINING_STATE,))
+        weights = folders.local_copy(run.init.location, CHECKPOINT_MARKER, skip=(TRAINING_STATE,))
         return LlamaEncoderForMaskedLM.from_pretrained(weights)
     if run.init.kind == "hf":
         from trainables.convert import encoder_from_causal_lm

@@ -18,7 +18,7 @@ import time
 from dataclasses import asdict, dataclass, field
 
 from sweeper.spec import space
-from sweeper.store import storage
+from sweeper.store import folders, storage
 from sweeper.spec.catalog import get_task
 from sweeper.spec.configs import params_text
 from sweeper.store.layout import StudyLayout
@@ -156,7 +156,7 @@ def find_changes(spec: StudySpec, plan: StudyPlan, layout: StudyLayout) -> Chang
 def apply_recompute(changes: Changes, layout: StudyLayout) -> None:
     """Move changed runs aside (kept, never deleted) so they retrain from scratch."""
     for name, old_key, _ in changes.runs:
-        storage.move_tree(layout.run(name).root, layout.superseded_run(name, old_key, int(time.time())))
+        folders.move_tree(layout.run(name).root, layout.superseded_run(name, old_key, int(time.time())))
 
 
 def refuse_unwritten_checkpoints(spec: StudySpec, plan: StudyPlan, layout: StudyLayout, spec_file: str) -> None:

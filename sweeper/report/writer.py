@@ -13,7 +13,7 @@ from pathlib import Path
 import pandas as pd
 
 from sweeper.report import analysis, figures, importance
-from sweeper.store import storage
+from sweeper.store import folders, storage
 from sweeper.report.findings import Verdict, check_findings
 from sweeper.store.layout import StudyLayout
 from sweeper.store.results import quarantined, read_trials
@@ -226,7 +226,7 @@ def build_report(study_dir: str | Path, lr_range: tuple[float, float] = (1e-5, 1
     categories = analysis.category_scores(trials, best)
     final = analysis.final_only(categories)
     stability, used_range = analysis.stability(trials, lr_range)
-    figure_dir = storage.scratch_dir(study_dir, "figures")
+    figure_dir = folders.scratch_dir(study_dir, "figures")
     ranges = figures.score_ranges(trials)  # per category: its families' score range, for clipping
     made, skipped = [], []
 

@@ -30,7 +30,7 @@ from pathlib import Path
 from ray.tune.search import Searcher
 
 from sweeper.spec import space as spaces
-from sweeper.store import storage
+from sweeper.store import folders, storage
 
 SEARCH_METRIC = "search_score"
 
@@ -79,7 +79,7 @@ class OptunaJournal:
 
         self.location, self.save_every_s = location, save_every_s
         self.remote = storage.is_remote(location)
-        self.local = storage.in_cache("scratch", location) if self.remote else Path(location)
+        self.local = folders.in_cache("scratch", location) if self.remote else Path(location)
         self.local.parent.mkdir(parents=True, exist_ok=True)
         if self.remote:  # the study's copy wins over whatever this node kept
             self.local.unlink(missing_ok=True)

@@ -12,7 +12,7 @@ from __future__ import annotations
 import ray
 
 from sweeper.spec import registry
-from sweeper.store import storage
+from sweeper.store import folders
 from sweeper.spec.catalog import get_task
 from sweeper.spec.configs import FinetuneProtocol, TaskInfo, stable_key
 from sweeper.store.layout import CORPUS_MARKER, StudyLayout
@@ -25,7 +25,7 @@ def prepare_task(task: TaskInfo, family: str, corpus_dir: str, max_length: int, 
     """Ray task: tokenise one task with the tokenizer of the prepared corpus at `corpus_dir`."""
     from trainables.tasks.data import prepare_task_data
 
-    tokenizer_dir = storage.local_copy(corpus_dir, CORPUS_MARKER, only="tokenizer")
+    tokenizer_dir = folders.local_copy(corpus_dir, CORPUS_MARKER, only="tokenizer")
     return prepare_task_data(task, family, str(tokenizer_dir), max_length, out_dir, max_train, max_eval, settings)
 
 

@@ -14,7 +14,7 @@ from __future__ import annotations
 import contextlib
 import sys
 
-from sweeper.store import storage
+from sweeper.store import folders, storage
 from sweeper.spec.configs import TrackingConfig
 
 
@@ -30,7 +30,7 @@ def start_wandb(tracking: TrackingConfig, *, name: str, run_id: str, location: s
         return None
     with redacted_argv():
         return wandb.init(project=tracking.project, name=name, id=run_id, resume="allow", mode=tracking.mode,
-                          dir=str(storage.scratch_dir(location, "")), reinit="create_new", config=redacted(config))
+                          dir=str(folders.scratch_dir(location, "")), reinit="create_new", config=redacted(config))
 
 
 def redacted(value):

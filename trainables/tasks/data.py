@@ -13,7 +13,7 @@ from pathlib import Path
 
 import numpy as np
 
-from sweeper.store import storage
+from sweeper.store import folders, storage
 from sweeper.spec.configs import TaskInfo
 from sweeper.store.layout import TASK_MARKER
 from sweeper.spec.registry import resolve
@@ -82,13 +82,13 @@ def prepare_task_data(task: TaskInfo, family: str, tokenizer_dir: str, max_lengt
                 "sizes": {split: len(rows) for split, rows in splits.items()}}
         (tmp / TASK_MARKER).write_text(json.dumps(meta, indent=1))
 
-    storage.build_once(out_dir, TASK_MARKER, build)
+    folders.build_once(out_dir, TASK_MARKER, build)
     meta = storage.read_json(storage.join(out_dir, TASK_MARKER))
     return {**meta, "summary": implementation.describe(meta)}
 
 
 def load_prepared(out_dir: str) -> tuple[dict, dict[str, dict[str, np.ndarray]]]:
-    out = storage.local_copy(out_dir, TASK_MARKER)
+    out = folders.local_copy(out_dir, TASK_MARKER)
     meta = json.loads((out / TASK_MARKER).read_text())
     splits = {}
     for split in SPLITS:
