@@ -86,7 +86,7 @@ class ResultsRecorder(tune.Callback):
         self.running = 0
         self.curves: dict[str, list[dict]] = {}  # Tune trial id -> curve points reported so far
 
-    def _add(self, config: dict, result: dict, status: str, error: str | None) -> None:
+    def add_rows(self, config: dict, result: dict, status: str, error: str | None) -> None:
         """Rows of one finished Tune trial: its own and its companions' (evaluation-only sets
         scored with its weights), less those a previous run already recorded."""
         planned = self.shard.trial(config)
@@ -152,13 +152,13 @@ class ResultsRecorder(tune.Callback):
         result = trial.last_result or {}
         curve = self.curves.pop(trial.trial_id, [])
         if result.get(FINAL) is False:  # stopped by the scheduler at its last curve point
-            self._add(trial.config, {**result, "curve": curve}, "stopped", None)
+            self.add_rows(trial.config, {**result, "curve": curve}, "stopped", None)
         else:
-            self._add(trial.config, result, result.get("status", "failed"), None)
+            self.add_rows(trial.config, result, result.get("status", "failed"), None)
 
     def on_trial_error(self, iteration, trials, trial, **info):
         self.curves.pop(trial.trial_id, None)
-        self._add(trial.config, {"learning_rate": trial.config.get("learning_rate")}, "failed",
+        self.add_rows(trial.config, {"learning_rate": trial.config.get("learning_rate")}, "failed",
                   trial_error_text(trial)[-2000:])
 
     def on_experiment_end(self, trials, **info):
