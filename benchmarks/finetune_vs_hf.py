@@ -342,12 +342,12 @@ def main() -> None:
     import ray
 
     from benchmarks.trials_per_hour import fake_checkpoint
-    from sweeper.store.layout import StudyLayout
     from sweeper.plan.study_plan import plan_study
     from sweeper.run.corpora import prepare_corpora
     from sweeper.run.ray_compat import use_loopback_node
     from sweeper.run.shards import EvaluationSets, grid_shards, trial_runtime
     from sweeper.run.task_prep import prepare_tasks
+    from sweeper.store.layout import StudyLayout
 
     spec = bench_spec(args)
     if args.quick:  # a tokenizer from fewer documents: the corpus job is setup, not a figure

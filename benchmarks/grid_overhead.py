@@ -50,8 +50,8 @@ def plain_tune_trainable(config: dict) -> None:
 
 def sweeper_run(spec, trials, study_dir: Path, seconds: float) -> float:
     from sweeper.run.finetuning import run_shards
-    from sweeper.store.layout import StudyLayout
     from sweeper.run.shards import grid_shards
+    from sweeper.store.layout import StudyLayout
 
     layout = StudyLayout(str(study_dir))
     fake_dirs = {(t.checkpoint.run.tokenizer, t.task): "unused" for t in trials}
@@ -75,8 +75,8 @@ def plain_tune_run(trials: int, seconds: float, storage: Path) -> float:
 def overhead(args) -> None:
     import ray
 
-    from sweeper.plan.study_plan import plan_study
     from sweeper.plan.load import load_spec
+    from sweeper.plan.study_plan import plan_study
 
     spec = load_spec(ROOT / "search_spaces" / "smoke.yaml")
     seeds = list(range(args.trials // (4 * 2) + 1))  # 4 checkpoints x 2 tasks x seeds >= trials
@@ -96,8 +96,8 @@ def overhead(args) -> None:
 
 
 def paper(args) -> None:
-    from sweeper.plan.study_plan import plan_study
     from sweeper.plan.load import load_spec
+    from sweeper.plan.study_plan import plan_study
 
     spec = load_spec(ROOT / "search_spaces" / "paper.yaml")
     spec = replace(spec, resources=replace(spec.resources, cpus_per_trial=1, gpus_per_trial=0))

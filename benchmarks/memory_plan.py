@@ -25,8 +25,8 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from sweeper.spec.catalog import MODEL_PRESETS  # noqa: E402
 from sweeper.plan.memory import GB, MemorySetup, estimate_peak  # noqa: E402
+from sweeper.spec.catalog import MODEL_PRESETS  # noqa: E402
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)

@@ -29,9 +29,9 @@ SHARD_TRIALS = 2_000  # resources.trials_per_shard of paper.yaml
 
 
 def trial_rows(count: int) -> list[dict]:
-    from sweeper.run.recording import trial_row
-    from sweeper.plan.study_plan import plan_study
     from sweeper.plan.load import load_spec
+    from sweeper.plan.study_plan import plan_study
+    from sweeper.run.recording import trial_row
 
     trials = plan_study(load_spec(ROOT / "search_spaces" / "paper.yaml")).trials[:count]
     now = datetime.now(timezone.utc)

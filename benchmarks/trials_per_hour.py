@@ -81,11 +81,11 @@ def main() -> None:
 
     import ray
 
-    from sweeper.store.layout import StudyLayout
     from sweeper.plan.study_plan import plan_study
     from sweeper.run.corpora import prepare_corpora
     from sweeper.run.runner import connect_ray
     from sweeper.run.task_prep import prepare_tasks
+    from sweeper.store.layout import StudyLayout
 
     spec = bench_spec(args)
     plan = plan_study(spec)

@@ -14,8 +14,8 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from sweeper.plan.study_plan import plan_study  # noqa: E402
 from sweeper.plan.load import load_spec  # noqa: E402
+from sweeper.plan.study_plan import plan_study  # noqa: E402
 
 SPECS = {
     "search_spaces/paper.yaml": "digest",

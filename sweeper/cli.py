@@ -9,11 +9,11 @@ import argparse
 import sys
 from pathlib import Path
 
+from sweeper.plan.load import load_spec
+from sweeper.run.lease import EXIT_LEASE, LeaseHeld, hold_lease
+from sweeper.spec.reading import SpecError
 from sweeper.store import storage
 from sweeper.store.layout import StudyLayout
-from sweeper.run.lease import EXIT_LEASE, LeaseHeld, hold_lease
-from sweeper.plan.load import load_spec
-from sweeper.spec.reading import SpecError
 
 EXIT_SPEC_ERROR = 2
 EXIT_CHANGED = 3

@@ -16,10 +16,10 @@ import pytest
 
 from conftest import ROOT, SMOKE_SPEC as SMOKE, edited_spec
 from sweeper.plan.changes import find_changes, record_settings
-from sweeper.store.layout import StudyLayout
+from sweeper.plan.load import load_spec
 from sweeper.plan.study_plan import at_point, plan_study
 from sweeper.run.recording import trial_row
-from sweeper.plan.load import load_spec
+from sweeper.store.layout import StudyLayout
 from sweeper.store.results import TRIALS, write_rows
 
 

@@ -12,11 +12,11 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from sweeper.spec.configs import CorpusConfig
-from sweeper.run.corpora import ORDER_BLOCK_WINDOWS as DRIVER_BLOCK, corpus_config, corpus_dir, effective_max_tokens
-from sweeper.store.layout import StudyLayout
-from sweeper.plan.study_plan import plan_study
 from sweeper.plan.load import load_spec
+from sweeper.plan.study_plan import plan_study
+from sweeper.run.corpora import ORDER_BLOCK_WINDOWS as DRIVER_BLOCK, corpus_config, corpus_dir, effective_max_tokens
+from sweeper.spec.configs import CorpusConfig
+from sweeper.store.layout import StudyLayout
 from trainables.corpus import ORDER_BLOCK_WINDOWS, PackedCorpus
 from trainables.corpus_prep import prepare_corpus
 

@@ -8,16 +8,16 @@ from dataclasses import replace
 import pytest
 from conftest import ROOT
 
-from sweeper.spec import catalog
-from sweeper.spec.catalog import PAPER_TASK_STATISTICS, task_statistics
 from sweeper.plan.cost import (
     finetuning_cost,
     mi250x_hours,
     padded_finetuning_cost,
     trial_tokens,
 )
-from sweeper.plan.study_plan import plan_study
 from sweeper.plan.load import load_spec
+from sweeper.plan.study_plan import plan_study
+from sweeper.spec import catalog
+from sweeper.spec.catalog import PAPER_TASK_STATISTICS, task_statistics
 
 
 @pytest.fixture(scope="module")

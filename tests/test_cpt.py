@@ -11,9 +11,9 @@ import torch
 from tokenizers import Tokenizer, models, pre_tokenizers, trainers
 from transformers import AutoTokenizer, LlamaConfig, LlamaForCausalLM, PreTrainedTokenizerFast
 
-import trainables  # noqa: F401
 from sweeper.store import folders, storage
 from sweeper.store.results import TRIALS, read_table
+import trainables  # noqa: F401
 from trainables.text_sources import iter_corpus_texts
 
 from conftest import ROOT, run_sweeper

@@ -12,11 +12,11 @@ from pathlib import Path
 import pyarrow.parquet as pq
 import pytest
 
-from sweeper.store import folders, storage
-from sweeper.store.layout import StudyLayout
+from sweeper.plan.load import load_spec
 from sweeper.plan.study_plan import plan_study
 from sweeper.run.recording import trial_row
-from sweeper.plan.load import load_spec
+from sweeper.store import folders, storage
+from sweeper.store.layout import StudyLayout
 from sweeper.store.results import (
     TRIALS, compact, finished_trial_keys, quarantined, read_table, read_trials, table_dir, write_rows,
 )

@@ -10,11 +10,11 @@ import yaml
 import torch
 from transformers import AutoConfig, AutoModel, AutoModelForMaskedLM
 
-import trainables  # noqa: F401  (registers the architecture)
-from sweeper.store import folders, storage
-from sweeper.plan.study_plan import plan_study
 from sweeper.plan.load import load_spec
+from sweeper.plan.study_plan import plan_study
+from sweeper.store import folders, storage
 from sweeper.store.results import TRIALS, read_table
+import trainables  # noqa: F401  (registers the architecture)
 
 from conftest import ROOT, run_sweeper
 

@@ -18,15 +18,15 @@ from ray.tune.schedulers import ASHAScheduler, MedianStoppingRule, TrialSchedule
 from ray.tune.search import Searcher
 
 from conftest import ROOT, nano_study
-from sweeper.report import analysis
-from sweeper.store.layout import StudyLayout
+from sweeper.plan.load import load_spec
 from sweeper.plan.study_plan import plan_study
+from sweeper.report import analysis
+from sweeper.run.early_stopping import TIME_ATTR, CellScheduler, make_scheduler
 from sweeper.run.progress import ProgressLine
 from sweeper.run.recording import FINAL, ResultsRecorder
-from sweeper.run.early_stopping import TIME_ATTR, CellScheduler, make_scheduler
 from sweeper.run.search import SEARCH_METRIC
 from sweeper.run.shards import GridShard
-from sweeper.plan.load import load_spec
+from sweeper.store.layout import StudyLayout
 from sweeper.store.results import EVAL_CURVES, TRIALS, finished_trial_keys, read_table, read_trials
 
 ES_SPEC = nano_study("early-stopping", "    - {objective: mlm}\n", """\

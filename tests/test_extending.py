@@ -15,9 +15,9 @@ import pytest
 import torch
 import yaml
 
-from sweeper.spec import catalog, registry
-from sweeper.plan.study_plan import plan_study
 from sweeper.plan.load import load_spec
+from sweeper.plan.study_plan import plan_study
+from sweeper.spec import catalog, registry
 from sweeper.spec.reading import SpecError
 
 from conftest import ROOT, run_sweeper

@@ -10,12 +10,12 @@ import pandas as pd
 import pytest
 
 from sweeper.report import analysis
-from sweeper.spec import registry
 from sweeper.report.figures import clipped_interval, score_ranges
 from sweeper.report.findings import check_findings
-from sweeper.spec.registry import FamilyInfo
-from sweeper.report.writer import findings_section
 from sweeper.report.statistics import CANNOT_TELL, CONTRADICTS, SUPPORTS, holm, paired_t
+from sweeper.report.writer import findings_section
+from sweeper.spec import registry
+from sweeper.spec.registry import FamilyInfo
 from test_verdict_calibration import synthetic_study
 
 

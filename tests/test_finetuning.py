@@ -5,12 +5,12 @@ import pytest
 import ray
 from ray import tune
 
-from sweeper.store.layout import StudyLayout
+from sweeper.plan.load import load_spec
 from sweeper.plan.study_plan import plan_study
 from sweeper.run.progress import ProgressLine
 from sweeper.run.recording import ResultsRecorder
 from sweeper.run.shards import GridShard
-from sweeper.plan.load import load_spec
+from sweeper.store.layout import StudyLayout
 from sweeper.store.results import read_table, TRIALS
 
 from conftest import ROOT

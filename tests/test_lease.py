@@ -14,8 +14,8 @@ import uuid
 import pytest
 
 from sweeper.run import lease as lease_module
-from sweeper.store import storage
 from sweeper.run.lease import LeaseHeld, hold_lease, read_lease, take_lease
+from sweeper.store import storage
 
 from conftest import ROOT
 

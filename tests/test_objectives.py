@@ -7,8 +7,8 @@ import torch
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from sweeper.spec.configs import AdamWConfig, InitSource, PhaseConfig, PretrainConfig
 from sweeper.plan.runs import switch_step
+from sweeper.spec.configs import AdamWConfig, InitSource, PhaseConfig, PretrainConfig
 from sweeper.spec.registry import OBJECTIVES, resolve
 from trainables.corpus import document_layout
 from trainables.model import LlamaEncoderConfig, build_model

@@ -20,14 +20,14 @@ import pyarrow.parquet as pq
 import pytest
 
 from conftest import ROOT, SMOKE_SPEC as SMOKE, edited_spec, nano_study
-from sweeper.spec import space
-from sweeper.store.layout import StudyLayout
+from sweeper.plan.load import load_spec
 from sweeper.plan.study_plan import plan_study, trial_count_text
 from sweeper.run.recording import trial_row
 from sweeper.run.search import Gate
 from sweeper.run.shards import EvaluationSets, optuna_shards
-from sweeper.plan.load import load_spec
+from sweeper.spec import space
 from sweeper.spec.parsing import Distribution
+from sweeper.store.layout import StudyLayout
 from sweeper.store.results import TRIALS, read_table, read_trials, write_rows
 
 RANDOM = ("  learning_rates: [0.001] ", "  search: random\n  random: {samples: 3, lr_min: 1.0e-4, lr_max: 1.0e-2}\n"
@@ -207,8 +207,8 @@ def test_a_resumed_search_reconciles_the_cells_study_with_the_store(tmp_path):
 def test_a_journal_in_an_object_store_is_a_local_copy_saved_back(object_store, tmp_path, monkeypatch):
     """An object store has no appends nor file locks: the driver works on a node-local copy and
     copies it back; the next driver (another node's cache) starts from the study's copy."""
-    from sweeper.store import storage
     from sweeper.run.search import OptunaJournal
+    from sweeper.store import storage
 
     root = storage.use_credentials(object_store("optuna-journal"))
     location = StudyLayout(root).optuna_journal

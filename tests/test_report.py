@@ -10,9 +10,9 @@ import pytest
 
 from sweeper.report import analysis
 from sweeper.report.findings import check_findings
+from sweeper.report.statistics import CANNOT_TELL, SUPPORTS
 from sweeper.report.writer import build_report
 from sweeper.store.results import TRIALS, read_trials, write_rows
-from sweeper.report.statistics import CANNOT_TELL, SUPPORTS
 
 LRS = (1e-5, 3e-5, 1e-4)
 T_975_4 = 2.7764451051977987  # t(0.975, 4 dof), the 95 % two-sided quantile for 5 seeds

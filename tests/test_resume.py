@@ -14,10 +14,10 @@ import pyarrow.dataset as ds
 import pyarrow.parquet as pq
 import pytest
 
+from sweeper.plan.load import load_spec
+from sweeper.plan.study_plan import plan_study
 from sweeper.store import storage
 from sweeper.store.layout import RunLayout
-from sweeper.plan.study_plan import plan_study
-from sweeper.plan.load import load_spec
 from sweeper.store.results import TRIALS, read_table, table_dir
 
 from conftest import ROOT, run_sweeper

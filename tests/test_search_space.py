@@ -19,9 +19,9 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from sweeper.plan.study_plan import plan_study
-from sweeper.plan.run_names import short_number
 from sweeper.plan.load import load_spec
+from sweeper.plan.run_names import short_number
+from sweeper.plan.study_plan import plan_study
 from sweeper.spec.parsing import Distribution, Grid
 from sweeper.spec.reading import SpecError
 
@@ -107,8 +107,8 @@ def test_a_grid_expands_every_entry_as_a_product_and_runs_carry_their_values(tmp
 
 
 def test_the_worker_config_trains_with_the_runs_values(tmp_path):
-    from sweeper.store.layout import StudyLayout
     from sweeper.run.pretraining import pretrain_config
+    from sweeper.store.layout import StudyLayout
 
     plan = plan_study(load_spec(write(tmp_path, PEAK_LR_GRID)))
     runs = {run.name: run for run in plan.runs}

@@ -67,8 +67,8 @@ def test_the_filesystem_object_holds_no_credentials():
 
 
 def planned_fsdp_study():
-    from sweeper.plan.study_plan import plan_study
     from sweeper.plan.load import load_spec
+    from sweeper.plan.study_plan import plan_study
 
     spec = load_spec(ROOT / "tests" / "specs" / "fsdp.yaml")
     return spec, plan_study(spec)

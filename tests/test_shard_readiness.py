@@ -16,11 +16,11 @@ import ray
 from ray import tune
 from ray.tune.search import Searcher
 
-from sweeper.store.layout import CHECKPOINT_MARKER, StudyLayout
+from sweeper.plan.load import load_spec
 from sweeper.plan.study_plan import plan_study
 from sweeper.run.search import Gate
 from sweeper.run.shards import EvaluationSets, grid_shards, optuna_shards
-from sweeper.plan.load import load_spec
+from sweeper.store.layout import CHECKPOINT_MARKER, StudyLayout
 from sweeper.store.results import read_trials
 
 from conftest import ROOT
@@ -158,12 +158,12 @@ def test_the_last_shards_ready_checkpoint_is_recorded_before_any_trial_of_an_unw
 MEMORY_SCRIPT = """
 import sys
 sys.path.insert(0, {root!r})
-from sweeper.run.finetuning import run_shards  # noqa: F401 (the driver's imports: Ray Tune included)
-from sweeper.store.layout import StudyLayout
+from sweeper.plan.load import load_spec
 from sweeper.plan.study_plan import plan_study
+from sweeper.run.finetuning import run_shards  # noqa: F401 (the driver's imports: Ray Tune included)
 from sweeper.run.search import Gate
 from sweeper.run.shards import EvaluationSets, grid_shards, trial_runtime
-from sweeper.plan.load import load_spec
+from sweeper.store.layout import StudyLayout
 
 spec = load_spec({root!r} + "/search_spaces/paper.yaml")
 plan = plan_study(spec)

@@ -19,12 +19,12 @@ import pytest
 import ray
 import yaml
 
+from sweeper.plan.load import load_spec
+from sweeper.plan.study_plan import finetune_protocol, plan_study
+from sweeper.run.shards import trial_runtime
 from sweeper.spec.catalog import get_task
 from sweeper.spec.configs import CompanionSet, TrialConfig
-from sweeper.plan.study_plan import finetune_protocol, plan_study
 from sweeper.spec.registry import FAMILIES
-from sweeper.run.shards import trial_runtime
-from sweeper.plan.load import load_spec
 from sweeper.store.results import read_trials
 from trainables.finetune_loop import run_trial
 

@@ -17,10 +17,10 @@ import pyarrow.parquet as pq
 import pytest
 
 from conftest import ROOT, edited_spec, nano_study
-from sweeper.report import analysis
-from sweeper.plan.study_plan import finetune_protocol, plan_study, task_points
-from sweeper.run.recording import trial_row
 from sweeper.plan.load import load_spec
+from sweeper.plan.study_plan import finetune_protocol, plan_study, task_points
+from sweeper.report import analysis
+from sweeper.run.recording import trial_row
 from sweeper.spec.reading import SpecError
 from sweeper.store.results import EVAL_CURVE_SCHEMA, PROTOCOL_COLUMNS, TRIAL_SCHEMA, TRIALS, read_trials, write_rows
 
@@ -109,9 +109,9 @@ def test_task_data_is_prepared_once_per_length_and_stride_a_trial_reads(tmp_path
 
 
 def test_the_trial_config_carries_the_point(tmp_path):
+    from sweeper.run.shards import EvaluationSets, trial_config
     from sweeper.spec.configs import TrialRuntime
     from sweeper.store.layout import StudyLayout
-    from sweeper.run.shards import EvaluationSets, trial_config
 
     spec = load_spec(smoke_with(tmp_path, WD_GRID))
     plan = plan_study(spec)

@@ -50,9 +50,9 @@ from pathlib import Path
 
 import numpy as np
 
-from sweeper.store import folders, storage
-from sweeper.spec.configs import CorpusConfig
 from sweeper.run.corpus_source import read_documents, resolve_files
+from sweeper.spec.configs import CorpusConfig
+from sweeper.store import folders, storage
 from sweeper.store.layout import CORPUS_MARKER
 from trainables.tokenizer import load_or_train_tokenizer
 

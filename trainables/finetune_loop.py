@@ -21,10 +21,10 @@ from functools import lru_cache
 import numpy as np
 import torch
 
-from sweeper.store import folders
 from sweeper.spec.configs import TrialConfig
-from sweeper.store.layout import CHECKPOINT_MARKER, TRAINING_STATE
 from sweeper.spec.registry import resolve
+from sweeper.store import folders
+from sweeper.store.layout import CHECKPOINT_MARKER, TRAINING_STATE
 from trainables.schedule import linear_warmup_decay_lr
 from trainables.tasks.data import load_prepared
 from trainables.tasks.family import TaskFamily

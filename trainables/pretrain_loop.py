@@ -44,8 +44,10 @@ from pathlib import Path
 
 import torch
 
-from sweeper.store import folders, storage
+from sweeper.run.tracking import start_wandb
 from sweeper.spec.configs import PretrainConfig
+from sweeper.spec.registry import resolve
+from sweeper.store import folders, storage
 from sweeper.store.layout import (
     CHECKPOINT_MARKER,
     CORPUS_MARKER,
@@ -55,8 +57,6 @@ from sweeper.store.layout import (
     checkpoint_folder_name,
     checkpoint_step,
 )
-from sweeper.spec.registry import resolve
-from sweeper.run.tracking import start_wandb
 from trainables.corpus import PackedCorpus
 from trainables.model import LlamaEncoderConfig, LlamaEncoderForMaskedLM, build_model
 from trainables.objectives import LossContext, ObjectiveLoss, RowDraws

@@ -17,14 +17,14 @@ import json
 import time
 from dataclasses import asdict, dataclass, field
 
+from sweeper.plan.study_plan import StudyPlan, finetune_protocol, task_overrides
 from sweeper.spec import space
-from sweeper.store import folders, storage
 from sweeper.spec.catalog import get_task
 from sweeper.spec.configs import params_text
-from sweeper.store.layout import StudyLayout
-from sweeper.plan.study_plan import StudyPlan, finetune_protocol, task_overrides
-from sweeper.spec.study import StudySpec
 from sweeper.spec.reading import SpecError
+from sweeper.spec.study import StudySpec
+from sweeper.store import folders, storage
+from sweeper.store.layout import StudyLayout
 from sweeper.store.results import TRIALS, read_table
 
 

@@ -25,10 +25,10 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
+from sweeper.plan.runs import PretrainingRun
+from sweeper.plan.study_plan import StudyPlan, finetune_protocol, protocol_text
 from sweeper.spec.catalog import TaskStatistics, get_task, task_statistics
 from sweeper.spec.configs import FinetuneProtocol
-from sweeper.plan.study_plan import StudyPlan, finetune_protocol, protocol_text
-from sweeper.plan.runs import PretrainingRun
 from sweeper.spec.study import StudySpec
 
 MI250X_PEAK_TFLOPS = 383.0

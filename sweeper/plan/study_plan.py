@@ -32,12 +32,12 @@ import itertools
 import json
 from dataclasses import asdict, dataclass, field, fields, replace
 
+from sweeper.plan.runs import PretrainingRun, expand_runs
 from sweeper.spec import registry, space
 from sweeper.spec.catalog import get_task
 from sweeper.spec.configs import AdamWConfig, FinetuneProtocol, stable_key, trial_identity
-from sweeper.plan.runs import PretrainingRun, expand_runs
-from sweeper.spec.study import StudySpec
 from sweeper.spec.parsing import Distribution
+from sweeper.spec.study import StudySpec
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)

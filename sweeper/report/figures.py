@@ -12,8 +12,8 @@ import matplotlib.pyplot as plt  # noqa: E402
 import numpy as np  # noqa: E402
 import pandas as pd  # noqa: E402
 
-from sweeper.spec import registry  # noqa: E402
 from sweeper.report.analysis import ordered_categories  # noqa: E402
+from sweeper.spec import registry  # noqa: E402
 
 OBJECTIVE_COLOURS = {"mlm": "tab:blue", "clm": "tab:orange", "clm-mlm": "tab:green"}
 UNREGISTERED_RANGE = (-100.0, 100.0)

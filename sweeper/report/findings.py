@@ -16,8 +16,8 @@ from dataclasses import dataclass, field
 import numpy as np
 import pandas as pd
 
-from sweeper.report import analysis
 from sweeper.plan.run_names import format_steps
+from sweeper.report import analysis
 from sweeper.report.statistics import (CANNOT_TELL, Part, SeedScores, Spreads, VerdictConfig, decide, describe,
                                    interval, pair_part, paired_t)
 

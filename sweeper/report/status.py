@@ -11,10 +11,10 @@ import os
 import time
 from collections import Counter
 
+from sweeper.plan.load import load_spec
+from sweeper.plan.study_plan import plan_study
 from sweeper.store import storage
 from sweeper.store.layout import StudyLayout
-from sweeper.plan.study_plan import plan_study
-from sweeper.plan.load import load_spec
 from sweeper.store.results import quarantined, read_trials
 
 STALE_AFTER_S = 600  # a heartbeat older than this means nobody is running the study

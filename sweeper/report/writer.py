@@ -13,11 +13,11 @@ from pathlib import Path
 import pandas as pd
 
 from sweeper.report import analysis, figures, importance
-from sweeper.store import folders, storage
 from sweeper.report.findings import Verdict, check_findings
+from sweeper.report.statistics import CANNOT_TELL, p_text
+from sweeper.store import folders, storage
 from sweeper.store.layout import StudyLayout
 from sweeper.store.results import quarantined, read_trials
-from sweeper.report.statistics import CANNOT_TELL, p_text
 
 
 def planned_trial_keys(study_dir: str | Path, damaged: Callable[[str, str], None] | None = None) -> list[str] | None:
@@ -141,8 +141,8 @@ def curve_table(frame: pd.DataFrame, index: list[str], title: str, note: str) ->
 def study_space(study_dir: str) -> dict | None:
     """The searched space of the study's own spec copy (learning rate and distributions), for the
     importances' bounds; None when the copy is absent or no longer reads (a removed plugin)."""
-    from sweeper.spec.space import LEARNING_RATE, log_range
     from sweeper.plan.load import load_spec
+    from sweeper.spec.space import LEARNING_RATE, log_range
 
     try:
         ft = load_spec(StudyLayout(study_dir).spec).finetuning

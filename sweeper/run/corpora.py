@@ -12,12 +12,12 @@ import math
 import re
 from pathlib import Path
 
-from sweeper.spec.configs import CorpusConfig, stable_key
-from sweeper.run.corpus_source import source_problem
-from sweeper.store.layout import StudyLayout
 from sweeper.plan.study_plan import StudyPlan
+from sweeper.run.corpus_source import source_problem
+from sweeper.spec.configs import CorpusConfig, stable_key
 from sweeper.spec.reading import SpecError
 from sweeper.spec.study import StudySpec
+from sweeper.store.layout import StudyLayout
 
 ORDER_BLOCK_WINDOWS = 1 << 16
 """Windows the sample order permutes together (trainables.corpus.ORDER_BLOCK_WINDOWS): a token

@@ -26,19 +26,19 @@ from functools import partial
 
 from ray import tune
 
-from sweeper.store import storage
-from sweeper.store.layout import StudyLayout
 from sweeper.plan.study_plan import StudyPlan
+from sweeper.run.early_stopping import make_scheduler
 from sweeper.run.progress import ProgressLine
 from sweeper.run.recording import FINAL, ResultsRecorder
-from sweeper.run.early_stopping import make_scheduler
 from sweeper.run.search import SEARCH_METRIC, Gate, search_score
 from sweeper.run.shards import EvaluationSets, Shard, study_shards
-from sweeper.spec.study import StudySpec
-from sweeper.store.results import EVAL_CURVES, TRIALS, compact, finished_trial_keys
 from sweeper.run.task_prep import prepare_tasks
 from sweeper.run.tracking import start_wandb
 from sweeper.run.version import code_version
+from sweeper.spec.study import StudySpec
+from sweeper.store import storage
+from sweeper.store.layout import StudyLayout
+from sweeper.store.results import EVAL_CURVES, TRIALS, compact, finished_trial_keys
 
 
 def finetune_trainable(config: dict, shard: Shard, report_curve: bool = False) -> None:

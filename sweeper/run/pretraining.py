@@ -17,11 +17,11 @@ from dataclasses import asdict
 
 import ray
 
-from sweeper.store import storage
-from sweeper.spec.configs import InitSource, PretrainConfig
-from sweeper.store.layout import TRAIN_LOG, StudyLayout
 from sweeper.plan.runs import PretrainingRun
+from sweeper.spec.configs import InitSource, PretrainConfig
 from sweeper.spec.study import StudySpec
+from sweeper.store import storage
+from sweeper.store.layout import TRAIN_LOG, StudyLayout
 from sweeper.store.results import PRETRAINING, write_rows
 
 

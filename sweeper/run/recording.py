@@ -21,12 +21,12 @@ from pathlib import Path
 
 from ray import tune
 
-from sweeper.store import storage
-from sweeper.spec.catalog import get_task
-from sweeper.store.layout import StudyLayout
 from sweeper.plan.study_plan import Trial
 from sweeper.run.progress import ProgressLine
+from sweeper.spec.catalog import get_task
 from sweeper.spec.configs import params_text
+from sweeper.store import storage
+from sweeper.store.layout import StudyLayout
 from sweeper.store.results import EVAL_CURVES, PROTOCOL_COLUMNS, TRIALS, write_rows
 
 

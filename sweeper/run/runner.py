@@ -11,17 +11,17 @@ from pathlib import Path
 
 import ray
 
-from sweeper.spec import registry
-from sweeper.store import storage
+from sweeper.plan.study_plan import StudyPlan
+from sweeper.report.writer import write_report
 from sweeper.run.corpora import check_corpus_source, prepare_corpora
 from sweeper.run.finetuning import run_finetuning
-from sweeper.store.layout import StudyLayout
-from sweeper.plan.study_plan import StudyPlan
 from sweeper.run.pretraining import PretrainingScheduler
 from sweeper.run.progress import format_duration
 from sweeper.run.ray_compat import use_loopback_node
-from sweeper.report.writer import write_report
+from sweeper.spec import registry
 from sweeper.spec.study import StudySpec
+from sweeper.store import storage
+from sweeper.store.layout import StudyLayout
 
 
 def plugin_runtime_env() -> dict | None:

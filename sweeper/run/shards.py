@@ -23,17 +23,17 @@ from __future__ import annotations
 
 import json
 
+from sweeper.plan.study_plan import StudyPlan, Trial, at_point
+from sweeper.run.search import CellSearch, CellSearcher, Gate, GridSearcher, ReadyQueue, search_score
+from sweeper.run.task_prep import task_data_dir
 from sweeper.spec import registry
-from sweeper.store import storage
 from sweeper.spec import space as spaces
 from sweeper.spec.catalog import get_task
 from sweeper.spec.configs import CompanionSet, TaskInfo, TrialConfig, TrialRuntime, params_text
-from sweeper.store.layout import StudyLayout
-from sweeper.plan.study_plan import StudyPlan, Trial, at_point
-from sweeper.run.search import CellSearch, CellSearcher, Gate, GridSearcher, ReadyQueue, search_score
 from sweeper.spec.study import StudySpec
+from sweeper.store import storage
+from sweeper.store.layout import StudyLayout
 from sweeper.store.results import read_trials
-from sweeper.run.task_prep import task_data_dir
 
 
 def trial_runtime(spec: StudySpec) -> TrialRuntime:

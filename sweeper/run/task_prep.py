@@ -11,13 +11,13 @@ from __future__ import annotations
 
 import ray
 
+from sweeper.plan.study_plan import task_points
 from sweeper.spec import registry
-from sweeper.store import folders
 from sweeper.spec.catalog import get_task
 from sweeper.spec.configs import FinetuneProtocol, TaskInfo, stable_key
-from sweeper.store.layout import CORPUS_MARKER, StudyLayout
-from sweeper.plan.study_plan import task_points
 from sweeper.spec.study import StudySpec
+from sweeper.store import folders
+from sweeper.store.layout import CORPUS_MARKER, StudyLayout
 
 
 def prepare_task(task: TaskInfo, family: str, corpus_dir: str, max_length: int, out_dir: str, max_train, max_eval,

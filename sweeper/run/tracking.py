@@ -14,8 +14,8 @@ from __future__ import annotations
 import contextlib
 import sys
 
-from sweeper.store import folders, storage
 from sweeper.spec.configs import TrackingConfig
+from sweeper.store import folders, storage
 
 
 def start_wandb(tracking: TrackingConfig, *, name: str, run_id: str, location: str, config: dict):

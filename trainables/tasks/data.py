@@ -13,10 +13,10 @@ from pathlib import Path
 
 import numpy as np
 
-from sweeper.store import folders, storage
 from sweeper.spec.configs import TaskInfo
-from sweeper.store.layout import TASK_MARKER
 from sweeper.spec.registry import resolve
+from sweeper.store import folders, storage
+from sweeper.store.layout import TASK_MARKER
 from trainables.tasks.family import TaskFamily
 from trainables.text_sources import iter_rows
 
