@@ -182,7 +182,8 @@ def planned_run(total: int, *, save_every: int = 1, checkpoint_steps: tuple[int,
         clm_fraction=switch / total, switch_step=switch, run_dir=run_dir, corpus_dir=corpus_dir,
         model_config={**TINY, "vocab_size": 512}, init=InitSource(kind="scratch"), phases=phases,
         total_steps=total, checkpoint_steps=checkpoint_steps, global_batch_size=16, seq_len=32, peak_lr=3e-3,
-        optimizer=AdamWConfig(eps=1e-5), warmup_steps=1,  # eps bounds AdamW's amplification (DDP test) decay_steps=2, seed=0, data_seed=0, log_every=1,
+        # eps bounds AdamW's amplification of rounding (the DDP test's tolerance).
+        optimizer=AdamWConfig(eps=1e-5), warmup_steps=1, decay_steps=2, seed=0, data_seed=0, log_every=1,
         save_every=save_every, workers=workers, threads=1, micro_batch_size=micro_batch_size,
         keep_resume_checkpoints=keep)
 
