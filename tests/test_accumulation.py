@@ -225,3 +225,30 @@ def test_two_ddp_workers_in_micro_batches_train_like_one_process_and_keep_only_w
     # <~ 3e-7 a step, 2e-6 over 6 steps, within atol 1e-5 (rtol: weights of ~0.02 add 2e-6).
     for key, value in weights["local-16"].items():
         assert torch.allclose(weights["ddp-2x4"][key], value, rtol=1e-4, atol=1e-5), key
+
+
+@pytest.mark.e2e
+def test_a_run_resumed_at_its_final_checkpoint_applies_the_retention_it_missed(ray_head, wordpiece_dir, tmp_path):
+    """Killed between its final checkpoint and that step's retention, a run restarts at its last
+    step and trains none: the loop applies retention at the resume point, or the resume-only
+    checkpoints and the older evaluated one's optimizer state stay for good. The folder such a
+    kill leaves is made by a first fit that keeps every checkpoint (keep 6); the second fit of the
+    same run keeps 1 (Train's local mode, in this process)."""
+    import ray
+
+    from sweeper.pretraining import fit_run
+
+    run_dir = tmp_path / "run"
+    runs = [planned_run(6, checkpoint_steps=(3,), run_dir=str(run_dir), corpus_dir=str(Path(wordpiece_dir).parent),
+                        keep=keep) for keep in (6, 1)]
+    ray.init(address=ray_head[0], log_to_driver=False)
+    try:
+        fit_run(runs[0], {"cpus_per_worker": 1, "gpus_per_worker": 0, "max_failures": 0})
+        assert sorted(p.name for p in run_dir.glob("step-*")) == [f"step-{s}" for s in range(1, 7)]
+        final = (run_dir / "step-6" / "model.safetensors").stat().st_mtime_ns
+        fit_run(runs[1], {"cpus_per_worker": 1, "gpus_per_worker": 0, "max_failures": 0})
+    finally:
+        ray.shutdown()
+    assert (run_dir / "step-6" / "model.safetensors").stat().st_mtime_ns == final, "nothing retrained"
+    assert sorted(p.name for p in run_dir.glob("step-*")) == ["step-3", "step-6"]
+    assert [(run_dir / f"step-{s}" / "training_state.pt").exists() for s in (3, 6)] == [False, True]

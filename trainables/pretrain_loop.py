@@ -336,6 +336,10 @@ def train_loop_per_worker(loop_config: dict) -> None:
         start, log = restore_training_state(resume, model, optimizer, run, world) if resume else (0, [])
         for step in unknown_to_ray:
             register_with_ray(run, step)
+    if start and rank == 0:
+        # A run killed between a checkpoint and its retention (below) applies it now: after the
+        # final checkpoint no later step would.
+        apply_retention(run, start)
     share = run.global_batch_size // world  # this rank's rows: [rank * share, (rank + 1) * share)
     mask_token_id, vocab_size = corpus.meta["mask_token_id"], unwrap(model).config.vocab_size
     losses: dict[str, ObjectiveLoss] = {}  # phase.loss -> its function, imported once
