@@ -108,38 +108,90 @@ def test_driver_killed_mid_grid_then_rerun_loses_and_duplicates_nothing(ray_head
     assert "30 trials: 20 ok, 0 running, 0 pending, 10 diverged, 0 failed" in status.stdout
 
 
+def process_ids(title: str) -> list[int]:
+    """Processes whose command line (a Ray worker's is its process title) contains `title`."""
+    found = []
+    for entry in Path("/proc").iterdir():
+        try:
+            if entry.name.isdigit() and title in (entry / "cmdline").read_bytes().decode(errors="replace"):
+                found.append(int(entry.name))
+        except OSError:
+            continue
+    return found
+
+
+def ray_registered_steps(run_dir: str) -> list[int]:
+    """Steps of the checkpoints Ray Train's controller has registered (its snapshot, rewritten at
+    each registration)."""
+    snapshot = storage.read_json(storage.join(run_dir, "checkpoint_manager_snapshot.json"), default={})
+    return sorted(int(Path(result["checkpoint_dir_name"]).name.removeprefix("step-"))
+                  for result in (snapshot or {}).get("checkpoint_results", []))
+
+
 @pytest.mark.parametrize("workers,where", [(0, "s3"), (1, "disk")], ids=["local-mode-in-s3", "train-worker-group"])
 def test_pretraining_process_killed_mid_run_resumes_to_the_planned_result(ray_head, tmp_path, object_store,
                                                                           workers, where):
     """Local mode: Ray retries the task, and the loop finds its last checkpoint in the study (here
-    an S3 bucket: listed, downloaded with its optimizer state). Worker group: Train's
-    FailureConfig restarts it, and the loop resumes from the newest complete checkpoint, which
-    Train's controller may not have registered yet: the kill comes right after step 20's report,
-    within the controller's poll interval (2 s), as in a CI run where Train handed back step 10."""
+    an S3 bucket: listed, downloaded with its optimizer state), killed after step 20's checkpoint.
+
+    Worker group: the kill is forced into the race between a worker's report and Train's
+    controller registering it. The controller takes one report per poll of the workers (every
+    2 s) from a queue of one, so with the controller paused (SIGSTOP) the worker reports one more
+    checkpoint and then waits, its next checkpoint uploaded and unknown to Ray. The worker is
+    killed there and the controller resumed: Ray hands the restarted worker back its last
+    registered checkpoint, the loop resumes from the newer one on disk and must register every
+    checkpoint Ray missed, or Ray's retention leaves a resume-only checkpoint behind (CI saw
+    `[10, 20, 40, 60]`) or counts an evaluated one short."""
     study_dir = object_store(f"kill-{workers}/study") if where == "s3" else str(tmp_path / "study")
     spec = tmp_path / "worker_kill.yaml"
     spec.write_text((SPECS / "worker_kill.yaml").read_text() + f"resources: {{pretraining_workers: {workers}}}\n")
     run_dir = storage.join(study_dir, "pretraining", "tiny-clm-30-mlm40-60")
     driver = start_sweeper("run", str(spec), "--storage", study_dir, address=ray_head[0])
 
-    def step_20_saved():
-        progress = storage.read_json(storage.join(run_dir, "progress.json"))
-        saved = RunLayout(run_dir).latest_resumable()
-        return progress if progress and saved and saved[0] >= 20 else None
-    progress = wait_for(step_20_saved, timeout=300, what="step 20's checkpoint", process=driver, poll_s=0.1)
-    os.kill(progress["pid"], signal.SIGKILL)  # the process running the training loop
+    def saved_at_least(step: int):
+        def saved():
+            progress = storage.read_json(storage.join(run_dir, "progress.json"))
+            newest = RunLayout(run_dir).latest_resumable()
+            return progress if progress and newest and newest[0] >= step else None
+        return saved
+
+    paused = []
+    try:
+        if workers:
+            # The first progress line (step 5) comes before the first checkpoint (step 10).
+            wait_for(lambda: storage.read_json(storage.join(run_dir, "progress.json")), timeout=300,
+                     what="the first progress line", process=driver, poll_s=0.05)
+            paused = process_ids("TrainController")
+            assert len(paused) == 1, paused
+            os.kill(paused[0], signal.SIGSTOP)
+            known = ray_registered_steps(run_dir)
+            # Ray's newest + 10 is queued, + 20 uploaded and waiting: neither is known to Ray.
+            kill_at = (known[-1] if known else 0) + 20
+        else:
+            kill_at = 20
+        progress = wait_for(saved_at_least(kill_at), timeout=300, what=f"step {kill_at}'s checkpoint",
+                            process=driver, poll_s=0.1)
+        os.kill(progress["pid"], signal.SIGKILL)  # the process running the training loop
+        if workers:
+            assert ray_registered_steps(run_dir) == known, "the controller stayed paused"
+    finally:
+        for pid in paused:
+            os.kill(pid, signal.SIGCONT)
     output, _ = driver.communicate(timeout=600)
     assert driver.returncode == 0, output[-5000:]
-    # The process that finished the run started from a saved step, not from scratch (its stdout,
-    # "resumed from step N", may not reach the driver from a restarted Ray worker).
+    # The process that finished the run started from the newest complete checkpoint, not from
+    # scratch or Ray's older one (its stdout, "resumed from step N", may not reach the driver
+    # from a restarted Ray worker).
     final = storage.read_json(storage.join(run_dir, "progress.json"))
-    assert final["step"] == 60 and final["started_from"] in (20, 30), (final, output[-5000:])
-    assert final["pid"] != progress["pid"]
+    assert final["step"] == 60 and final["pid"] != progress["pid"], final
+    assert final["started_from"] == kill_at if workers else final["started_from"] in (20, 30), (final, output[-5000:])
 
     steps = sorted(storage.read_json(m)["step"] for m in storage.find_files(run_dir, "step-*/sweeper_checkpoint.json"))
     # Local mode deletes superseded resume-only checkpoints (save_every: 10) itself, Ray Train
     # (checkpoint_config) those of a worker group; evaluated ones drop their optimizer state.
     assert steps == [20, 40, 60], "every planned checkpoint, resume-only ones cleaned up"
+    if workers:
+        assert ray_registered_steps(run_dir) == [20, 40, 60], "Ray's record is the folder's"
     assert [storage.exists(storage.join(run_dir, f"step-{step}", "training_state.pt")) for step in steps] \
         == [False, False, True]
     final = storage.read_json(storage.join(run_dir, "step-60", "sweeper_checkpoint.json"))

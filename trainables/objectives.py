@@ -180,7 +180,9 @@ def labelled_token_loss(model, inputs: torch.Tensor, labels: torch.Tensor, batch
         inputs, document_ids=batch.document_ids, position_ids=batch.position_ids,
         causal=causal, logits_positions=positions,
     ).logits
-    return F.cross_entropy(logits.float(), labels[positions], reduction="sum"), int(positions.sum())
+    # At least float32 (bf16 logits under autocast); float64 stays float64 (the numerics tests).
+    logits = logits.to(torch.promote_types(logits.dtype, torch.float32))
+    return F.cross_entropy(logits, labels[positions], reduction="sum"), int(positions.sum())
 
 
 def mlm_loss(model, batch: TokenBatch, settings: dict, context: LossContext) -> tuple[torch.Tensor, int]:

@@ -229,31 +229,38 @@ def save_checkpoint(model, optimizer, run: PretrainConfig, step: int, log: list[
 
 
 def resume_point(run: PretrainConfig):
-    """(context yielding the checkpoint to resume from or None for a fresh start, the step of
-    it Ray Train must be told of or None). The checkpoint is the newest complete one in the run
-    folder, or Ray's after a worker-group restart if that is as new. Ray's can be older: a worker
-    reports a checkpoint once its upload is done, and Train's controller registers it when it
-    next polls the workers, so a worker killed in between is handed back the one before. Resuming
-    from the newer folder saves a save interval of work; Ray is then told of it, or its
-    retention (`ray_checkpoint_config`) would count one evaluated checkpoint short."""
+    """(context yielding the checkpoint to resume from or None for a fresh start, the steps of
+    the checkpoints Ray Train must be told of, oldest first). The checkpoint is the newest
+    complete one in the run folder, or Ray's after a worker-group restart if that is as new.
+
+    Ray's can be older: a worker reports a checkpoint once its upload is done, and Train's
+    controller registers the reports one per poll of the workers (every 2 s), in order, so a
+    worker killed in between is handed back an older one, and every checkpoint after Ray's
+    (`ray_step`) is in the run folder but unknown to Ray. Resuming from the newest saves that
+    work; each unknown one is then registered with Ray, oldest first, or its retention
+    (`ray_checkpoint_config`) would never delete the resume-only ones among them and would count
+    the evaluated ones short."""
     import ray.train
 
     checkpoint = ray.train.get_checkpoint()
     ray_step = checkpoint_step(Path(checkpoint.path).name) if checkpoint is not None else -1
-    newer = RunLayout(run.run_dir).latest_resumable(newer_than=ray_step)
+    layout = RunLayout(run.run_dir)
+    newer = layout.latest_resumable(newer_than=ray_step)
     if newer is not None:
-        return (contextlib.nullcontext(folders.local_copy(newer[1], CHECKPOINT_MARKER)),
-                newer[0] if run.workers > 0 else None)
-    return (checkpoint.as_directory() if checkpoint is not None else contextlib.nullcontext(None)), None
+        # Every report before the newest returned after its upload: those folders are complete.
+        unknown = [step for step in sorted(layout.saved_checkpoints()) if ray_step < step <= newer[0]] \
+            if run.workers > 0 else []
+        return contextlib.nullcontext(folders.local_copy(newer[1], CHECKPOINT_MARKER)), unknown
+    return (checkpoint.as_directory() if checkpoint is not None else contextlib.nullcontext(None)), []
 
 
-def register_with_ray(run: PretrainConfig, step: int, directory: Path) -> None:
+def register_with_ray(run: PretrainConfig, step: int) -> None:
     """Report the checkpoint at `step`, already in Ray's run folder, without uploading it again
     (every rank calls this, as every report)."""
     import ray.train
 
     context = ray.train.get_context()
-    marker = json.loads((Path(directory) / CHECKPOINT_MARKER).read_text())
+    marker = storage.read_json(storage.join(RunLayout(run.run_dir).checkpoint(step), CHECKPOINT_MARKER))
     name = checkpoint_folder_name(step)
     checkpoint = None
     if context.get_world_rank() == 0:
@@ -312,7 +319,7 @@ def train_loop_per_worker(loop_config: dict) -> None:
     rank, world = context.get_world_rank(), context.get_world_size()
     device = torch.device("cuda" if torch.cuda.is_available() and run.use_gpu else "cpu")
     corpus = PackedCorpus(run.corpus_dir, run.seq_len, run.data_seed)
-    resume_context, unregistered = resume_point(run)
+    resume_context, unknown_to_ray = resume_point(run)
     with resume_context as resume:
         model = (LlamaEncoderForMaskedLM.from_pretrained(resume) if resume
                  else initial_model(run, corpus.meta["vocab_size"])).to(device)
@@ -327,8 +334,12 @@ def train_loop_per_worker(loop_config: dict) -> None:
         model = distribute(model, run, world)
         optimizer = torch.optim.AdamW(model.parameters(), lr=run.peak_lr, **run.optimizer.torch_kwargs())
         start, log = restore_training_state(resume, model, optimizer, run, world) if resume else (0, [])
-        if unregistered is not None:
-            register_with_ray(run, unregistered, resume)
+        for step in unknown_to_ray:
+            register_with_ray(run, step)
+    if start and rank == 0:
+        # A run killed between a checkpoint and its retention (below) applies it now: after the
+        # final checkpoint no later step would.
+        apply_retention(run, start)
     share = run.global_batch_size // world  # this rank's rows: [rank * share, (rank + 1) * share)
     mask_token_id, vocab_size = corpus.meta["mask_token_id"], unwrap(model).config.vocab_size
     losses: dict[str, ObjectiveLoss] = {}  # phase.loss -> its function, imported once
