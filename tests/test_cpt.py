@@ -92,8 +92,9 @@ def test_continued_pretraining_from_study_and_hub_checkpoints_in_an_object_store
     assert encoder.config.vocab_size == hf_vocab + 1 and encoder.config.hidden_size == 64
     source = LlamaForCausalLM.from_pretrained(hf_dir)
     assert not torch.equal(encoder.model.layers[0].mlp.up_proj.weight, source.model.layers[0].mlp.up_proj.weight)
+    # 10 AdamW steps at lr <= 5e-4, each <= 1.02 lr (betas 0.9, 0.95): <= 5e-3; a fresh init is ~0.1 away.
     assert torch.allclose(encoder.model.layers[0].mlp.up_proj.weight, source.model.layers[0].mlp.up_proj.weight,
-                          atol=0.05), "trained 10 steps on from the hub weights, not from scratch"
+                          atol=1e-2), "trained 10 steps on from the hub weights, not from scratch"
 
     trials = read_table(study, TRIALS).to_pandas()
     assert sorted(trials["checkpoint_id"]) == sorted(

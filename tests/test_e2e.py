@@ -70,8 +70,9 @@ def test_checkpoints_load_with_auto_classes_and_share_one_architecture(smoke_stu
     ids = torch.randint(5, 1000, (1, 12))
     changed = ids.clone()
     changed[0, 6:] = 7
-    # Fine-tuning view of a CLM checkpoint is bidirectional: the future changes the past.
-    assert not torch.allclose(backbone(ids).last_hidden_state[0, :6], backbone(changed).last_hidden_state[0, :6])
+    # Fine-tuning view of a CLM checkpoint is bidirectional: the future changes the past (0.13 to 0.27 a position).
+    assert not torch.allclose(backbone(ids).last_hidden_state[0, :6], backbone(changed).last_hidden_state[0, :6],
+                              atol=1e-3)
 
 
 def test_biphasic_run_switches_at_the_planned_step(smoke_study):
@@ -149,10 +150,12 @@ def test_a_damaged_part_and_markers_are_set_aside_and_the_rerun_redoes_exactly_t
 @pytest.mark.e2e
 def test_fsdp2_sharded_run_matches_the_single_process_run(ray_head, tmp_path, object_store):
     """A real Train worker group (~40 s of fixed cost): two workers with `fully_shard` see the two
-    halves of each global batch and must train like the single-process run: the same loss curve. Weights match only loosely: in AdamW's first
-    steps an update is about lr x sign(gradient), so reduction-order noise flips near-zero
-    gradients' updates (measured: FSDP vs single process 0.96, DDP vs single process 1.07, in
-    L2 over all weights, against 1.59 of total movement from the initial weights).
+    halves of each global batch and must train like the single-process run: the same loss curve and
+    weights. To first order: the float32 gradients differ by reduction order only, ~sqrt(512) *
+    2**-24 ~ 1.4e-6 of their clipped norm (<= 1); AdamW's update moves by at most ~1.3 / eps = 1.3e5
+    times a gradient's change, over learning rates summing to 8.5e-3: <= 1.5e-3 in L2 over all
+    weights, against 1.6 of movement from the initial weights, and a loss (~6.6) by <= its
+    gradient's norm (~0.7) times that (measured: 6e-7 in L2, losses 3e-8 apart).
     The sharded study lives in an object store (Train persists the worker group's checkpoints
     through the store's filesystem), the single-process one in a local folder, which starts with
     a copy of the sharded study's prepared corpus and task data (the same keys: one preparation;
@@ -183,7 +186,7 @@ def test_fsdp2_sharded_run_matches_the_single_process_run(ray_head, tmp_path, ob
         assert list((folders.scratch_dir(run_dir, "") / "wandb").glob("offline-run-*/run-*.wandb"))
         assert list((folders.scratch_dir(study, "") / "wandb").glob("offline-run-*/run-*.wandb"))
     assert len(logs["fsdp"]) == len(logs["local"]) == 4
-    assert all(abs(a - b) < 3e-3 * abs(b) for a, b in zip(logs["fsdp"], logs["local"])), logs
+    assert all(abs(a - b) < 1e-3 * abs(b) for a, b in zip(logs["fsdp"], logs["local"])), logs  # <= 2e-4
     from trainables.model import build_model
 
     initial = build_model(AutoConfig.from_pretrained(final), seed=0).state_dict()  # the spec's seed
@@ -191,4 +194,4 @@ def test_fsdp2_sharded_run_matches_the_single_process_run(ray_head, tmp_path, ob
     def distance(x, y):
         return float(sum(((x[k] - y[k]) ** 2).sum() for k in y) ** 0.5)
 
-    assert distance(weights["fsdp"], weights["local"]) < 0.8 * distance(weights["local"], initial)
+    assert distance(weights["fsdp"], weights["local"]) < 1e-2 * distance(weights["local"], initial)  # <= 1e-3

@@ -22,7 +22,7 @@ from test_verdict_calibration import synthetic_study
 def test_holm_step_down_by_hand():
     # Sorted: 0.01 x 3 = 0.03; 0.03 x 2 = 0.06; 0.04 x 1 = 0.04, raised to 0.06 (monotone).
     # NaN is a part that was not tested: it stays NaN and does not count in m.
-    adjusted = holm([0.01, 0.04, 0.03, math.nan])
+    adjusted = holm([0.01, 0.04, 0.03, math.nan])  # statsmodels' products in float64: approx's default
     assert adjusted[:3] == pytest.approx([0.03, 0.06, 0.06]) and math.isnan(adjusted[3])
     assert holm([0.5, 0.9]) == [1.0, 1.0] and holm([]) == []  # 0.5 x 2 capped at 1; 0.9 raised to 1
 
@@ -30,7 +30,7 @@ def test_holm_step_down_by_hand():
 def test_paired_t_matches_scipy_and_its_margin():
     from scipy import stats
     d = np.array([1.0, 2.5, 0.3, 1.7, 0.9])
-    above, below = paired_t(d)
+    above, below = paired_t(d)  # the same statistic as scipy's in float64: approx's default (here below, too)
     assert above == pytest.approx(stats.ttest_1samp(d, 0, alternative="greater").pvalue)
     assert below == pytest.approx(stats.ttest_1samp(d, 0, alternative="less").pvalue)
     above, _ = paired_t(d, shift=-1.0)
@@ -83,6 +83,7 @@ def test_equal_spreads_are_not_a_verdict(planted):
     rows = pd.concat([planted[planted["checkpoint_id"] != "610m-clm-42k"], copied])
     table, _ = analysis.stability(rows)
     spreads = table.set_index("checkpoint_id")["spread"]
+    # float64 spreads of x + 5 and x: equal up to the rounding of the + 5 (~1e-14).
     assert spreads["610m-clm-42k"].to_numpy() == pytest.approx(spreads["610m-mlm40-42k"].to_numpy())
     stability = next(p for p in check_findings(rows)[2].parts if "stability" in p.comparison)
     assert stability.verdict == CANNOT_TELL

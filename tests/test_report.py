@@ -61,6 +61,7 @@ def test_selection_and_confidence_intervals(clear_study):
     row = best[(best["checkpoint_id"] == "m-clm-100") & (best["task"] == "sc1")].iloc[0]
     scores = trials[(trials["checkpoint_id"] == "m-clm-100") & (trials["task"] == "sc1")
                     & (trials["learning_rate"] == 3e-5)]["test_score"]
+    # The same float64 statistics as the report computes: approx's default (here below, too).
     assert row["test_mean"] == pytest.approx(scores.mean())
     assert row["test_ci95"] == pytest.approx(T_975_4 * scores.std(ddof=1) / math.sqrt(5))
     categories = analysis.category_scores(trials, best)
