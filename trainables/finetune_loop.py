@@ -25,7 +25,7 @@ from sweeper.spec.configs import TrialConfig
 from sweeper.spec.registry import resolve
 from sweeper.store import folders
 from sweeper.store.layout import CHECKPOINT_MARKER, TRAINING_STATE
-from trainables.schedule import linear_warmup_decay_lr
+from trainables.lr_schedule import linear_warmup_decay_lr
 from trainables.tasks.data import load_prepared
 from trainables.tasks.family import TaskFamily
 from trainables.tasks.packing import PackedBackbone

@@ -60,7 +60,7 @@ from sweeper.store.layout import (
 from trainables.corpus import PackedCorpus
 from trainables.model import LlamaEncoderConfig, LlamaEncoderForMaskedLM, build_model
 from trainables.objectives import LossContext, ObjectiveLoss, RowDraws
-from trainables.schedule import wsd_lr
+from trainables.lr_schedule import wsd_lr
 from trainables.train_step import StepResult, train_step  # noqa: F401 (re-exported for benchmarks)
 
 RETENTION_METRIC = "retention_priority"

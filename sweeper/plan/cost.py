@@ -93,7 +93,7 @@ def pretraining_cost(spec: StudySpec, runs: tuple[PretrainingRun, ...]) -> Stage
 # --- fine-tuning: tokens per trial from the task's statistics ---------------------------------
 
 @dataclass(frozen=True, slots=True)
-class Layout:
+class RowShape:
     """How rows become model inputs: truncated at max_length, QA contexts cut with doc_stride;
     `padded`: every row filled to max_length (the worker's encoders today)."""
 
@@ -105,34 +105,34 @@ class Layout:
         return self.max_length if self.padded else min(tokens, self.max_length)
 
 
-def qa_windows(stats: TaskStatistics, layout: Layout) -> tuple[int, float]:
+def qa_windows(stats: TaskStatistics, shape: RowShape) -> tuple[int, float]:
     """(windows per example, tokens per window) of the mean example, as trainables.tasks.qa cuts
     it: [CLS] question [SEP] context-window [SEP], the question cut at max_length / 2."""
-    question = min(stats.question_tokens, layout.max_length // 2)
-    width = layout.max_length - question - 3
+    question = min(stats.question_tokens, shape.max_length // 2)
+    width = shape.max_length - question - 3
     if stats.context_tokens <= width:
-        return 1, layout.cap(question + stats.context_tokens + 3)
-    step = width - min(layout.doc_stride, width - 1)
-    return math.ceil((stats.context_tokens - width) / step) + 1, layout.max_length
+        return 1, shape.cap(question + stats.context_tokens + 3)
+    step = width - min(shape.doc_stride, width - 1)
+    return math.ceil((stats.context_tokens - width) / step) + 1, shape.max_length
 
 
-def example_tokens(family: str, stats: TaskStatistics, layout: Layout) -> float:
+def example_tokens(family: str, stats: TaskStatistics, shape: RowShape) -> float:
     """Tokens of one training example (QA: all its windows; retrieval: the query and its
     positive document, each capped)."""
     if family == "extractive_qa":
-        windows, per_window = qa_windows(stats, layout)
+        windows, per_window = qa_windows(stats, shape)
         return windows * per_window
     if family == "retrieval":
-        return layout.cap(stats.query_tokens) + layout.cap(stats.document_tokens)
-    return layout.cap(stats.mean_tokens)
+        return shape.cap(stats.query_tokens) + shape.cap(stats.document_tokens)
+    return shape.cap(stats.mean_tokens)
 
 
-def scored_tokens(family: str, stats: TaskStatistics, examples: int, layout: Layout) -> float:
+def scored_tokens(family: str, stats: TaskStatistics, examples: int, shape: RowShape) -> float:
     """Forward tokens of scoring `examples` rows of a split (retrieval: their queries, then the
     labelled pool they bring)."""
     if family == "retrieval":
-        return examples * (layout.cap(stats.query_tokens) + stats.documents_per_query * layout.cap(stats.document_tokens))
-    return examples * example_tokens(family, stats, layout)
+        return examples * (shape.cap(stats.query_tokens) + stats.documents_per_query * shape.cap(stats.document_tokens))
+    return examples * example_tokens(family, stats, shape)
 
 
 def companions(spec: StudySpec, task: str) -> list[str]:
@@ -151,21 +151,21 @@ def trial_tokens(spec: StudySpec, task: str, padded: bool = False,
         return TrialTokens(trained=0, scored=0)
     protocol = protocol or finetune_protocol(spec, task)
     stride = protocol.family_settings.get("doc_stride", ft.at({}).doc_stride)
-    layout = Layout(protocol.max_length, stride, padded)
+    shape = RowShape(protocol.max_length, stride, padded)
     train, validation, test = stats.split_rows(ft.max_train_examples, ft.max_eval_examples)
     # The loop's step count (trainables.finetune_loop): QA draws batches of windows.
-    examples = train * qa_windows(stats, layout)[0] if info.family == "extractive_qa" else train
+    examples = train * qa_windows(stats, shape)[0] if info.family == "extractive_qa" else train
     steps = min(protocol.max_steps, math.ceil(protocol.epochs * examples / protocol.batch_size))
     # A QA batch holds windows, not whole examples.
-    per_example = qa_windows(stats, layout)[1] if info.family == "extractive_qa" else example_tokens(
-        info.family, stats, layout)
+    per_example = qa_windows(stats, shape)[1] if info.family == "extractive_qa" else example_tokens(
+        info.family, stats, shape)
     evaluations = 1 + (steps // ft.eval_every if ft.eval_every else 0)
-    scored = (evaluations * scored_tokens(info.family, stats, validation, layout)
-              + scored_tokens(info.family, stats, test, layout))
+    scored = (evaluations * scored_tokens(info.family, stats, validation, shape)
+              + scored_tokens(info.family, stats, test, shape))
     for companion in companions(spec, task):
         if (other := task_statistics(companion)) is not None:
             _, other_validation, other_test = other.split_rows(ft.max_train_examples, ft.max_eval_examples)
-            scored += scored_tokens(get_task(companion).family, other, other_validation + other_test, layout)
+            scored += scored_tokens(get_task(companion).family, other, other_validation + other_test, shape)
     return TrialTokens(trained=steps * protocol.batch_size * per_example, scored=scored)
 
 

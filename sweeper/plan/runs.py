@@ -9,7 +9,8 @@ same key. A phase of no steps is dropped, so a CLM share of 0 or 1 is a pure run
 Names follow the authors' scheme: each phase's tag then its end step (`610m-mlm40-42k`,
 `610m-clm-42k`, `610m-clm-10k-mlm40-42k`); continued pretraining `610m-clm-dec42k-mlm40-64k`.
 Keys hash the resolved configuration (`identity`): runs of the shapes the paper uses (MLM, CLM,
-CLM then MLM) keep the layout their keys always had; other phase lists hash their phases.
+CLM then MLM) hash objective, mask ratio and switch step (the paper's vocabulary, pinned by
+tests/test_pinned_keys.py); other phase lists hash their phases.
 
 Ablation axes: any run field given as a grid (`pretraining.optimizer.*`, `global_batch_size`,
 `warmup_steps`, `decay_steps`, `data.seq_len`, a model override, an entry's warmup / decay)
@@ -229,7 +230,8 @@ def describe(phases: tuple[PhaseConfig, ...], steps: int) -> tuple[str, float | 
 
 def identity_of(spec: StudySpec, config: dict, phases: tuple[PhaseConfig, ...], steps: int,
                 settings: RunSettings) -> dict:
-    """What the run key hashes. The paper's shapes keep the layout their keys always had."""
+    """What the run key hashes: the paper's shapes (MLM, CLM, CLM then MLM with the default
+    masking settings) by objective, mask ratio and switch step; any other phase list by its phases."""
     objective, ratio, switch = describe(phases, steps)
     shared = shared_identity(spec, settings)
     schedule = {"steps": steps, "warmup_steps": settings.warmup_steps, "decay_steps": settings.decay_steps}
@@ -246,7 +248,7 @@ def identity_of(spec: StudySpec, config: dict, phases: tuple[PhaseConfig, ...], 
 
 
 def shared_identity(spec: StudySpec, settings: RunSettings) -> dict:
-    """The run's data, optimizer and batch in the layout keys always had (`data` as
+    """The run's data, optimizer and batch as the key hashes them (`data` as
     DataSpec.identity gives it, `optimizer` as OptimizerSpec's asdict), at this point's values."""
     pre = spec.pretraining
     optimizer = {**asdict(settings.optimizer), "peak_lr": settings.peak_lr}

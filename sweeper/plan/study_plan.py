@@ -24,7 +24,7 @@ The search modes (`finetuning.search`):
   proposes at run time (sweeper.run.search). The planned protocol holds each searched field's largest
   value (what `sweeper plan` budgets with) and no learning rate; the key hashes the cell's search
   (settings, seeds, the space of its distributions) and the sample number instead. A spec without
-  distributions keeps the keys it always had.
+  distributions hashes no search, so its keys are a plain grid's.
 """
 from __future__ import annotations
 

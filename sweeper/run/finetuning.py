@@ -28,6 +28,7 @@ from ray import tune
 
 from sweeper.plan.study_plan import StudyPlan
 from sweeper.run.early_stopping import make_scheduler
+from sweeper.run.pretraining import PretrainingGrid
 from sweeper.run.progress import ProgressLine
 from sweeper.run.recording import FINAL, ResultsRecorder
 from sweeper.run.search import SEARCH_METRIC, Gate, search_score
@@ -82,21 +83,21 @@ def quiet_tune() -> None:
 
 
 def run_finetuning(spec: StudySpec, plan: StudyPlan, layout: StudyLayout, corpus_dirs: dict, *,
-                   scheduler=None, retry_failed: bool = False) -> dict[str, int]:
+                   pretraining: PretrainingGrid | None = None, retry_failed: bool = False) -> dict[str, int]:
     """Run every planned trial not yet recorded; returns the tally of outcomes of this call,
     where trials recorded as failed before and not retried count as failed (as failed runs do:
     the study is still incomplete, `sweeper run` exits 1 and says `--retry-failed` reruns them).
     `corpus_dirs`: tokenizer key -> prepared corpus (whose tokenizer encodes the tasks).
 
-    With a pretraining `scheduler` still running, trials start as their checkpoints appear
+    With the `pretraining` grid still running, trials start as their checkpoints appear
     (pipelining); trials of runs that failed are skipped."""
     recorded = finished_trial_keys(layout.root)
     planned_keys = {t.trial_key for t in plan.trials}
     failed_before = (recorded - finished_trial_keys(layout.root, include_failed=False)) & planned_keys
     done = recorded - failed_before if retry_failed else recorded
-    failed_runs = scheduler.failed if scheduler is not None else set()
+    failed_runs = pretraining.failed if pretraining is not None else set()
     blocked = [t for t in plan.trials if t.trial_key not in done and t.checkpoint.run.name in failed_runs
-               and not (scheduler and scheduler.checkpoint_ready(t.checkpoint.run, t.checkpoint.step))]
+               and not (pretraining and pretraining.checkpoint_ready(t.checkpoint.run, t.checkpoint.step))]
     blocked_keys = {t.trial_key for t in blocked}
     pending = [t for t in plan.trials if t.trial_key not in done and t.trial_key not in blocked_keys]
     skipped_failures = 0 if retry_failed else len(failed_before)
@@ -110,7 +111,7 @@ def run_finetuning(spec: StudySpec, plan: StudyPlan, layout: StudyLayout, corpus
     task_dirs = prepare_tasks(spec, layout, {k: v for k, v in corpus_dirs.items() if k in needed})
     sets = EvaluationSets(plan, spec.finetuning.tasks, done)
     shards = study_shards(spec, plan, pending, done, layout, task_dirs, sets)
-    tally = run_shards(spec, shards, layout, gate=Gate(scheduler))
+    tally = run_shards(spec, shards, layout, gate=Gate(pretraining))
     return {**tally, "failed": tally.get("failed", 0) + skipped_failures} if skipped_failures else tally
 
 

@@ -117,7 +117,7 @@ def record_finished_run(study: str, layout: StudyLayout, run: PretrainingRun, wa
         "run": {k: v for k, v in asdict(run).items() if k != "identity"}})
 
 
-class PretrainingScheduler:
+class PretrainingGrid:
     """The pretraining grid as a non-blocking state machine, so fine-tuning can run beside it.
 
     `start()` launches every run whose inputs are ready (a continued-pretraining run waits for

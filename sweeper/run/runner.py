@@ -15,7 +15,7 @@ from sweeper.plan.study_plan import StudyPlan
 from sweeper.report.writer import write_report
 from sweeper.run.corpora import check_corpus_source, prepare_corpora
 from sweeper.run.finetuning import run_finetuning
-from sweeper.run.pretraining import PretrainingScheduler
+from sweeper.run.pretraining import PretrainingGrid
 from sweeper.run.progress import format_duration
 from sweeper.run.ray_compat import use_loopback_node
 from sweeper.spec import registry
@@ -89,10 +89,10 @@ def run_study(spec: StudySpec, spec_path: Path, plan: StudyPlan, study_dir: str,
     connect_ray()
     corpora = prepare_corpora(spec, plan, layout)
     # Pretraining and fine-tuning run side by side: a checkpoint's trials start once it is written.
-    scheduler = PretrainingScheduler(spec, list(plan.runs), layout, corpora, retry_failed)
-    scheduler.start()
-    tally = run_finetuning(spec, plan, layout, corpora, scheduler=scheduler, retry_failed=retry_failed)
-    failed_runs = scheduler.wait()
+    pretraining = PretrainingGrid(spec, list(plan.runs), layout, corpora, retry_failed)
+    pretraining.start()
+    tally = run_finetuning(spec, plan, layout, corpora, pretraining=pretraining, retry_failed=retry_failed)
+    failed_runs = pretraining.wait()
     report = write_report(study_dir)
     print(f"[study] finished in {format_duration(time.time() - started)}; report: {storage.display(report)}",
           flush=True)

@@ -29,6 +29,7 @@ from pathlib import Path
 
 from ray.tune.search import Searcher
 
+from sweeper.run.pretraining import PretrainingGrid
 from sweeper.spec import space as spaces
 from sweeper.store import folders, storage
 
@@ -98,23 +99,23 @@ class Gate:
     """Whether a checkpoint can be fine-tuned yet, while pretraining runs beside the grid.
 
     `ready(checkpoint)` is True (go), False (not yet) or None (never: its run failed); `poll()`
-    lets the pretraining scheduler record finished runs and launch the next ones. Without a
-    scheduler every checkpoint is ready."""
+    lets the pretraining grid record finished runs and launch the next ones. Without a
+    pretraining grid every checkpoint is ready."""
 
-    def __init__(self, scheduler=None, poll_every_s: float = 2.0):
-        self.scheduler, self.poll_every_s, self.last_poll = scheduler, poll_every_s, 0.0
+    def __init__(self, pretraining: PretrainingGrid | None = None, poll_every_s: float = 2.0):
+        self.pretraining, self.poll_every_s, self.last_poll = pretraining, poll_every_s, 0.0
 
     def poll(self) -> None:
-        if self.scheduler is not None and time.time() - self.last_poll >= self.poll_every_s:
+        if self.pretraining is not None and time.time() - self.last_poll >= self.poll_every_s:
             self.last_poll = time.time()
-            self.scheduler.poll()
+            self.pretraining.poll()
 
     def ready(self, checkpoint) -> bool | None:
-        if self.scheduler is None:
+        if self.pretraining is None:
             return True
-        if self.scheduler.checkpoint_ready(checkpoint.run, checkpoint.step):
+        if self.pretraining.checkpoint_ready(checkpoint.run, checkpoint.step):
             return True
-        return None if self.scheduler.blocked(checkpoint.run) else False
+        return None if self.pretraining.blocked(checkpoint.run) else False
 
 
 class ReadyQueue:

@@ -193,6 +193,7 @@ class PretrainConfig:
     name: str
     """Run name (`tiny-clm-150-mlm40-600`)."""
     run_key: str
+    """Hash of everything that shapes the run's weights (sweeper.plan.runs); names its markers."""
     objective: str
     """The run's objective as rows and markers describe it (mlm, clm, clm-mlm, or the phases'
     objectives joined by '-')."""
@@ -209,6 +210,7 @@ class PretrainConfig:
     model_config: dict
     """LlamaEncoderConfig fields (empty for a Hugging Face source: its own config)."""
     init: InitSource
+    """Where the starting weights come from: scratch, a study checkpoint, or a Hugging Face causal LM."""
     phases: tuple[PhaseConfig, ...]
     """The objectives of the run in step order; together they cover [0, total_steps)."""
     total_steps: int
@@ -216,11 +218,17 @@ class PretrainConfig:
     checkpoint_steps: tuple[int, ...]
     """Intermediate evaluated checkpoints; the final step is always saved too."""
     global_batch_size: int
+    """Sequences per optimizer step, over all workers and micro-batches."""
     seq_len: int
+    """Tokens per packed sequence."""
     peak_lr: float
+    """Learning rate of the stable phase of the warmup-stable-decay schedule."""
     optimizer: AdamWConfig
+    """AdamW's betas, eps, weight decay and gradient clip."""
     warmup_steps: int
+    """Steps of linear warmup from 0 to peak_lr."""
     decay_steps: int
+    """Final steps of decay from peak_lr to 0 (trainables.lr_schedule.wsd_lr)."""
     seed: int
     """Weight initialisation and masking seed."""
     data_seed: int
@@ -228,20 +236,28 @@ class PretrainConfig:
     data_offset_steps: int = 0
     """Steps of data already seen by the starting checkpoint (continued runs read on)."""
     log_every: int = 100
+    """Steps between progress lines and log rows (the loss is averaged over them)."""
     save_every: int = 1000
+    """Steps between resume checkpoints (0: only the evaluated ones)."""
     workers: int = 0
     """Train workers (0: local mode, in the Ray task's process)."""
     threads: int = 1
+    """torch intra-op threads per worker (its CPUs)."""
     sharding: str = "ddp"
+    """How a worker group shares the model: `ddp` (replicated) or `fsdp` (FSDP2, sharded)."""
     micro_batch_size: int | None = None
     """Sequences per forward pass on one worker (None: its whole share of the global batch)."""
     activation_checkpointing: bool = False
+    """Recompute each block's activations in the backward pass (less memory, ~1/3 more compute)."""
     keep_resume_checkpoints: int = 1
     """Resume-only checkpoints kept; evaluated ones are always kept (optimizer state dropped
     once the run is past them)."""
     compile: bool = False
+    """torch.compile each block."""
     use_gpu: bool = False
+    """Train on a CUDA device (bf16 autocast) when one is there."""
     tracking: TrackingConfig = field(default_factory=TrackingConfig)
+    """Experiment tracking (W&B), from rank 0 only."""
 
     def phase_at(self, step: int) -> PhaseConfig:
         for phase in self.phases:
@@ -312,7 +328,7 @@ class FinetuneProtocol:
 
     def key_fields(self) -> dict:
         """What trial keys hash: every field but the learning rate (hashed beside the seed),
-        the AdamW settings and family settings flattened in (the layout keys always had)."""
+        the AdamW settings and family settings flattened in (the layout pinned trial keys hash)."""
         return {"batch_size": self.batch_size, "max_steps": self.max_steps, "epochs": self.epochs,
                 "max_length": self.max_length, "warmup_ratio": self.warmup_ratio, **asdict(self.optimizer),
                 "max_train_examples": self.max_train_examples, "max_eval_examples": self.max_eval_examples,

@@ -8,7 +8,7 @@ S3-compatible server). `file://` URIs are plain paths.
 
 What each kind guarantees, and how the study relies on it:
 - Local: a file or folder is written under a temporary name and renamed into place, so a reader
-  sees all of it or nothing (as before this module existed).
+  sees all of it or nothing.
 - Object store: there is no rename, but one object is written whole by one upload (S3 and GCS
   never store half an object; a small file rewritten while pyarrow reads it can come back cut
   short, which `read_json` reads again). A folder (checkpoint, tokenised data, corpus) is uploaded file by
