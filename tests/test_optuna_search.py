@@ -23,7 +23,7 @@ from conftest import ROOT, SMOKE_SPEC as SMOKE, edited_spec, nano_study
 from sweeper.plan.load import load_spec
 from sweeper.plan.study_plan import plan_study, trial_count_text
 from sweeper.run.recording import trial_row
-from sweeper.run.search import Gate
+from sweeper.run.pipeline import Pipeline
 from sweeper.run.shards import EvaluationSets, optuna_shards
 from sweeper.spec import space
 from sweeper.spec.parsing import Distribution
@@ -143,7 +143,7 @@ def start_search(spec, plan, layout, done=frozenset()):
     tasks = spec.finetuning.tasks
     sets = EvaluationSets(plan, tasks, set(done))
     shard, = optuna_shards(spec, plan, list(plan.trials), set(done), layout, {(None, t): "unused" for t in tasks}, sets)
-    return shard, shard.tuner_args(spec, Gate())["search_alg"]
+    return shard, shard.tuner_args(spec, Pipeline())["search_alg"]
 
 
 def run_sample(shard, searcher, trial_ids: list[str], score) -> list:

@@ -18,7 +18,7 @@ from ray.tune.search import Searcher
 
 from sweeper.plan.load import load_spec
 from sweeper.plan.study_plan import plan_study
-from sweeper.run.search import Gate
+from sweeper.run.pipeline import Pipeline
 from sweeper.run.shards import EvaluationSets, grid_shards, optuna_shards
 from sweeper.store.layout import CHECKPOINT_MARKER, StudyLayout
 from sweeper.store.results import read_trials
@@ -35,9 +35,10 @@ def one_task_spec(trials_per_shard: int):
 
 
 class WrittenCheckpoints:
-    """Scheduler-like readiness: a checkpoint is ready once its marker is in the study's run folder,
-    as the pretraining scheduler judges local-mode checkpoints. `poll()` stands for pretraining:
-    it writes the `later` checkpoints once `until()` holds or `deadline_s` has passed."""
+    """A pretraining grid as the pipeline loop drives it: a checkpoint is ready once its marker is
+    in the study's run folder, as the grid judges local-mode checkpoints. `poll()` stands for
+    training: it writes the `later` checkpoints once `until()` holds or `deadline_s` has passed,
+    and the grid is finished then."""
 
     def __init__(self, layout: StudyLayout, later: list, until=lambda: False, deadline_s: float = 60.0):
         self.layout, self.later, self.until = layout, later, until
@@ -50,11 +51,20 @@ class WrittenCheckpoints:
         folder.mkdir(parents=True, exist_ok=True)
         (folder / CHECKPOINT_MARKER).write_text(json.dumps({"run_key": checkpoint.run.run_key}))
 
-    def poll(self) -> None:
+    def start(self) -> None:
+        pass
+
+    def poll(self, timeout: float = 0.0) -> None:
         if self.written_at is None and (self.until() or time.time() > self.deadline):
             for checkpoint in self.later:
                 self.write(checkpoint)
             self.written_at = datetime.now(timezone.utc)
+        elif self.written_at is None:
+            time.sleep(timeout)  # as a grid waits for a run to end
+
+    @property
+    def finished(self) -> bool:
+        return self.written_at is not None
 
     def checkpoint_ready(self, run, step: int) -> bool:
         return step in self.layout.run(run.name).saved_checkpoints()
@@ -72,18 +82,21 @@ def test_a_grid_shard_takes_the_trials_of_the_checkpoint_written_first_whatever_
     first, *others, last = plan.checkpoints
     pretraining = WrittenCheckpoints(layout, later=[first, *others])
     pretraining.write(last)
-    gate = Gate(pretraining, poll_every_s=0.0)
+    pipeline = Pipeline(pretraining, plan.checkpoints)
+    pipeline.step(0)
 
-    searcher = shards[0].tuner_args(spec, gate)["search_alg"]
+    searcher = shards[0].tuner_args(spec, pipeline)["search_alg"]
     taken = [shards[0].trial(searcher.suggest(f"t{n}")) for n in range(2)]
     assert {t.checkpoint.checkpoint_id for t in taken} == {last.checkpoint_id}
     assert searcher.suggest("t2") == Searcher.FINISHED  # the shard is full
 
     # The next shard waits while nothing it could take is written, then takes them in plan order.
-    searcher = shards[1].tuner_args(spec, gate)["search_alg"]
+    searcher = shards[1].tuner_args(spec, pipeline)["search_alg"]
     assert searcher.suggest("u0") is None
     pretraining.until = lambda: True
-    assert shards[1].trial(searcher.suggest("u1")).checkpoint == first
+    assert searcher.suggest("u1") is None, "a searcher reads what the pipeline loop published, nothing else"
+    assert not pipeline.step(0), "the grid is finished"
+    assert shards[1].trial(searcher.suggest("u2")).checkpoint == first
 
 
 def test_an_optuna_shard_takes_a_ready_cell_whatever_its_plan_position(tmp_path):
@@ -98,7 +111,9 @@ def test_an_optuna_shard_takes_a_ready_cell_whatever_its_plan_position(tmp_path)
     early, late = plan.checkpoints
     pretraining = WrittenCheckpoints(layout, later=[early])
     pretraining.write(late)
-    searcher = shards[0].tuner_args(spec, Gate(pretraining, poll_every_s=0.0))["search_alg"]
+    pipeline = Pipeline(pretraining, plan.checkpoints)
+    pipeline.step(0)
+    searcher = shards[0].tuner_args(spec, pipeline)["search_alg"]
     config = searcher.suggest("t0")
     trial = shards[0].trial(config)
     assert (trial.checkpoint, trial.task, trial.sample) == (late, tasks[0], 0)
@@ -106,6 +121,34 @@ def test_an_optuna_shard_takes_a_ready_cell_whatever_its_plan_position(tmp_path)
     second = shards[0].trial(searcher.suggest("t1"))  # the sample's other seed, same cell
     assert (second.checkpoint, second.task, second.sample, second.seed) == (late, tasks[0], 0, 1)
     assert searcher.suggest("t2") is None  # sample 1 waits for sample 0's results, no other cell taken
+
+
+def test_the_pipeline_loop_publishes_on_its_own_thread_and_an_error_in_it_stops_the_grid(tmp_path):
+    spec = one_task_spec(trials_per_shard=2)
+    plan = plan_study(spec)
+    layout = StudyLayout(str(tmp_path))
+    first, *others = plan.checkpoints
+    released = []
+    pretraining = WrittenCheckpoints(layout, later=[first], until=lambda: bool(released))
+    pipeline = Pipeline(pretraining, plan.checkpoints, poll_every_s=0.01)
+    pipeline.start()
+    assert pipeline.ready(first) is False
+    released.append(True)
+    assert pipeline.wait() == [] and pipeline.ready(first) is True, "published by the loop, not asked for"
+    assert pipeline.ready(others[0]) is False
+
+    class BrokenGrid(WrittenCheckpoints):
+        def poll(self, timeout: float = 0.0) -> None:
+            raise OSError("the study's storage went away")
+
+    broken = Pipeline(BrokenGrid(layout, later=[]), plan.checkpoints, poll_every_s=0.01)
+    broken.start()
+    with pytest.raises(OSError, match="went away"):
+        broken.wait()
+    with pytest.raises(RuntimeError, match="pipeline loop stopped") as stopped:
+        broken.ready(others[0])  # a searcher waiting on it stops at once
+    assert isinstance(stopped.value.__cause__, OSError)
+    assert Pipeline().ready(others[0]) is True, "without pretraining every checkpoint is ready"
 
 
 def instant_trainable(config: dict, shard) -> None:
@@ -140,7 +183,10 @@ def test_the_last_shards_ready_checkpoint_is_recorded_before_any_trial_of_an_unw
     # Workers import this module by name to find the trainable.
     ray.init(address=ray_head[0], log_to_driver=False, runtime_env={"env_vars": {"PYTHONPATH": str(ROOT / "tests")}})
     try:
-        tally = run_shards(spec, shards, layout, trainable_fn=instant_trainable, gate=Gate(pretraining, poll_every_s=0.5))
+        pipeline = Pipeline(pretraining, [*earlier, last], poll_every_s=0.5)
+        pipeline.start()
+        tally = run_shards(spec, shards, layout, trainable_fn=instant_trainable, pipeline=pipeline)
+        assert pipeline.wait() == []
     finally:
         ray.shutdown()
     assert tally == {"ok": 6}
@@ -161,7 +207,7 @@ sys.path.insert(0, {root!r})
 from sweeper.plan.load import load_spec
 from sweeper.plan.study_plan import plan_study
 from sweeper.run.finetuning import run_shards  # noqa: F401 (the driver's imports: Ray Tune included)
-from sweeper.run.search import Gate
+from sweeper.run.pipeline import Pipeline
 from sweeper.run.shards import EvaluationSets, grid_shards, trial_runtime
 from sweeper.store.layout import StudyLayout
 
@@ -174,7 +220,7 @@ shards = grid_shards(training, StudyLayout("/tmp/unused-study"), task_dirs, spec
                      trial_runtime(spec))
 handed = 0
 for shard in shards:  # every searcher built and drained, as the grid does shard by shard
-    searcher = shard.tuner_args(spec, Gate())["search_alg"]
+    searcher = shard.tuner_args(spec, Pipeline())["search_alg"]
     while isinstance(config := searcher.suggest(str(handed)), dict):
         shard.trial_config(config)
         handed += 1

@@ -5,7 +5,8 @@ Built for the paper's ~18,000 trials from the start:
   of Tune overhead per trial), and Tune's per-trial loggers off: the Parquet store is the record;
 - the pending trials (planned minus already recorded) run in shards of `trials_per_shard`
   (sweeper.run.shards), one Tuner run each, so the driver's memory stays bounded; the shards take
-  the trials as their checkpoints are written (sweeper.run.search), so with pretraining still
+  the trials as the pipeline loop publishes their checkpoints as written (sweeper.run.pipeline,
+  sweeper.run.search), so with pretraining still
   running, a written checkpoint's trials run while those of unwritten ones wait, whatever their
   place in the plan;
 - trials are handed out by checkpoint then task, so a reused worker keeps the same backbone and
@@ -28,10 +29,10 @@ from ray import tune
 
 from sweeper.plan.study_plan import StudyPlan
 from sweeper.run.early_stopping import make_scheduler
-from sweeper.run.pretraining import PretrainingGrid
+from sweeper.run.pipeline import Pipeline
 from sweeper.run.progress import ProgressLine
 from sweeper.run.recording import FINAL, ResultsRecorder
-from sweeper.run.search import SEARCH_METRIC, Gate, search_score
+from sweeper.run.search import SEARCH_METRIC, search_score
 from sweeper.run.shards import EvaluationSets, Shard, study_shards
 from sweeper.run.task_prep import prepare_tasks
 from sweeper.run.tracking import start_wandb
@@ -83,21 +84,20 @@ def quiet_tune() -> None:
 
 
 def run_finetuning(spec: StudySpec, plan: StudyPlan, layout: StudyLayout, corpus_dirs: dict, *,
-                   pretraining: PretrainingGrid | None = None, retry_failed: bool = False) -> dict[str, int]:
+                   pipeline: Pipeline | None = None, retry_failed: bool = False) -> dict[str, int]:
     """Run every planned trial not yet recorded; returns the tally of outcomes of this call,
     where trials recorded as failed before and not retried count as failed (as failed runs do:
     the study is still incomplete, `sweeper run` exits 1 and says `--retry-failed` reruns them).
     `corpus_dirs`: tokenizer key -> prepared corpus (whose tokenizer encodes the tasks).
 
-    With the `pretraining` grid still running, trials start as their checkpoints appear
-    (pipelining); trials of runs that failed are skipped."""
+    With the `pipeline` loop still pretraining, trials start as it publishes their checkpoints;
+    trials of checkpoints that will never be written (their run failed) are skipped."""
     recorded = finished_trial_keys(layout.root)
     planned_keys = {t.trial_key for t in plan.trials}
     failed_before = (recorded - finished_trial_keys(layout.root, include_failed=False)) & planned_keys
     done = recorded - failed_before if retry_failed else recorded
-    failed_runs = pretraining.failed if pretraining is not None else set()
-    blocked = [t for t in plan.trials if t.trial_key not in done and t.checkpoint.run.name in failed_runs
-               and not (pretraining and pretraining.checkpoint_ready(t.checkpoint.run, t.checkpoint.step))]
+    pipeline = pipeline or Pipeline()
+    blocked = [t for t in plan.trials if t.trial_key not in done and pipeline.ready(t.checkpoint) is None]
     blocked_keys = {t.trial_key for t in blocked}
     pending = [t for t in plan.trials if t.trial_key not in done and t.trial_key not in blocked_keys]
     skipped_failures = 0 if retry_failed else len(failed_before)
@@ -111,17 +111,17 @@ def run_finetuning(spec: StudySpec, plan: StudyPlan, layout: StudyLayout, corpus
     task_dirs = prepare_tasks(spec, layout, {k: v for k, v in corpus_dirs.items() if k in needed})
     sets = EvaluationSets(plan, spec.finetuning.tasks, done)
     shards = study_shards(spec, plan, pending, done, layout, task_dirs, sets)
-    tally = run_shards(spec, shards, layout, gate=Gate(pretraining))
+    tally = run_shards(spec, shards, layout, pipeline=pipeline)
     return {**tally, "failed": tally.get("failed", 0) + skipped_failures} if skipped_failures else tally
 
 
 def run_shards(spec: StudySpec, shards: list[Shard], layout: StudyLayout, trainable_fn=finetune_trainable,
-               gate: Gate | None = None, **trainable_args) -> dict[str, int]:
+               pipeline: Pipeline | None = None, **trainable_args) -> dict[str, int]:
     """One Tuner run per shard, outcomes recorded as they come; returns the tally. The
     benchmarks pass their own `trainable_fn` (and its `trainable_args`) to time this machinery
     with a fixed workload."""
     quiet_tune()
-    gate = gate or Gate()
+    pipeline = pipeline or Pipeline()
     res = spec.resources
     progress = ProgressLine("finetune", sum(len(shard) for shard in shards), unit="trials")
     tracker = start_wandb(spec.tracking, name=f"{spec.study}-trials", run_id=f"{spec.study}-trials",
@@ -129,7 +129,7 @@ def run_shards(spec: StudySpec, shards: list[Shard], layout: StudyLayout, traina
     # Tune's own state goes to the study's filesystem (an object store included).
     tune_filesystem, tune_path = storage.filesystem(layout.tune)
     for number, shard in enumerate(shards):
-        if not shard.has_work(gate):
+        if not shard.has_work(pipeline):
             continue
         early_stopping = make_scheduler(spec.finetuning, cell_of=partial(cell_of, shard),
                                         point_of=shard.point)
@@ -139,7 +139,7 @@ def run_shards(spec: StudySpec, shards: list[Shard], layout: StudyLayout, traina
             {"cpu": res.cpus_per_trial, "gpu": res.gpus_per_trial},
         )
         name = f"finetune-shard-{number:04d}"
-        search = shard.tuner_args(spec, gate)
+        search = shard.tuner_args(spec, pipeline)
         tuner = tune.Tuner(
             trainable,
             param_space=search.pop("param_space"),

@@ -165,10 +165,14 @@ class PretrainingGrid:
                 config = pretrain_config(run, self.spec, self.layout, self.corpus_dirs[run.tokenizer], self.by_name)
                 self.futures[self.task.remote(config, self.resources)] = run
 
-    def poll(self, timeout: float = 0.0) -> None:
-        """Record what finished (waiting up to `timeout` s for something to), launch what it unblocks."""
-        ready, _ = ray.wait(list(self.futures), num_returns=len(self.futures), timeout=timeout) \
-            if self.futures else ([], [])
+    def poll(self, timeout: float | None = 0.0) -> None:
+        """Record what finished (waiting up to `timeout` s for a run to end; None: until one
+        does), launch what it unblocks."""
+        if not self.futures:
+            return
+        ready, _ = ray.wait(list(self.futures), num_returns=1, timeout=timeout)
+        if ready:  # and whatever else ended meanwhile
+            ready, _ = ray.wait(list(self.futures), num_returns=len(self.futures), timeout=0)
         for future in ready:
             self.record(future, self.futures.pop(future))
         if ready:

@@ -1,7 +1,9 @@
 """`sweeper run`: the whole study, stage by stage, on whatever Ray cluster is reachable.
 
-corpus -> pretraining grid -> fine-tuning grid -> report. Each stage skips what the study
-directory already holds, so running the same command again resumes the study.
+corpus -> pretraining grid and fine-tuning grid side by side (the pipeline loop, sweeper.run.pipeline,
+drives pretraining and publishes the written checkpoints; Tune runs the grid) -> report. Each
+stage skips what the study directory already holds, so running the same command again resumes
+the study.
 """
 from __future__ import annotations
 
@@ -15,6 +17,7 @@ from sweeper.plan.study_plan import StudyPlan
 from sweeper.report.writer import write_report
 from sweeper.run.corpora import check_corpus_source, prepare_corpora
 from sweeper.run.finetuning import run_finetuning
+from sweeper.run.pipeline import Pipeline
 from sweeper.run.pretraining import PretrainingGrid
 from sweeper.run.progress import format_duration
 from sweeper.run.ray_compat import use_loopback_node
@@ -89,10 +92,12 @@ def run_study(spec: StudySpec, spec_path: Path, plan: StudyPlan, study_dir: str,
     connect_ray()
     corpora = prepare_corpora(spec, plan, layout)
     # Pretraining and fine-tuning run side by side: a checkpoint's trials start once it is written.
-    pretraining = PretrainingGrid(spec, list(plan.runs), layout, corpora, retry_failed)
-    pretraining.start()
-    tally = run_finetuning(spec, plan, layout, corpora, pretraining=pretraining, retry_failed=retry_failed)
-    failed_runs = pretraining.wait()
+    # One loop owns the study's progress (pretraining, and which checkpoints are written) on a
+    # thread of its own; the fine-tuning grid runs on Tune here and reads what it publishes.
+    pipeline = Pipeline(PretrainingGrid(spec, list(plan.runs), layout, corpora, retry_failed), plan.checkpoints)
+    pipeline.start()
+    tally = run_finetuning(spec, plan, layout, corpora, pipeline=pipeline, retry_failed=retry_failed)
+    failed_runs = pipeline.wait()
     report = write_report(study_dir)
     print(f"[study] finished in {format_duration(time.time() - started)}; report: {storage.display(report)}",
           flush=True)

@@ -1,8 +1,9 @@
 """What a shard's Tuner runs next: Tune searchers that hand out work as its checkpoint is written.
 
 The work of a fine-tuning call waits in one `ReadyQueue`, by checkpoint; each shard's searcher
-takes from it only the work of written checkpoints (`Gate`), so fine-tuning follows pretraining
-whatever order the plan lists the checkpoints in.
+takes from it only the work of checkpoints the pipeline loop has published as written
+(`sweeper.run.pipeline`), so fine-tuning follows pretraining whatever order the plan lists the
+checkpoints in. Searchers only search: they never advance pretraining.
 - Grid and random: `GridSearcher` hands out the shard's share of planned trials, one Tune trial each.
 - Optuna: one TPE search per (checkpoint, task) cell over the learning rate and the fields the
   spec gives as distributions (sweeper.spec.space), the cells a shard takes multiplexed into its Tuner
@@ -29,7 +30,7 @@ from pathlib import Path
 
 from ray.tune.search import Searcher
 
-from sweeper.run.pretraining import PretrainingGrid
+from sweeper.run.pipeline import Pipeline
 from sweeper.spec import space as spaces
 from sweeper.store import folders, storage
 
@@ -95,29 +96,6 @@ class OptunaJournal:
             self.saved_at = time.time()
 
 
-class Gate:
-    """Whether a checkpoint can be fine-tuned yet, while pretraining runs beside the grid.
-
-    `ready(checkpoint)` is True (go), False (not yet) or None (never: its run failed); `poll()`
-    lets the pretraining grid record finished runs and launch the next ones. Without a
-    pretraining grid every checkpoint is ready."""
-
-    def __init__(self, pretraining: PretrainingGrid | None = None, poll_every_s: float = 2.0):
-        self.pretraining, self.poll_every_s, self.last_poll = pretraining, poll_every_s, 0.0
-
-    def poll(self) -> None:
-        if self.pretraining is not None and time.time() - self.last_poll >= self.poll_every_s:
-            self.last_poll = time.time()
-            self.pretraining.poll()
-
-    def ready(self, checkpoint) -> bool | None:
-        if self.pretraining is None:
-            return True
-        if self.pretraining.checkpoint_ready(checkpoint.run, checkpoint.step):
-            return True
-        return None if self.pretraining.blocked(checkpoint.run) else False
-
-
 class ReadyQueue:
     """The work of one fine-tuning call that no shard has taken yet, by checkpoint, in plan order.
 
@@ -136,11 +114,11 @@ class ReadyQueue:
     def __len__(self) -> int:
         return sum(len(items) for _, items in self.by_checkpoint.values())
 
-    def take(self, gate: Gate) -> int | None:
+    def take(self, pipeline: Pipeline) -> int | None:
         """The next item of the first written checkpoint (None: no checkpoint with work left is
         written yet); the items of checkpoints that will never be written are dropped."""
         for checkpoint_id, (checkpoint, items) in list(self.by_checkpoint.items()):
-            state = gate.ready(checkpoint)
+            state = pipeline.ready(checkpoint)
             if state is None:  # its run failed: never runnable in this call
                 del self.by_checkpoint[checkpoint_id]
             elif state:
@@ -150,9 +128,9 @@ class ReadyQueue:
                 return index
         return None
 
-    def drop_never_ready(self, gate: Gate) -> None:
+    def drop_never_ready(self, pipeline: Pipeline) -> None:
         for checkpoint_id, (checkpoint, _) in list(self.by_checkpoint.items()):
-            if gate.ready(checkpoint) is None:
+            if pipeline.ready(checkpoint) is None:
                 del self.by_checkpoint[checkpoint_id]
 
 
@@ -161,9 +139,9 @@ class GridSearcher(Searcher):
     exists, so fine-tuning fills in while pretraining still runs (the data-efficiency
     checkpoints first). Tune's config is the trial's index in the call's pending trials."""
 
-    def __init__(self, queue: ReadyQueue, capacity: int, gate: Gate):
+    def __init__(self, queue: ReadyQueue, capacity: int, pipeline: Pipeline):
         super().__init__(metric=SEARCH_METRIC, mode="max")
-        self.queue, self.capacity, self.gate = queue, capacity, gate
+        self.queue, self.capacity, self.pipeline = queue, capacity, pipeline
         self.issued = 0
 
     def set_search_properties(self, metric, mode, config, **spec) -> bool:
@@ -172,15 +150,14 @@ class GridSearcher(Searcher):
     def suggest(self, trial_id: str):
         if self.issued == self.capacity:
             return Searcher.FINISHED
-        self.gate.poll()
-        index = self.queue.take(self.gate)
+        index = self.queue.take(self.pipeline)
         if index is not None:
             self.issued += 1
             return {"trial_index": index}
         return None if self.queue else Searcher.FINISHED
 
     def on_trial_complete(self, trial_id: str, result: dict | None = None, error: bool = False) -> None:
-        self.gate.poll()
+        """Nothing to learn: the grid's trials are fixed (the results recorder writes the outcome)."""
 
 
 class CellSearcher(Searcher):
@@ -190,12 +167,12 @@ class CellSearcher(Searcher):
     sample's point: learning rate and searched fields)."""
 
     def __init__(self, cells: list[CellSearch], queue: ReadyQueue, capacity: int, journal: str, seed: int,
-                 startup_samples: int, gate: Gate | None = None):
+                 startup_samples: int, pipeline: Pipeline | None = None):
         super().__init__(metric=SEARCH_METRIC, mode="max")
         import optuna
 
         optuna.logging.set_verbosity(optuna.logging.WARNING)
-        self.cells, self.queue, self.capacity, self.gate = cells, queue, capacity, gate or Gate()
+        self.cells, self.queue, self.capacity, self.pipeline = cells, queue, capacity, pipeline or Pipeline()
         self.seed, self.startup_samples = seed, startup_samples
         self.journal = OptunaJournal(journal)
         self.studies: dict[int, optuna.Study] = {}  # cell index -> its study, for the cells taken, in that order
@@ -272,7 +249,6 @@ class CellSearcher(Searcher):
                 "learning_rate": point[spaces.LEARNING_RATE], "point": point}
 
     def suggest(self, trial_id: str):
-        self.gate.poll()
         waiting = False
         for index in self.studies:
             cell = self.cells[index]
@@ -284,7 +260,7 @@ class CellSearcher(Searcher):
                 continue
             return self.issue(index, trial_id)
         if len(self.studies) < self.capacity:
-            index = self.queue.take(self.gate)
+            index = self.queue.take(self.pipeline)
             if index is not None:
                 self.start_cell(index)
                 return self.issue(index, trial_id)
@@ -304,7 +280,6 @@ class CellSearcher(Searcher):
             del self.scores[(index, sample)]
             self.cells[index].completed_groups += 1
             self.journal.save(force=self.done())
-        self.gate.poll()
 
     def done(self) -> bool:
         """Whether this searcher has nothing left to ask or tell: its cells are searched to their

@@ -24,7 +24,8 @@ from __future__ import annotations
 import json
 
 from sweeper.plan.study_plan import StudyPlan, Trial, at_point
-from sweeper.run.search import CellSearch, CellSearcher, Gate, GridSearcher, ReadyQueue, search_score
+from sweeper.run.pipeline import Pipeline
+from sweeper.run.search import CellSearch, CellSearcher, GridSearcher, ReadyQueue, search_score
 from sweeper.run.task_prep import task_data_dir
 from sweeper.spec import registry
 from sweeper.spec import space as spaces
@@ -136,13 +137,13 @@ class Shard:
         """The trials this shard is expected to run: its share of the call's (the progress total)."""
         raise NotImplementedError
 
-    def has_work(self, gate: Gate) -> bool:
+    def has_work(self, pipeline: Pipeline) -> bool:
         """Whether anything is left for it: earlier shards took the rest, or it belongs to runs
         that failed (no Tuner is started for nothing)."""
-        self.queue.drop_never_ready(gate)
+        self.queue.drop_never_ready(pipeline)
         return bool(self.queue)
 
-    def tuner_args(self, spec: StudySpec, gate: Gate) -> dict:
+    def tuner_args(self, spec: StudySpec, pipeline: Pipeline) -> dict:
         """`param_space`, `search_alg` and `num_samples` of the Tuner."""
         raise NotImplementedError
 
@@ -179,8 +180,8 @@ class GridShard(Shard):
     def __len__(self) -> int:
         return self.capacity
 
-    def tuner_args(self, spec: StudySpec, gate: Gate) -> dict:
-        return {"param_space": {}, "search_alg": GridSearcher(self.queue, self.capacity, gate),
+    def tuner_args(self, spec: StudySpec, pipeline: Pipeline) -> dict:
+        return {"param_space": {}, "search_alg": GridSearcher(self.queue, self.capacity, pipeline),
                 "num_samples": self.capacity}
 
     def trial(self, config: dict) -> Trial:
@@ -210,12 +211,12 @@ class OptunaShard(Shard):
     def __len__(self) -> int:
         return self.expected_trials
 
-    def tuner_args(self, spec: StudySpec, gate: Gate) -> dict:
+    def tuner_args(self, spec: StudySpec, pipeline: Pipeline) -> dict:
         optuna = spec.finetuning.optuna
         # The searcher runs in the driver: it opens the journal there (self.layout holds no credentials,
         # the driver reaches an object store through its environment).
         searcher = CellSearcher(self.searches, self.queue, self.capacity, self.layout.optuna_journal, optuna.seed,
-                                optuna.startup_samples, gate=gate)
+                                optuna.startup_samples, pipeline=pipeline)
         # Which cells it takes is known only as they are written: at most every trial left.
         return {"param_space": {}, "search_alg": searcher,
                 "num_samples": sum(search.trials_left for search in self.searches)}
