@@ -22,6 +22,7 @@ from sweeper.plan.load import load_spec
 from sweeper.plan.study_plan import plan_study
 from sweeper.report import analysis
 from sweeper.run.early_stopping import TIME_ATTR, CellScheduler, make_scheduler
+from sweeper.run.ray_compat import resume_held_trial
 from sweeper.run.progress import ProgressLine
 from sweeper.run.recording import FINAL, ResultsRecorder
 from sweeper.run.search import SEARCH_METRIC
@@ -330,8 +331,21 @@ def test_stopped_rows_are_counted_but_never_selected_nor_in_intervals(tmp_path):
 
 def curve_trainable(config):
     """Reports a curve whose level is the config's `level`, one seed 5 above it and the other 5
-    below: low levels are the points to stop."""
+    below: low levels are the points to stop. With `started` (a file path), seed 1 says its
+    worker runs and reports a second later, and seed 0 reports once it is told: seed 0 reaches
+    step 2 before its running sibling, so the scheduler must hold it and later resume it."""
+    import time
+    from pathlib import Path
+
     offset = 5.0 if config["seed"] else -5.0
+    if config.get("started"):
+        started = Path(config["started"])
+        if config["seed"]:
+            started.touch()
+            time.sleep(1.0)
+        else:
+            while not started.exists():
+                time.sleep(0.05)
     for step in (2, 4, 6):
         tune.report({"trial_key": "x", "learning_rate": 0.001, TIME_ATTR: step, "train_loss": 1.0,
                      "validation_score": config["level"] + offset + step,
@@ -344,9 +358,10 @@ class ListSearcher(Searcher):
     """Hands out the two seeds of each point of `levels` together, a point once the previous
     one completed, and keeps the result Tune gives each trial: what Optuna's searcher is told."""
 
-    def __init__(self, levels: list[float]):
+    def __init__(self, levels: list[float], started: str | None = None):
+        """`started`: the first point's seeds are handed it (curve_trainable's hold)."""
         super().__init__(metric=SEARCH_METRIC, mode="max")
-        self.levels, self.issued, self.completed = levels, 0, {}
+        self.levels, self.issued, self.completed, self.started = levels, 0, {}, started
 
     def suggest(self, trial_id):
         if self.issued == 2 * len(self.levels):
@@ -355,7 +370,8 @@ class ListSearcher(Searcher):
             return None
         self.issued += 1
         index = self.issued - 1
-        return {"trial_index": index, "level": self.levels[index // 2], "seed": index % 2}
+        return {"trial_index": index, "level": self.levels[index // 2], "seed": index % 2,
+                "started": self.started if index < 2 else None}
 
     def on_trial_complete(self, trial_id, result=None, error=False):
         self.completed[result["config/trial_index"]] = result
@@ -363,10 +379,22 @@ class ListSearcher(Searcher):
 
 @pytest.mark.e2e
 def test_tune_stops_a_points_seeds_together_and_hands_their_last_point_to_the_searcher_and_the_store(
-        ray_head, tmp_path):
+        ray_head, tmp_path, monkeypatch):
+    """On Tune's real controller: a seed that reaches a step before its point's other seed is held
+    there and resumed through Tune's private API (sweeper.run.ray_compat.resume_held_trial, counted
+    here and called through), so a Ray upgrade that breaks it fails this test."""
+    from sweeper.run import early_stopping
+
+    resumed = []
+
+    def counted(tune_controller, trial):
+        resumed.append(trial.trial_id)
+        resume_held_trial(tune_controller, trial)
+
+    monkeypatch.setattr(early_stopping, "resume_held_trial", counted)
     trials, layout, shard = smoke_shard(tmp_path, 8)
     ft = load_spec(es_spec(tmp_path)).finetuning
-    searcher = ListSearcher([50.0, 60.0, 10.0, 70.0])
+    searcher = ListSearcher([50.0, 60.0, 10.0, 70.0], started=str(tmp_path / "seed-1-started"))
     ray.init(address=ray_head[0], log_to_driver=False, runtime_env={"env_vars": {"PYTHONPATH": str(ROOT / "tests")}})
     try:
         recorder = ResultsRecorder("smoke", layout, shard, ProgressLine("finetune", 8, unit="trials"))
@@ -387,6 +415,7 @@ def test_tune_stops_a_points_seeds_together_and_hands_their_last_point_to_the_se
         # The searcher is told the stopped seed's last curve point, as the store records it.
         assert searcher.completed[4 + seed][SEARCH_METRIC] == level
     assert searcher.completed[0][SEARCH_METRIC] == 53.0
+    assert resumed, "no seed was held and resumed: the private path did not run"
     curves = read_table(tmp_path, EVAL_CURVES).to_pandas()
     for trial in trials[4:6]:
         assert curves[curves["trial_key"] == trial.trial_key]["step"].tolist() == [2]
