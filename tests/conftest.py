@@ -3,8 +3,10 @@ and a real S3 endpoint on the loopback (moto's server) for studies kept in an ob
 from __future__ import annotations
 
 import os
+import shutil
 import subprocess
 import sys
+import tempfile
 import uuid
 from pathlib import Path
 
@@ -90,7 +92,13 @@ def ray_head(tmp_path_factory):
     # cannot bind leaves the head refusing every `ray job submit`.
     agent_ports = [f"--dashboard-agent-listen-port={free_port()}", f"--dashboard-agent-grpc-port={free_port()}",
                    f"--runtime-env-agent-port={free_port()}", f"--metrics-export-port={free_port()}"]
+    # A temp folder of its own (short: Ray's socket paths live below it). A job's driver is given
+    # the address in `<temp folder>/ray_current_cluster`, which `ray start` writes: in the shared
+    # /tmp/ray that is whichever Ray started last on the machine (a study or another suite beside
+    # this one), and a job of this head was sent there and hung.
+    ray_tmp = tempfile.mkdtemp(prefix="r", dir="/tmp")
     started = ray_cli("start", "--head", "--node-ip-address=127.0.0.1", f"--port={port}", *agent_ports,
+                      f"--temp-dir={ray_tmp}",
                       "--dashboard-host=127.0.0.1", f"--dashboard-port={dashboard}", "--include-dashboard=true",
                       "--num-cpus=2", "--num-gpus=0", "--disable-usage-stats", env=env, timeout=180,
                       new_session=True)
@@ -99,6 +107,7 @@ def ray_head(tmp_path_factory):
         yield f"127.0.0.1:{port}", f"http://127.0.0.1:{dashboard}"
     finally:
         stop_process_group(head_process_group(port))
+        shutil.rmtree(ray_tmp, ignore_errors=True)
 
 
 def head_process_group(port: int) -> int:
