@@ -72,11 +72,11 @@ def sweeper_loop(corpus_dir: str, model_config: dict, objective: str, steps: int
     from ray.train.torch import TorchTrainer
 
     from sweeper.spec.configs import AdamWConfig, InitSource, PhaseConfig, PretrainConfig
-    from sweeper.spec.registry import OBJECTIVES
+    from sweeper.spec.registry import objective_of
     from trainables.pretrain_loop import train_loop_per_worker
 
     run_dir.mkdir(parents=True)
-    info = OBJECTIVES[objective]
+    info = objective_of(objective)
     run = PretrainConfig(
         name=f"bench-{objective}", run_key="bench", run_dir=str(run_dir), corpus_dir=corpus_dir,
         model_config=model_config, objective=objective, mask_ratio=0.4 if objective == "mlm" else None,

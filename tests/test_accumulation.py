@@ -13,7 +13,7 @@ from hypothesis import strategies as st
 from safetensors.torch import load_file
 
 from sweeper.spec.configs import AdamWConfig, InitSource, PhaseConfig, PretrainConfig
-from sweeper.spec.registry import OBJECTIVES
+from sweeper.spec.registry import objective_of
 from trainables.corpus import document_layout
 from trainables.model import LlamaEncoderConfig, build_model
 from trainables.objectives import (
@@ -174,9 +174,9 @@ def planned_run(total: int, *, save_every: int = 1, checkpoint_steps: tuple[int,
                 micro_batch_size: int | None = None, switch: int | None = None) -> PretrainConfig:
     """A CLM -> MLM run of `total` steps switching at `switch` (default: half-way)."""
     switch = total // 2 if switch is None else switch
-    phases = (PhaseConfig(objective="clm", loss=OBJECTIVES["clm"].loss, start_step=0, end_step=switch),
-              PhaseConfig(objective="mlm", loss=OBJECTIVES["mlm"].loss, start_step=switch, end_step=total,
-                          settings={**OBJECTIVES["mlm"].settings, "mask_ratio": 0.4}))
+    phases = (PhaseConfig(objective="clm", loss=objective_of("clm").loss, start_step=0, end_step=switch),
+              PhaseConfig(objective="mlm", loss=objective_of("mlm").loss, start_step=switch, end_step=total,
+                          settings={**objective_of("mlm").settings, "mask_ratio": 0.4}))
     return PretrainConfig(
         name=Path(run_dir).name, run_key="accumulation", objective="clm-mlm", mask_ratio=0.4,
         clm_fraction=switch / total, switch_step=switch, run_dir=run_dir, corpus_dir=corpus_dir,

@@ -16,8 +16,8 @@ from sweeper.plan.cost import (
 )
 from sweeper.plan.load import load_spec
 from sweeper.plan.study_plan import plan_study
-from sweeper.spec import catalog
-from sweeper.spec.catalog import PAPER_TASK_STATISTICS, task_statistics
+from sweeper.spec.catalog import PAPER_TASK_STATISTICS
+from sweeper.spec.registry import get_task, task_statistics
 
 
 @pytest.fixture(scope="module")
@@ -36,8 +36,8 @@ def with_statistics(monkeypatch, task: str, **changes) -> None:
 
 def test_every_paper_task_has_statistics_with_lengths_for_its_family():
     for task, stats in PAPER_TASK_STATISTICS.items():
-        family = catalog.get_task(task).family
-        assert stats.test_rows > 0 and (stats.train_rows > 0) == (catalog.get_task(task).train_task is None), task
+        family = get_task(task).family
+        assert stats.test_rows > 0 and (stats.train_rows > 0) == (get_task(task).train_task is None), task
         lengths = {"sequence_classification": [stats.mean_tokens], "token_classification": [stats.mean_tokens],
                    "extractive_qa": [stats.context_tokens, stats.question_tokens],
                    "retrieval": [stats.query_tokens, stats.document_tokens, stats.documents_per_query]}[family]

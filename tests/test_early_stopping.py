@@ -218,14 +218,13 @@ def test_a_point_whose_seed_mean_is_high_runs_on_with_all_its_seeds_though_one_s
 # -- the worker ----------------------------------------------------------------------------------
 
 def test_the_trial_hands_each_curve_point_to_the_callback_and_ends_where_tune_stops_it(tmp_path, wordpiece_dir):
-    from sweeper.spec.catalog import TASKS
     from sweeper.spec.configs import AdamWConfig, FinetuneProtocol, TrialConfig, TrialRuntime
-    from sweeper.spec.registry import FAMILIES
+    from sweeper.spec.registry import family_of, get_task
     from trainables.finetune_loop import run_trial
     from trainables.tasks import data as task_data
 
-    task = TASKS["wordnet-supersense-cls"]
-    family = FAMILIES[task.family]
+    task = get_task("wordnet-supersense-cls")
+    family = family_of(task.family)
     out = tmp_path / "prepared"
     task_data.prepare_task_data(task, family.implementation, wordpiece_dir, 32, str(out), 48, 16, {})
     trial = TrialConfig(

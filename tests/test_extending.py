@@ -17,7 +17,7 @@ import yaml
 
 from sweeper.plan.load import load_spec
 from sweeper.plan.study_plan import plan_study
-from sweeper.spec import catalog, registry
+from sweeper.spec import registry
 from sweeper.spec.reading import SpecError
 
 from conftest import ROOT, run_sweeper
@@ -28,14 +28,11 @@ SMOKE = ROOT / "search_spaces" / "smoke.yaml"
 
 @pytest.fixture
 def plugins(monkeypatch):
-    """The toy plugins registered in this process, and the registries restored afterwards."""
-    saved = dict(registry.FAMILIES), dict(registry.OBJECTIVES), dict(catalog.TASKS)
+    """The toy plugins named in SWEEPER_PLUGINS, loaded into a fresh registry that this test alone uses."""
     monkeypatch.syspath_prepend(str(PLUGINS))
     monkeypatch.setenv(registry.PLUGINS_VARIABLE, "toy_regression,toy_span_masking")
-    yield
-    for live, before in zip((registry.FAMILIES, registry.OBJECTIVES, catalog.TASKS), saved):
-        live.clear()
-        live.update(before)
+    with registry.using(registry.shipped()) as fresh:
+        yield fresh
 
 
 def toy_spec(folder) -> str:
@@ -63,12 +60,10 @@ def test_plugins_plan_named_and_keyed_runs_and_trials(plugins, tmp_path):
     assert registry.categories()[-1] == "REG", "a plugin family's category follows the shipped ones"
 
 
-def test_without_the_plugin_its_names_are_spec_errors(tmp_path, plugins):
+def test_without_the_plugin_its_names_are_spec_errors(tmp_path, plugins, monkeypatch):
     path = toy_spec(tmp_path)
-    os.environ[registry.PLUGINS_VARIABLE] = ""
-    registry.OBJECTIVES.pop("span-mlm", None)
-    catalog.TASKS.pop("toy-word-count", None)
-    with pytest.raises(SpecError) as caught:
+    monkeypatch.setenv(registry.PLUGINS_VARIABLE, "")
+    with registry.using(registry.shipped()), pytest.raises(SpecError) as caught:
         load_spec(path)
     assert "pretraining.runs[1].objective" in str(caught.value) and "unknown objective 'span-mlm'" in str(caught.value)
 
@@ -112,3 +107,49 @@ def test_a_plugin_family_and_objective_run_through_the_smoke_study(ray_head, tmp
     report = (study / "report.md").read_text()
     header = next(line for line in report.splitlines() if line.startswith("| checkpoint | objective |"))
     assert header.split("|")[3:-1] == [" SC ", " REG "], header
+
+
+def test_plan_costs_and_sizes_a_plugin_family_by_its_own_estimate(plugins, tmp_path):
+    """`sweeper plan` (the real command line, in a child process) on a study whose one task is the
+    toy regression's prints the fine-tuning FLOPs and trial memory of the family's own estimate
+    (its task's sizes counted from its files, one sentence per row), not the padded fallback."""
+    import math
+    import subprocess
+    import sys
+
+    from toy_regression import ESTIMATE, sentence_statistics
+
+    from sweeper.plan.cost import backbone_count
+    from sweeper.plan.memory import estimate_trial_peak
+
+    spec = yaml.safe_load(SMOKE.read_text())
+    spec["model"]["preset"] = "210m"  # a trial's memory shows at 0.1 GB resolution
+    spec["finetuning"].update(tasks=["toy-word-count"], max_length=512)
+    path = tmp_path / "toy-plan.yaml"
+    path.write_text(yaml.safe_dump(spec))
+    env = {**os.environ, registry.PLUGINS_VARIABLE: "toy_regression", "PYTHONPATH": str(PLUGINS)}
+    printed = subprocess.run([sys.executable, "-m", "sweeper", "plan", str(path)], capture_output=True, text=True,
+                             cwd=ROOT, env=env)
+    assert printed.returncode == 0, printed.stderr
+
+    loaded = load_spec(path)  # the same spec in this process, with the plugin in this test's registry
+    plan, ft = plan_study(loaded), loaded.finetuning
+    config = plan.runs[0].model_config
+    # The family's estimate by hand: one sentence per row, capped at max_length; 5 % of train validates.
+    stats = sentence_statistics(registry.get_task("toy-word-count"))
+    assert (stats.train_rows, stats.test_rows) == (240, 60) and 5 < stats.mean_tokens < 40
+    train, validation, test = stats.split_rows(ft.max_train_examples, ft.max_eval_examples)
+    row = min(stats.mean_tokens, ft.max_length)
+    steps = min(ft.max_steps, math.ceil(ft.epochs * train / ft.batch_size))
+    evaluations = 1 + (steps // ft.eval_every if ft.eval_every else 0)
+    trained, scored = steps * ft.batch_size * row, (evaluations * validation + test) * row
+    flops = len(plan.trials) * (6 * trained + 2 * scored) * backbone_count(config)
+    padded = len(plan.trials) * (6 * ft.max_steps * ft.batch_size + 2 * loaded.cost.finetune_eval_examples) \
+        * ft.max_length * backbone_count(config)
+    cost_line = next(line for line in printed.stdout.splitlines() if line.strip().startswith("fine-tuning ") and "FLOPs" in line)
+    assert f"({flops:.2e} FLOPs)" in cost_line, cost_line
+    assert f"{padded:.2e}" != f"{flops:.2e}", "the generic fallback would print another figure"
+
+    memory = estimate_trial_peak(config, min(ft.micro_batch_size, ft.batch_size) * ESTIMATE.forward_rows,
+                                 ft.max_length, ft.eval_batch_size, "cpu-fp32")
+    assert f"    210m         1 tasks   {memory.peak_gb:.1f} GB" in printed.stdout, printed.stdout

@@ -95,15 +95,16 @@ def test_stability_table_has_an_interval_around_the_spread(planted):
     assert (table["spread_low"] >= 0).all()
 
 
-def test_intervals_are_clipped_to_their_family_score_range(monkeypatch):
+def test_intervals_are_clipped_to_their_family_score_range():
     """Each category is clipped to the range of the family its rows name: 0-100 for the shipped
     ones, the plugin's own (-100..100 for a correlation x 100); a row whose family is not
     registered here takes its category's registered families, else the widest range."""
-    monkeypatch.setitem(registry.FAMILIES, "regression", FamilyInfo(
-        name="regression", category="REG", implementation="toy_regression:Regression", score_range=(-100.0, 100.0)))
     rows = pd.DataFrame({"task_family": ["token_classification", "regression", None, "unloaded_plugin"],
                          "task_category": ["TC", "REG", "SC", "NEW"]})
-    ranges = score_ranges(rows)
+    with registry.using(registry.shipped()):
+        registry.register_family(FamilyInfo(name="regression", category="REG",
+                                            implementation="toy_regression:Regression", score_range=(-100.0, 100.0)))
+        ranges = score_ranges(rows)
     assert ranges == {"TC": (0.0, 100.0), "REG": (-100.0, 100.0), "SC": (0.0, 100.0), "NEW": (-100.0, 100.0)}
     low, high = clipped_interval(pd.Series([10.0, 95.0]), pd.Series([70.0, 20.0]), ranges["TC"])
     assert low.tolist() == [0.0, 75.0] and high.tolist() == [80.0, 100.0]  # an F1 never reaches -60

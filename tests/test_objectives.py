@@ -9,7 +9,7 @@ from hypothesis import strategies as st
 
 from sweeper.plan.runs import switch_step
 from sweeper.spec.configs import AdamWConfig, InitSource, PhaseConfig, PretrainConfig
-from sweeper.spec.registry import OBJECTIVES, resolve
+from sweeper.spec.registry import current, objective_of, resolve
 from trainables.corpus import document_layout
 from trainables.model import LlamaEncoderConfig, build_model
 from trainables.objectives import (
@@ -41,9 +41,9 @@ def planned_run(total: int, switch: int) -> PretrainConfig:
     """A run of `total` steps, CLM before `switch` and MLM from there, as the driver plans it
     (a phase of no steps is left out)."""
     phases = tuple(phase for phase in (
-        PhaseConfig(objective="clm", loss=OBJECTIVES["clm"].loss, start_step=0, end_step=switch),
-        PhaseConfig(objective="mlm", loss=OBJECTIVES["mlm"].loss, start_step=switch, end_step=total,
-                    settings=OBJECTIVES["mlm"].settings),
+        PhaseConfig(objective="clm", loss=objective_of("clm").loss, start_step=0, end_step=switch),
+        PhaseConfig(objective="mlm", loss=objective_of("mlm").loss, start_step=switch, end_step=total,
+                    settings=objective_of("mlm").settings),
     ) if phase.start_step < phase.end_step)
     return PretrainConfig(
         name="test", run_key="test", objective="-".join(p.objective for p in phases), mask_ratio=0.4,
@@ -124,10 +124,10 @@ def test_mlm_settings_reach_the_masking():
 
 def test_registered_losses_have_the_objective_loss_signature():
     expected = list(inspect.signature(ObjectiveLoss.__call__).parameters)[1:]
-    for info in OBJECTIVES.values():
+    for info in current().objectives.values():
         loss = resolve(info.loss)
         assert list(inspect.signature(loss).parameters) == expected, info.name
-    assert resolve(OBJECTIVES["mlm"].loss) is mlm_loss and resolve(OBJECTIVES["clm"].loss) is clm_loss
+    assert resolve(objective_of("mlm").loss) is mlm_loss and resolve(objective_of("clm").loss) is clm_loss
 
 
 def test_clm_logits_ignore_the_future():

@@ -16,9 +16,8 @@ import torch
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from sweeper.spec.catalog import TASKS
 from sweeper.spec.configs import AdamWConfig, FinetuneProtocol, TrialConfig, TrialRuntime
-from sweeper.spec.registry import FAMILIES, resolve
+from sweeper.spec.registry import family_of, get_task, resolve
 from trainables.finetune_loop import cached_task_data, run_trial
 from trainables.model import LlamaEncoderConfig, LlamaEncoderModel
 from trainables.tasks import data as task_data
@@ -57,23 +56,23 @@ def prepared(tmp_path_factory, wordpiece_dir):
     """Task name -> (prepared folder, max_length), 64 training and 48 evaluation examples each."""
     out = {}
     for name in TASK_NAMES:
-        task = TASKS[name]
+        task = get_task(name)
         length = MAX_LENGTH.get(task.family, DEFAULT_LENGTH)
         folder = tmp_path_factory.mktemp(name)
-        task_data.prepare_task_data(task, FAMILIES[task.family].implementation, wordpiece_dir, length, str(folder),
+        task_data.prepare_task_data(task, family_of(task.family).implementation, wordpiece_dir, length, str(folder),
                                     64, 48, {"doc_stride": STRIDE})
         out[name] = (str(folder), length)
     return out
 
 
 def protocol_for(name: str, length: int) -> FinetuneProtocol:
-    family = FAMILIES[TASKS[name].family]
+    family = family_of(get_task(name).family)
     return replace(PROTOCOL, max_length=length, family_settings={k: SETTINGS[k] for k in family.settings})
 
 
 def model_for(name: str, meta: dict):
     torch.manual_seed(0)
-    family = resolve(FAMILIES[TASKS[name].family].implementation)
+    family = resolve(family_of(get_task(name).family).implementation)
     return family, family.build(PackedBackbone(LlamaEncoderModel(LlamaEncoderConfig(**BACKBONE))), meta)
 
 
@@ -125,11 +124,11 @@ def test_a_packed_trial_trains_and_scores_like_a_padded_one(prepared, name, floa
     """In float64: AdamW (lr 3e-3, eps 1e-5) turns a gradient's rounding difference into an update up to
     lr / eps = 300 times as large (float32 losses differed by up to 2e-6 after 3 steps, by CPU vector path)."""
     folder, length = prepared[name]
-    family = FAMILIES[TASKS[name].family]
+    family = family_of(get_task(name).family)
     results = {}
     for packing in (False, True):
         results[packing] = run_trial(TrialConfig(
-            trial_key=f"{name}-{packing}", task=TASKS[name], family=family.implementation, seed=3,
+            trial_key=f"{name}-{packing}", task=get_task(name), family=family.implementation, seed=3,
             checkpoint_path=None, protocol=protocol_for(name, length), task_data_dir=folder,
             runtime=TrialRuntime(micro_batch_size=4, eval_batch_size=16, packing=packing), random_init_config=BACKBONE))
     padded, packed = results[False], results[True]

@@ -22,9 +22,8 @@ import yaml
 from sweeper.plan.load import load_spec
 from sweeper.plan.study_plan import finetune_protocol, plan_study
 from sweeper.run.shards import trial_runtime
-from sweeper.spec.catalog import get_task
 from sweeper.spec.configs import CompanionSet, TrialConfig
-from sweeper.spec.registry import FAMILIES
+from sweeper.spec.registry import family_of, get_task
 from sweeper.store.results import read_trials
 from trainables.finetune_loop import run_trial
 
@@ -83,7 +82,7 @@ def test_a_micro_pretrained_model_beats_random_weights_on_every_family(ray_head,
             continue  # scored by its training task's trials
         companions = tuple(CompanionSet(trial_key=t, task_data_dir=task_dirs[t])
                            for t in spec.finetuning.tasks if get_task(t).train_task == task)
-        configs += [TrialConfig(trial_key=task, task=info, family=FAMILIES[info.family].implementation,
+        configs += [TrialConfig(trial_key=task, task=info, family=family_of(info.family).implementation,
                                 protocol=finetune_protocol(spec, task, learning_rate=lr), seed=0, checkpoint_path=None,
                                 task_data_dir=task_dirs[task], runtime=trial_runtime(spec), companions=companions,
                                 random_init_config=run.model_config)

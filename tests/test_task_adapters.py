@@ -14,9 +14,9 @@ import numpy as np
 import pytest
 from transformers import AutoTokenizer
 
-from sweeper.spec.catalog import TASKS
+from sweeper.spec import registry
 from sweeper.spec.configs import TaskInfo
-from sweeper.spec.registry import FAMILIES, resolve
+from sweeper.spec.registry import current, get_task, resolve
 from trainables.tasks.adapters import retrieval_split
 from trainables.tasks.data import load_task_splits
 from trainables.tasks.family import TaskFamily
@@ -34,11 +34,11 @@ SETTINGS = {"doc_stride": 8, "retrieval_temperature": 0.05}
 
 def local(name: str) -> TaskInfo:
     """The catalog's task with its source swapped for the local copy (hub-only file lists dropped)."""
-    return replace(TASKS[name], source=str(HUB / name), data_files={})
+    return replace(get_task(name), source=str(HUB / name), data_files={})
 
 
 def family_of(task: TaskInfo) -> TaskFamily:
-    return resolve(FAMILIES[task.family].implementation)
+    return resolve(registry.family_of(task.family).implementation)
 
 
 @pytest.fixture(scope="module")
@@ -48,7 +48,7 @@ def tokenizer(wordpiece_dir):
 
 def test_every_paper_data_set_has_a_local_copy_and_a_catalog_entry():
     assert sorted(PAPER_TASKS) == sorted(p.name for p in HUB.iterdir())
-    assert {TASKS[name].category for name in PAPER_TASKS} == {"SC", "TC", "QA", "IR"}
+    assert {get_task(name).category for name in PAPER_TASKS} == {"SC", "TC", "QA", "IR"}
 
 
 @pytest.mark.parametrize("name", PAPER_TASKS)
@@ -154,9 +154,9 @@ def test_retrieval_adapters_read_each_schema():
 
 
 def test_retrieval_evaluation_only_sets_name_their_training_task():
-    assert TASKS["nq"].train_task == TASKS["mldr-en"].train_task == "msmarco"
-    assert TASKS["wordnet-definition-retrieval"].train_task == "wordnet-usage-retrieval"
-    assert TASKS["msmarco"].train_task is None
+    assert get_task("nq").train_task == get_task("mldr-en").train_task == "msmarco"
+    assert get_task("wordnet-definition-retrieval").train_task == "wordnet-usage-retrieval"
+    assert get_task("msmarco").train_task is None
 
 
 def test_every_registered_family_implements_the_task_family_contract():
@@ -165,7 +165,7 @@ def test_every_registered_family_implements_the_task_family_contract():
     methods = {name: inspect.signature(value.__func__) for name, value in vars(TaskFamily).items()
                if isinstance(value, staticmethod)}
     assert set(methods) == {"encode", "build", "train_size", "loss", "score", "describe"}
-    for info in FAMILIES.values():
+    for info in current().families.values():
         family = resolve(info.implementation)
         for name, signature in methods.items():
             assert list(inspect.signature(getattr(family, name)).parameters) == list(signature.parameters), (

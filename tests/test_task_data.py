@@ -5,9 +5,8 @@ import pytest
 
 from dataclasses import replace
 
-from sweeper.spec.catalog import TASKS
 from sweeper.spec.configs import AdamWConfig, FinetuneProtocol, TrialConfig, TrialRuntime
-from sweeper.spec.registry import FAMILIES
+from sweeper.spec.registry import family_of, get_task
 from trainables.finetune_loop import run_trial
 from trainables.tasks import data as task_data
 
@@ -19,7 +18,7 @@ RUNTIME = TrialRuntime(micro_batch_size=4, eval_batch_size=16, threads=1)
 
 
 def test_splits_follow_the_paper():
-    task = TASKS["wordnet-supersense-cls"]
+    task = get_task("wordnet-supersense-cls")
     splits = task_data.load_task_splits(task, None, None)
     rows = list(task_data.iter_rows(task.source))
     official_train = [r for r in rows if r["split"] == "train"]
@@ -32,8 +31,8 @@ def test_splits_follow_the_paper():
 @pytest.mark.parametrize("name", ["wordnet-supersense-cls", "wordnet-supersense-tag", "wordnet-supersense-qa",
                                   "wordnet-usage-retrieval"])
 def test_a_grid_of_trials_tokenises_each_data_set_once(tmp_path, monkeypatch, wordpiece_dir, name):
-    task = TASKS[name]
-    family = FAMILIES[task.family]
+    task = get_task(name)
+    family = family_of(task.family)
     out = tmp_path / "prepared"
     builds = []
     real_splits = task_data.load_task_splits

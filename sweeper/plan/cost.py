@@ -6,13 +6,15 @@ head; fine-tuning drops it (the task heads are a few thousand weights). GPU-hour
 (peak TFLOP/s x utilisation x 3600).
 
 Fine-tuning counts real tokens, from each task's published sizes and mean lengths
-(`sweeper.spec.catalog.task_statistics`), each length capped at `finetuning.max_length`:
-- training: min(max_steps, ceil(epochs x train examples / batch)) steps of `batch_size`
-  examples, as the worker loop runs them; an extractive-QA example is its windows (a context
-  longer than a window is cut with `doc_stride` overlap, each window repeating the question), a
-  retrieval example a query and its positive document;
+(`sweeper.spec.registry.task_statistics`), each length capped at `finetuning.max_length`, as the
+task's family declares them (`FamilyInfo.estimate`, sweeper.spec.estimates; this module names no
+family):
+- training: min(max_steps, ceil(epochs x train examples x rows per example / batch)) steps of
+  `batch_size` rows, as the worker loop runs them (an extractive-QA example is its windows, a
+  retrieval example one row of a query and its positive document);
 - scoring: the validation and test splits once at the end (and validation every `eval_every`
-  steps when set); retrieval embeds each split's queries and its labelled document pool;
+  steps when set), each example's scored tokens as its family declares (retrieval embeds each
+  split's queries and its labelled document pool);
 - a retrieval trial also scores its evaluation-only companions (NQ and MLDR for MS MARCO) with
   the same weights, so their cost is the training trial's and their own trials cost nothing.
 A task without statistics (a plugin's) is costed as before: padded max_length tokens and
@@ -27,8 +29,9 @@ from dataclasses import dataclass
 
 from sweeper.plan.runs import PretrainingRun
 from sweeper.plan.study_plan import StudyPlan, finetune_protocol, protocol_text
-from sweeper.spec.catalog import TaskStatistics, get_task, task_statistics
 from sweeper.spec.configs import FinetuneProtocol
+from sweeper.spec.estimates import RowShape
+from sweeper.spec.registry import family_of, get_task, task_statistics
 from sweeper.spec.study import StudySpec
 
 MI250X_PEAK_TFLOPS = 383.0
@@ -92,49 +95,6 @@ def pretraining_cost(spec: StudySpec, runs: tuple[PretrainingRun, ...]) -> Stage
 
 # --- fine-tuning: tokens per trial from the task's statistics ---------------------------------
 
-@dataclass(frozen=True, slots=True)
-class RowShape:
-    """How rows become model inputs: truncated at max_length, QA contexts cut with doc_stride;
-    `padded`: every row filled to max_length (the worker's encoders today)."""
-
-    max_length: int
-    doc_stride: int
-    padded: bool = False
-
-    def cap(self, tokens: float) -> float:
-        return self.max_length if self.padded else min(tokens, self.max_length)
-
-
-def qa_windows(stats: TaskStatistics, shape: RowShape) -> tuple[int, float]:
-    """(windows per example, tokens per window) of the mean example, as trainables.tasks.qa cuts
-    it: [CLS] question [SEP] context-window [SEP], the question cut at max_length / 2."""
-    question = min(stats.question_tokens, shape.max_length // 2)
-    width = shape.max_length - question - 3
-    if stats.context_tokens <= width:
-        return 1, shape.cap(question + stats.context_tokens + 3)
-    step = width - min(shape.doc_stride, width - 1)
-    return math.ceil((stats.context_tokens - width) / step) + 1, shape.max_length
-
-
-def example_tokens(family: str, stats: TaskStatistics, shape: RowShape) -> float:
-    """Tokens of one training example (QA: all its windows; retrieval: the query and its
-    positive document, each capped)."""
-    if family == "extractive_qa":
-        windows, per_window = qa_windows(stats, shape)
-        return windows * per_window
-    if family == "retrieval":
-        return shape.cap(stats.query_tokens) + shape.cap(stats.document_tokens)
-    return shape.cap(stats.mean_tokens)
-
-
-def scored_tokens(family: str, stats: TaskStatistics, examples: int, shape: RowShape) -> float:
-    """Forward tokens of scoring `examples` rows of a split (retrieval: their queries, then the
-    labelled pool they bring)."""
-    if family == "retrieval":
-        return examples * (shape.cap(stats.query_tokens) + stats.documents_per_query * shape.cap(stats.document_tokens))
-    return examples * example_tokens(family, stats, shape)
-
-
 def companions(spec: StudySpec, task: str) -> list[str]:
     """The study's evaluation-only sets scored with `task`'s trained weights."""
     return [other for other in spec.finetuning.tasks if get_task(other).train_task == task]
@@ -150,23 +110,23 @@ def trial_tokens(spec: StudySpec, task: str, padded: bool = False,
     if info.train_task:  # scored inside its training task's trials (see `companions`)
         return TrialTokens(trained=0, scored=0)
     protocol = protocol or finetune_protocol(spec, task)
+    estimate = family_of(info.family).estimate
     stride = protocol.family_settings.get("doc_stride", ft.at({}).doc_stride)
     shape = RowShape(protocol.max_length, stride, padded)
     train, validation, test = stats.split_rows(ft.max_train_examples, ft.max_eval_examples)
-    # The loop's step count (trainables.finetune_loop): QA draws batches of windows.
-    examples = train * qa_windows(stats, shape)[0] if info.family == "extractive_qa" else train
-    steps = min(protocol.max_steps, math.ceil(protocol.epochs * examples / protocol.batch_size))
-    # A QA batch holds windows, not whole examples.
-    per_example = qa_windows(stats, shape)[1] if info.family == "extractive_qa" else example_tokens(
-        info.family, stats, shape)
+    # The loop's batches hold rows (a QA batch holds windows, not whole examples): steps follow them.
+    rows_per_example, tokens_per_row = estimate.training_rows(stats, shape)
+    rows = train * rows_per_example
+    steps = min(protocol.max_steps, math.ceil(protocol.epochs * rows / protocol.batch_size))
     evaluations = 1 + (steps // ft.eval_every if ft.eval_every else 0)
-    scored = (evaluations * scored_tokens(info.family, stats, validation, shape)
-              + scored_tokens(info.family, stats, test, shape))
+    per_scored = estimate.tokens_scored(stats, shape)
+    scored = evaluations * (validation * per_scored) + test * per_scored
     for companion in companions(spec, task):
         if (other := task_statistics(companion)) is not None:
             _, other_validation, other_test = other.split_rows(ft.max_train_examples, ft.max_eval_examples)
-            scored += scored_tokens(get_task(companion).family, other, other_validation + other_test, shape)
-    return TrialTokens(trained=steps * protocol.batch_size * per_example, scored=scored)
+            other_estimate = family_of(get_task(companion).family).estimate
+            scored += (other_validation + other_test) * other_estimate.tokens_scored(other, shape)
+    return TrialTokens(trained=steps * protocol.batch_size * tokens_per_row, scored=scored)
 
 
 def fallback_tokens(spec: StudySpec, task: str, protocol: FinetuneProtocol | None = None) -> TrialTokens:

@@ -168,14 +168,16 @@ def estimate_peak(config: dict, setup: MemorySetup) -> MemoryEstimate:
 # What `trainables.finetune_loop` holds on its device: the backbone without its LM head (the
 # task head is a few thousand weights) in fp32 with gradients and AdamW state, autocast's bf16
 # copies of the block weights, and the peak of one training micro batch (every row padded to
-# max_length: the encoders lay rows out that way; a retrieval micro batch runs its queries and
-# their documents, 2 x rows, both kept for the InfoNCE backward) or of one scoring batch
+# max_length: the encoders lay rows out that way; a family may put several rows per example in a
+# forward pass: a retrieval micro batch runs its queries and their documents, 2 x rows, both kept
+# for the InfoNCE backward) or of one scoring batch
 # (`eval_batch_size` rows under no_grad: about one block's activations at a time; retrieval
 # moves each batch's embeddings to the CPU, so the pool's embeddings take no device memory),
 # or of the optimizer step.
-def estimate_trial_peak(config: dict, micro_batch: int, max_length: int, eval_batch: int, family: str,
+def estimate_trial_peak(config: dict, rows: int, max_length: int, eval_batch: int,
                         device: Device = "cuda-bf16") -> MemoryEstimate:
-    """Peak memory of one fine-tuning trial of a model of `config` on `family`'s task."""
+    """Peak memory of one fine-tuning trial of a model of `config` whose training forward pass
+    runs `rows` rows (the micro batch x its family's `FamilyEstimate.forward_rows`)."""
     sizes = ModelSizes.of(config)
     hidden, vocab, layers = config["hidden_size"], config["vocab_size"], config["num_hidden_layers"]
     head_dim = hidden // config["num_attention_heads"]
@@ -190,7 +192,6 @@ def estimate_trial_peak(config: dict, micro_batch: int, max_length: int, eval_ba
     def shared(tokens: int) -> float:  # ids/positions, cos/sin, the boolean mask
         return tokens * (16 + 8 * head_dim) + tokens * max_length
 
-    rows = micro_batch * (2 if family == "retrieval" else 1)
     train_tokens = rows * max_length
     training = layers * train_tokens * per_block + train_tokens * 8 * hidden + shared(train_tokens)
     eval_tokens = eval_batch * max_length

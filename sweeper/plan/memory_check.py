@@ -11,7 +11,7 @@ from math import gcd
 from sweeper.plan.memory import (FIT_SHARE, GB, Device, MemoryEstimate, MemorySetup, estimate_peak,
                                  estimate_trial_peak)
 from sweeper.plan.study_plan import task_points
-from sweeper.spec.catalog import get_task
+from sweeper.spec.registry import family_of, get_task
 from sweeper.spec.parsing import values_of
 
 
@@ -184,9 +184,10 @@ class TrialMemory:
     config: dict
     """The preset's LlamaEncoderConfig fields."""
     task: str
-    family: str
+    forward_rows: int
+    """Rows one example puts in a training forward pass (its family's `FamilyEstimate.forward_rows`)."""
     rows: int
-    """Rows per training forward pass: the micro batch (x 2 for retrieval: queries and documents)."""
+    """Rows per training forward pass: the micro batch x forward_rows (retrieval: queries and documents)."""
     estimate: MemoryEstimate
     budget: float | None
     """Bytes a trial may use (FIT_SHARE of its GPU share); None when trials run on CPUs."""
@@ -233,14 +234,14 @@ def check_trials(spec, runs) -> list[TrialMemory]:
             continue
         seen.add(run.preset)
         for task in ft.tasks:
-            family = get_task(task).family
             if get_task(task).train_task:  # scored inside its training task's trial
                 continue
-            estimates = [(estimate_trial_peak(run.model_config, micro, length, ft.eval_batch_size, family,
+            forward_rows = family_of(get_task(task).family).estimate.forward_rows
+            estimates = [(estimate_trial_peak(run.model_config, micro * forward_rows, length, ft.eval_batch_size,
                                               trial_device(spec)), micro) for micro, length in trial_shapes(spec, task)]
             estimate, micro = max(estimates, key=lambda pair: pair[0].peak)
-            checked.append(TrialMemory(preset=run.preset, config=run.model_config, task=task, family=family,
-                                       rows=micro * (2 if family == "retrieval" else 1), estimate=estimate,
+            checked.append(TrialMemory(preset=run.preset, config=run.model_config, task=task,
+                                       forward_rows=forward_rows, rows=micro * forward_rows, estimate=estimate,
                                        budget=budget))
     return checked
 
@@ -293,7 +294,7 @@ def trial_refusal(spec, checked: list[TrialMemory]) -> str | None:
     def largest_micro(gpus: float, eval_batch: int) -> int | None:
         room = spec.resources.gpu_memory_gb * GB * min(1.0, gpus) * FIT_SHARE
         fitting = [m for m in divisors if all(
-            estimate_trial_peak(memory.config, m, max_length, eval_batch, memory.family).peak <= room
+            estimate_trial_peak(memory.config, m * memory.forward_rows, max_length, eval_batch).peak <= room
             for memory in failing)]
         return max(fitting, default=None)
 

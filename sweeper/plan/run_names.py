@@ -18,7 +18,7 @@ def format_steps(steps: int) -> str:
 
 def run_name(preset: str, phases: tuple[PhaseConfig, ...]) -> str:
     """`610m-mlm40-42k`, `610m-clm-42k`, `610m-clm-10k-mlm40-42k`: each phase's tag, then its end."""
-    parts = [f"{registry.OBJECTIVES[p.objective].run_tag(p.settings)}-{format_steps(p.end_step)}" for p in phases]
+    parts = [f"{registry.objective_of(p.objective).run_tag(p.settings)}-{format_steps(p.end_step)}" for p in phases]
     return "-".join([preset, *parts])
 
 

@@ -183,7 +183,7 @@ def phase(spec: StudySpec, objective: str, start: int, end: int, given: dict) ->
     """A phase with the objective's settings resolved: registered defaults, the study's MLM
     settings for MLM, then what the spec gave; `loss` names the worker's function."""
     defaults = masking_defaults(spec) if objective == "mlm" else {}
-    return PhaseConfig(objective=objective, loss=registry.OBJECTIVES[objective].loss, start_step=start, end_step=end,
+    return PhaseConfig(objective=objective, loss=registry.objective_of(objective).loss, start_step=start, end_step=end,
                        settings=registry.objective_settings(objective, {**defaults, **given}))
 
 
@@ -192,7 +192,7 @@ def short_form_phases(spec: StudySpec, objective: str, steps: int, ratio: float 
     """mlm / clm / another registered objective: one phase; clm-mlm: CLM up to the switch step."""
     masking = {"mask_ratio": ratio} if ratio is not None else {}
     if objective != "clm-mlm":
-        settings = masking if "mask_ratio" in registry.OBJECTIVES[objective].settings else {}
+        settings = masking if "mask_ratio" in registry.objective_of(objective).settings else {}
         return (phase(spec, objective, 0, steps, settings),)
     switch = min(switch_step(steps, share, decay, spec.pretraining.clm_fraction_of), steps)
     stretches = [("clm", 0, switch, {}), ("mlm", switch, steps, masking)]
@@ -283,7 +283,7 @@ def entry_runs(spec: StudySpec, grid: RunGridSpec, preset: str, settings: RunSet
     if grid.phases is not None:
         choices = [(steps, long_form_phases(spec, grid, steps, decay), leading_clm_share(grid)) for steps in budgets]
     else:
-        masks = grid.objective == "clm-mlm" or "mask_ratio" in registry.OBJECTIVES[grid.objective].settings
+        masks = grid.objective == "clm-mlm" or "mask_ratio" in registry.objective_of(grid.objective).settings
         ratios = grid.mask_ratio if masks else [None]
         shares = grid.clm_fraction if grid.objective == "clm-mlm" else [1.0 if grid.objective == "clm" else 0.0]
         choices = [(steps, short_form_phases(spec, grid.objective, steps, ratio, share, decay), share)

@@ -34,7 +34,7 @@ from dataclasses import asdict, dataclass, field, fields, replace
 
 from sweeper.plan.runs import PretrainingRun, expand_runs
 from sweeper.spec import registry, space
-from sweeper.spec.catalog import get_task
+from sweeper.spec.registry import get_task
 from sweeper.spec.configs import AdamWConfig, FinetuneProtocol, stable_key, trial_identity
 from sweeper.spec.parsing import Distribution
 from sweeper.spec.study import StudySpec
@@ -91,7 +91,7 @@ def finetune_protocol(spec: StudySpec, task: str | None = None, learning_rate: f
     family's settings. Without a task: the study-wide part alone."""
     ft = spec.finetuning.at(point or {})
     budget = ft.task_budgets.get(task) if task else None
-    family = registry.FAMILIES[get_task(task).family] if task else None
+    family = registry.family_of(get_task(task).family) if task else None
     return FinetuneProtocol(
         learning_rate=learning_rate, batch_size=ft.batch_size,
         max_steps=budget.max_steps if budget and budget.max_steps is not None else ft.max_steps,
@@ -157,7 +157,7 @@ def at_point(trial: Trial, point: dict) -> Trial:
 def task_overrides(spec: StudySpec, task: str) -> dict:
     """What a task's protocol sets beyond the study-wide one: its budget and family settings."""
     budget = spec.finetuning.task_budgets.get(task)
-    own = [*registry.FAMILIES[get_task(task).family].settings,
+    own = [*registry.family_of(get_task(task).family).settings,
            *(key for key in ("max_steps", "epochs") if budget and getattr(budget, key) is not None)]
     return {key: value for key, value in finetune_protocol(spec, task).key_fields().items() if key in own}
 

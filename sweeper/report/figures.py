@@ -31,12 +31,12 @@ def score_ranges(trials: pd.DataFrame) -> dict[str, tuple[float, float]]:
     plugin not loaded here) falls back to the registered families of its category."""
     families = trials["task_family"] if "task_family" in trials else pd.Series(None, index=trials.index, dtype=object)
     by_category: dict[str, list[tuple[float, float]]] = {}
-    for info in registry.FAMILIES.values():
+    for info in registry.current().families.values():
         by_category.setdefault(info.category, []).append(info.score_range)
     ranges: dict[str, tuple[float, float]] = {}
     pairs = pd.DataFrame({"family": families, "category": trials["task_category"]}).drop_duplicates()
     for family, category in pairs.itertuples(index=False):
-        info = registry.FAMILIES.get(family) if isinstance(family, str) else None
+        info = registry.current().families.get(family) if isinstance(family, str) else None
         found = [info.score_range] if info is not None else by_category.get(category, [UNREGISTERED_RANGE])
         lows, highs = zip(*found, ranges.get(category, found[0]))
         ranges[category] = (min(lows), max(highs))

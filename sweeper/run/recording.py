@@ -23,7 +23,7 @@ from ray import tune
 
 from sweeper.plan.study_plan import Trial
 from sweeper.run.progress import ProgressLine
-from sweeper.spec.catalog import get_task
+from sweeper.spec.registry import get_task
 from sweeper.spec.configs import params_text
 from sweeper.store import storage
 from sweeper.store.layout import StudyLayout

@@ -29,7 +29,7 @@ from sweeper.run.search import CellSearch, CellSearcher, GridSearcher, ReadyQueu
 from sweeper.run.task_prep import task_data_dir
 from sweeper.spec import registry
 from sweeper.spec import space as spaces
-from sweeper.spec.catalog import get_task
+from sweeper.spec.registry import get_task
 from sweeper.spec.configs import CompanionSet, TaskInfo, TrialConfig, TrialRuntime, params_text
 from sweeper.spec.study import StudySpec
 from sweeper.store import storage
@@ -89,7 +89,7 @@ def task_definitions(task_dirs: dict) -> dict[str, tuple[TaskInfo, str, tuple[st
     prepared task, resolved on the driver: a plugin's tasks and families are registered there,
     not in the workers."""
     names = {key[1] for key in task_dirs}  # (tokenizer, task) or (tokenizer, task, data variant)
-    families = {name: registry.FAMILIES[get_task(name).family] for name in names}
+    families = {name: registry.family_of(get_task(name).family) for name in names}
     return {name: (get_task(name), family.implementation, family.encoding_settings)
             for name, family in families.items()}
 

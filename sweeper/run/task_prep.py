@@ -13,7 +13,7 @@ import ray
 
 from sweeper.plan.study_plan import task_points
 from sweeper.spec import registry
-from sweeper.spec.catalog import get_task
+from sweeper.spec.registry import get_task
 from sweeper.spec.configs import FinetuneProtocol, TaskInfo, stable_key
 from sweeper.spec.study import StudySpec
 from sweeper.store import folders
@@ -31,7 +31,7 @@ def prepare_task(task: TaskInfo, family: str, corpus_dir: str, max_length: int, 
 
 def encoding_settings(protocol: FinetuneProtocol, task: str) -> dict:
     """The settings of the task's family that change its tokenised data, as the protocol has them."""
-    family = registry.FAMILIES[get_task(task).family]
+    family = registry.family_of(get_task(task).family)
     return {key: protocol.family_settings[key] for key in family.encoding_settings}
 
 
@@ -70,7 +70,7 @@ def prepare_tasks(spec: StudySpec, layout: StudyLayout, corpus_dirs: dict) -> di
             for tokenizer in corpus_dirs for task in ft.tasks for variant, protocol in variants[task].items()}
     remote = ray.remote(prepare_task).options(num_cpus=1)
     metas = ray.get([
-        remote.remote(get_task(task), registry.FAMILIES[get_task(task).family].implementation, corpus_dirs[tokenizer],
+        remote.remote(get_task(task), registry.family_of(get_task(task).family).implementation, corpus_dirs[tokenizer],
                       protocol.max_length, out, protocol.max_train_examples, protocol.max_eval_examples,
                       encoding_settings(protocol, task))
         for (tokenizer, task, variant), out in dirs.items() for protocol in [variants[task][variant]]

@@ -1,7 +1,8 @@
 """What a spec can name: fine-tuning tasks and model presets (pure data, no torch).
 
 A task (`sweeper.spec.configs.TaskInfo`) travels to the workers inside each trial's config; its family
-(`sweeper.spec.registry.FAMILIES`) names the worker-side implementation.
+(`sweeper.spec.registry`) names the worker-side implementation. The tasks listed here are the
+shipped ones; the registry in use (`sweeper.spec.registry.current()`) holds them with the plugins'.
 
 A task names where its rows come from and how their columns map onto the family's fields
 (`schema` picks the adapter for QA and retrieval sources); the family (sequence_classification,
@@ -30,7 +31,7 @@ ONTONOTES5_TAGS = (
 )
 
 
-TASKS: dict[str, TaskInfo] = {
+SHIPPED_TASKS: dict[str, TaskInfo] = {
     info.name: info
     for info in (
         TaskInfo(
@@ -90,15 +91,6 @@ TASKS: dict[str, TaskInfo] = {
 }
 
 
-def get_task(name: str) -> TaskInfo:
-    try:
-        return TASKS[name]
-    except KeyError:
-        raise KeyError(f"unknown task {name!r}; known: {', '.join(sorted(TASKS))}") from None
-
-
-
-
 # --- task statistics: sizes and lengths for the cost and memory estimates (sweeper.plan.cost) ------
 
 @dataclass(frozen=True, kw_only=True, slots=True)
@@ -151,7 +143,7 @@ LLAMA3_TOKENS_PER_WORD = 1.3
 text at ~1.2-1.4; names and numbers at more). Used where a source publishes words, not tokens."""
 
 # The paper's 12 data sets. Row counts: the Hugging Face dataset cards' `dataset_info.splits`
-# (num_examples) of the ids in TASKS, unless a comment says otherwise. Mean lengths: word counts
+# (num_examples) of the ids in SHIPPED_TASKS, unless a comment says otherwise. Mean lengths: word counts
 # from the data sets' papers or cards x LLAMA3_TOKENS_PER_WORD, plus prefixes and special tokens;
 # every length marked ESTIMATE is one (no source publishes Llama-3 token counts).
 PAPER_TASK_STATISTICS: dict[str, TaskStatistics] = {
@@ -223,7 +215,7 @@ def wordnet_statistics(task: str) -> TaskStatistics:
     """Rows per split and mean lengths of a shipped WordNet task file (see its README)."""
     with gzip.open(WORDNET_DIR / f"{WORDNET_FILES[task]}.jsonl.gz", "rt") as lines:
         rows = [json.loads(line) for line in lines]
-    info = TASKS[task]
+    info = SHIPPED_TASKS[task]
     in_split = {split: [r for r in rows if r.get("split", info.test_split) == split]
                 for split in (info.train_split, info.test_split)} if info.split_column else {info.test_split: rows}
     train = [] if info.train_task else in_split.get(info.train_split, [])
@@ -255,9 +247,9 @@ def json_field(value):
     return value if isinstance(value, (dict, list)) else ast.literal_eval(value)
 
 
-def task_statistics(task: str) -> TaskStatistics | None:
-    """The statistics of a task, or None where none are known (a plugin's task): the cost model
-    then falls back to padded lengths and `cost.finetune_eval_examples`."""
+def shipped_task_statistics(task: str) -> TaskStatistics | None:
+    """The statistics of a shipped task, or None for any other (a plugin's family may count its
+    own: sweeper.spec.registry.task_statistics)."""
     if task in PAPER_TASK_STATISTICS:
         return PAPER_TASK_STATISTICS[task]
     if task in WORDNET_FILES:
@@ -294,9 +286,3 @@ MODEL_FIELDS: dict[str, type] = {
     "rms_norm_eps": float, "rope_theta": float, "initializer_range": float,
     "pad_token_id": int, "mask_token_id": int,
 }
-
-
-def register_task(info: TaskInfo) -> TaskInfo:
-    """Make a data set nameable in specs (a plugin's tasks; the shipped ones are listed above)."""
-    TASKS[info.name] = info
-    return info

@@ -13,7 +13,6 @@ from dataclasses import dataclass, field, replace
 from typing import ClassVar, Literal
 
 from sweeper.spec import registry
-from sweeper.spec.catalog import TASKS
 from sweeper.spec.configs import AdamWConfig, distinct, each_positive, non_empty, non_negative, positive, seeds
 from sweeper.spec.parsing import Distribution, Grid
 from sweeper.spec.reading import key_text, shown, suggestion
@@ -123,7 +122,7 @@ class FinetuningSpec(AdamWConfig):
     AdamWConfig's fields, given flat under `finetuning:`."""
 
     tasks: list[str]
-    """Task names (see `sweeper.spec.catalog.TASKS`)."""
+    """Task names (the registry's: `sweeper.spec.catalog`'s shipped tasks and the plugins')."""
     search: Literal["grid", "optuna", "random"] = "grid"
     """grid: every learning rate x seed x combination of the swept protocol fields; optuna: TPE per
     cell over the learning rate and the fields given as distributions, seeds as repeats, objective =
@@ -204,9 +203,10 @@ class FinetuningSpec(AdamWConfig):
     def data_fields(self) -> tuple[str, ...]:
         """The searchable fields that shape the tokenised task data of some task of the study:
         max_length, and its families' encoding settings (QA's doc_stride)."""
-        families = {TASKS[t].family for t in self.tasks if t in TASKS}
-        encoding = {key for family in families if family in registry.FAMILIES
-                    for key in registry.FAMILIES[family].encoding_settings}
+        known = registry.current()
+        families = {known.tasks[t].family for t in self.tasks if t in known.tasks}
+        encoding = {key for family in families if family in known.families
+                    for key in known.families[family].encoding_settings}
         return tuple(name for name in self.SEARCH_FIELDS if name == "max_length" or name in encoding)
 
     def sweep_problems(self):
@@ -244,18 +244,19 @@ class FinetuningSpec(AdamWConfig):
 
     def check(self):
         yield from AdamWConfig.check(self)
+        known = registry.current()
         for i, task in enumerate(self.tasks):
-            if task not in TASKS:
-                yield f"tasks[{i}]", f"unknown task {shown(task)}{suggestion(task, list(TASKS))}"
-            elif TASKS[task].train_task and TASKS[task].train_task not in self.tasks:
-                trained_on = TASKS[task].train_task
+            if task not in known.tasks:
+                yield f"tasks[{i}]", f"unknown task {shown(task)}{suggestion(task, list(known.tasks))}"
+            elif known.tasks[task].train_task and known.tasks[task].train_task not in self.tasks:
+                trained_on = known.tasks[task].train_task
                 yield f"tasks[{i}]", (f"{task!r} is an evaluation-only set scored with the model trained on "
                                       f"{trained_on!r}; add {trained_on!r} to tasks")
         for task in self.task_budgets:
             if task not in self.tasks:
                 yield f"task_budgets.{key_text(task)}", f"{shown(task)} is not in tasks{suggestion(task, self.tasks)}"
-        families = {TASKS[t].family for t in self.tasks if t in TASKS}
-        for family in registry.FAMILIES.values():
+        families = {known.tasks[t].family for t in self.tasks if t in known.tasks}
+        for family in known.families.values():
             if family.name in families and family.check is not None:
                 yield from family.check(self)
         yield from non_empty(self, "tasks", "seeds", *(("learning_rates",) if self.search == "grid" else ()))

@@ -201,12 +201,12 @@ class PhaseSpec:
     """Other settings of the objective (see its registration), e.g. a plugin's span length."""
 
     def check(self):
-        if self.objective not in registry.OBJECTIVES:
+        if self.objective not in registry.current().objectives:
             yield "objective", (f"unknown objective {shown(self.objective)}"
-                                f"{suggestion(self.objective, list(registry.OBJECTIVES))}; "
-                                f"registered: {', '.join(registry.OBJECTIVES)}")
+                                f"{suggestion(self.objective, list(registry.current().objectives))}; "
+                                f"registered: {', '.join(registry.current().objectives)}")
             return
-        known = registry.OBJECTIVES[self.objective].settings
+        known = registry.objective_of(self.objective).settings
         if self.mask_ratio is not None:
             if "mask_ratio" not in known:
                 yield "mask_ratio", f"objective {self.objective!r} masks nothing"
@@ -262,10 +262,10 @@ class RunGridSpec:
         if (self.objective is None) == (self.phases is None):
             yield "objective", "give either objective (short form) or phases (long form)"
             return
-        if self.objective is not None and self.objective not in (*registry.OBJECTIVES, "clm-mlm"):
+        if self.objective is not None and self.objective not in (*registry.current().objectives, "clm-mlm"):
             yield "objective", (f"unknown objective {shown(self.objective)}"
-                                f"{suggestion(self.objective, [*registry.OBJECTIVES, 'clm-mlm'])}; "
-                                f"registered: {', '.join([*registry.OBJECTIVES, 'clm-mlm'])}")
+                                f"{suggestion(self.objective, [*registry.current().objectives, 'clm-mlm'])}; "
+                                f"registered: {', '.join([*registry.current().objectives, 'clm-mlm'])}")
         if self.phases is not None:
             yield from self.check_phases()
         if self.init_from is not None and self.objective != "mlm":

@@ -10,10 +10,9 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from sweeper.spec.catalog import register_task
 from sweeper.spec.configs import TaskInfo
 from sweeper.spec.registry import FamilyInfo, register_family
-from toy_regression import Regression
+from toy_regression import ESTIMATE, Regression
 
 DATA = Path(__file__).resolve().parent / "flaky-data"
 """The task's rows (train.jsonl, validation.jsonl), copied here by the test."""
@@ -31,7 +30,9 @@ class FlakyRegression(Regression):
         return Regression.build(backbone, meta)
 
 
-register_family(FamilyInfo(name="flaky_regression", category="REG", implementation="flaky_regression:FlakyRegression",
-                           score_range=(-100.0, 100.0)))  # Pearson r x 100
-register_task(TaskInfo(name="flaky-word-count", family="flaky_regression", category="REG", metric="pearson",
-                       source=str(DATA)))
+register_family(
+    FamilyInfo(name="flaky_regression", category="REG", implementation="flaky_regression:FlakyRegression",
+               score_range=(-100.0, 100.0), estimate=ESTIMATE),  # Pearson r x 100
+    tasks=[TaskInfo(name="flaky-word-count", family="flaky_regression", category="REG", metric="pearson",
+                    source=str(DATA))],
+)

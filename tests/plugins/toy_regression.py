@@ -1,20 +1,28 @@
-"""A toy task family added the way a newcomer would: this one module and one registration line.
+"""A toy task family added the way a newcomer would: this one module and one registration call
+(the family, its estimate and its task).
 
 Regression: mean pooling + one linear output, mean-squared error on standardised targets, scored
 by Pearson r x 100. Its task predicts a sentence's word count from a few shipped rows
 (tests/data/toy-regression). Loaded through SWEEPER_PLUGINS=toy_regression with this folder on
 PYTHONPATH; nothing in the package names it.
+
+Its estimate (what `sweeper plan` costs it by): the catalog knows nothing of its task, so the
+family counts its rows and mean sentence length from the source; a row is one sentence capped at
+max_length, scored once, one row per example in a forward pass. Without it the task would be
+costed as max_steps batches of rows padded to max_length (sweeper.plan.cost.fallback_tokens).
 """
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 import numpy as np
 import torch
 import torch.nn.functional as F
 
-from sweeper.spec.catalog import register_task
+from sweeper.spec.catalog import TaskStatistics
 from sweeper.spec.configs import TaskInfo
+from sweeper.spec.estimates import FamilyEstimate, one_row
 from sweeper.spec.registry import FamilyInfo, register_family
 from trainables.tasks.heads import LinearHead
 
@@ -70,8 +78,27 @@ class Regression:
         return f"target mean {meta['target_mean']:.1f}, std {meta['target_std']:.1f}"
 
 
-register_family(FamilyInfo(name="regression", category="REG", implementation="toy_regression:Regression",
-                           score_range=(-100.0, 100.0)))  # Pearson r x 100
+TOKENS_PER_WORD = 1.3
+"""ESTIMATE: tokens per whitespace word of the study's WordPiece vocabulary (as the catalog's WordNet
+tasks); plus 2 special tokens per row."""
 
-register_task(TaskInfo(name="toy-word-count", family="regression", category="REG", metric="pearson",
-                       source=str(Path(__file__).resolve().parent.parent / "data" / "toy-regression")))
+
+def sentence_statistics(task: TaskInfo) -> TaskStatistics:
+    """Rows of the task's train and test splits (`<split>.jsonl` in its source folder) and their
+    mean length in tokens: a few hundred rows, read when the plan is made."""
+    rows = {split: [json.loads(line) for line in (Path(task.source) / f"{split}.jsonl").read_text().splitlines()]
+            for split in (task.train_split, task.test_split)}
+    words = [len(row[task.text_fields[0]].split()) for split in rows.values() for row in split]
+    return TaskStatistics(train_rows=len(rows[task.train_split]), test_rows=len(rows[task.test_split]),
+                          mean_tokens=2 + TOKENS_PER_WORD * sum(words) / len(words))
+
+
+ESTIMATE = FamilyEstimate(training_rows=one_row, forward_rows=1, statistics=sentence_statistics)
+"""A row is one sentence capped at max_length; its task's sizes counted from its files."""
+
+register_family(
+    FamilyInfo(name="regression", category="REG", implementation="toy_regression:Regression",
+               score_range=(-100.0, 100.0), estimate=ESTIMATE),  # Pearson r x 100
+    tasks=[TaskInfo(name="toy-word-count", family="regression", category="REG", metric="pearson",
+                    source=str(Path(__file__).resolve().parent.parent / "data" / "toy-regression"))],
+)
