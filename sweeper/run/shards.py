@@ -125,7 +125,7 @@ class Shard:
     def __init__(self, layout: StudyLayout, task_dirs: dict, sets: EvaluationSets | None, runtime: TrialRuntime,
                  queue: ReadyQueue):
         # A shard is shipped to the workers: its locations hold no credentials (sweeper.store.storage).
-        self.layout = StudyLayout(storage.strip_credentials(layout.root))
+        self.layout = layout.without_credentials()
         self.task_dirs = {key: storage.strip_credentials(location) for key, location in task_dirs.items()}
         self.runtime = runtime
         self.sets = sets or EvaluationSets()
