@@ -269,7 +269,7 @@ def optuna_shards(spec: StudySpec, plan: StudyPlan, pending: list[Trial], done: 
     for trial in plan.trials:
         if not sets.evaluation_only(trial):
             cells.setdefault((trial.checkpoint.checkpoint_id, trial.task), []).append(trial)
-    recorded = read_trials(layout.root).to_pandas().set_index("trial_key") if done else None
+    recorded = read_trials(layout).to_pandas().set_index("trial_key") if done else None
     ft = spec.finetuning
     n_seeds, n_samples = len(ft.seeds), ft.optuna.samples_per_cell
     lr_range, searched = spaces.log_range(ft.optuna.lr_min, ft.optuna.lr_max), ft.searched()
