@@ -48,12 +48,10 @@ def plain_tune_trainable(config: dict) -> None:
     tune.report({"score": 50.0})
 
 
-def sweeper_run(spec, trials, study_dir: Path, seconds: float) -> float:
+def sweeper_run(spec, trials, layout, seconds: float) -> float:
     from sweeper.run.finetuning import run_shards
     from sweeper.run.shards import grid_shards
-    from sweeper.store.layout import StudyLayout
 
-    layout = StudyLayout(str(study_dir))
     fake_dirs = {(t.checkpoint.run.tokenizer, t.task): "unused" for t in trials}
     shards = grid_shards(list(trials), layout, fake_dirs, spec.resources.trials_per_shard)
     started = time.perf_counter()
@@ -77,6 +75,7 @@ def overhead(args) -> None:
 
     from sweeper.plan.load import load_spec
     from sweeper.plan.study_plan import plan_study
+    from sweeper.store.layout import StudyLayout
 
     spec = load_spec(ROOT / "search_spaces" / "smoke.yaml")
     seeds = list(range(args.trials // (4 * 2) + 1))  # 4 checkpoints x 2 tasks x seeds >= trials
@@ -85,7 +84,7 @@ def overhead(args) -> None:
     slots = int(ray.available_resources().get("CPU", 1))
     ideal = args.trials * args.seconds / slots
     work = Path(tempfile.mkdtemp(prefix="bench-grid-"))
-    ours = sweeper_run(spec, trials, work / "study", args.seconds)
+    ours = sweeper_run(spec, trials, StudyLayout(str(work / "study")), args.seconds)
     print(f"machine: {platform.machine()}, {os.cpu_count()} CPUs, {slots} trial slots; "
           f"{args.trials} trials x {args.seconds:g} s")
     print(f"ideal (work / slots)     {ideal:8.1f} s")
@@ -98,15 +97,16 @@ def overhead(args) -> None:
 def paper(args) -> None:
     from sweeper.plan.load import load_spec
     from sweeper.plan.study_plan import plan_study
+    from sweeper.store.layout import StudyLayout
 
     spec = load_spec(ROOT / "search_spaces" / "paper.yaml")
     spec = replace(spec, resources=replace(spec.resources, cpus_per_trial=1, gpus_per_trial=0))
     trials = plan_study(spec).trials[:args.trials]
-    study_dir = Path(tempfile.mkdtemp(prefix="bench-paper-")) / "study"
+    layout = StudyLayout(str(Path(tempfile.mkdtemp(prefix="bench-paper-")) / "study"))
     rss_before = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
-    wall = sweeper_run(spec, trials, study_dir, 0.0)
+    wall = sweeper_run(spec, trials, layout, 0.0)
     peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024  # KiB -> MiB on Linux
-    files = sum(1 for p in study_dir.rglob("*") if p.is_file())
+    files = sum(1 for p in Path(layout.root).rglob("*") if p.is_file())
     print(f"machine: {platform.machine()}, {os.cpu_count()} CPUs; {len(trials):,} no-op trials of paper.yaml "
           f"in shards of {spec.resources.trials_per_shard}")
     print(f"wall {wall:,.0f} s ({wall / len(trials) * 1000:.1f} ms per trial); driver peak RSS {peak:,.0f} MiB "

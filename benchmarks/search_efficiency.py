@@ -114,9 +114,10 @@ def finetuning_seconds(study: Path) -> float:
     process start, equal for all three, left out)."""
     import pandas as pd
 
+    from sweeper.store.layout import StudyLayout
     from sweeper.store.results import read_trials
 
-    rows = read_trials(study).to_pandas()
+    rows = read_trials(StudyLayout(str(study))).to_pandas()
     started = (rows["finished_at"] - pd.to_timedelta(rows["wall_time_s"], unit="s")).min()
     return (rows["finished_at"].max() - started).total_seconds()
 
@@ -178,6 +179,7 @@ def main() -> None:
     out = args.out or Path(tempfile.mkdtemp(prefix="search-efficiency-"))
     out.mkdir(parents=True, exist_ok=True)
 
+    from sweeper.store.layout import StudyLayout
     from sweeper.store.results import read_trials
 
     walls, tables = {}, {}
@@ -189,7 +191,7 @@ def main() -> None:
             for part in ("pretraining", "cache"):
                 shutil.copytree(out / "grid" / part, study / part, dirs_exist_ok=True)
         walls[mode] = run_study(spec, study)
-        tables[mode] = read_trials(study).to_pandas()
+        tables[mode] = read_trials(StudyLayout(str(study))).to_pandas()
         outcomes = ", ".join(f"{n} {status}" for status, n in tables[mode]["status"].value_counts().items())
         print(f"[{mode}] {len(tables[mode])} trials ({outcomes}; points: {point_outcomes(tables[mode])}), "
               f"sweeper run {walls[mode]:.0f} s, fine-tuning ~{finetuning_seconds(study):.0f} s", flush=True)

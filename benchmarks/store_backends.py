@@ -40,8 +40,9 @@ def trial_rows(count: int) -> list[dict]:
             for t in trials]
 
 
-def record(study: str, rows: list[dict]) -> dict[str, float]:
-    """Write as the driver does; returns seconds per phase and the files written."""
+def record(study, rows: list[dict]) -> dict[str, float]:
+    """Write as the driver does into `study` (a StudyLayout); returns seconds per phase and the
+    files written."""
     from sweeper.store.results import TRIALS, compact, read_trials, write_rows
 
     timings = {"write": 0.0, "compact": 0.0, "files": 0}
@@ -64,12 +65,14 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--trials", type=int, default=18_000)
     args = parser.parse_args()
+    from sweeper.store.layout import StudyLayout
     from sweeper.store.local_s3 import local_s3
 
     rows = trial_rows(args.trials)
     with local_s3("bench") as s3:
-        results = {"local disk": record(str(Path(tempfile.mkdtemp(prefix="bench-store-")) / "paper"), rows),
-                   "S3 (moto, loopback)": record(s3.uri("paper"), rows)}
+        local = StudyLayout(str(Path(tempfile.mkdtemp(prefix="bench-store-")) / "paper"))
+        results = {"local disk": record(local, rows),
+                   "S3 (moto, loopback)": record(StudyLayout(s3.uri("paper")), rows)}
     print(f"machine: {platform.machine()}, {os.cpu_count()} CPUs; {len(rows):,} trial rows of paper.yaml in "
           f"batches of {BATCH_ROWS}, compacted every {SHARD_TRIALS:,}")
     base = sum(results["local disk"][k] for k in ("write", "compact", "read"))

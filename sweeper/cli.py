@@ -19,10 +19,11 @@ EXIT_SPEC_ERROR = 2
 EXIT_CHANGED = 3
 
 
-def study_dir_for(spec, flag: str | None, spec_file: str = "spec") -> str:
-    """--storage, else the spec's storage, else ./studies/<study name>: an absolute path or a URI.
-    A local folder is created here, so one that cannot be (`/dev/null/x`, `/proc/x`, a name too
-    long) is a SpecError naming it, before anything starts; a bucket must be reachable."""
+def study_layout_for(spec, flag: str | None, spec_file: str = "spec") -> StudyLayout:
+    """The study's layout, built once here and passed down to the store: its root is --storage,
+    else the spec's storage, else ./studies/<study name>, as an absolute path or a URI. A local
+    folder is created here, so one that cannot be (`/dev/null/x`, `/proc/x`, a name too long) is a
+    SpecError naming it, before anything starts; a bucket must be reachable."""
     file, key = ("command line", "--storage") if flag else (spec_file, "storage" if spec.storage else "study")
     if flag and (problem := storage.scheme_error(flag)):
         raise SpecError(file, key, problem)
@@ -36,7 +37,7 @@ def study_dir_for(spec, flag: str | None, spec_file: str = "spec") -> str:
         raise SpecError(file, key, f"cannot create the study folder {where!r}: {reason}") from None
     if problem := storage.reach_error(location):
         raise SpecError(file, key, problem)
-    return location
+    return StudyLayout(location)
 
 
 def command_plan(args) -> int:
@@ -91,24 +92,23 @@ def command_run(args) -> int:
         print(f"error: {problem}\nNothing was started (`sweeper plan -v` shows every run's estimate).", file=sys.stderr)
         return EXIT_SPEC_ERROR
 
-    study_dir = study_dir_for(spec, args.storage, args.spec)
-    layout = StudyLayout(study_dir)
+    layout = study_layout_for(spec, args.storage, args.spec)
     try:  # one driver per study: the lease comes before anything is written (sweeper.run.lease)
         lease = hold_lease(layout.lease)
     except LeaseHeld as error:
         print(f"error: {error}", file=sys.stderr)
         return EXIT_LEASE
-    except OSError as error:  # a folder that exists but cannot be written, as in study_dir_for
+    except OSError as error:  # a folder that exists but cannot be written, as in study_layout_for
         raise SpecError("command line" if args.storage else args.spec, "--storage" if args.storage else "storage",
                         f"cannot write the study's lease {storage.display(layout.lease)}: "
                         f"{error.strerror or error}") from None
     try:
-        return run_with_lease(args, spec, plan, study_dir, layout)
+        return run_with_lease(args, spec, plan, layout)
     finally:
         lease.release()  # (and at exit: atexit)
 
 
-def run_with_lease(args, spec, plan, study_dir: str, layout: StudyLayout) -> int:
+def run_with_lease(args, spec, plan, layout: StudyLayout) -> int:
     """`sweeper run` once the study's lease is held: changed cells, settings, then the study."""
     from sweeper.plan.changes import apply_recompute, find_changes, record_settings, refuse_unwritten_checkpoints
 
@@ -122,34 +122,33 @@ def run_with_lease(args, spec, plan, study_dir: str, layout: StudyLayout) -> int
     if changes:
         print(f"[study] recomputing changed cells:\n{changes.describe()}", flush=True)
         apply_recompute(changes, layout)
-    storage.make_dirs(study_dir)
+    storage.make_dirs(layout.root)
     record_settings(spec, plan, layout)
     from sweeper.run.runner import run_study  # imports Ray: only after the spec is known good
 
-    return run_study(spec, Path(args.spec), plan, study_dir, retry_failed=args.retry_failed)
+    return run_study(spec, Path(args.spec), plan, layout, retry_failed=args.retry_failed)
 
 
 def command_status(args) -> int:
     from sweeper.report.status import print_status
 
-    study_dir = storage.normalize(args.study_dir)
-    if not storage.exists(StudyLayout(study_dir).spec):
-        print(f"error: {storage.display(study_dir)} is not a study directory (no spec.yaml)", file=sys.stderr)
+    layout = StudyLayout(storage.normalize(args.study_dir))
+    if not storage.exists(layout.spec):
+        print(f"error: {storage.display(layout.root)} is not a study directory (no spec.yaml)", file=sys.stderr)
         return 1
-    print_status(study_dir)
+    print_status(layout)
     return 0
 
 
 def command_report(args) -> int:
     from sweeper.report.writer import write_report
 
-    study_dir = storage.normalize(args.study_dir)
-    results = StudyLayout(study_dir).results
-    if not storage.list_names(results):
-        print(f"error: {storage.display(study_dir)} holds no results (expected "
-              f"{storage.display(results)}/)", file=sys.stderr)
+    layout = StudyLayout(storage.normalize(args.study_dir))
+    if not storage.list_names(layout.results):
+        print(f"error: {storage.display(layout.root)} holds no results (expected "
+              f"{storage.display(layout.results)}/)", file=sys.stderr)
         return 1
-    write_report(study_dir)
+    write_report(layout)
     return 0
 
 

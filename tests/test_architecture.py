@@ -5,7 +5,8 @@
 
 Every import counts, at module level and inside functions (and under `if TYPE_CHECKING:`):
 no import cycle in sweeper/ or trainables/, no import against the stage order, no Ray or torch
-in the Ray-free stages, no module of sweeper/ over MAX_LINES lines.
+in the Ray-free stages, no module of sweeper/ over MAX_LINES lines. The study's location is one
+`StudyLayout`, built by the CLI and passed down: no other module builds one.
 """
 from __future__ import annotations
 
@@ -21,6 +22,10 @@ RAY_FREE = ("store", "spec", "plan", "report")
 WORKER_SHARED_RUN = ("sweeper.run.tracking", "sweeper.run.corpus_source")
 """The Ray-free modules of the run stage that the worker side imports (W&B, reading the source)."""
 MAX_LINES = 400
+LAYOUT_BUILDERS = ("sweeper.cli", "sweeper.store.layout")
+"""The modules that build a `StudyLayout`: the CLI, from the location it resolves (`--storage`, the
+spec, the default), and layout.py itself (`without_credentials`). Every other driver function
+takes the layout it is handed; the worker side gets concrete locations inside its configs."""
 
 
 def module_name(path: Path) -> str:
@@ -132,6 +137,22 @@ def long_modules(files: dict[str, Path] | None = None) -> list[str]:
             if module.startswith("sweeper") and n > MAX_LINES]
 
 
+def layout_constructions(files: dict[str, Path] | None = None) -> list[str]:
+    """`module:line` of each call that builds a StudyLayout outside LAYOUT_BUILDERS: `StudyLayout(...)`,
+    under an alias (`import StudyLayout as Where`) or through its module (`layout.StudyLayout(...)`)."""
+    files = files if files is not None else source_files()
+    found = []
+    for module, path in sorted(files.items()):
+        if module in LAYOUT_BUILDERS:
+            continue
+        tree = ast.parse(path.read_text())
+        names = {"StudyLayout"} | {alias.asname for node in ast.walk(tree) if isinstance(node, ast.ImportFrom)
+                                   for alias in node.names if alias.name == "StudyLayout" and alias.asname}
+        found += [f"{module}:{node.lineno}" for node in ast.walk(tree) if isinstance(node, ast.Call) and (
+            getattr(node.func, "id", None) in names or getattr(node.func, "attr", None) == "StudyLayout")]
+    return sorted(found)
+
+
 def test_the_graph_sees_imports_inside_functions_and_each_stage():
     graph = import_graph()
     assert "sweeper.run.corpora" in graph and "trainables.corpus_prep" in graph["sweeper.run.corpora"], \
@@ -152,6 +173,12 @@ def test_imports_follow_the_stage_order():
 def test_the_ray_free_stages_import_neither_ray_nor_torch():
     found = heavy_imports()
     assert not found, "\n".join(found)
+
+
+def test_only_the_cli_builds_the_study_layout():
+    found = layout_constructions()
+    assert not found, ("a StudyLayout built outside the CLI (take the `layout` the caller has instead; "
+                       "`layout.without_credentials()` for a copy that goes to the workers):\n" + "\n".join(found))
 
 
 def test_no_driver_module_is_over_the_line_limit():
@@ -187,3 +214,18 @@ def test_the_checks_catch_a_cycle_a_stage_breach_ray_in_a_ray_free_stage_and_a_l
         "sweeper.run.tracking, sweeper.run.corpus_source"]
     assert heavy_imports(files) == ["sweeper.plan.b: torch", "sweeper.store.c: ray"]
     assert long_modules(files) == [f"sweeper.store.c: {MAX_LINES + 1} lines"]
+
+
+def test_the_layout_check_catches_a_layout_built_below_the_cli(tmp_path):
+    files = fake_tree(tmp_path, {
+        "sweeper.cli": "from sweeper.store.layout import StudyLayout\nlayout = StudyLayout('/study')\n",
+        "sweeper.store.layout": "class StudyLayout:\n    def copy(self):\n        return StudyLayout(self.root)\n",
+        "sweeper.report.writer": "from sweeper.store.layout import StudyLayout\n\n"
+                                 "def write_report(study_dir):\n    return StudyLayout(str(study_dir))\n",
+        "sweeper.run.shards": "from sweeper.store import layout\nx = layout.StudyLayout('/study')\n",
+        "sweeper.store.results": "from sweeper.store.layout import StudyLayout as Where\nx = Where('/study')\n",
+        "trainables.loop": "from sweeper.store.layout import StudyLayout\nx = StudyLayout('/study')\n",
+        "sweeper.run.runner": "def run_study(layout):\n    return layout.results\n",
+    })
+    assert layout_constructions(files) == ["sweeper.report.writer:4", "sweeper.run.shards:2",
+                                           "sweeper.store.results:2", "trainables.loop:2"]

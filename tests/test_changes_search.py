@@ -55,7 +55,7 @@ def record(tmp_path: Path, mode: str, count: int = 6) -> tuple[StudyLayout, list
     layout = StudyLayout(str(tmp_path / "study"))
     record_settings(spec, plan, layout)
     recorded = list(plan.trials[:count])
-    write_rows(layout.root, TRIALS, [trial_row("smoke", as_run(t, i), {"validation_score": 50.0, "test_score": 40.0},
+    write_rows(layout, TRIALS, [trial_row("smoke", as_run(t, i), {"validation_score": 50.0, "test_score": 40.0},
                                                "ok", None) for i, t in enumerate(recorded)])
     return layout, recorded
 

@@ -12,6 +12,7 @@ from tokenizers import Tokenizer, models, pre_tokenizers, trainers
 from transformers import AutoTokenizer, LlamaConfig, LlamaForCausalLM, PreTrainedTokenizerFast
 
 from sweeper.store import folders, storage
+from sweeper.store.layout import StudyLayout
 from sweeper.store.results import TRIALS, read_table
 import trainables  # noqa: F401
 from trainables.text_sources import iter_corpus_texts
@@ -96,7 +97,7 @@ def test_continued_pretraining_from_study_and_hub_checkpoints_in_an_object_store
     assert torch.allclose(encoder.model.layers[0].mlp.up_proj.weight, source.model.layers[0].mlp.up_proj.weight,
                           atol=1e-2), "trained 10 steps on from the hub weights, not from scratch"
 
-    trials = read_table(study, TRIALS).to_pandas()
+    trials = read_table(StudyLayout(study), TRIALS).to_pandas()
     assert sorted(trials["checkpoint_id"]) == sorted(
         ["nano-clm-20", "nano-clm-20-10", "nano-clm-dec20-mlm40-30", "hf-tiny-llama-mlm40-10"])
     assert (trials["status"] == "ok").all()
@@ -107,7 +108,7 @@ def test_continued_pretraining_from_study_and_hub_checkpoints_in_an_object_store
     rerun = run_sweeper("run", str(spec), "--storage", study, address=ray_head[0])
     assert rerun.returncode == 0, rerun.stdout[-3000:] + rerun.stderr[-3000:]
     assert "3 already done" in rerun.stdout and "4 already recorded, 0 blocked by failed runs, 0 to run" in rerun.stdout
-    assert len(read_table(study, TRIALS)) == 4, "a rerun duplicates nothing"
+    assert len(read_table(StudyLayout(study), TRIALS)) == 4, "a rerun duplicates nothing"
     status = run_sweeper("status", study, address=ray_head[0])
     assert status.returncode == 0 and "3 done" in status.stdout and "4 ok" in status.stdout, status.stdout + status.stderr
     report = run_sweeper("report", study, address=ray_head[0])

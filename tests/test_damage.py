@@ -56,7 +56,7 @@ def recorded_study(tmp_path):
     storage.write_json(layout.live, {"pid": os.getpid(), "host": "elsewhere", "running_trials": 0,
                                      "updated_at": time.time()})
     for seed in (0, 1):
-        write_rows(study, TRIALS, rows_for([t for t in plan.trials if t.seed == seed], spec.study))
+        write_rows(layout, TRIALS, rows_for([t for t in plan.trials if t.seed == seed], spec.study))
     return study, plan
 
 
@@ -68,7 +68,8 @@ def sweeper_cli(*args: str) -> subprocess.CompletedProcess:
 @pytest.mark.parametrize("kind", ["zero-length", "truncated", "garbage"])
 def test_a_damaged_part_and_markers_are_named_set_aside_and_the_rest_is_reported(recorded_study, kind):
     study, plan = recorded_study
-    part = sorted((Path(table_dir(study, TRIALS)) / CLS).glob("part-*.parquet"))[1]
+    layout = StudyLayout(str(study))
+    part = sorted((Path(table_dir(layout, TRIALS)) / CLS).glob("part-*.parquet"))[1]
     lost = set(pq.read_table(part).column("trial_key").to_pylist())
     assert len(lost) == 4  # the seed-1 trials of the four checkpoints on this task
     damage(part, kind)
@@ -100,26 +101,27 @@ def test_a_damaged_part_and_markers_are_named_set_aside_and_the_rest_is_reported
 
     # `sweeper run` runs planned minus recorded: exactly the lost trials, each once.
     planned = {t.trial_key for t in plan.trials}
-    assert planned - finished_trial_keys(study) == lost
-    assert read_table(study, TRIALS).num_rows == 36
+    assert planned - finished_trial_keys(layout) == lost
+    assert read_table(layout, TRIALS).num_rows == 36
 
 
 def test_compaction_sets_a_damaged_part_aside_and_merges_the_rest(tmp_path):
+    study = StudyLayout(str(tmp_path))
     plan = plan_study(load_spec(SMOKE))
     trials = [t for t in plan.trials if t.task == "wordnet-supersense-cls"]
     for trial in trials:  # one part per trial
-        write_rows(tmp_path, TRIALS, rows_for([trial], "smoke"))
-    parts = sorted((Path(table_dir(tmp_path, TRIALS)) / CLS).glob("part-*.parquet"))
+        write_rows(study, TRIALS, rows_for([trial], "smoke"))
+    parts = sorted((Path(table_dir(study, TRIALS)) / CLS).glob("part-*.parquet"))
     damage(parts[3], "truncated")
-    assert compact(tmp_path, TRIALS) == len(parts) - 1
-    assert [n["file"] for n in quarantined(tmp_path)] == [f"results/trials/{CLS}/{parts[3].name}"]
-    assert len(list((Path(table_dir(tmp_path, TRIALS)) / CLS).glob("part-*.parquet"))) == 1
-    assert read_trials(tmp_path).num_rows == len(trials) - 1
+    assert compact(study, TRIALS) == len(parts) - 1
+    assert [n["file"] for n in quarantined(study)] == [f"results/trials/{CLS}/{parts[3].name}"]
+    assert len(list((Path(table_dir(study, TRIALS)) / CLS).glob("part-*.parquet"))) == 1
+    assert read_trials(study).num_rows == len(trials) - 1
 
 
 def test_a_damaged_part_in_an_object_store_is_set_aside_there(object_store, monkeypatch, tmp_path):
     monkeypatch.setenv("SWEEPER_CACHE", str(tmp_path / "cache"))
-    study = object_store("damage/study")
+    study = StudyLayout(object_store("damage/study"))
     plan = plan_study(load_spec(SMOKE))
     write_rows(study, TRIALS, rows_for([t for t in plan.trials if t.seed == 0], "smoke"))
     bad = write_rows(study, TRIALS, rows_for([t for t in plan.trials if t.seed == 1 and t.task.endswith("cls")],
@@ -129,7 +131,7 @@ def test_a_damaged_part_in_an_object_store_is_set_aside_there(object_store, monk
     (note,) = quarantined(study)
     assert note["file"] == f"results/trials/{CLS}/{storage.name(bad)}" and "size is 0" in note["reason"]
     assert not storage.exists(bad)
-    assert storage.exists(storage.join(StudyLayout(study).quarantine, "trials", CLS, storage.name(bad)))
+    assert storage.exists(storage.join(study.quarantine, "trials", CLS, storage.name(bad)))
 
 
 def test_a_damaged_marker_reads_as_absent_at_once(tmp_path):
@@ -165,7 +167,7 @@ def test_write_json_fsyncs_the_file_then_its_folder(tmp_path, synced):
 @pytest.mark.skipif(not Path("/proc/self/fd").exists(), reason="needs /proc to name a file descriptor")
 def test_write_rows_fsyncs_each_part_then_its_folder(tmp_path, synced):
     plan = plan_study(load_spec(SMOKE))
-    files = write_rows(tmp_path, TRIALS, rows_for(plan.trials[:2], "smoke"))
+    files = write_rows(StudyLayout(str(tmp_path)), TRIALS, rows_for(plan.trials[:2], "smoke"))
     assert len(files) == 1 and len(synced) == 2
     folder = str(Path(files[0]).parent)
     assert synced == [f"{folder}/.{Path(files[0]).name}.tmp", folder]

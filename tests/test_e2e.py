@@ -13,6 +13,7 @@ from transformers import AutoConfig, AutoModel, AutoModelForMaskedLM
 from sweeper.plan.load import load_spec
 from sweeper.plan.study_plan import plan_study
 from sweeper.store import folders, storage
+from sweeper.store.layout import StudyLayout
 from sweeper.store.results import TRIALS, read_table
 import trainables  # noqa: F401  (registers the architecture)
 
@@ -139,7 +140,7 @@ def test_a_damaged_part_and_markers_are_set_aside_and_the_rerun_redoes_exactly_t
     rerun = run_sweeper("run", str(SMOKE), "--storage", str(study_dir), address=ray_head[0])
     assert rerun.returncode == 0, rerun.stdout[-4000:] + rerun.stderr[-3000:]
     assert f"{len(planned)} trials: {len(planned) - len(lost)} already recorded" in rerun.stdout
-    rows = read_table(study_dir, TRIALS).to_pandas()  # every row written, none deduplicated
+    rows = read_table(StudyLayout(str(study_dir)), TRIALS).to_pandas()  # every row written, none deduplicated
     assert rows["trial_key"].is_unique and set(rows["trial_key"]) == planned
     assert set(rows.loc[rows["finished_at"] > between, "trial_key"]) == lost, "the lost trials, no more, no fewer"
     assert (study_dir / "quarantine" / "trials" / "task=wordnet-supersense-cls" / part.name).exists()
@@ -180,7 +181,7 @@ def test_fsdp2_sharded_run_matches_the_single_process_run(ray_head, tmp_path, ob
             # Optimizer state stays with the newest checkpoint only (keep_resume_checkpoints: 1).
             assert storage.exists(storage.join(run_dir, f"step-{step}", "training_state.pt")) == (step == 20)
         assert storage.exists(storage.join(run_dir, "sweeper_done.json"))
-        assert read_table(study, TRIALS).num_rows == 2
+        assert read_table(StudyLayout(study), TRIALS).num_rows == 2
         # Offline W&B: the pretraining curve from rank 0, the trials from the driver (in the
         # node's scratch folder when the study is in an object store).
         assert list((folders.scratch_dir(run_dir, "") / "wandb").glob("offline-run-*/run-*.wandb"))

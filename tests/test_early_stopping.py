@@ -287,8 +287,8 @@ def test_a_stopped_trial_is_recorded_with_its_last_curve_point_and_is_finished(t
     assert mine[["step", "validation_score"]].values.tolist() == [[2, 40.0], [4, 45.0]]
     assert mine["test_score"].isna().all() and not recorder.curves
     # Finished: never run again, with or without --retry-failed.
-    assert trials[0].trial_key in finished_trial_keys(tmp_path)
-    assert trials[0].trial_key in finished_trial_keys(tmp_path, include_failed=False)
+    assert trials[0].trial_key in finished_trial_keys(layout)
+    assert trials[0].trial_key in finished_trial_keys(layout, include_failed=False)
 
 
 def test_stopped_rows_are_counted_but_never_selected_nor_in_intervals(tmp_path):
@@ -403,7 +403,7 @@ def test_tune_stops_a_points_seeds_together_and_hands_their_last_point_to_the_se
             run_config=tune.RunConfig(storage_path=str(tmp_path / "tune"), callbacks=[recorder], verbose=0)).fit()
     finally:
         ray.shutdown()
-    rows = {row["trial_key"]: row for row in read_trials(tmp_path).to_pylist()}
+    rows = {row["trial_key"]: row for row in read_trials(layout).to_pylist()}
     statuses = [rows[t.trial_key]["status"] for t in trials]
     # Point 10 (seeds at 7 and 17 at step 2) is below the rung's cutoff: both its seeds stop there.
     assert statuses == ["ok"] * 4 + ["stopped"] * 2 + ["ok"] * 2, statuses
@@ -415,7 +415,7 @@ def test_tune_stops_a_points_seeds_together_and_hands_their_last_point_to_the_se
         assert searcher.completed[4 + seed][SEARCH_METRIC] == level
     assert searcher.completed[0][SEARCH_METRIC] == 53.0
     assert resumed, "no seed was held and resumed: the private path did not run"
-    curves = read_table(tmp_path, EVAL_CURVES).to_pandas()
+    curves = read_table(layout, EVAL_CURVES).to_pandas()
     for trial in trials[4:6]:
         assert curves[curves["trial_key"] == trial.trial_key]["step"].tolist() == [2]
 
@@ -445,7 +445,7 @@ def test_an_optuna_search_with_asha_records_stopped_trials_and_a_rerun_adds_noth
     # A sample is one point: its seeds all ran to their end, or were all stopped.
     by_sample = rows.groupby("sample")["status"].agg(lambda s: "/".join(sorted(set(s))))
     assert set(by_sample) <= {"ok", "stopped"}, rows[["sample", "seed", "status", "train_steps"]]
-    best = analysis.best_params_table(read_trials(study).to_pandas())
+    best = analysis.best_params_table(read_trials(StudyLayout(str(study))).to_pandas())
     assert len(best) == 1 and best.loc[0, "learning_rate"] in set(ok["learning_rate"])
     assert best.loc[0, "seeds"] == 2, "selected among points that finished every seed"
 
@@ -455,4 +455,4 @@ def test_an_optuna_search_with_asha_records_stopped_trials_and_a_rerun_adds_noth
     again = run_sweeper("run", str(spec), "--storage", str(study), address=ray_head[0])
     assert again.returncode == 0, again.stdout[-4000:] + again.stderr[-3000:]
     assert "10 already recorded, 0 blocked by failed runs, 0 to run" in again.stdout
-    assert len(read_table(study, TRIALS)) == 10
+    assert len(read_table(StudyLayout(str(study)), TRIALS)) == 10

@@ -41,7 +41,7 @@ def test_failed_trials_are_recorded_with_their_error_and_the_grid_goes_on(ray_he
         ).fit()
     finally:
         ray.shutdown()
-    rows = {row["trial_key"]: row for row in read_table(tmp_path, TRIALS).to_pylist()}
+    rows = {row["trial_key"]: row for row in read_table(layout, TRIALS).to_pylist()}
     assert len(rows) == 3
     assert [rows[t.trial_key]["status"] for t in trials] == ["ok", "failed", "ok"]
     failed = rows[trials[1].trial_key]
@@ -55,13 +55,14 @@ def waiting_trainable(config):
     whether it did while trial 1 itself was still running."""
     import time
 
+    from sweeper.store.layout import StudyLayout
     from sweeper.store.results import read_table as read
 
     seen = False
     if config["trial_index"] == 1:
         deadline = time.time() + config["wait_s"]
         while time.time() < deadline and not seen:
-            seen = read(config["study"], "trials").num_rows > 0
+            seen = read(StudyLayout(config["study"]), "trials").num_rows > 0
             time.sleep(0.5)
     tune.report({"status": "ok", "validation_score": 50.0 + seen, "test_score": 40.0, "train_loss": 0.5,
                  "train_steps": 8, "wall_time_s": 0.1})
@@ -86,6 +87,6 @@ def test_a_finished_trial_is_written_within_the_flush_interval_while_others_stil
         ).fit()
     finally:
         ray.shutdown()
-    rows = {row["trial_key"]: row for row in read_table(tmp_path, TRIALS).to_pylist()}
+    rows = {row["trial_key"]: row for row in read_table(layout, TRIALS).to_pylist()}
     assert rows[trials[1].trial_key]["validation_score"] == 51.0, \
         "trial 0's row was not in the store while trial 1 ran for 30 s"

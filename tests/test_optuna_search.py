@@ -176,7 +176,7 @@ def test_a_resumed_search_reconciles_the_cells_study_with_the_store(tmp_path):
     assert searcher.suggest("e")["sample"] == 2  # asked, then the driver dies
     rows = [trial_row("s", shard.trial(config), {"validation_score": score(config), "test_score": 1.0}, "ok", None)
             for config in first]
-    write_rows(layout.root, TRIALS, rows)
+    write_rows(layout, TRIALS, rows)
     name = searcher.cells[0].study_name
     assert name.startswith("nano-mlm40-40-20/wordnet-supersense-cls/")
     assert [t.state.name for t in optuna.load_study(study_name=name, storage=journal(tmp_path / "study")).trials] == [
@@ -303,7 +303,7 @@ def test_joint_optuna_search_with_asha_records_samples_extends_and_reads_back(ra
     spec.write_text(E2E_SPEC)
     first = run_sweeper("run", str(spec), "--storage", str(study), address=ray_head[0])
     assert first.returncode == 0, first.stdout[-4000:] + first.stderr[-3000:]
-    rows = read_trials(study).to_pandas()
+    rows = read_trials(StudyLayout(str(study))).to_pandas()
     assert len(rows) == 2 * 3 * 2 == rows["trial_key"].nunique()  # cells x samples x seeds, one row each
     assert set(rows["search_mode"]) == {"optuna"} and set(rows["status"]) <= {"ok", "stopped"}
     per_sample = rows.groupby(["checkpoint_id", "task", "sample"])
@@ -322,8 +322,8 @@ def test_joint_optuna_search_with_asha_records_samples_extends_and_reads_back(ra
     second = run_sweeper("run", str(more), "--storage", str(study), address=ray_head[0])
     assert second.returncode == 0, second.stdout[-4000:] + second.stderr[-3000:]
     assert "12 already recorded, 0 blocked by failed runs, 4 to run" in second.stdout
-    rows = read_trials(study).to_pandas()
-    assert len(read_table(study, TRIALS)) == len(rows) == 16 == rows["trial_key"].nunique()
+    rows = read_trials(StudyLayout(str(study))).to_pandas()
+    assert len(read_table(StudyLayout(str(study)), TRIALS)) == len(rows) == 16 == rows["trial_key"].nunique()
     assert len(pq.read_table(study / "results" / "trials")) == 16
     check_studies_match_the_store(study, rows, samples=4)
     report = (study / "report.md").read_text()

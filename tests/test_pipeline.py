@@ -10,6 +10,7 @@ from datetime import datetime, timezone
 
 import pytest
 
+from sweeper.store.layout import StudyLayout
 from sweeper.store.results import read_trials
 
 from conftest import ROOT, run_sweeper
@@ -26,7 +27,7 @@ def test_intermediate_checkpoint_trials_finish_before_its_run_does(ray_head, tmp
     run_finished = datetime.fromtimestamp((run_dir / "sweeper_done.json").stat().st_mtime, tz=timezone.utc)
     final_written = datetime.fromtimestamp((run_dir / "step-200" / "sweeper_checkpoint.json").stat().st_mtime,
                                            tz=timezone.utc)
-    trials = read_trials(study).to_pandas()
+    trials = read_trials(StudyLayout(str(study))).to_pandas()
     early = trials[trials["checkpoint_id"] == "tiny-mlm40-200-10"]
     assert len(early) == 2 and (early["status"] == "ok").all()
     # Recorded (so started, and finished) before the run wrote its final checkpoint.

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import math
 from datetime import datetime, timezone
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -12,6 +13,7 @@ from sweeper.report import analysis
 from sweeper.report.findings import check_findings
 from sweeper.report.statistics import CANNOT_TELL, SUPPORTS
 from sweeper.report.writer import build_report
+from sweeper.store.layout import StudyLayout
 from sweeper.store.results import TRIALS, read_trials, write_rows
 
 LRS = (1e-5, 3e-5, 1e-4)
@@ -49,9 +51,10 @@ CLEAR = {("m-mlm40-100", "mlm", 0.0, 0.4): {"SC": 80, "QA": 60, "TC": 85},
 
 
 @pytest.fixture
-def clear_study(tmp_path):
-    write_rows(tmp_path, TRIALS, synthetic_trials(CLEAR, noise={"mlm": 1.0, "clm": 3.0}))
-    return tmp_path
+def clear_study(tmp_path) -> StudyLayout:
+    study = StudyLayout(str(tmp_path))
+    write_rows(study, TRIALS, synthetic_trials(CLEAR, noise={"mlm": 1.0, "clm": 3.0}))
+    return study
 
 
 def test_selection_and_confidence_intervals(clear_study):
@@ -92,7 +95,7 @@ def test_findings_verdicts_with_their_evidence(clear_study, tmp_path_factory):
 
     close = {("m-mlm40-100", "mlm", 0.0, 0.4): {"SC": 80, "QA": 60, "TC": 85},
              ("m-clm-100", "clm", 1.0, None): {"SC": 79.5, "QA": 59.5, "TC": 85}}
-    overlapping = tmp_path_factory.mktemp("close")
+    overlapping = StudyLayout(str(tmp_path_factory.mktemp("close")))
     write_rows(overlapping, TRIALS, synthetic_trials(close, noise={"mlm": 3.0, "clm": 3.0}, seed=1))
     trials = read_trials(overlapping).to_pandas()
     verdict = check_findings(trials)[0]
@@ -115,7 +118,7 @@ def test_report_works_on_partial_results_and_says_what_is_missing(clear_study):
     import json
 
     keys = read_trials(clear_study).to_pandas()["trial_key"].tolist()
-    (clear_study / "plan.json").write_text(json.dumps({"trials": len(keys) + 30, "trial_keys": keys + [
+    Path(clear_study.plan).write_text(json.dumps({"trials": len(keys) + 30, "trial_keys": keys + [
         f"missing-{i}" for i in range(30)]}))
     text, figures = build_report(clear_study)
     assert "30 of 150 planned trials are missing" in text
@@ -128,7 +131,7 @@ def test_smoke_report_figures_and_values_match_the_parquet_rows(smoke_study):
     from matplotlib.image import imread
 
     study_dir, _ = smoke_study
-    text, made = build_report(study_dir)
+    text, made = build_report(StudyLayout(str(study_dir)))
     expected = {"category_scores.png", "stability.png", "data_efficiency.png", "biphasic.png"}
     assert {p.name for p in made} == expected  # one LR: no LR-sensitivity plot; no CPT runs
     for path in made:
@@ -148,7 +151,7 @@ def test_smoke_report_figures_and_values_match_the_parquet_rows(smoke_study):
 
 
 def test_a_damaged_plan_reads_as_absent_and_is_named(clear_study):
-    (clear_study / "plan.json").write_text('{"trials": 150, "trial_ke')  # cut short
+    Path(clear_study.plan).write_text('{"trials": 150, "trial_ke')  # cut short
     text, _ = build_report(clear_study)
     assert "- `plan.json`: not JSON" in text and "| m-mlm40-100 | mlm |" in text
     assert "planned trials are missing" not in text, "no plan: nothing is said missing"

@@ -17,7 +17,7 @@ import pytest
 from sweeper.plan.load import load_spec
 from sweeper.plan.study_plan import plan_study
 from sweeper.store import storage
-from sweeper.store.layout import RunLayout
+from sweeper.store.layout import RunLayout, StudyLayout
 from sweeper.store.results import TRIALS, read_table, table_dir
 
 from conftest import ROOT, run_sweeper
@@ -46,7 +46,7 @@ def wait_for(condition, timeout: float, what: str, process: subprocess.Popen | N
 
 
 def raw_trials(study_dir: Path):
-    return read_table(study_dir, TRIALS).to_pandas()
+    return read_table(StudyLayout(str(study_dir)), TRIALS).to_pandas()
 
 
 def test_driver_killed_mid_grid_then_rerun_loses_and_duplicates_nothing(ray_head, tmp_path):
@@ -54,11 +54,10 @@ def test_driver_killed_mid_grid_then_rerun_loses_and_duplicates_nothing(ray_head
     first; after the first is SIGKILLed, the next driver takes its stale lease over."""
     study_dir, spec = tmp_path / "study", SPECS / "resume.yaml"
     plan = plan_study(load_spec(spec))
-    lease_file = study_dir / "lease.json"
+    lease_file, table = study_dir / "lease.json", Path(table_dir(StudyLayout(str(study_dir)), TRIALS))
     driver = start_sweeper("run", str(spec), "--storage", str(study_dir), address=ray_head[0])
     try:
-        wait_for(lambda: list(Path(table_dir(study_dir, TRIALS)).rglob("part-*.parquet"))
-                 if Path(table_dir(study_dir, TRIALS)).exists() else None,
+        wait_for(lambda: list(table.rglob("part-*.parquet")) if table.exists() else None,
                  timeout=300, what="the first batch of trial rows", process=driver)
         holder = json.loads(lease_file.read_text())
         assert holder["pid"] == driver.pid
@@ -204,12 +203,13 @@ def test_pretraining_process_killed_mid_run_resumes_to_the_planned_result(ray_he
 WRITER = """
 import sys, time
 from datetime import datetime, timezone
+from sweeper.store.layout import StudyLayout
 from sweeper.store.results import TRIALS, write_rows
 rows = [{"study": "s", "trial_key": f"k{i}", "task": "t", "status": "ok", "error": "x" * 2000,
          "finished_at": datetime.now(timezone.utc)} for i in range(5000)]
 print("ready", flush=True)
 while True:
-    write_rows(sys.argv[1], TRIALS, rows)
+    write_rows(StudyLayout(sys.argv[1]), TRIALS, rows)
 """
 
 
@@ -218,12 +218,13 @@ def test_killing_a_writer_never_leaves_an_unreadable_file(tmp_path, delay):
     writer = subprocess.Popen([sys.executable, "-c", WRITER, str(tmp_path)], cwd=ROOT,
                               stdout=subprocess.PIPE, text=True)
     assert writer.stdout.readline().strip() == "ready"
-    wait_for(lambda: list(Path(table_dir(tmp_path, TRIALS)).rglob("part-*.parquet")), 60, "a first batch", writer)
+    study = StudyLayout(str(tmp_path))
+    wait_for(lambda: list(Path(table_dir(study, TRIALS)).rglob("part-*.parquet")), 60, "a first batch", writer)
     time.sleep(delay)  # then die somewhere inside a later write
     writer.send_signal(signal.SIGKILL)
     writer.wait()
-    files = list(Path(table_dir(tmp_path, TRIALS)).rglob("part-*.parquet"))
+    files = list(Path(table_dir(study, TRIALS)).rglob("part-*.parquet"))
     for path in files:
         assert pq.read_metadata(path).num_rows == 5000
-    assert ds.dataset(Path(table_dir(tmp_path, TRIALS)), format="parquet").to_table().num_rows == 5000 * len(files)
-    assert read_table(tmp_path, TRIALS).num_rows == 5000 * len(files)
+    assert ds.dataset(Path(table_dir(study, TRIALS)), format="parquet").to_table().num_rows == 5000 * len(files)
+    assert read_table(study, TRIALS).num_rows == 5000 * len(files)

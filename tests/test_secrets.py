@@ -91,6 +91,8 @@ def test_worker_payloads_hold_no_credentials():
     (shard,) = grid_shards(list(plan.trials), layout, task_dirs, 100, EvaluationSets(plan, spec.finetuning.tasks),
                            trial_runtime(spec))
     assert SECRET.encode() not in cloudpickle.dumps(shard), "the shard is shipped to the workers whole"
+    assert shard.layout == layout.without_credentials() == StudyLayout(storage.strip_credentials(URI))
+    assert shard.layout.root.endswith("?endpoint_override=127.0.0.1:9000&scheme=http"), "the query stays"
     trial = shard.trial_config({"trial_index": 0})
     assert trial.checkpoint_path.startswith("s3://bucket/") and SECRET not in repr(trial)
 

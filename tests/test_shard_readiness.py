@@ -172,7 +172,7 @@ def test_the_last_shards_ready_checkpoint_is_recorded_before_any_trial_of_an_unw
 
     def last_recorded() -> bool:
         try:
-            return last_keys <= set(read_trials(layout.root).column("trial_key").to_pylist())
+            return last_keys <= set(read_trials(layout).column("trial_key").to_pylist())
         except Exception:  # no table yet
             return False
 
@@ -190,7 +190,7 @@ def test_the_last_shards_ready_checkpoint_is_recorded_before_any_trial_of_an_unw
     finally:
         ray.shutdown()
     assert tally == {"ok": 6}
-    rows = read_trials(layout.root).to_pandas()
+    rows = read_trials(layout).to_pandas()
     assert len(rows) == 6 and set(rows["status"]) == {"ok"}
     first = rows[rows["checkpoint_id"] == last.checkpoint_id]
     rest = rows[rows["checkpoint_id"] != last.checkpoint_id]

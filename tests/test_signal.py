@@ -24,6 +24,7 @@ from sweeper.plan.study_plan import finetune_protocol, plan_study
 from sweeper.run.shards import trial_runtime
 from sweeper.spec.configs import CompanionSet, TrialConfig
 from sweeper.spec.registry import family_of, get_task
+from sweeper.store.layout import StudyLayout
 from sweeper.store.results import read_trials
 from trainables.finetune_loop import run_trial
 
@@ -100,7 +101,7 @@ def test_a_micro_pretrained_model_beats_random_weights_on_every_family(ray_head,
         random_scores[result["trial_key"]].append(result)
         for companion, scores in result["also_evaluated"].items():
             random_scores[companion].append({"validation_score": scores["validation"], "test_score": scores["test"]})
-    rows = read_trials(study_dir).to_pandas()
+    rows = read_trials(StudyLayout(str(study_dir))).to_pandas()
     assert set(rows["status"]) == {"ok"}
     lines, losing = [], []
     for task in spec.finetuning.tasks:

@@ -11,7 +11,7 @@ import pyarrow.dataset as ds
 import pytest
 
 from sweeper.store import folders, storage
-from sweeper.store.layout import CHECKPOINT_MARKER, TRAINING_STATE, RunLayout
+from sweeper.store.layout import CHECKPOINT_MARKER, TRAINING_STATE, RunLayout, StudyLayout
 from sweeper.store.results import TRIALS, compact, read_table, read_trials, table_dir, write_rows
 
 from conftest import ROOT
@@ -130,7 +130,7 @@ def row(key: str, task: str, status: str = "ok", minute: int = 0) -> dict:
 
 
 def test_results_store_in_an_object_store(object_store):
-    study = object_store("store/study")
+    study = StudyLayout(object_store("store/study"))
     write_rows(study, TRIALS, [row("a", "sst2", status="failed"), row("b", "conll2003")])
     write_rows(study, TRIALS, [row("a", "sst2", minute=5), row("c", "sst2")])
     assert compact(study, TRIALS) == 2  # the two sst2 batch files merged into one
@@ -141,7 +141,7 @@ def test_results_store_in_an_object_store(object_store):
     fs, path = storage.filesystem(table_dir(study, TRIALS))
     direct = ds.dataset(path, filesystem=fs, format="parquet", partitioning="hive").to_table()
     assert sorted(direct.column("task").to_pylist()) == ["conll2003", "sst2", "sst2"]
-    assert read_table(object_store("store/empty"), TRIALS).num_rows == 0
+    assert read_table(StudyLayout(object_store("store/empty")), TRIALS).num_rows == 0
 
 
 def test_locations_join_display_and_validate():
@@ -165,7 +165,7 @@ def test_a_bad_storage_flag_exits_2_before_anything_starts(tmp_path):
 
 
 def test_a_spec_may_name_an_object_store_and_a_missing_bucket_stops_the_run(tmp_path, object_store):
-    from sweeper.cli import study_dir_for
+    from sweeper.cli import study_layout_for
     from sweeper.plan.load import load_spec
 
     smoke = (ROOT / "search_spaces" / "smoke.yaml").read_text()
@@ -173,8 +173,9 @@ def test_a_spec_may_name_an_object_store_and_a_missing_bucket_stops_the_run(tmp_
     spec_path.write_text(smoke + f"storage: {object_store('from-spec/study')}\n")
     spec = load_spec(spec_path)
     elsewhere = str(tmp_path / "x" / "y")
-    assert study_dir_for(spec, None) == storage.strip_credentials(spec.storage), "credentials stay in the driver"
-    assert study_dir_for(spec, elsewhere) == elsewhere
+    layout = study_layout_for(spec, None)
+    assert layout.root == storage.strip_credentials(spec.storage), "credentials stay in the driver"
+    assert study_layout_for(spec, elsewhere) == StudyLayout(elsewhere)
     missing = object_store("x").replace("@sweeper-tests/", "@no-such-bucket/")
     result = subprocess.run([sys.executable, "-m", "sweeper", "run", str(spec_path), "--storage", missing],
                             cwd=ROOT, capture_output=True, text=True)

@@ -17,6 +17,7 @@ import pytest
 import yaml
 
 from sweeper.spec import registry
+from sweeper.store.layout import StudyLayout
 from sweeper.store.results import TRIALS, read_table, read_trials
 
 from conftest import ROOT, run_sweeper
@@ -43,7 +44,7 @@ def planned_keys(study: Path) -> list[str]:
 
 def raw_rows(study: Path):
     """Every row the store holds, duplicates and superseded cells included."""
-    return read_table(study, TRIALS).to_pandas()
+    return read_table(StudyLayout(str(study)), TRIALS).to_pandas()
 
 
 def coverage_line(study: Path) -> str:
@@ -147,7 +148,7 @@ def test_failed_trials_stay_failed_until_retried_then_are_recorded_once(ray_head
     assert "2 trials: 1 already recorded, 0 blocked by failed runs, 1 to run" in retried.stdout
     # Read as the README promises: one row per trial key, the ok one; and the store compacted the
     # failed rows away after the shard, so even its raw rows hold each key once.
-    recorded = read_trials(study).to_pandas()
+    recorded = read_trials(StudyLayout(str(study))).to_pandas()
     assert sorted(recorded["trial_key"]) == sorted(planned_keys(study)) and set(recorded["status"]) == {"ok"}
     assert recorded.loc[recorded["task"] == "flaky-word-count", "test_score"].between(-100, 100).all()
     raw = raw_rows(study)

@@ -22,6 +22,7 @@ from sweeper.plan.study_plan import finetune_protocol, plan_study, task_points
 from sweeper.report import analysis
 from sweeper.run.recording import trial_row
 from sweeper.spec.reading import SpecError
+from sweeper.store.layout import StudyLayout
 from sweeper.store.results import EVAL_CURVE_SCHEMA, PROTOCOL_COLUMNS, TRIAL_SCHEMA, TRIALS, read_trials, write_rows
 
 
@@ -111,7 +112,6 @@ def test_task_data_is_prepared_once_per_length_and_stride_a_trial_reads(tmp_path
 def test_the_trial_config_carries_the_point(tmp_path):
     from sweeper.run.shards import EvaluationSets, trial_config
     from sweeper.spec.configs import TrialRuntime
-    from sweeper.store.layout import StudyLayout
 
     spec = load_spec(smoke_with(tmp_path, WD_GRID))
     plan = plan_study(spec)
@@ -132,7 +132,7 @@ def test_store_columns_read_without_project_code_and_old_parts_read_as_unswept(t
                                "test_score": 40.0 + t.seed + 20 * t.params["weight_decay"]}, "ok", None)
             for t in plan.trials]
     study = tmp_path / "study"
-    write_rows(study, TRIALS, rows)
+    write_rows(StudyLayout(str(study)), TRIALS, rows)
     table = pq.read_table(study / "results" / "trials")  # pyarrow alone
     assert {"weight_decay", "params", "betas", "doc_stride"} <= set(table.column_names)
     frame = table.to_pandas()
@@ -152,7 +152,7 @@ def test_store_columns_read_without_project_code_and_old_parts_read_as_unswept(t
                 for t in unswept.trials]
     pq.write_table(pa.Table.from_pylist([{k: r.get(k) for k in old_schema.names} for r in old_rows], schema=old_schema),
                    old / "results" / "trials" / "task=sst2" / "part-old.parquet")
-    recorded = read_trials(old).to_pandas()
+    recorded = read_trials(StudyLayout(str(old))).to_pandas()
     assert len(recorded) == len(old_rows) and recorded["params"].isna().all()
     best = analysis.best_params_table(recorded)
     assert not analysis.axes(best) and len(best) == len(unswept.checkpoints)
@@ -178,14 +178,13 @@ def test_selection_is_the_best_params_tuple_on_seed_averaged_validation(tmp_path
 
 def test_a_changed_fixed_value_names_the_swept_cells_it_changes(tmp_path):
     from sweeper.plan.changes import find_changes, record_settings
-    from sweeper.store.layout import StudyLayout
 
     study = tmp_path / "study"
     spec = load_spec(smoke_with(tmp_path, WD_GRID))
     plan = plan_study(spec)
     layout = StudyLayout(str(study))
     record_settings(spec, plan, layout)
-    write_rows(study, TRIALS, [trial_row("s", t, {"validation_score": 1.0, "test_score": 1.0}, "ok", None)
+    write_rows(layout, TRIALS, [trial_row("s", t, {"validation_score": 1.0, "test_score": 1.0}, "ok", None)
                                for t in plan.trials[:4]])
     assert not find_changes(spec, plan, layout)  # nothing changed
     more = load_spec(smoke_with(tmp_path, WD_GRID, ("  seeds: [0, 1] ", "  seeds: [0, 1, 2] "), name="more.yaml"))
@@ -235,7 +234,7 @@ def test_a_learning_rate_x_weight_decay_grid_runs_records_selects_and_reports(ra
     curves = pq.read_table(study / "results" / "eval_curves").to_pandas()
     assert set(curves["params"]) == set(table["params"]) and curves["weight_decay"].notna().all()
 
-    best = analysis.best_params_table(read_trials(study).to_pandas())
+    best = analysis.best_params_table(read_trials(StudyLayout(str(study))).to_pandas())
     assert len(best) == 1 and best.loc[0, "params.weight_decay"] in (0.0, 0.1) and best.loc[0, "seeds"] == 2
     report = (study / "report.md").read_text()
     assert "## Swept: finetuning.weight_decay" in report and "best params" in report

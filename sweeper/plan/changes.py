@@ -126,7 +126,7 @@ def find_changes(spec: StudySpec, plan: StudyPlan, layout: StudyLayout) -> Chang
             changed_runs.add(run.name)
             changes.runs.append((run.name, old["run_key"], differences(old["identity"], run.identity)
                                  or ["configuration changed"]))
-    table = read_table(layout.root, TRIALS)
+    table = read_table(layout, TRIALS)
     if table.num_rows == 0:
         return changes
     planned = {t.trial_key for t in plan.trials}

@@ -30,9 +30,9 @@ def pid_alive(pid: int) -> bool:
     return True
 
 
-def relative(study_dir: str, location: str) -> str:
+def relative(layout: StudyLayout, location: str) -> str:
     """`location` as a path inside the study (credentials and query left out)."""
-    root, text = storage.display(study_dir).rstrip("/"), storage.display(location)
+    root, text = storage.display(layout.root).rstrip("/"), storage.display(location)
     return text[len(root) + 1:] if text.startswith(root + "/") else text
 
 
@@ -46,8 +46,7 @@ def read_marker(location: str, fields: tuple[str, ...], damaged: dict[str, str])
     return marker
 
 
-def study_status(study_dir: str) -> dict:
-    layout = StudyLayout(study_dir)
+def study_status(layout: StudyLayout) -> dict:
     spec = load_spec(layout.spec)
     plan = plan_study(spec)
     runs: dict[str, list[str]] = {"done": [], "running": [], "pending": [], "failed": []}
@@ -67,7 +66,7 @@ def study_status(study_dir: str) -> dict:
         else:
             runs["pending"].append(run.name)
     planned = {t.trial_key for t in plan.trials}
-    trials = read_trials(study_dir).to_pandas()  # sets damaged parts aside first
+    trials = read_trials(layout).to_pandas()  # sets damaged parts aside first
     recorded = trials[trials["trial_key"].isin(planned)] if not trials.empty else None
     counts = Counter(recorded["status"]) if recorded is not None else Counter()
     running = 0
@@ -84,15 +83,15 @@ def study_status(study_dir: str) -> dict:
             "failed_trials": [] if recorded is None else
             recorded.loc[recorded["status"] == "failed", ["checkpoint_id", "task", "learning_rate", "seed",
                                                           "error"]].to_dict("records"),
-            "quarantined": quarantined(study_dir),
-            "damaged_markers": {relative(study_dir, location): why for location, why in sorted(damaged.items())}}
+            "quarantined": quarantined(layout),
+            "damaged_markers": {relative(layout, location): why for location, why in sorted(damaged.items())}}
 
 
-def print_status(study_dir: str) -> None:
-    status = study_status(study_dir)
+def print_status(layout: StudyLayout) -> None:
+    status = study_status(layout)
     runs, trials = status["runs"], status["trials"]
     total_runs = sum(len(v) for v in runs.values())
-    print(f"study {status['study']} ({storage.display(study_dir)})")
+    print(f"study {status['study']} ({storage.display(layout.root)})")
     print(f"  pretraining: {total_runs} runs: " + ", ".join(f"{len(v)} {k}" for k, v in runs.items()))
     for state in ("running", "failed", "pending"):
         for name in runs[state]:

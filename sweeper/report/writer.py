@@ -20,16 +20,16 @@ from sweeper.store.layout import StudyLayout
 from sweeper.store.results import quarantined, read_trials
 
 
-def planned_trial_keys(study_dir: str | Path, damaged: Callable[[str, str], None] | None = None) -> list[str] | None:
+def planned_trial_keys(layout: StudyLayout, damaged: Callable[[str, str], None] | None = None) -> list[str] | None:
     """The planned trial keys of `plan.json`; None when it is absent or damaged (told to `damaged`)."""
-    plan = storage.read_json(StudyLayout(str(study_dir)).plan, default={}, damaged=damaged)
+    plan = storage.read_json(layout.plan, default={}, damaged=damaged)
     keys = plan.get("trial_keys") if isinstance(plan, dict) else None
     return keys if isinstance(keys, list) else None
 
 
-def damage_section(study_dir: str, damaged: dict[str, str]) -> list[str]:
+def damage_section(layout: StudyLayout, damaged: dict[str, str]) -> list[str]:
     """Lines naming the store files set aside and the markers read as absent (none: no lines)."""
-    notes = quarantined(study_dir)
+    notes = quarantined(layout)
     if not notes and not damaged:
         return []
     out = ["## Damaged files", ""]
@@ -138,21 +138,21 @@ def curve_table(frame: pd.DataFrame, index: list[str], title: str, note: str) ->
     return [f"## {title}", "", note, "", markdown_table([*index, *table.columns], rows), ""]
 
 
-def study_space(study_dir: str) -> dict | None:
+def study_space(layout: StudyLayout) -> dict | None:
     """The searched space of the study's own spec copy (learning rate and distributions), for the
     importances' bounds; None when the copy is absent or no longer reads (a removed plugin)."""
     from sweeper.plan.load import load_spec
     from sweeper.spec.space import LEARNING_RATE, log_range
 
     try:
-        ft = load_spec(StudyLayout(study_dir).spec).finetuning
+        ft = load_spec(layout.spec).finetuning
     except Exception:  # noqa: BLE001 - a report is written from the store whatever the spec says now
         return None
     section = ft.optuna if ft.search == "optuna" else ft.random
     return {LEARNING_RATE: log_range(section.lr_min, section.lr_max), **ft.searched()}
 
 
-def importance_section(trials: pd.DataFrame, study_dir: str, space: dict | None) -> list[str]:
+def importance_section(trials: pd.DataFrame, space: dict | None) -> list[str]:
     """`## Parameter importances` for the samples of optuna or random searches (no lines when
     the study has none): per task and objective, each parameter's mean fANOVA importance over
     the cells, and how many cells had too few samples."""
@@ -208,25 +208,24 @@ def findings_section(verdicts: list[Verdict]) -> list[str]:
     return out
 
 
-def build_report(study_dir: str | Path, lr_range: tuple[float, float] = (1e-5, 1e-4)) -> tuple[str, list[Path]]:
+def build_report(layout: StudyLayout, lr_range: tuple[float, float] = (1e-5, 1e-4)) -> tuple[str, list[Path]]:
     """The report text and the figures drawn (into `<study>/figures/`, or a local folder that
     `write_report` uploads when the study is in an object store)."""
-    study_dir = str(study_dir)
-    trials = read_trials(study_dir).to_pandas()  # sets damaged parts aside first
+    trials = read_trials(layout).to_pandas()  # sets damaged parts aside first
     damaged: dict[str, str] = {}
-    planned = planned_trial_keys(study_dir, damaged=damaged.__setitem__)
+    planned = planned_trial_keys(layout, damaged=damaged.__setitem__)
     if planned is not None:
         trials = trials[trials["trial_key"].isin(set(planned))]  # superseded cells leave the report
-    study = trials["study"].iloc[0] if not trials.empty else storage.name(study_dir)
+    study = trials["study"].iloc[0] if not trials.empty else storage.name(layout.root)
     out = [f"# Study report: {study}", "", coverage(trials, len(planned) if planned is not None else None), ""]
-    out += damage_section(study_dir, damaged)
+    out += damage_section(layout, damaged)
     best = analysis.best_params_table(trials)
     if best.empty:
         return "\n".join(out + ["No finished trials yet."]) + "\n", []
     categories = analysis.category_scores(trials, best)
     final = analysis.final_only(categories)
     stability, used_range = analysis.stability(trials, lr_range)
-    figure_dir = folders.scratch_dir(study_dir, "figures")
+    figure_dir = folders.scratch_dir(layout.root, "figures")
     ranges = figures.score_ranges(trials)  # per category: its families' score range, for clipping
     made, skipped = [], []
 
@@ -280,7 +279,7 @@ def build_report(study_dir: str | Path, lr_range: tuple[float, float] = (1e-5, 1
         skipped.append("continued pretraining: no continued-pretraining runs")
     figure("learning-rate sensitivity", figures.lr_sensitivity(trials, figure_dir / "lr_sensitivity.png"),
            "fewer than two learning rates")
-    swept, searched = analysis.with_params(trials), study_space(study_dir) or {}
+    swept, searched = analysis.with_params(trials), study_space(layout) or {}
     for axis in analysis.axes(swept):
         name = analysis.axis_name(axis)
         if (name in searched and searched[name].kind != "choice") or swept[axis].nunique() > MAX_AXIS_VALUES:
@@ -291,19 +290,17 @@ def build_report(study_dir: str | Path, lr_range: tuple[float, float] = (1e-5, 1
         out += axis_section(table, axis)
         figure(f"score vs {name}", figures.axis_lines(table, axis, name, ranges, figure_dir / f"swept_{name}.png"),
                "no scores")
-    out += importance_section(trials, study_dir, searched or None)
+    out += importance_section(trials, searched or None)
     out += ["## Per task", ""] + task_sections(best, trials)
     if skipped:
         out += ["## Figures not drawn", ""] + [f"- {line}" for line in skipped] + [""]
     return "\n".join(out) + "\n", made
 
 
-def write_report(study_dir: str | Path, lr_range: tuple[float, float] = (1e-5, 1e-4)) -> str:
+def write_report(layout: StudyLayout, lr_range: tuple[float, float] = (1e-5, 1e-4)) -> str:
     """Write `report.md` and the figures into the study; returns the report's location."""
-    study_dir = str(study_dir)
-    layout = StudyLayout(study_dir)
-    text, made = build_report(study_dir, lr_range)
-    if storage.is_remote(study_dir):
+    text, made = build_report(layout, lr_range)
+    if storage.is_remote(layout.root):
         for figure in made:
             storage.write_bytes(storage.join(layout.figures, figure.name), figure.read_bytes())
     path = layout.report

@@ -92,9 +92,9 @@ def run_finetuning(spec: StudySpec, plan: StudyPlan, layout: StudyLayout, corpus
 
     With the `pipeline` loop still pretraining, trials start as it publishes their checkpoints;
     trials of checkpoints that will never be written (their run failed) are skipped."""
-    recorded = finished_trial_keys(layout.root)
+    recorded = finished_trial_keys(layout)
     planned_keys = {t.trial_key for t in plan.trials}
-    failed_before = (recorded - finished_trial_keys(layout.root, include_failed=False)) & planned_keys
+    failed_before = (recorded - finished_trial_keys(layout, include_failed=False)) & planned_keys
     done = recorded - failed_before if retry_failed else recorded
     pipeline = pipeline or Pipeline()
     blocked = [t for t in plan.trials if t.trial_key not in done and pipeline.ready(t.checkpoint) is None]
@@ -160,7 +160,7 @@ def run_shards(spec: StudySpec, shards: list[Shard], layout: StudyLayout, traina
         # JSON rewritten as trials finish) is no record and is not kept.
         storage.remove_tree(storage.join(layout.tune, name))
         for table in (TRIALS, EVAL_CURVES):
-            compact(layout.root, table)
+            compact(layout, table)
     progress.finish()
     if tracker is not None:
         tracker.finish()

@@ -107,7 +107,7 @@ def record_finished_run(study: str, layout: StudyLayout, run: PretrainingRun, wa
     """Write the run's training log to the pretraining table, then mark it done."""
     run_layout = layout.run(run.name)
     log = storage.read_json(storage.join(run_layout.checkpoint(run.total_steps), TRAIN_LOG))
-    write_rows(layout.root, PRETRAINING, [
+    write_rows(layout, PRETRAINING, [
         {"study": study, "run_name": run.name, "run_key": run.run_key, "objective": run.objective, **row}
         for row in log
     ])

@@ -118,11 +118,11 @@ class ResultsRecorder(tune.Callback):
 
     def flush(self) -> None:
         # Curves first: a trial row is the mark that a trial is done, so it goes last.
-        write_rows(self.layout.root, EVAL_CURVES, [
+        write_rows(self.layout, EVAL_CURVES, [
             {**{k: row[k] for k in CURVE_SHARED}, **point}
             for row in self.buffer for point in row.pop("_curve", [])
         ])
-        write_rows(self.layout.root, TRIALS, self.buffer)
+        write_rows(self.layout, TRIALS, self.buffer)
         self.buffer, self.last_flush = [], time.time()
         write_live_state(self.layout, self.running)
 

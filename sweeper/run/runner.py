@@ -76,19 +76,18 @@ def write_plan_file(plan: StudyPlan, layout: StudyLayout) -> None:
     }, indent=None)
 
 
-def run_study(spec: StudySpec, spec_path: Path, plan: StudyPlan, study_dir: str, *,
+def run_study(spec: StudySpec, spec_path: Path, plan: StudyPlan, layout: StudyLayout, *,
               retry_failed: bool = False) -> int:
-    """Run or resume the study at `study_dir` (a path or an object-store URI); returns the
+    """Run or resume the study at `layout` (its root a path or an object-store URI); returns the
     exit status (1 if any run or trial failed)."""
     started = time.time()
     check_corpus_source(spec, spec_path)  # before anything is written or started: exit 2
-    layout = StudyLayout(study_dir)
-    storage.make_dirs(study_dir)
+    storage.make_dirs(layout.root)
     # The copy holds no credentials (a spec's `storage: s3://KEY:SECRET@...`): sweeper.store.storage.
     storage.write_text(layout.spec, storage.redact(Path(spec_path).read_text()))
     write_plan_file(plan, layout)
     print(f"[study] {spec.study}: {len(plan.runs)} pretraining runs, {len(plan.checkpoints)} checkpoints, "
-          f"{len(plan.trials)} fine-tuning trials -> {storage.display(study_dir)}", flush=True)
+          f"{len(plan.trials)} fine-tuning trials -> {storage.display(layout.root)}", flush=True)
     connect_ray()
     corpora = prepare_corpora(spec, plan, layout)
     # Pretraining and fine-tuning run side by side: a checkpoint's trials start once it is written.
@@ -98,11 +97,12 @@ def run_study(spec: StudySpec, spec_path: Path, plan: StudyPlan, study_dir: str,
     pipeline.start()
     tally = run_finetuning(spec, plan, layout, corpora, pipeline=pipeline, retry_failed=retry_failed)
     failed_runs = pipeline.wait()
-    report = write_report(study_dir)
+    report = write_report(layout)
     print(f"[study] finished in {format_duration(time.time() - started)}; report: {storage.display(report)}",
           flush=True)
     if failed_runs or tally.get("failed"):
         print(f"[study] incomplete: {len(failed_runs)} pretraining run(s) and {tally.get('failed', 0)} trial(s) "
-              f"failed; `sweeper status {storage.display(study_dir)}` lists them, `--retry-failed` reruns them", flush=True)
+              f"failed; `sweeper status {storage.display(layout.root)}` lists them, `--retry-failed` reruns them",
+              flush=True)
         return 1
     return 0

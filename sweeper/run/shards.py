@@ -126,7 +126,7 @@ class Shard:
     def __init__(self, layout: StudyLayout, task_dirs: dict, sets: EvaluationSets | None, runtime: TrialRuntime,
                  queue: ReadyQueue):
         # A shard is shipped to the workers: its locations hold no credentials (sweeper.store.storage).
-        self.layout = StudyLayout(storage.strip_credentials(layout.root))
+        self.layout = layout.without_credentials()
         self.task_dirs = {key: storage.strip_credentials(location) for key, location in task_dirs.items()}
         self.runtime = runtime
         self.sets = sets or EvaluationSets()
@@ -270,7 +270,7 @@ def optuna_shards(spec: StudySpec, plan: StudyPlan, pending: list[Trial], done: 
     for trial in plan.trials:
         if not sets.evaluation_only(trial):
             cells.setdefault((trial.checkpoint.checkpoint_id, trial.task), []).append(trial)
-    recorded = read_trials(layout.root).to_pandas().set_index("trial_key") if done else None
+    recorded = read_trials(layout).to_pandas().set_index("trial_key") if done else None
     ft = spec.finetuning
     n_seeds, n_samples = len(ft.seeds), ft.optuna.samples_per_cell
     lr_range, searched = spaces.log_range(ft.optuna.lr_min, ft.optuna.lr_max), ft.searched()

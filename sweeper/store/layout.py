@@ -133,6 +133,11 @@ class StudyLayout:
     def path(self, *parts: str) -> str:
         return storage.join(self.root, *parts)
 
+    def without_credentials(self) -> StudyLayout:
+        """This study's layout with its root's `key:secret@` left out: the copy that may leave
+        the driver (a shard shipped to the workers; sweeper.store.storage)."""
+        return StudyLayout(storage.strip_credentials(self.root))
+
     @property
     def spec(self) -> str:
         return self.path("spec.yaml")

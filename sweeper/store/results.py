@@ -128,11 +128,11 @@ PARTITION = {TRIALS: "task", EVAL_CURVES: "task", PRETRAINING: "run_name"}
 ROW_KEY = {TRIALS: ["trial_key"], EVAL_CURVES: ["trial_key", "step"], PRETRAINING: ["run_key", "step"]}
 
 
-def table_dir(study_dir: str | Path, table: str) -> str:
-    return StudyLayout(str(study_dir)).table(table)
+def table_dir(layout: StudyLayout, table: str) -> str:
+    return layout.table(table)
 
 
-def write_rows(study_dir: str | Path, table: str, rows: list[dict]) -> list[str]:
+def write_rows(layout: StudyLayout, table: str, rows: list[dict]) -> list[str]:
     """Append `rows` as one new Parquet file per partition, atomically. Returns the files."""
     if not rows:
         return []
@@ -141,14 +141,14 @@ def write_rows(study_dir: str | Path, table: str, rows: list[dict]) -> list[str]
     by_value: dict[str, list[dict]] = {}
     for row in rows:
         by_value.setdefault(str(row[column]), []).append(row)
-    return [publish(partition_dir(study_dir, table, value), f"part-{stamp}.parquet",
+    return [publish(partition_dir(layout, table, value), f"part-{stamp}.parquet",
                     pa.Table.from_pylist([{name: row.get(name) for name in schema.names} for row in group],
                                          schema=schema).drop_columns([column]))
             for value, group in by_value.items()]
 
 
-def partition_dir(study_dir: str | Path, table: str, value: str) -> str:
-    return storage.join(table_dir(study_dir, table), f"{PARTITION[table]}={quote(value, safe='')}")
+def partition_dir(layout: StudyLayout, table: str, value: str) -> str:
+    return storage.join(table_dir(layout, table), f"{PARTITION[table]}={quote(value, safe='')}")
 
 
 def publish(directory: str, name: str, arrow: pa.Table) -> str:
@@ -172,11 +172,11 @@ def part_files(partition: str) -> list[str]:
             if name.startswith("part-") and name.endswith(".parquet")]
 
 
-def read_table(study_dir: str | Path, table: str) -> pa.Table:
+def read_table(layout: StudyLayout, table: str) -> pa.Table:
     """All rows of a table (empty, with the schema, when nothing was written yet). A part that
     cannot be read is set aside (`set_aside`) and the others are read: its rows are absent, so
     its trials run again."""
-    directory = table_dir(study_dir, table)
+    directory = table_dir(layout, table)
     files, vanished = list_parts(directory), 0
     while files:
         try:
@@ -188,7 +188,7 @@ def read_table(study_dir: str | Path, table: str) -> pa.Table:
             files = list_parts(directory)
         except DAMAGE:
             # The common case pays nothing: parts are checked one by one only once a read failed.
-            kept = set_aside_damaged(study_dir, table, files, lambda f: read_parts(directory, table, [f]))
+            kept = set_aside_damaged(layout, table, files, lambda f: read_parts(directory, table, [f]))
             if len(kept) == len(files):
                 raise
             files = kept
@@ -233,7 +233,7 @@ def why_unreadable(read: Callable[[], object]) -> str | None:
     return why
 
 
-def set_aside_damaged(study_dir: str | Path, table: str, files: list[str],
+def set_aside_damaged(layout: StudyLayout, table: str, files: list[str],
                       read: Callable[[str], object]) -> list[str]:
     """Quarantine the files that `read(file)` cannot read; returns the others."""
     kept = []
@@ -242,7 +242,7 @@ def set_aside_damaged(study_dir: str | Path, table: str, files: list[str],
         if why is None:
             kept.append(location)
         else:
-            set_aside(study_dir, table, location, why)
+            set_aside(layout, table, location, why)
     return kept
 
 
@@ -250,12 +250,11 @@ NOTE_SUFFIX = ".why.txt"
 """A quarantined part's note: `<part>.why.txt` beside it."""
 
 
-def set_aside(study_dir: str | Path, table: str, location: str, why: str) -> None:
+def set_aside(layout: StudyLayout, table: str, location: str, why: str) -> None:
     """Move a damaged part to `<study>/quarantine/<table>/<partition>/<name>`, beside its note
     `<name>.why.txt` (the part's place in the store, when, why). The note is written first: a
     process killed between the two leaves the part in the store with a note, and the next read
     moves it. A part that cannot be moved (a read-only study) stays, and is named on stderr."""
-    layout = StudyLayout(str(study_dir))
     relative = f"{storage.name(storage.parent(location))}/{storage.name(location)}"
     target = storage.join(layout.quarantine, table, relative)
     at = datetime.now(timezone.utc).isoformat(timespec="seconds")
@@ -281,10 +280,9 @@ def set_aside(study_dir: str | Path, table: str, location: str, why: str) -> Non
           "its rows are absent from the store until its trials run again", file=sys.stderr, flush=True)
 
 
-def quarantined(study_dir: str | Path) -> list[dict]:
+def quarantined(layout: StudyLayout) -> list[dict]:
     """The parts set aside so far, from their notes: `file` (its place in the store),
     `quarantined_at`, `reason`, and `note` (the note's location); oldest first."""
-    layout = StudyLayout(str(study_dir))
     notes = []
     for location in storage.find_files(layout.quarantine, f"*/*/*{NOTE_SUFFIX}"):
         fields = dict(line.split(": ", 1) for line in storage.read_text(location).splitlines() if ": " in line)
@@ -293,13 +291,13 @@ def quarantined(study_dir: str | Path) -> list[dict]:
     return sorted(notes, key=lambda n: (n["quarantined_at"], n["file"]))
 
 
-def compact(study_dir: str | Path, table: str) -> int:
+def compact(layout: StudyLayout, table: str) -> int:
     """Merge each partition's files into one, one row per row key (ok/latest first for trials).
     Safe to interrupt: the merged file is published before the parts are removed, and readers
     deduplicate. A part that cannot be read is set aside, and the others are merged. Returns the
     number of files removed."""
     removed = 0
-    directory = table_dir(study_dir, table)
+    directory = table_dir(layout, table)
     for partition in storage.list_names(directory, folders=True):
         partition = storage.join(directory, partition)
         parts = sorted(part_files(partition))
@@ -308,7 +306,7 @@ def compact(study_dir: str | Path, table: str) -> int:
         try:
             tables = [read_part(p) for p in parts]
         except DAMAGE:
-            parts = set_aside_damaged(study_dir, table, parts, read_part)
+            parts = set_aside_damaged(layout, table, parts, read_part)
             if len(parts) < 2:
                 continue
             tables = [read_part(p) for p in parts]
@@ -336,9 +334,9 @@ def keep_one_row_per_key(frame, table: str):
     return frame.drop_duplicates(ROW_KEY[table], keep="last")
 
 
-def read_trials(study_dir: str | Path) -> pa.Table:
+def read_trials(layout: StudyLayout) -> pa.Table:
     """One row per trial key: its `ok` row if any, else its latest row."""
-    table = read_table(study_dir, TRIALS)
+    table = read_table(layout, TRIALS)
     if table.num_rows == 0:
         return table
     frame = keep_one_row_per_key(table.to_pandas(), TRIALS)
@@ -351,11 +349,11 @@ FINISHED = frozenset({"ok", "diverged", "stopped"})
 every status)."""
 
 
-def finished_trial_keys(study_dir: str | Path, include_failed: bool = True) -> set[str]:
+def finished_trial_keys(layout: StudyLayout, include_failed: bool = True) -> set[str]:
     """Keys of trials that are not run again: ok, diverged (a property of the cell, not an
     accident), stopped (a trial scheduler's decision, which the search has acted on), and failed
     unless the user asks to retry failures."""
-    table = read_table(study_dir, TRIALS)
+    table = read_table(layout, TRIALS)
     statuses = table.column("status").to_pylist()
     final = FINISHED | {"failed"} if include_failed else FINISHED
     return {key for key, status in zip(table.column("trial_key").to_pylist(), statuses) if status in final}
