@@ -127,15 +127,15 @@ def test_make_scheduler_judges_search_score_at_optimizer_steps_with_the_grace_in
     ft = load_spec(es_spec(tmp_path, text)).finetuning
     scheduler = make_scheduler(ft, cell_of=lambda config: config["cell"])
     assert isinstance(scheduler, CellScheduler) and scheduler.metric == SEARCH_METRIC
-    inner = scheduler.build()
-    assert isinstance(inner, ASHAScheduler if kind == "asha" else MedianStoppingRule)
-    assert inner._time_attr == TIME_ATTR == "train_steps" and inner._metric == SEARCH_METRIC
+    assert isinstance(scheduler.build(), ASHAScheduler if kind == "asha" else MedianStoppingRule)
+    settings = scheduler.build.keywords  # what each cell's Tune scheduler is built with
+    # The grace: 3 curve points of eval_every (2) optimizer steps.
+    assert settings["time_attr"] == TIME_ATTR == "train_steps" and settings["grace_period"] == 3 * 2
+    assert settings["metric"] == SEARCH_METRIC and settings["mode"] == "max"
     if kind == "asha":
-        bracket = inner._brackets[0]
-        assert inner._mode == "max" and bracket.rf == 2
-        assert bracket._rungs[-1][0] == 3 * 2, "the first rung: grace_period curve points of eval_every steps"
+        assert settings["reduction_factor"] == 2
     else:
-        assert inner._grace_period == 6 and inner._min_samples_required == 4 and inner._hard_stop
+        assert settings["min_samples_required"] == 4 and settings["hard_stop"]
 
 
 def test_asha_compares_trials_within_their_cell_only(tmp_path):

@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
-SEARCHED = ("sweeper", "trainables", "benchmarks")
+SEARCHED = ("sweeper", "trainables", "benchmarks", "tests")
 COMPAT = ROOT / "sweeper" / "run" / "ray_compat.py"
 
 
