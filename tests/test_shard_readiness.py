@@ -69,9 +69,6 @@ class WrittenCheckpoints:
     def checkpoint_ready(self, run, step: int) -> bool:
         return step in self.layout.run(run.name).saved_checkpoints()
 
-    def blocked(self, run) -> bool:
-        return run.name in self.failed
-
 
 def test_a_grid_shard_takes_the_trials_of_the_checkpoint_written_first_whatever_its_plan_position(tmp_path):
     spec = one_task_spec(trials_per_shard=2)

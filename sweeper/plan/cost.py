@@ -17,7 +17,7 @@ family):
   split's queries and its labelled document pool);
 - a retrieval trial also scores its evaluation-only companions (NQ and MLDR for MS MARCO) with
   the same weights, so their cost is the training trial's and their own trials cost nothing.
-A task without statistics (a plugin's) is costed as before: padded max_length tokens and
+A task without statistics (a plugin's that declares none) is costed generically: padded max_length tokens and
 `cost.finetune_eval_examples` scored examples. The worker pads every row to max_length today
 (trainables/tasks/*.py): these figures are what the paper's dynamically padded runs compute,
 the work a length-bucketing loop would do; padded, the worker does more (`padded_finetuning_cost`).

@@ -118,12 +118,14 @@ def record_finished_run(study: str, layout: StudyLayout, run: PretrainingRun, wa
 
 
 class PretrainingGrid:
-    """The pretraining grid as a non-blocking state machine, so fine-tuning can run beside it.
+    """The pretraining grid as a non-blocking state machine, driven by the pipeline loop
+    (sweeper.run.pipeline) so fine-tuning can run beside it.
 
     `start()` launches every run whose inputs are ready (a continued-pretraining run waits for
     its source); `poll()` records the runs that finished or failed since and launches the runs
-    they unblock; `checkpoint_ready()` says whether a checkpoint can be fine-tuned yet. Each run
-    is fitted in its own Ray task, in parallel as far as the cluster's resources allow."""
+    they unblock; `checkpoint_ready()` says whether a checkpoint can be fine-tuned yet; `failed`
+    names the runs that will never write their missing checkpoints. Each run is fitted in its
+    own Ray task, in parallel as far as the cluster's resources allow."""
 
     def __init__(self, spec: StudySpec, runs: list[PretrainingRun], layout: StudyLayout, corpus_dirs: dict,
                  retry_failed: bool = False):
@@ -194,20 +196,14 @@ class PretrainingGrid:
         finished = self.total - len(self.waiting) - len(self.futures)
         print(f"[pretrain] {run.name} done in {outcome['wall_time_s']:.0f}s ({finished}/{self.total})", flush=True)
 
-    def wait(self) -> list[str]:
-        """Block until every run finished or failed; returns the failed runs' names."""
-        self.start()
-        while self.futures:
-            self.poll(timeout=None)
-        return sorted(self.failed)
-
     def checkpoint_ready(self, run: PretrainingRun, step: int) -> bool:
         """Whether step `step` of `run` can be fine-tuned now."""
         return run.name in self.done or step in self.complete_steps(run)
 
     def complete_steps(self, run: PretrainingRun, max_age_s: float = 2.0) -> set[int]:
         """Steps of `run` whose checkpoint is complete, listed at most every `max_age_s` per run:
-        the grid asks once per pending trial, and in an object store a listing is a request. Local
+        the pipeline loop asks once per unwritten checkpoint on each pass, and in an object store
+        a listing is a request. Local
         mode publishes a checkpoint with one atomic rename, so every marker counts. Ray Train
         uploads a worker group's checkpoint file by file in no set order: its newest marker counts
         once the files it lists have arrived, the older ones because a later upload began after
@@ -221,7 +217,3 @@ class PretrainingGrid:
                 ready.discard(max(saved))
             self.listings[run.name] = (time.time(), ready)
         return ready
-
-    def blocked(self, run: PretrainingRun) -> bool:
-        """A run that failed (or whose source failed) will never write its missing checkpoints."""
-        return run.name in self.failed
