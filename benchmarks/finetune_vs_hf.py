@@ -362,7 +362,7 @@ def main() -> None:
     layout = StudyLayout(str(work / "study"))
     corpora = prepare_corpora(spec, plan, layout)
     fake_checkpoint(layout, plan, next(iter(corpora.values())))
-    task_dirs = prepare_tasks(spec, layout, corpora)
+    task_dirs = prepare_tasks(spec, layout, corpus_tokenizers(corpora))
     print(f"setup, once per study and in neither grid wall: Ray start {ray_start:.1f} s, tokenizer and task "
           f"preparation {time.perf_counter() - started - ray_start:.1f} s", flush=True)
     packed = replace(trial_runtime(spec), packing=True)

@@ -52,7 +52,7 @@ def sweeper_run(spec, trials, layout, seconds: float) -> float:
     from sweeper.run.finetuning import run_shards
     from sweeper.run.shards import grid_shards
 
-    fake_dirs = {(t.checkpoint.run.tokenizer, t.task): "unused" for t in trials}
+    fake_dirs = {(t.checkpoint.tokenizer, t.task): "unused" for t in trials}
     shards = grid_shards(list(trials), layout, fake_dirs, spec.resources.trials_per_shard)
     started = time.perf_counter()
     run_shards(spec, shards, layout, trainable_fn=sleep_trainable, seconds=seconds)

@@ -99,7 +99,7 @@ def main() -> None:
     layout = StudyLayout(str(Path(tempfile.mkdtemp(prefix="bench-trials-")) / "study"))
     corpora = prepare_corpora(spec, plan, layout)
     fake_checkpoint(layout, plan, next(iter(corpora.values())))
-    task_dirs = prepare_tasks(spec, layout, corpora)
+    task_dirs = prepare_tasks(spec, layout, corpus_tokenizers(corpora))
     print(f"machine: {platform.machine()}, {os.cpu_count()} CPUs, device {args.device}; preset {args.preset}, "
           f"{args.trials} trials of {TASK} x {args.steps} steps per packing level")
     base = None

@@ -41,17 +41,22 @@ def study_layout_for(spec, flag: str | None, spec_file: str = "spec") -> StudyLa
 
 
 def command_plan(args) -> int:
-    from sweeper.plan.cost import finetuning_cost, parameter_count, pretraining_cost
+    from sweeper.plan.cost import describe_external, finetuning_cost, parameter_count, pretraining_cost
     from sweeper.plan.memory_check import check_runs, refusal, run_figure, summary
     from sweeper.plan.study_plan import plan_study, trial_count_text
 
     spec = load_spec(args.spec)
     plan = plan_study(spec)
     memory = check_runs(spec, plan.runs)
-    final = sum(1 for c in plan.checkpoints if c.step == c.run.total_steps)
+    final = sum(1 for c in plan.checkpoints if c.run is not None and c.step == c.run.total_steps)
+    external = sum(1 for c in plan.checkpoints if c.external is not None)
     print(f"study {spec.study}")
     print(f"  pretraining runs:       {len(plan.runs)}")
-    print(f"  evaluated checkpoints:  {len(plan.checkpoints)} ({final} final + {len(plan.checkpoints) - final} intermediate)")
+    print(f"  evaluated checkpoints:  {len(plan.checkpoints)} ({final} final + "
+          f"{len(plan.checkpoints) - final - external} intermediate" + (f" + {external} from elsewhere)" if external else ")"))
+    for checkpoint in plan.checkpoints:
+        if checkpoint.external is not None:
+            print(f"    from elsewhere: {describe_external(checkpoint.external)}")
     print(f"  fine-tuning trials:     {trial_count_text(spec, plan)}")
     pre_cost, ft_cost = pretraining_cost(spec, plan.runs), finetuning_cost(spec, plan)
     print(f"  estimated GPU-hours at {spec.cost.gpu_peak_tflops:g} TFLOP/s x {spec.cost.utilization:.0%} utilisation "
@@ -63,7 +68,7 @@ def command_plan(args) -> int:
     from sweeper.plan.cost import finetuning_comparison
     from sweeper.plan.memory_check import check_trials, trial_refusal, trial_summary
 
-    trial_memory = check_trials(spec, plan.runs)  # fine-tuning: the padded figure and the paper's units
+    trial_memory = check_trials(spec, plan.checkpoints)  # fine-tuning: the padded figure and the paper's units
     print("\n".join(finetuning_comparison(spec, plan, ft_cost) + trial_summary(spec, trial_memory)
                     + summary(spec, memory)))
     if args.verbose:
@@ -88,7 +93,7 @@ def command_run(args) -> int:
     plan = plan_study(spec)
     # A run or trial that cannot fit its GPUs would fail hours in: refuse before any folder or Ray exists.
     if problem := (refusal(spec, check_runs(spec, plan.runs), plan.runs)
-                   or trial_refusal(spec, check_trials(spec, plan.runs))):
+                   or trial_refusal(spec, check_trials(spec, plan.checkpoints))):
         print(f"error: {problem}\nNothing was started (`sweeper plan -v` shows every run's estimate).", file=sys.stderr)
         return EXIT_SPEC_ERROR
 

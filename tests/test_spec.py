@@ -115,7 +115,7 @@ MALFORMED = [
      "duplicate key: given on line"),
     ("malformed yaml", with_change("  seq_len: 64", "  seq_len: [64"), "", "malformed YAML"),
     ("not a mapping", "- study\n- x\n", "", "must hold a mapping"),
-    ("missing required", "study: x\nfinetuning: {tasks: [sst2]}\n", "pretraining", "required key is missing"),
+    ("missing required", "study: x\nfinetuning: {tasks: [sst2]}\n", "pretraining", "nothing to fine-tune"),
 ]
 
 

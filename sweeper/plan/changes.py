@@ -94,6 +94,10 @@ def resolved_settings(spec: StudySpec, plan: StudyPlan) -> dict:
                 "task_protocol": {t: fixed(task_overrides(spec, t)) for t in tasks}}
     if search := search_settings(spec):
         settings["search"] = search
+    externals = {c.external.name: {"source": c.external.source, **c.external.identity}
+                 for c in plan.checkpoints if c.external is not None}
+    if externals:
+        settings["checkpoints"] = externals
     return json.loads(json.dumps(settings, default=str))  # as it reads back from disk (tuples -> lists)
 
 
@@ -145,7 +149,10 @@ def find_changes(spec: StudySpec, plan: StudyPlan, layout: StudyLayout) -> Chang
         cell = trial_cell(trial.checkpoint.checkpoint_id, trial.task, trial.learning_rate, params_text(trial.params),
                           trial.seed, trial.sample)
         if cell in recorded_cells:
-            why = (["its pretraining run changed"] if trial.checkpoint.run.name in changed_runs
+            external = trial.checkpoint.external
+            why = (["its pretraining run changed"] if trial.checkpoint.run and trial.checkpoint.run.name in changed_runs
+                   else [d for d in setting_diff if d.startswith(f"checkpoints.{external.name}.")]
+                   if external and any(d.startswith(f"checkpoints.{external.name}.") for d in setting_diff)
                    else [d for d in setting_diff if d.startswith(("protocol.", f"tasks.{trial.task}.",
                                                                   f"task_protocol.{trial.task}.", "search."))]
                    or ["trial configuration changed"])

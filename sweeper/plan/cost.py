@@ -27,12 +27,14 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
+from sweeper.plan.external import PACKING_TESTED, ExternalCheckpoint
 from sweeper.plan.runs import PretrainingRun
 from sweeper.plan.study_plan import StudyPlan, finetune_protocol, protocol_text
 from sweeper.spec.configs import FinetuneProtocol
 from sweeper.spec.estimates import RowShape
 from sweeper.spec.registry import family_of, get_task, task_statistics
 from sweeper.spec.study import StudySpec
+from sweeper.store import storage
 
 MI250X_PEAK_TFLOPS = 383.0
 """AMD Instinct MI250X dense bf16 peak (the paper's accelerator, Adastra): 383 TFLOP/s per
@@ -142,7 +144,7 @@ def finetuning_cost(spec: StudySpec, plan: StudyPlan, padded: bool = False) -> S
     tokens: dict[tuple[str, str], TrialTokens] = {}
     flops, unknown = 0.0, 0
     for trial in plan.trials:
-        config = trial.checkpoint.run.model_config
+        config = trial.checkpoint.model_config
         if not config:
             unknown += 1
             continue
@@ -173,3 +175,16 @@ def finetuning_comparison(spec: StudySpec, plan: StudyPlan, cost: StageCost) -> 
             f"    in the paper's units ({MI250X_PEAK_TFLOPS:g} TFLOP/s per MI250X, same utilisation): fine-tuning "
             f"{mi250x_hours(spec, cost):,.0f} MI250X-hours, padded {mi250x_hours(spec, padded):,.0f} "
             f"(the paper: ~{PAPER_FINETUNING_GPU_HOURS:,})"]
+
+
+def describe_external(external: ExternalCheckpoint) -> str:
+    """One line of `sweeper plan` for a checkpoint from elsewhere: what it is, its size, how its
+    rows will run."""
+    count = external.meta.parameters or (parameter_count(external.sizes) if external.sizes else None)
+    size = ("size unknown until imported" if count is None else
+            f"{count / 1e6:,.1f}M params" if count >= 1e6 else f"{count:,} params")
+    packing = ("packed rows (a tested architecture; each worker probes it first)" if external.model_type in PACKING_TESTED
+               else "packed rows if its probe matches padded ones at the first trial, else dynamic padding")
+    pinned = f" at {external.revision[:12]}" if external.revision else ""
+    return (f"{external.name}: {external.model_type or 'unknown architecture'}, {size}, "
+            f"{storage.redact(external.source)}{pinned}; {packing}")

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from sweeper.plan.external import SourceProblem, resolve_all
 from sweeper.plan.runs import RunNameClash, expand_base_runs, expand_runs
 from sweeper.spec import registry
 from sweeper.spec.parsing import build_dataclass
@@ -44,8 +45,26 @@ def run_problems(spec: StudySpec):
                 yield (f"pretraining.runs[{i}].init_from[{j}]",
                        f"no run named {shown(source)} in this study{suggestion(source, sorted(base_names))}"
                        " (a study run name, or hf:<path> for a Hugging Face causal LM)")
-    if not unknown:
-        try:
-            expand_runs(spec)
-        except RunNameClash as clash:
-            yield clash.key, clash.reason
+    if unknown:
+        return
+    try:
+        runs = expand_runs(spec)
+    except RunNameClash as clash:
+        yield clash.key, clash.reason
+        return
+    yield from external_problems(spec, runs)
+
+
+def external_problems(spec: StudySpec, runs):
+    """(key, reason): a checkpoint from elsewhere named like one the study trains, or a source
+    that cannot be read (sweeper.plan.external)."""
+    own = {run.name for run in runs} | {f"{run.name}-{step}" for run in runs for step in run.checkpoint_steps}
+    for i, entry in enumerate(spec.finetuning.checkpoints):
+        if entry.name in own:
+            yield (f"finetuning.checkpoints[{i}].name",
+                   f"{shown(entry.name)} names a checkpoint this study trains: give the external one another name")
+            return
+    try:
+        resolve_all(spec.finetuning.checkpoints)
+    except SourceProblem as problem:
+        yield problem.key, problem.reason

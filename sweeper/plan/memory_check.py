@@ -225,22 +225,26 @@ def largest_shape(spec) -> tuple[int, int, int]:
             max(p.batch_size for p in points))
 
 
-def check_trials(spec, runs) -> list[TrialMemory]:
-    """Every (preset, task) pair of the grid: trials of one pair share their estimate, that of
-    their largest shape (micro batch x max_length) when batch size or length is swept."""
+def check_trials(spec, checkpoints) -> list[TrialMemory]:
+    """Every (architecture, task) pair of the grid, an architecture being a run's preset or a
+    checkpoint from elsewhere (sized from its config.json): trials of one pair share their
+    estimate, that of their largest shape (micro batch x max_length) when batch size or length
+    is swept."""
     ft, budget, checked, seen = spec.finetuning, trial_budget(spec), [], set()
-    for run in runs:
-        if not run.model_config or run.preset in seen:
+    for checkpoint in checkpoints:
+        config = checkpoint.model_config
+        label = checkpoint.run.preset if checkpoint.run is not None else checkpoint.external.name
+        if not config or label in seen:
             continue
-        seen.add(run.preset)
+        seen.add(label)
         for task in ft.tasks:
             if get_task(task).train_task:  # scored inside its training task's trial
                 continue
             forward_rows = family_of(get_task(task).family).estimate.forward_rows
-            estimates = [(estimate_trial_peak(run.model_config, micro * forward_rows, length, ft.eval_batch_size,
+            estimates = [(estimate_trial_peak(config, micro * forward_rows, length, ft.eval_batch_size,
                                               trial_device(spec)), micro) for micro, length in trial_shapes(spec, task)]
             estimate, micro = max(estimates, key=lambda pair: pair[0].peak)
-            checked.append(TrialMemory(preset=run.preset, config=run.model_config, task=task,
+            checked.append(TrialMemory(preset=label, config=config, task=task,
                                        forward_rows=forward_rows, rows=micro * forward_rows, estimate=estimate,
                                        budget=budget))
     return checked

@@ -32,6 +32,7 @@ import itertools
 import json
 from dataclasses import asdict, dataclass, field, fields, replace
 
+from sweeper.plan.external import ExternalCheckpoint, resolve_all
 from sweeper.plan.runs import PretrainingRun, expand_runs
 from sweeper.spec import registry, space
 from sweeper.spec.registry import get_task
@@ -42,12 +43,38 @@ from sweeper.spec.study import StudySpec
 
 @dataclass(frozen=True, kw_only=True, slots=True)
 class EvaluatedCheckpoint:
+    """A checkpoint the grid fine-tunes: one a study run writes (`run`, `step`), or one from
+    elsewhere (`external`, step 0)."""
+
     checkpoint_id: str
-    """The run name for the final checkpoint, `<run>-<step>` for an intermediate one."""
-    run: PretrainingRun
+    """The run name for the final checkpoint, `<run>-<step>` for an intermediate one, the
+    entry's name for a checkpoint from elsewhere."""
+    run: PretrainingRun | None
     step: int
-    tokens_seen: int
-    """Pretraining tokens behind this checkpoint, those of a CPT source included."""
+    tokens_seen: int | None
+    """Pretraining tokens behind this checkpoint, those of a CPT source included (an external
+    checkpoint: its `meta.tokens_seen`, None when not given)."""
+    external: ExternalCheckpoint | None = None
+
+    @property
+    def source_key(self) -> str:
+        """What its trial keys hash as the checkpoint's origin: the run key, or the external key."""
+        return self.run.run_key if self.run is not None else self.external.key
+
+    @property
+    def source_name(self) -> str:
+        """Its run's name, or the external checkpoint's name."""
+        return self.run.name if self.run is not None else self.external.name
+
+    @property
+    def tokenizer(self) -> str | None:
+        """Which tokenizer encodes its task data (a run's corpus tokenizer key, or an external one's)."""
+        return self.run.tokenizer if self.run is not None else self.external.tokenizer_key
+
+    @property
+    def model_config(self) -> dict:
+        """Its architecture's sizes (LlamaEncoderConfig names); empty when known only at run time."""
+        return self.run.model_config if self.run is not None else self.external.sizes
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
@@ -169,7 +196,7 @@ def plan_trials(spec: StudySpec, checkpoints: list[EvaluatedCheckpoint]) -> list
     if ft.search == "grid":
         points = {task: task_points(spec, task) for task in ft.tasks}
         for ckpt, task in itertools.product(checkpoints, ft.tasks):
-            info, run_key = get_task(task), ckpt.run.run_key
+            info, run_key = get_task(task), ckpt.source_key
             for (params, task_protocol), lr in itertools.product(points[task], ft.learning_rates):
                 protocol = replace(task_protocol, learning_rate=lr)
                 trials += [Trial(trial_key=stable_key(trial_identity(run_key, ckpt.step, info, protocol, seed)),
@@ -179,7 +206,7 @@ def plan_trials(spec: StudySpec, checkpoints: list[EvaluatedCheckpoint]) -> list
         spaces = {task: {space.LEARNING_RATE: space.log_range(ft.random.lr_min, ft.random.lr_max),
                          **task_space(spec, task)} for task in ft.tasks}
         for ckpt, task in itertools.product(checkpoints, ft.tasks):
-            info, run_key = get_task(task), ckpt.run.run_key
+            info, run_key = get_task(task), ckpt.source_key
             # An evaluation-only set draws as its training task does: it is scored at that trial's point.
             drawn_as = info.train_task or task
             for k in range(ft.random.samples):
@@ -201,7 +228,7 @@ def plan_trials(spec: StudySpec, checkpoints: list[EvaluatedCheckpoint]) -> list
             search = {"optuna": settings, "seeds": ft.seeds, **({"space": space.identity(searched)} if searched else {})}
             cells[task] = protocol, keyed, search, dict.fromkeys(searched)
         for ckpt, task in itertools.product(checkpoints, ft.tasks):
-            (protocol, keyed, search, params), info, run_key = cells[task], get_task(task), ckpt.run.run_key
+            (protocol, keyed, search, params), info, run_key = cells[task], get_task(task), ckpt.source_key
             cell = stable_key({"run_key": run_key, "step": ckpt.step, "task": asdict(info),
                                "protocol": keyed.key_fields(), "search": search})
             trials += [Trial(trial_key=stable_key(trial_identity(run_key, ckpt.step, info, keyed, seed,
@@ -243,6 +270,13 @@ def trial_count_text(spec: StudySpec, plan: StudyPlan) -> str:
             f"{len(ft.learning_rates)} learning rates x {len(ft.seeds)} seeds; points over {values}")
 
 
+def external_checkpoints(spec: StudySpec) -> list[EvaluatedCheckpoint]:
+    """The `finetuning.checkpoints` entries, resolved (sweeper.plan.external), after the study's own."""
+    return [EvaluatedCheckpoint(checkpoint_id=external.name, run=None, step=0, tokens_seen=external.meta.tokens_seen,
+                                external=external)
+            for external in resolve_all(spec.finetuning.checkpoints)]
+
+
 def plan_study(spec: StudySpec) -> StudyPlan:
     runs = expand_runs(spec)
     checkpoints = [
@@ -252,5 +286,5 @@ def plan_study(spec: StudySpec) -> StudyPlan:
         )
         for run in runs
         for step in (*run.checkpoint_steps, run.total_steps)
-    ]
+    ] + external_checkpoints(spec)
     return StudyPlan(runs=tuple(runs), checkpoints=tuple(checkpoints), trials=tuple(plan_trials(spec, checkpoints)))

@@ -29,17 +29,18 @@ from ray import tune
 
 from sweeper.plan.study_plan import StudyPlan
 from sweeper.run.early_stopping import make_scheduler
+from sweeper.run.external import import_external_checkpoints
 from sweeper.run.pipeline import Pipeline
 from sweeper.run.progress import ProgressLine
 from sweeper.run.recording import FINAL, ResultsRecorder
 from sweeper.run.search import SEARCH_METRIC, search_score
 from sweeper.run.shards import EvaluationSets, Shard, study_shards
-from sweeper.run.task_prep import prepare_tasks
+from sweeper.run.task_prep import corpus_tokenizers, prepare_tasks
 from sweeper.run.tracking import start_wandb
 from sweeper.run.version import code_version
 from sweeper.spec.study import StudySpec
 from sweeper.store import storage
-from sweeper.store.layout import StudyLayout
+from sweeper.store.layout import CHECKPOINT_MARKER, StudyLayout
 from sweeper.store.results import EVAL_CURVES, TRIALS, compact, finished_trial_keys
 
 
@@ -107,8 +108,12 @@ def run_finetuning(spec: StudySpec, plan: StudyPlan, layout: StudyLayout, corpus
     earlier = {"failed": skipped_failures} if skipped_failures else {}
     if not pending:
         return earlier
-    needed = {t.checkpoint.run.tokenizer for t in pending}
-    task_dirs = prepare_tasks(spec, layout, {k: v for k, v in corpus_dirs.items() if k in needed})
+    imported = import_external_checkpoints([t.checkpoint for t in pending], layout)
+    tokenizers = {**corpus_tokenizers(corpus_dirs),
+                  **{t.checkpoint.tokenizer: (imported[t.checkpoint.checkpoint_id], CHECKPOINT_MARKER)
+                     for t in pending if t.checkpoint.external is not None}}
+    needed = {t.checkpoint.tokenizer for t in pending}
+    task_dirs = prepare_tasks(spec, layout, {k: v for k, v in tokenizers.items() if k in needed})
     sets = EvaluationSets(plan, spec.finetuning.tasks, done)
     shards = study_shards(spec, plan, pending, done, layout, task_dirs, sets)
     tally = run_shards(spec, shards, layout, pipeline=pipeline)

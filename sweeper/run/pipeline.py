@@ -52,7 +52,7 @@ class Pipeline:
         """True: its trials can run; False: not yet; None: never (its run failed unwritten)."""
         if self.error is not None:
             raise RuntimeError("the pipeline loop stopped (its error follows)") from self.error
-        if self.pretraining is None:
+        if self.pretraining is None or checkpoint.external is not None:  # imported before the grid starts
             return True
         readiness = self.readiness  # one snapshot for both questions
         if checkpoint.checkpoint_id in readiness.checkpoints:
@@ -87,7 +87,7 @@ class Pipeline:
     def publish(self) -> None:
         grid, written = self.pretraining, set(self.readiness.checkpoints)
         for checkpoint in self.checkpoints:
-            if checkpoint.checkpoint_id not in written and grid.checkpoint_ready(checkpoint.run, checkpoint.step):
+            if checkpoint.run is not None and checkpoint.checkpoint_id not in written and grid.checkpoint_ready(checkpoint.run, checkpoint.step):
                 written.add(checkpoint.checkpoint_id)
         self.readiness = Readiness(frozenset(written), frozenset(grid.failed))
 

@@ -21,7 +21,8 @@ from pathlib import Path
 
 from ray import tune
 
-from sweeper.plan.study_plan import Trial
+from sweeper.plan.cost import parameter_count
+from sweeper.plan.study_plan import EvaluatedCheckpoint, Trial
 from sweeper.run.progress import ProgressLine
 from sweeper.spec.registry import get_task
 from sweeper.spec.configs import params_text
@@ -37,15 +38,33 @@ FINAL = "final"
 final result (absent from the results of trainables that report once: final)."""
 
 
+def checkpoint_columns(ckpt: EvaluatedCheckpoint) -> dict:
+    """What a row says of its checkpoint: its run's objective and schedule, or for a checkpoint
+    from elsewhere its source and what its `meta` states (None where unstated); `source` is
+    `study` for the study's own; `parameters` counts the backbone with its embedding, no LM head
+    (an external one's from its config.json's sizes unless its meta states it)."""
+    if ckpt.run is None:
+        external, meta = ckpt.external, ckpt.external.meta
+        parameters = meta.parameters or (parameter_count(external.sizes) if external.sizes
+                                         else None)
+        return {"run_name": external.name, "run_key": external.key, "objective": meta.objective, "clm_fraction": None,
+                "mask_ratio": meta.mask_ratio, "checkpoint_step": 0, "total_steps": None, "init_from": None,
+                "steps_before": None, "tokens_seen": meta.tokens_seen, "source": storage.redact(external.source),
+                "parameters": parameters}
+    run = ckpt.run
+    return {"run_name": run.name, "run_key": run.run_key, "objective": run.objective, "clm_fraction": run.clm_fraction,
+            "mask_ratio": run.mask_ratio, "checkpoint_step": ckpt.step, "total_steps": run.total_steps,
+            "init_from": run.init_from, "steps_before": run.steps_before, "tokens_seen": ckpt.tokens_seen,
+            "source": "study", "parameters": parameter_count(run.model_config)
+            if run.model_config else None}
+
+
 def trial_row(study: str, trial: Trial, result: dict | None, status: str, error: str | None) -> dict:
-    ckpt, run, task = trial.checkpoint, trial.checkpoint.run, get_task(trial.task)
+    ckpt, task = trial.checkpoint, get_task(trial.task)
     result = result or {}
     return {
-        "study": study, "trial_key": trial.trial_key, "run_name": run.name, "run_key": run.run_key,
-        "checkpoint_id": ckpt.checkpoint_id, "objective": run.objective, "clm_fraction": run.clm_fraction,
-        "mask_ratio": run.mask_ratio, "checkpoint_step": ckpt.step, "total_steps": run.total_steps,
-        "init_from": run.init_from, "steps_before": run.steps_before,
-        "tokens_seen": ckpt.tokens_seen, "task": trial.task, "task_family": task.family,
+        "study": study, "trial_key": trial.trial_key, "checkpoint_id": ckpt.checkpoint_id,
+        **checkpoint_columns(ckpt), "task": trial.task, "task_family": task.family,
         "task_category": task.category, "metric": task.metric,
         "search_mode": trial.search_mode,
         "learning_rate": trial.learning_rate if trial.learning_rate is not None else result.get("learning_rate"),
@@ -53,6 +72,7 @@ def trial_row(study: str, trial: Trial, result: dict | None, status: str, error:
         "validation_score": result.get("validation_score"), "test_score": result.get("test_score"),
         "train_loss": result.get("train_loss"), "train_steps": result.get("train_steps"),
         "error": storage.redact(error) if error else error, "wall_time_s": result.get("wall_time_s"),
+        "packing": result.get("packing"),
         "finished_at": datetime.now(timezone.utc),
     }
 

@@ -81,7 +81,8 @@ def run_study(spec: StudySpec, spec_path: Path, plan: StudyPlan, layout: StudyLa
     """Run or resume the study at `layout` (its root a path or an object-store URI); returns the
     exit status (1 if any run or trial failed)."""
     started = time.time()
-    check_corpus_source(spec, spec_path)  # before anything is written or started: exit 2
+    if plan.runs:  # an evaluation-only study reads no corpus
+        check_corpus_source(spec, spec_path)  # before anything is written or started: exit 2
     storage.make_dirs(layout.root)
     # The copy holds no credentials (a spec's `storage: s3://KEY:SECRET@...`): sweeper.store.storage.
     storage.write_text(layout.spec, storage.redact(Path(spec_path).read_text()))

@@ -104,10 +104,12 @@ def trial_config(trial: Trial, layout: StudyLayout, task_dirs: dict, sets: Evalu
     strip = storage.strip_credentials
 
     def data_dir(task_name: str, protocol) -> str:
-        return strip(task_data_dir(task_dirs, ckpt.run.tokenizer, task_name, protocol, tasks[task_name][2]))
+        return strip(task_data_dir(task_dirs, ckpt.tokenizer, task_name, protocol, tasks[task_name][2]))
     return TrialConfig(
         trial_key=trial.trial_key, task=task, family=family,
-        protocol=trial.protocol, seed=trial.seed, checkpoint_path=strip(layout.checkpoint(ckpt.run.name, ckpt.step)),
+        protocol=trial.protocol, seed=trial.seed, checkpoint_path=strip(
+            layout.checkpoint(ckpt.run.name, ckpt.step) if ckpt.run is not None
+            else layout.external_checkpoint(ckpt.external.name, ckpt.external.key)),
         task_data_dir=data_dir(trial.task, trial.protocol), runtime=runtime,
         companions=tuple(CompanionSet(trial_key=c.trial_key, task_data_dir=data_dir(c.task, c.protocol))
                          for c in sets.companions(trial)),

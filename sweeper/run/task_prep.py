@@ -20,12 +20,15 @@ from sweeper.store import folders
 from sweeper.store.layout import CORPUS_MARKER, StudyLayout
 
 
-def prepare_task(task: TaskInfo, family: str, corpus_dir: str, max_length: int, out_dir: str, max_train, max_eval,
-                 settings: dict) -> dict:
-    """Ray task: tokenise one task with the tokenizer of the prepared corpus at `corpus_dir`."""
+def prepare_task(task: TaskInfo, family: str, tokenizer_folder: tuple[str, str], max_length: int, out_dir: str,
+                 max_train, max_eval, settings: dict) -> dict:
+    """Ray task: tokenise one task with the tokenizer in the `tokenizer/` sub-folder of the
+    complete folder `tokenizer_folder` = (location, its marker): a prepared corpus, or an
+    imported checkpoint (sweeper.run.external)."""
     from trainables.tasks.data import prepare_task_data
 
-    tokenizer_dir = folders.local_copy(corpus_dir, CORPUS_MARKER, only="tokenizer")
+    location, marker = tokenizer_folder
+    tokenizer_dir = folders.local_copy(location, marker, only="tokenizer")
     return prepare_task_data(task, family, str(tokenizer_dir), max_length, out_dir, max_train, max_eval, settings)
 
 
@@ -58,19 +61,24 @@ def task_data_dir(task_dirs: dict, tokenizer: str | None, task: str, protocol: F
             or task_dirs[(tokenizer, task)])
 
 
-def prepare_tasks(spec: StudySpec, layout: StudyLayout, corpus_dirs: dict) -> dict[tuple, str]:
-    """Tokenise each task once per tokenizer (the tokenizer of each prepared corpus in
-    `corpus_dirs`) and data variant (max length, encoding settings: one unless swept), in parallel
+def corpus_tokenizers(corpus_dirs: dict) -> dict:
+    """Tokenizer key -> (prepared corpus, its marker): the tokenizers `prepare_tasks` reads from corpora."""
+    return {key: (folder, CORPUS_MARKER) for key, folder in corpus_dirs.items()}
+
+
+def prepare_tasks(spec: StudySpec, layout: StudyLayout, tokenizer_folders: dict) -> dict[tuple, str]:
+    """Tokenise each task once per tokenizer (tokenizer key -> (folder, marker) of the complete
+    folder whose `tokenizer/` it is, `tokenizer_folders`) and data variant (max length, encoding settings: one unless swept), in parallel
     Ray tasks; return (tokenizer key, task, variant) -> prepared folder, and (tokenizer key, task) ->
     the folder of the task's first variant."""
     ft = spec.finetuning
     variants = {task: {data_variant(task, protocol): protocol for _, protocol in task_points(spec, task)}
                 for task in ft.tasks}
     dirs = {(tokenizer, task, variant): layout.task_cache(task_folder_name(task, tokenizer, protocol))
-            for tokenizer in corpus_dirs for task in ft.tasks for variant, protocol in variants[task].items()}
+            for tokenizer in tokenizer_folders for task in ft.tasks for variant, protocol in variants[task].items()}
     remote = ray.remote(prepare_task).options(num_cpus=1)
     metas = ray.get([
-        remote.remote(get_task(task), registry.family_of(get_task(task).family).implementation, corpus_dirs[tokenizer],
+        remote.remote(get_task(task), registry.family_of(get_task(task).family).implementation, tokenizer_folders[tokenizer],
                       protocol.max_length, out, protocol.max_train_examples, protocol.max_eval_examples,
                       encoding_settings(protocol, task))
         for (tokenizer, task, variant), out in dirs.items() for protocol in [variants[task][variant]]
@@ -78,5 +86,5 @@ def prepare_tasks(spec: StudySpec, layout: StudyLayout, corpus_dirs: dict) -> di
     for meta in metas:
         print(f"[finetune] task {meta['task']}: {meta['sizes']} examples, {meta['summary']}", flush=True)
     first = {(tokenizer, task): dirs[(tokenizer, task, next(iter(variants[task])))]
-             for tokenizer in corpus_dirs for task in ft.tasks}
+             for tokenizer in tokenizer_folders for task in ft.tasks}
     return {**dirs, **first}

@@ -13,6 +13,7 @@ from dataclasses import dataclass, field, replace
 from typing import ClassVar, Literal
 
 from sweeper.spec import registry
+from sweeper.spec.checkpoints import ExternalCheckpointSpec
 from sweeper.spec.configs import AdamWConfig, distinct, each_positive, non_empty, non_negative, positive, seeds
 from sweeper.spec.parsing import Distribution, Grid
 from sweeper.spec.reading import key_text, shown, suggestion
@@ -123,6 +124,9 @@ class FinetuningSpec(AdamWConfig):
 
     tasks: list[str]
     """Task names (the registry's: `sweeper.spec.catalog`'s shipped tasks and the plugins')."""
+    checkpoints: list[ExternalCheckpointSpec] = field(default_factory=list)
+    """Checkpoints the study did not train (hub, folder or object store), fine-tuned on the same
+    grid as its own under their names (sweeper.spec.checkpoints)."""
     search: Literal["grid", "optuna", "random"] = "grid"
     """grid: every learning rate x seed x combination of the swept protocol fields; optuna: TPE per
     cell over the learning rate and the fields given as distributions, seeds as repeats, objective =
@@ -263,6 +267,12 @@ class FinetuningSpec(AdamWConfig):
         yield from each_positive(self, "learning_rates")
         yield from seeds(self, "seeds")
         yield from distinct(self, "tasks", "learning_rates", "seeds")
+        names: dict[str, int] = {}
+        for i, entry in enumerate(self.checkpoints):
+            if entry.name in names:
+                yield f"checkpoints[{i}].name", (f"{shown(entry.name)} is the name of checkpoints[{names[entry.name]}] "
+                                                 "too: give each checkpoint its own name")
+            names.setdefault(entry.name, i)
         yield from non_negative(self, "eval_every")
         if self.scheduler.kind != "none":
             if self.search == "grid":

@@ -20,11 +20,7 @@ from sweeper.spec.finetuning import FinetuningSpec
 from sweeper.spec.parsing import values_of
 from sweeper.spec.pretraining import DataSpec, ModelSpec, PretrainingSpec
 from sweeper.spec.reading import shown
-from sweeper.store.storage import scheme_error
-
-
-NAME_MAX_BYTES = 255
-"""Longest file or folder name most file systems take (ext4, XFS, APFS, NTFS)."""
+from sweeper.store.storage import folder_name_problem, scheme_error
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
@@ -80,10 +76,11 @@ class CostSpec:
 class StudySpec:
     study: str
     """Study name: the default storage folder and the `study` column of every result row."""
-    pretraining: PretrainingSpec
-    """The pretraining grid (Ray Train)."""
     finetuning: FinetuningSpec
     """The fine-tuning grid (Ray Tune)."""
+    pretraining: PretrainingSpec = field(default_factory=lambda: PretrainingSpec(runs=[]))
+    """The pretraining grid (Ray Train); none in a study that only evaluates
+    `finetuning.checkpoints` from elsewhere."""
     storage: str | None = None
     """Where the study lives: a path, or an s3:// or gs:// URI (default ./studies/<study>); --storage wins."""
     model: ModelSpec = field(default_factory=ModelSpec)
@@ -100,6 +97,9 @@ class StudySpec:
     def check(self):
         if problem := folder_name_problem(self.study):
             yield "study", problem
+        if not self.pretraining.runs and not self.finetuning.checkpoints:
+            yield "pretraining", ("nothing to fine-tune: give pretraining.runs (checkpoints the study trains) or "
+                                  "finetuning.checkpoints (checkpoints from elsewhere), or both")
         if self.storage is not None and "\x00" in self.storage:
             yield "storage", "holds a NUL character"
         elif self.storage is not None and (problem := scheme_error(self.storage)):
@@ -122,14 +122,3 @@ class StudySpec:
                     yield ("model.overrides" if self.model.overrides else "model.preset"), f"preset {preset}{swept}: {problem}"
                     break
         yield from self.finetuning.sweep_problems()
-
-
-def folder_name_problem(name: str) -> str | None:
-    """Why `name` cannot be the study's folder name (and `study` column), or None."""
-    if not name or "/" in name or name in (".", ".."):
-        return f"must be a non-empty name without '/' (and not . or ..), got {shown(name)}"
-    if any(ord(c) < 32 or ord(c) == 127 or 0xD800 <= ord(c) < 0xE000 for c in name):
-        return f"must not hold control characters (NUL, newline, tab, ...) or lone surrogates, got {shown(name)}"
-    if (size := len(name.encode())) > NAME_MAX_BYTES:
-        return f"is {size:,} bytes long (UTF-8); a folder name takes at most {NAME_MAX_BYTES}"
-    return None

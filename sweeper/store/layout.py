@@ -194,6 +194,11 @@ class StudyLayout:
         """A prepared corpus, keyed by what shapes its token stream (sweeper.run.corpora.corpus_dir)."""
         return self.path("cache", "corpus" if key is None else f"corpus-{key}")
 
+    def external_checkpoint(self, name: str, key: str) -> str:
+        """A checkpoint from elsewhere as the study imported it (sweeper.run.external): its weights
+        and tokenizer, under the name and key that say which they are."""
+        return self.path("cache", "checkpoints", f"{name}-{key}")
+
     def task_cache(self, folder_name: str) -> str:
         return self.path("cache", "tasks", folder_name)
 

@@ -52,6 +52,21 @@ def is_remote(location: str | Path) -> bool:
     return "://" in str(location) and not str(location).startswith("file://")
 
 
+NAME_MAX_BYTES = 255
+"""Longest file or folder name most file systems take (ext4, XFS, APFS, NTFS)."""
+
+
+def folder_name_problem(name: str) -> str | None:
+    """Why `name` cannot be a folder name (the study's, an external checkpoint's), or None."""
+    if not name or "/" in name or name in (".", ".."):
+        return f"must be a non-empty name without '/' (and not . or ..), got {name!r:.80}"
+    if any(ord(c) < 32 or ord(c) == 127 or 0xD800 <= ord(c) < 0xE000 for c in name):
+        return f"must not hold control characters (NUL, newline, tab, ...) or lone surrogates, got {name!r:.80}"
+    if (size := len(name.encode())) > NAME_MAX_BYTES:
+        return f"is {size:,} bytes long (UTF-8); a folder name takes at most {NAME_MAX_BYTES}"
+    return None
+
+
 def scheme_error(location: str) -> str | None:
     """Why `location` cannot hold a study, or None (used by the spec's validation)."""
     if not is_remote(location):

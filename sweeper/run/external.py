@@ -1,0 +1,113 @@
+"""Checkpoints from elsewhere, brought into the study before their trials run.
+
+Each `finetuning.checkpoints` entry is copied once into the study (`cache/checkpoints/<name>-<key>`,
+layout.external_checkpoint): config.json and weights at the top, the tokenizer in `tokenizer/`,
+and the checkpoint marker last, so workers read it exactly as they read the study's own
+checkpoints (`folders.local_copy`, one copy per node; no shared disk needed) and the task data
+is tokenised from its `tokenizer/` as from a corpus's. A hub model is downloaded at the commit
+the plan resolved (`ExternalCheckpoint.revision`): that commit, pinned in the folder's marker
+and name, is what every trial of the study fine-tunes, whatever the hub holds later. A local
+folder is hashed again after the copy: weights edited since the study was planned are refused,
+never fine-tuned under the old key.
+"""
+from __future__ import annotations
+
+import shutil
+from pathlib import Path
+
+import pyarrow.fs as pafs
+
+from sweeper.plan.external import (
+    CONFIG_FILE,
+    HUB_PREFIX,
+    TOKENIZER_FILES,
+    WEIGHT_SUFFIXES,
+    ExternalCheckpoint,
+    content_fingerprint,
+    hub_repo,
+    tokenizer_names,
+    weight_names,
+)
+from sweeper.plan.study_plan import EvaluatedCheckpoint
+from sweeper.store import folders, storage
+from sweeper.store.layout import CHECKPOINT_MARKER, StudyLayout
+
+TOKENIZER_FOLDER = "tokenizer"
+"""Where a checkpoint folder (and a prepared corpus) keeps its tokenizer."""
+
+
+class SourceChanged(RuntimeError):
+    """A local source's weights differ from those the study was planned with."""
+
+
+def fetch_files(source: str, names: list[str], target: Path, revision: str | None = None) -> None:
+    """Copy the named files of a local folder, an object-store prefix or a hub model (at
+    `revision`) into `target`."""
+    target.mkdir(parents=True, exist_ok=True)
+    if source.startswith(HUB_PREFIX):
+        from huggingface_hub import snapshot_download
+
+        snapshot = Path(snapshot_download(hub_repo(source), revision=revision, allow_patterns=names))
+        for name in names:
+            if (snapshot / name).exists():
+                shutil.copyfile(snapshot / name, target / name)
+        return
+    for name in names:
+        if storage.is_remote(source):
+            fs, path = storage.filesystem(storage.join(source, name))
+            pafs.copy_files(path, str(target / name), source_filesystem=fs,
+                            destination_filesystem=pafs.LocalFileSystem())
+        else:
+            shutil.copyfile(Path(source, name), target / name)
+
+
+def source_names(source: str, tokenizer_only: bool = False) -> list[str]:
+    """The files to bring from a source: config.json, weights and tokenizer (or the tokenizer only)."""
+    if source.startswith(HUB_PREFIX):  # the hub filters by pattern: ask for every kind
+        tokenizer = list(TOKENIZER_FILES)
+        return tokenizer if tokenizer_only else [CONFIG_FILE, *(f"*{suffix}" for suffix in WEIGHT_SUFFIXES), *tokenizer]
+    files = storage.file_sizes(source)
+    tokenizer = tokenizer_names(files)
+    return tokenizer if tokenizer_only else [CONFIG_FILE, *weight_names(files), *tokenizer]
+
+
+def build_checkpoint_folder(external: ExternalCheckpoint, tmp: Path) -> None:
+    """config.json and weights into `tmp`, the tokenizer into `tmp/tokenizer`, then the marker."""
+    names = source_names(external.source)
+    fetch_files(external.source, names, tmp, external.revision)
+    if not external.source.startswith(HUB_PREFIX) and not storage.is_remote(external.source):
+        planned = external.identity["weights"]
+        copied = content_fingerprint(str(tmp), sorted(n for n in names if (tmp / n).exists()))
+        if copied != planned:
+            raise SourceChanged(f"checkpoint {external.name}: the files of {external.source} changed after the study "
+                                "was planned (their hash differs); plan again (`sweeper plan`) and rerun")
+    tokenizer = tmp / TOKENIZER_FOLDER
+    if external.tokenizer_source == external.source:
+        tokenizer.mkdir()
+        for name in TOKENIZER_FILES:
+            if (tmp / name).exists():
+                (tmp / name).rename(tokenizer / name)
+    else:
+        fetch_files(external.tokenizer_source, source_names(external.tokenizer_source, tokenizer_only=True), tokenizer)
+    storage.write_json(str(tmp / CHECKPOINT_MARKER), {
+        "external": external.name, "source": storage.redact(external.source), "revision": external.revision,
+        "key": external.key, "files": {p.relative_to(tmp).as_posix(): p.stat().st_size
+                                       for p in tmp.rglob("*") if p.is_file()}})
+
+
+def import_external_checkpoints(checkpoints: list[EvaluatedCheckpoint], layout: StudyLayout) -> dict[str, str]:
+    """Bring each external checkpoint among `checkpoints` into the study (once ever); returns
+    its checkpoint id -> folder."""
+    imported = {}
+    for checkpoint in checkpoints:
+        external = checkpoint.external
+        if external is None or checkpoint.checkpoint_id in imported:
+            continue
+        location = layout.external_checkpoint(external.name, external.key)
+        if not storage.exists(storage.join(location, CHECKPOINT_MARKER)):
+            where = f"{external.source}" + (f" at {external.revision[:12]}" if external.revision else "")
+            print(f"[finetune] checkpoint {external.name}: importing {storage.redact(where)} "
+                  f"({external.model_type or 'unknown architecture'})", flush=True)
+            folders.build_once(location, CHECKPOINT_MARKER, lambda tmp, e=external: build_checkpoint_folder(e, tmp))
+        imported[checkpoint.checkpoint_id] = location
+    return imported
