@@ -7,10 +7,21 @@ objectives, so every checkpoint has the same architecture and the same `config.j
 continued pretraining.
 
 Importing `trainables` registers the architecture with the Auto classes, so
-`AutoModel.from_pretrained(checkpoint)` works with no `trust_remote_code`.
+`AutoModel.from_pretrained(checkpoint)` works with no `trust_remote_code`; that locally
+registered class is the one loaded even when a caller passes `trust_remote_code=True`.
+
+Checkpoints others can load: the classes are also registered for transformers' custom-code
+mechanism (`register_for_auto_class`), so `save_pretrained` copies this file next to the
+weights and writes `auto_map` into config.json, and a process without this package loads the
+checkpoint with `AutoModel.from_pretrained(path, trust_remote_code=True)` (or
+AutoModelForMaskedLM) by running the copy. This file must therefore stay self-contained:
+imports of the standard library, torch and transformers only, no project module, and no
+import statement of an optional package (transformers' loader would require it installed;
+flash-attn is imported with `importlib` below). tests/test_shared_checkpoints.py checks it.
 """
 from __future__ import annotations
 
+import importlib
 import importlib.util
 
 import torch
@@ -27,6 +38,15 @@ from transformers.modeling_layers import GradientCheckpointingLayer
 from transformers.modeling_outputs import BaseModelOutput, MaskedLMOutput
 
 MODEL_TYPE = "llama_encoder"
+_MODULE = __name__.rsplit(".", 1)[-1]  # "model", here and in the copy saved with a checkpoint
+AUTO_MAP = {
+    "AutoConfig": f"{_MODULE}.LlamaEncoderConfig",
+    "AutoModel": f"{_MODULE}.LlamaEncoderModel",
+    "AutoModelForMaskedLM": f"{_MODULE}.LlamaEncoderForMaskedLM",
+}
+"""config.json's `auto_map`: the class of this file each Auto class builds from a shared checkpoint.
+`save_pretrained` writes only the saved class's own entry, so the config carries all three (a
+checkpoint saves the masked LM; colleagues load its backbone with AutoModel too)."""
 
 
 class LlamaEncoderConfig(PretrainedConfig):
@@ -62,6 +82,7 @@ class LlamaEncoderConfig(PretrainedConfig):
         self.initializer_range = initializer_range
         self.mask_token_id = mask_token_id
         kwargs.setdefault("tie_word_embeddings", False)  # the paper's LM head is untied
+        kwargs.setdefault("auto_map", dict(AUTO_MAP))  # a loaded config keeps the one it was saved with
         super().__init__(pad_token_id=pad_token_id, **kwargs)
 
 
@@ -145,8 +166,8 @@ class Attention(nn.Module):
         v = self.v_proj(hidden).view(batch, seq, self.num_kv_heads, self.head_dim).transpose(1, 2)
         q, k = apply_rotary(q, cos, sin), apply_rotary(k, cos, sin)
         if varlen is not None:  # packed documents as separate sequences: no mask, no wasted FLOPs
-            from flash_attn import flash_attn_varlen_func
-
+            # Not an import statement: transformers' custom-code loader would demand flash-attn.
+            flash_attn_varlen_func = importlib.import_module("flash_attn").flash_attn_varlen_func
             cu_seqlens, max_len = varlen
             flat = [t.transpose(1, 2).reshape(batch * seq, t.shape[1], self.head_dim).to(torch.bfloat16)
                     for t in (q, k, v)]
@@ -261,6 +282,12 @@ class LlamaEncoderForMaskedLM(LlamaEncoderPreTrainedModel):
         if logits_positions is not None:
             hidden = hidden[logits_positions]
         return MaskedLMOutput(logits=self.lm_head(hidden))
+
+
+# Custom code shared with the checkpoint: save_pretrained copies this file and writes `auto_map`.
+LlamaEncoderConfig.register_for_auto_class("AutoConfig")
+LlamaEncoderModel.register_for_auto_class("AutoModel")
+LlamaEncoderForMaskedLM.register_for_auto_class("AutoModelForMaskedLM")
 
 
 def register_with_auto_classes() -> None:

@@ -10,12 +10,14 @@ global batch) (`objectives.RowDraws`), and the optimizer state and log travel in
 it, with the same phase boundaries.
 
 Checkpoint layout (`sweeper.store.layout`), `<run_dir>/step-<N>/`: Hugging Face files (config.json,
-model.safetensors, tokenizer), `training_state.pt`, `train_log.json`, and
-`sweeper_checkpoint.json` written last (the marker that the directory is complete; it lists
-the other files and their sizes). With distributed workers Ray Train persists the directory (to
-any storage URI) under `storage_path/<run name>/step-<N>`, file by file in no set order, so a
-resume checks the list (`RunLayout.latest_resumable`); in local mode the loop publishes it there
-itself (sweeper.store.storage: an atomic rename on a disk, an upload with the marker last to an object
+model.safetensors, tokenizer, and model.py named by config.json's `auto_map`: the encoder's code,
+so the folder also loads with `trust_remote_code=True` where `trainables` is not installed),
+`training_state.pt`, `train_log.json`, and `sweeper_checkpoint.json` written last (the marker
+that the directory is complete; it lists the other files and their sizes). With distributed
+workers Ray Train persists the directory (to any storage URI) under
+`storage_path/<run name>/step-<N>`, file by file in no set order, so a resume checks the list
+(`RunLayout.latest_resumable`); in local mode the loop publishes it there itself
+(sweeper.store.storage: an atomic rename on a disk, an upload with the marker last to an object
 store). The run folder is a study location: a path, or a URI whose files the loop reads through
 node-local copies.
 
@@ -168,9 +170,11 @@ def full_states(model, optimizer, run: PretrainConfig, world: int) -> tuple[dict
 
 
 def save_hf(model, directory: Path, state: dict | None) -> None:
-    """Hugging Face files. A sharded model is saved from its gathered state through a plain
-    `LlamaEncoderForMaskedLM` (FSDP2 renames the module's class, which would leak into
-    config.json's `architectures`)."""
+    """Hugging Face files: config.json (with `auto_map`), model.safetensors and model.py (a copy of
+    trainables/model.py: `save_pretrained` shares the registered custom code, trainables.model). A
+    sharded model is saved from its gathered state through a plain `LlamaEncoderForMaskedLM`
+    (FSDP2 renames the module's class, which would leak into config.json's `architectures`), so
+    both branches write the same files."""
     if state is None:
         unwrap(model).save_pretrained(directory)
         return
