@@ -76,11 +76,11 @@ class CostSpec:
 class StudySpec:
     study: str
     """Study name: the default storage folder and the `study` column of every result row."""
-    finetuning: FinetuningSpec
-    """The fine-tuning grid (Ray Tune)."""
     pretraining: PretrainingSpec = field(default_factory=lambda: PretrainingSpec(runs=[]))
     """The pretraining grid (Ray Train); none in a study that only evaluates
     `finetuning.checkpoints` from elsewhere."""
+    finetuning: FinetuningSpec
+    """The fine-tuning grid (Ray Tune)."""
     storage: str | None = None
     """Where the study lives: a path, or an s3:// or gs:// URI (default ./studies/<study>); --storage wins."""
     model: ModelSpec = field(default_factory=ModelSpec)
