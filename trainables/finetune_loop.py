@@ -23,24 +23,11 @@ import torch
 
 from sweeper.spec.configs import TrialConfig
 from sweeper.spec.registry import resolve
-from sweeper.store import folders
-from sweeper.store.layout import CHECKPOINT_MARKER, TRAINING_STATE
+from trainables.backbones import load_backbone
 from trainables.lr_schedule import linear_warmup_decay_lr
 from trainables.tasks.data import load_prepared
 from trainables.tasks.family import TaskFamily
 from trainables.tasks.packing import PackedBackbone
-
-
-@lru_cache(maxsize=2)
-def cached_backbone_state(checkpoint_path: str):
-    import trainables  # noqa: F401  (registers the architecture)
-    from transformers import AutoModel
-    from transformers.utils import logging as hf_logging
-
-    hf_logging.set_verbosity_error()
-    hf_logging.disable_progress_bar()
-    model = AutoModel.from_pretrained(folders.local_copy(checkpoint_path, CHECKPOINT_MARKER, skip=(TRAINING_STATE,)))
-    return model.config, {k: v.clone() for k, v in model.state_dict().items()}
 
 
 @lru_cache(maxsize=4)
@@ -49,14 +36,12 @@ def cached_task_data(task_data_dir: str):
 
 
 def build_backbone(checkpoint_path: str | None, random_init_config: dict | None):
-    """The pretrained backbone, or the same architecture with random weights (the control)."""
+    """The checkpoint's backbone (the study's own or any Hugging Face one, `trainables.backbones`),
+    or the study's architecture with random weights (the control)."""
     from trainables.model import LlamaEncoderConfig, LlamaEncoderModel
 
     if checkpoint_path is not None:
-        config, state = cached_backbone_state(checkpoint_path)
-        backbone = LlamaEncoderModel(config)
-        backbone.load_state_dict(state)
-        return backbone
+        return load_backbone(checkpoint_path)
     return LlamaEncoderModel(LlamaEncoderConfig(**random_init_config))
 
 
