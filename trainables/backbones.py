@@ -16,7 +16,8 @@ differ (ModernBERT's sliding-window local layers, Qwen3/Gemma sliding layers) ge
 layer type, a dict keyed as their `config.layer_types`, as `generate` hands them. Decoders are
 made bidirectional: the mask allows every key of the example, and each attention module's
 `is_causal` is cleared. The original position ids are passed on, so a packed token sits where it
-sat in its padded row.
+sat in its padded row. Whether a given architecture really honours all this is not assumed: the
+fine-tuning loop probes it (`trainables.tasks.packing.packing_error`) before trusting packing.
 """
 from __future__ import annotations
 

@@ -27,7 +27,7 @@ from trainables.backbones import load_backbone
 from trainables.lr_schedule import linear_warmup_decay_lr
 from trainables.tasks.data import load_prepared
 from trainables.tasks.family import TaskFamily
-from trainables.tasks.packing import PackedBackbone
+from trainables.tasks.packing import PROBE_TOLERANCE, PackedBackbone, packing_error
 
 
 @lru_cache(maxsize=4)
@@ -43,6 +43,25 @@ def build_backbone(checkpoint_path: str | None, random_init_config: dict | None)
     if checkpoint_path is not None:
         return load_backbone(checkpoint_path)
     return LlamaEncoderModel(LlamaEncoderConfig(**random_init_config))
+
+
+@lru_cache(maxsize=8)
+def packing_is_sound(checkpoint_path: str, device_type: str) -> bool:
+    """Whether packed batches give this checkpoint's padded hidden states on this kind of device
+    (`trainables.tasks.packing.packing_error`, within PROBE_TOLERANCE of their scale): probed
+    once per process, on a copy of the backbone freed before the trial's own is built. Says so
+    in one line where it is not, and the trial falls back to dynamic padding."""
+    device = torch.device(device_type)
+    backbone = load_backbone(checkpoint_path).to(device)
+    error, scale = packing_error(backbone, device)
+    model_type = backbone.config.model_type
+    del backbone
+    if error <= PROBE_TOLERANCE * scale:
+        return True
+    print(f"[finetune] {checkpoint_path} (model_type {model_type}): packed and padded hidden states differ "
+          f"by {error:.3g} (> {PROBE_TOLERANCE:g} x max |hidden| {scale:.3g}): its attention does not keep packed "
+          f"examples apart; its trials run with dynamic padding", flush=True)
+    return False
 
 
 def device_and_autocast():
@@ -90,8 +109,12 @@ def train_and_score(trial: TrialConfig, on_curve_point: CurvePointCallback | Non
     meta, splits = cached_task_data(trial.task_data_dir)
     family: TaskFamily = resolve(trial.family)
     device, autocast = device_and_autocast()
-    # Heads call the backbone on padded batches; packed, it computes only their real tokens.
-    backbone = PackedBackbone(build_backbone(trial.checkpoint_path, trial.random_init_config), runtime.packing)
+    # Heads call the backbone on padded batches; packed, it computes only their real tokens. The
+    # study's own architecture is known to keep packed examples apart; a checkpoint is probed.
+    packing = runtime.packing and (trial.checkpoint_path is None or packing_is_sound(trial.checkpoint_path,
+                                                                                     device.type))
+    backbone = PackedBackbone(build_backbone(trial.checkpoint_path, trial.random_init_config), packing,
+                              dynamic_padding=runtime.packing and not packing)
     model = family.build(backbone, meta).to(device)
     # The fused kernel: one pass over the weights instead of a dozen elementwise ops per tensor
     # (on GPU, a handful of launches instead of hundreds). On this project's CPU: 0.9 ms a step
@@ -133,7 +156,7 @@ def train_and_score(trial: TrialConfig, on_curve_point: CurvePointCallback | Non
     result = {"trial_key": trial.trial_key, "learning_rate": trial.learning_rate, "status": status,
               "train_loss": loss_value, "train_steps": step + 1 if status == "ok" else step,
               "metric": trial.task.metric, "validation_score": float("nan"), "test_score": float("nan"),
-              "also_evaluated": {}}
+              "also_evaluated": {}, "packing": "packed" if packing else "padded"}
     if status == "ok":
         result["validation_score"] = evaluate(model, family, splits["validation"], meta, trial)
         result["test_score"] = evaluate(model, family, splits["test"], meta, trial)
