@@ -23,24 +23,11 @@ import torch
 
 from sweeper.spec.configs import TrialConfig
 from sweeper.spec.registry import resolve
-from sweeper.store import folders
-from sweeper.store.layout import CHECKPOINT_MARKER, TRAINING_STATE
+from trainables.backbones import load_backbone
 from trainables.lr_schedule import linear_warmup_decay_lr
 from trainables.tasks.data import load_prepared
 from trainables.tasks.family import TaskFamily
-from trainables.tasks.packing import PackedBackbone
-
-
-@lru_cache(maxsize=2)
-def cached_backbone_state(checkpoint_path: str):
-    import trainables  # noqa: F401  (registers the architecture)
-    from transformers import AutoModel
-    from transformers.utils import logging as hf_logging
-
-    hf_logging.set_verbosity_error()
-    hf_logging.disable_progress_bar()
-    model = AutoModel.from_pretrained(folders.local_copy(checkpoint_path, CHECKPOINT_MARKER, skip=(TRAINING_STATE,)))
-    return model.config, {k: v.clone() for k, v in model.state_dict().items()}
+from trainables.tasks.packing import PROBE_TOLERANCE, PackedBackbone, packing_error
 
 
 @lru_cache(maxsize=4)
@@ -49,15 +36,32 @@ def cached_task_data(task_data_dir: str):
 
 
 def build_backbone(checkpoint_path: str | None, random_init_config: dict | None):
-    """The pretrained backbone, or the same architecture with random weights (the control)."""
+    """The checkpoint's backbone (the study's own or any Hugging Face one, `trainables.backbones`),
+    or the study's architecture with random weights (the control)."""
     from trainables.model import LlamaEncoderConfig, LlamaEncoderModel
 
     if checkpoint_path is not None:
-        config, state = cached_backbone_state(checkpoint_path)
-        backbone = LlamaEncoderModel(config)
-        backbone.load_state_dict(state)
-        return backbone
+        return load_backbone(checkpoint_path)
     return LlamaEncoderModel(LlamaEncoderConfig(**random_init_config))
+
+
+@lru_cache(maxsize=8)
+def packing_is_sound(checkpoint_path: str, device_type: str) -> bool:
+    """Whether packed batches give this checkpoint's padded hidden states on this kind of device
+    (`trainables.tasks.packing.packing_error`, within PROBE_TOLERANCE of their scale): probed
+    once per process, on a copy of the backbone freed before the trial's own is built. Says so
+    in one line where it is not, and the trial falls back to dynamic padding."""
+    device = torch.device(device_type)
+    backbone = load_backbone(checkpoint_path).to(device)
+    error, scale = packing_error(backbone, device)
+    model_type = backbone.config.model_type
+    del backbone
+    if error <= PROBE_TOLERANCE * scale:
+        return True
+    print(f"[finetune] {checkpoint_path} (model_type {model_type}): packed and padded hidden states differ "
+          f"by {error:.3g} (> {PROBE_TOLERANCE:g} x max |hidden| {scale:.3g}): its attention does not keep packed "
+          f"examples apart; its trials run with dynamic padding", flush=True)
+    return False
 
 
 def device_and_autocast():
@@ -105,8 +109,12 @@ def train_and_score(trial: TrialConfig, on_curve_point: CurvePointCallback | Non
     meta, splits = cached_task_data(trial.task_data_dir)
     family: TaskFamily = resolve(trial.family)
     device, autocast = device_and_autocast()
-    # Heads call the backbone on padded batches; packed, it computes only their real tokens.
-    backbone = PackedBackbone(build_backbone(trial.checkpoint_path, trial.random_init_config), runtime.packing)
+    # Heads call the backbone on padded batches; packed, it computes only their real tokens. The
+    # study's own architecture is known to keep packed examples apart; a checkpoint is probed.
+    packing = runtime.packing and (trial.checkpoint_path is None or packing_is_sound(trial.checkpoint_path,
+                                                                                     device.type))
+    backbone = PackedBackbone(build_backbone(trial.checkpoint_path, trial.random_init_config), packing,
+                              dynamic_padding=runtime.packing and not packing)
     model = family.build(backbone, meta).to(device)
     # The fused kernel: one pass over the weights instead of a dozen elementwise ops per tensor
     # (on GPU, a handful of launches instead of hundreds). On this project's CPU: 0.9 ms a step
@@ -148,7 +156,7 @@ def train_and_score(trial: TrialConfig, on_curve_point: CurvePointCallback | Non
     result = {"trial_key": trial.trial_key, "learning_rate": trial.learning_rate, "status": status,
               "train_loss": loss_value, "train_steps": step + 1 if status == "ok" else step,
               "metric": trial.task.metric, "validation_score": float("nan"), "test_score": float("nan"),
-              "also_evaluated": {}}
+              "also_evaluated": {}, "packing": "packed" if packing else "padded"}
     if status == "ok":
         result["validation_score"] = evaluate(model, family, splits["validation"], meta, trial)
         result["test_score"] = evaluate(model, family, splits["test"], meta, trial)

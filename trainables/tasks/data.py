@@ -61,6 +61,19 @@ def sample(rows: list[dict], limit: int | None) -> list[dict]:
     return [rows[i] for i in chosen]
 
 
+def task_tokenizer(tokenizer_dir: str):
+    """The tokenizer as the families encode with it: padding on the right (a real token's
+    position is its column, in the padded and the packed pass alike) with a pad token even where
+    the tokenizer has none (Llama's: its EOS; the attention mask hides padding whatever its id)."""
+    from transformers import AutoTokenizer
+
+    tokenizer = AutoTokenizer.from_pretrained(tokenizer_dir)
+    tokenizer.padding_side = "right"
+    if tokenizer.pad_token is None:
+        tokenizer.pad_token = tokenizer.eos_token or tokenizer.unk_token
+    return tokenizer
+
+
 def prepare_task_data(task: TaskInfo, family: str, tokenizer_dir: str, max_length: int, out_dir: str,
                       max_train: int | None = None, max_eval: int | None = None,
                       settings: dict | None = None) -> dict:
@@ -71,9 +84,7 @@ def prepare_task_data(task: TaskInfo, family: str, tokenizer_dir: str, max_lengt
     implementation: TaskFamily = resolve(family)
 
     def build(tmp: Path) -> None:
-        from transformers import AutoTokenizer
-
-        tokenizer = AutoTokenizer.from_pretrained(tokenizer_dir)
+        tokenizer = task_tokenizer(tokenizer_dir)
         splits = load_task_splits(task, max_train, max_eval)
         arrays, meta = implementation.encode(splits, task, tokenizer, max_length, settings or {})
         for split in SPLITS:

@@ -37,7 +37,8 @@ class TaskFamily(Protocol):
 
     @staticmethod
     def build(backbone: nn.Module, meta: dict) -> nn.Module:
-        """The trainable model: the backbone (a `LlamaEncoderModel`) with the family's head.
+        """The trainable model: the backbone (called as a `LlamaEncoderModel`, whatever the
+        checkpoint: `trainables.backbones`) with the family's head.
         Called once per trial, on the CPU; the loop moves it to the device."""
         ...
 

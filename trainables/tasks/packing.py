@@ -14,6 +14,11 @@ padding positions come back as zeros, which every head masks.
 With packing off the wrapper only counts tokens: the padded pass is the reference the tests
 compare against (tests/test_packing.py), and `TOKEN_COUNTS` gives the useful-token fraction of
 either path (benchmarks/finetune_vs_hf.py).
+
+Packing is only as sound as the backbone's attention: a model that ignored `document_ids` would let
+packed examples attend to each other, silently. `packing_error` measures it on a probe batch
+before a trial trusts packing (`trainables.finetune_loop`); where it fails, the trial runs with
+`dynamic_padding`: the same batches, each forward cut to its longest real example.
 """
 from __future__ import annotations
 
@@ -81,11 +86,15 @@ def balanced_rows(lengths: list[int], row_tokens: int = ROW_TOKENS) -> tuple[lis
 
 
 class PackedBackbone(nn.Module):
-    """The backbone as a head sees it: same call, same output layout, packed inside."""
+    """The backbone as a head sees it: same call, same output layout, packed inside.
 
-    def __init__(self, backbone: nn.Module, packing: bool = True):
+    With `packing` off, the padded reference pass; with `dynamic_padding` too, each pass is cut
+    to the batch's last real column and its output padded back with zeros (for backbones whose
+    packing the probe refused: no cross-example attention, less padding than max_length)."""
+
+    def __init__(self, backbone: nn.Module, packing: bool = True, dynamic_padding: bool = False):
         super().__init__()
-        self.backbone, self.packing = backbone, packing
+        self.backbone, self.packing, self.dynamic_padding = backbone, packing, dynamic_padding
 
     @property
     def config(self):
@@ -96,6 +105,8 @@ class PackedBackbone(nn.Module):
         n, width = input_ids.shape
         real = attention_mask.bool() if attention_mask is not None else None
         n_real = int(real.sum()) if real is not None else n * width
+        if not self.packing and self.dynamic_padding and real is not None and not kwargs and n_real > 0:
+            return self.trimmed(input_ids, attention_mask, causal, n_real)
         if not self.packing or real is None or causal or kwargs or n_real == 0:
             TOKEN_COUNTS.real += n_real
             TOKEN_COUNTS.computed += n * width
@@ -123,3 +134,58 @@ class PackedBackbone(nn.Module):
         out = hidden.new_zeros(n, width, hidden.shape[-1])
         out[real] = hidden.reshape(-1, hidden.shape[-1])[destination]
         return BaseModelOutput(last_hidden_state=out)
+
+    def trimmed(self, input_ids: torch.Tensor, attention_mask: torch.Tensor, causal: bool,
+                n_real: int) -> BaseModelOutput:
+        """The padded pass on columns up to the batch's last real token (right padding: the
+        columns kept keep their positions), zeros beyond it."""
+        n, width = input_ids.shape
+        used = int(torch.nonzero(attention_mask.any(0)).max()) + 1
+        TOKEN_COUNTS.real += n_real
+        TOKEN_COUNTS.computed += n * used
+        hidden = self.backbone(input_ids[:, :used], attention_mask=attention_mask[:, :used],
+                               causal=causal).last_hidden_state
+        out = hidden.new_zeros(n, width, hidden.shape[-1])
+        out[:, :used] = hidden
+        return BaseModelOutput(last_hidden_state=out)
+
+
+PROBE_LENGTHS = (3, 9, 24, 50, 160)
+"""Real tokens of the probe's examples: several share a packed row, and the longest outgrows
+ModernBERT's 128-token local window, so sliding-window layers are probed too."""
+PROBE_TOLERANCE = 1e-4
+"""Largest max |packed - padded| accepted, as a fraction of max |hidden state|. The same
+attention summed in another order differs by float32 rounding, ~2**-24 x sqrt(keys) per layer
+(measured 0 to 1.1e-7 of the scale on the tiny BERT, ModernBERT, EuroBERT, Llama and Qwen3
+checkpoints; a few 1e-6 for a deep model); attention that leaks across packed examples moved
+them by 8e-3 (ModernBERT), 1.5e-2 (BERT) and 0.8-0.9 (EuroBERT, Llama, Qwen3) of it with their
+document ids ignored. 1e-4 sits almost two orders of magnitude from either."""
+
+
+def packing_error(backbone: nn.Module, device: torch.device) -> tuple[float, float]:
+    """(max |packed - padded|, max |padded|) over the real tokens of a synthetic batch of
+    examples of PROBE_LENGTHS, run through `PackedBackbone` both ways in float32 on `device`
+    (no autocast, no TF32, dropout off)."""
+    config = backbone.config
+    positions = getattr(config, "max_position_embeddings", None) or max(PROBE_LENGTHS) + 8
+    lengths = [min(length, positions - 8) for length in PROBE_LENGTHS]
+    width = max(lengths) + 8  # every example padded, as task data are
+    generator = torch.Generator().manual_seed(0)
+    ids = torch.randint(0, config.vocab_size, (len(lengths), width), generator=generator)
+    mask = (torch.arange(width)[None] < torch.tensor(lengths)[:, None]).to(torch.int64)
+    pad_id = getattr(config, "pad_token_id", None) or 0
+    ids, mask = ids.masked_fill(mask == 0, pad_id).to(device), mask.to(device)
+    was_training, precision = backbone.training, torch.get_float32_matmul_precision()
+    counted = TOKEN_COUNTS.real, TOKEN_COUNTS.computed  # the probe's tokens are no trial's
+    backbone.eval()
+    torch.set_float32_matmul_precision("highest")
+    try:
+        with torch.no_grad(), torch.autocast(device.type, enabled=False):
+            padded, packed = (PackedBackbone(backbone, packing)(ids, mask).last_hidden_state.float()
+                              for packing in (False, True))
+    finally:
+        backbone.train(was_training)
+        torch.set_float32_matmul_precision(precision)
+        TOKEN_COUNTS.real, TOKEN_COUNTS.computed = counted
+    real = mask.bool()
+    return float((packed - padded)[real].abs().max()), float(padded[real].abs().max())

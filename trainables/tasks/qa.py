@@ -2,7 +2,8 @@
 
 Encoding is tokenizer-agnostic: the question's tokens (at most half the window) then a window of
 the context's tokens, as `[CLS] question [SEP] context window [SEP]` with the tokenizer's own
-special tokens (a causal LM's BOS/EOS when it has no CLS/SEP). Position 0 is the null answer: a
+special tokens (a causal LM's BOS/EOS when it has no CLS/SEP; `question EOS context EOS` when it
+has no BOS either, as Qwen's). Position 0 is the null answer, always before the context: a
 window that does not hold the answer is trained to point there, and a SQuAD v2 question is
 answered "" when the best null score over its windows beats its best span.
 """
@@ -36,11 +37,14 @@ class SpanHead(nn.Module):
         return logits[..., 0], logits[..., 1]
 
 
-def special_ids(tokenizer) -> tuple[int, int]:
+def special_ids(tokenizer) -> tuple[int | None, int]:
+    """(the token that opens a window, or None where the tokenizer has neither CLS nor BOS; the
+    separator). The separator is required: it keeps position 0 out of the context even for an
+    empty question."""
     first = tokenizer.cls_token_id if tokenizer.cls_token_id is not None else tokenizer.bos_token_id
     sep = tokenizer.sep_token_id if tokenizer.sep_token_id is not None else tokenizer.eos_token_id
-    if first is None or sep is None:
-        raise ValueError("extractive QA needs a tokenizer with CLS/SEP or BOS/EOS tokens")
+    if sep is None:
+        raise ValueError("extractive QA needs a tokenizer with a SEP or an EOS token")
     return first, sep
 
 
@@ -55,13 +59,14 @@ def window_starts(n_tokens: int, width: int, stride: int) -> list[int]:
 
 def encode_examples(records: list[dict], tokenizer, max_length: int, stride: int) -> dict[str, np.ndarray]:
     first, sep = special_ids(tokenizer)
+    opening = [first] if first is not None else []
     pad = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else sep
     ids, masks, starts, ends, example_of, offsets = [], [], [], [], [], []
     for number, record in enumerate(records):
         question = tokenizer(record["question"], add_special_tokens=False)["input_ids"][: max_length // 2]
         context = tokenizer(record["context"], add_special_tokens=False, return_offsets_mapping=True)
         context_ids, context_offsets = context["input_ids"], context["offset_mapping"]
-        prefix = [first, *question, sep]
+        prefix = [*opening, *question, sep]
         width = max_length - len(prefix) - 1
         spans = [(s, s + len(a)) for a, s in zip(record["answers"], record["starts"])]
         for start in window_starts(len(context_ids), width, min(stride, width - 1)):
