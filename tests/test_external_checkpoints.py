@@ -1,0 +1,236 @@
+"""Checkpoints from elsewhere (`finetuning.checkpoints`) in the spec and the plan: what they are
+keyed by, what a bad source says, and what `sweeper plan` prints without loading their weights.
+The worker side (loading, packing) is tests/test_backbones.py; the whole path is the e2e test
+at the end, on a real local Ray."""
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from conftest import ROOT, nano_study, run_sweeper
+
+from sweeper.plan.load import load_spec
+from sweeper.plan.study_plan import plan_study
+from sweeper.spec.reading import SpecError
+
+sys.path.insert(0, str(Path(__file__).parent))
+from tiny_checkpoints import KINDS, build_tiny_checkpoint  # noqa: E402
+
+
+@pytest.fixture(scope="module")
+def tiny(tmp_path_factory) -> dict[str, Path]:
+    """One tiny random checkpoint of each kind, with its tokenizer (seconds, offline)."""
+    root = tmp_path_factory.mktemp("tiny")
+    return {kind: build_tiny_checkpoint(kind, root / kind) for kind in KINDS}
+
+
+def external_spec(tmp_path: Path, entries: str, pretraining: bool = False, name: str = "spec.yaml") -> Path:
+    """An evaluation-only study of the given `finetuning.checkpoints` lines (or one with a nano run)."""
+    finetuning = ("finetuning:\n  tasks: [wordnet-supersense-cls]\n  learning_rates: [0.001]\n  seeds: [0, 1]\n"
+                  "  max_steps: 4\n  max_train_examples: 64\n  max_eval_examples: 32\n  checkpoints:\n" + entries)
+    if pretraining:
+        text = nano_study("external", "    - objective: mlm\n      mask_ratio: [0.4]\n", finetuning.split("\n", 1)[1])
+    else:
+        text = "study: external\n" + finetuning
+    path = tmp_path / name
+    path.write_text(text)
+    return path
+
+
+def entry(name: str, source, extra: str = "") -> str:
+    return f"    - name: {name}\n      source: {source}\n" + extra
+
+
+def trial_keys(path: Path) -> set[str]:
+    return {t.trial_key for t in plan_study(load_spec(path)).trials}
+
+
+def test_an_external_checkpoint_is_planned_like_a_study_run(tmp_path, tiny):
+    plan = plan_study(load_spec(external_spec(tmp_path, entry("bert-tiny", tiny["bert"]), pretraining=True)))
+    own = [c for c in plan.checkpoints if c.run is not None]
+    external = [c for c in plan.checkpoints if c.external is not None]
+    assert len(own) == 1 and [c.checkpoint_id for c in external] == ["bert-tiny"]
+    assert external[0].external.model_type == "bert" and external[0].model_config["hidden_size"] == 64
+    per_checkpoint = {c.checkpoint_id: sum(t.checkpoint == c for t in plan.trials) for c in plan.checkpoints}
+    assert set(per_checkpoint.values()) == {2}  # same tasks, learning rates and seeds for both
+
+
+def test_the_key_follows_the_weights_not_the_path(tmp_path, tiny):
+    first = trial_keys(external_spec(tmp_path, entry("m", tiny["bert"]), name="a.yaml"))
+    moved = tmp_path / "moved"
+    shutil.copytree(tiny["bert"], moved)
+    assert trial_keys(external_spec(tmp_path, entry("m", moved), name="b.yaml")) == first
+    weights = moved / "model.safetensors"
+    data = bytearray(weights.read_bytes())
+    data[-1] ^= 1  # one bit of the last weight
+    weights.write_bytes(bytes(data))
+    assert trial_keys(external_spec(tmp_path, entry("m", moved), name="c.yaml")).isdisjoint(first)
+
+
+def test_another_tokenizer_is_another_checkpoint(tmp_path, tiny):
+    own = trial_keys(external_spec(tmp_path, entry("m", tiny["llama"]), name="a.yaml"))
+    other = trial_keys(external_spec(tmp_path, entry("m", tiny["llama"], f"      tokenizer: {tiny['qwen3']}\n"),
+                                     name="b.yaml"))
+    assert own.isdisjoint(other)
+
+
+@pytest.mark.parametrize("problem,make,key,reason", [
+    ("missing folder", lambda t, d: d / "nowhere", "source", "does not exist"),
+    ("no config", lambda t, d: d / "noconfig", "source", "holds no config.json"),
+    ("no weights", lambda t, d: d / "noweights", "source", "holds no weight files"),
+    ("no tokenizer", lambda t, d: d / "notokenizer", "source", "holds no tokenizer files"),
+])
+def test_an_unusable_folder_is_a_spec_error(tmp_path, tiny, problem, make, key, reason):
+    for name, drop in (("noconfig", "config.json"), ("noweights", "model.safetensors"),
+                       ("notokenizer", "tokenizer.json")):
+        shutil.copytree(tiny["bert"], tmp_path / name)
+        for extra in ((drop, "tokenizer_config.json") if drop == "tokenizer.json" else (drop,)):
+            (tmp_path / name / extra).unlink()
+    path = external_spec(tmp_path, entry("m", make(tiny, tmp_path)))
+    with pytest.raises(SpecError) as caught:
+        load_spec(path)
+    assert f"finetuning.checkpoints[0].{key}" in str(caught.value) and reason in str(caught.value)
+    assert str(path) in str(caught.value)
+
+
+def test_a_hub_source_that_cannot_be_resolved_exits_2_naming_it(tmp_path):
+    path = external_spec(tmp_path, entry("mb", "hf:answerdotai/ModernBERT-base"))
+    env = {**os.environ, "HF_HUB_OFFLINE": "1", "HF_HOME": str(tmp_path / "hf")}
+    done = subprocess.run([sys.executable, "-m", "sweeper", "plan", str(path)], capture_output=True, text=True,
+                          env=env, cwd=ROOT, timeout=120)
+    assert done.returncode == 2, done.stderr
+    assert "finetuning.checkpoints[0].source" in done.stderr and "hf:answerdotai/ModernBERT-base" in done.stderr
+    assert "Traceback" not in done.stderr
+
+
+def test_a_pinned_hub_commit_plans_offline_and_is_sized_at_run_time(tmp_path, monkeypatch):
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    monkeypatch.setenv("HF_HOME", str(tmp_path / "hf"))
+    commit = "0123456789abcdef0123456789abcdef01234567"
+    plan = plan_study(load_spec(external_spec(tmp_path, entry("mb", "hf:answerdotai/ModernBERT-base",
+                                                                f"      revision: '{commit}'\n"))))
+    (checkpoint,) = plan.checkpoints
+    assert checkpoint.external.revision == commit and checkpoint.model_config == {}
+
+
+@pytest.mark.parametrize("text,key,reason", [
+    ("    - name: a/b\n      source: /x\n", "checkpoints[0].name", "without '/'"),
+    ("    - name: m\n      source: 'hf:not a repo'\n", "checkpoints[0].source", "not hf:<org>/<name>"),
+    ("    - name: m\n      source: /x\n      revision: main\n", "checkpoints[0].revision", "goes with a hub source"),
+    ("    - name: m\n      source: ftp://host/x\n", "checkpoints[0].source", "unsupported storage scheme"),
+    ("    - name: m\n      source: /x\n      meta: {mask_ratio: 1.5}\n", "checkpoints[0].meta.mask_ratio", "(0, 1)"),
+    ("    - name: m\n      source: /x\n    - name: m\n      source: /y\n", "checkpoints[1].name", "too"),
+    ("    - name: m\n      source: /x\n      sorce: /y\n", "checkpoints[0].sorce", "did you mean 'source'"),
+])
+def test_malformed_entries_name_key_and_reason(tmp_path, text, key, reason):
+    path = external_spec(tmp_path, text)
+    with pytest.raises(SpecError) as caught:
+        load_spec(path)
+    assert f"finetuning.{key}" in str(caught.value) and reason in str(caught.value), str(caught.value)
+
+
+def test_an_external_name_may_not_be_a_study_checkpoint(tmp_path, tiny):
+    with pytest.raises(SpecError, match=r"finetuning.checkpoints\[0\].name: 'nano-mlm40-12' names a checkpoint"):
+        load_spec(external_spec(tmp_path, entry("nano-mlm40-12", tiny["bert"]), pretraining=True))
+
+
+def test_a_study_needs_something_to_fine_tune(tmp_path):
+    path = tmp_path / "empty.yaml"
+    path.write_text("study: x\nfinetuning: {tasks: [wordnet-supersense-cls]}\n")
+    with pytest.raises(SpecError, match="nothing to fine-tune"):
+        load_spec(path)
+
+
+def test_plan_prints_external_checkpoints_without_loading_weights(tmp_path, tiny):
+    """`sweeper plan` sizes them from config.json: torch and safetensors are never imported."""
+    entries = "".join(entry(f"{kind}-tiny", tiny[kind], "      meta: {objective: mlm}\n") for kind in KINDS)
+    path = external_spec(tmp_path, entries, pretraining=True)
+    code = ("import sys; from sweeper.cli import main; status = main(['plan', sys.argv[1]]); "
+            "assert 'torch' not in sys.modules and 'safetensors' not in sys.modules, 'weights read'; "
+            "sys.exit(status)")
+    done = subprocess.run([sys.executable, "-c", code, str(path)], capture_output=True, text=True, cwd=ROOT,
+                          timeout=120)
+    assert done.returncode == 0, done.stderr
+    out = done.stdout
+    assert "evaluated checkpoints:  6 (1 final + 0 intermediate + 5 from elsewhere)" in out
+    for kind in KINDS:
+        assert f"from elsewhere: {kind}-tiny: {kind}, " in out
+        assert f"    {kind}-tiny " in out  # its memory line
+    assert "items sized at run time" not in out  # every cost known from config.json
+
+
+def test_an_object_store_source_is_planned_and_imported(tmp_path, tiny, object_store):
+    from sweeper.plan.study_plan import plan_study as plan_of
+    from sweeper.run.external import import_external_checkpoints
+    from sweeper.store import storage
+    from sweeper.store.folders import publish_tree
+    from sweeper.store.layout import CHECKPOINT_MARKER, StudyLayout
+
+    remote = object_store("models/bert")
+    staged = tmp_path / "staged"
+    shutil.copytree(tiny["bert"], staged)
+    (staged / "uploaded").write_text("marker of this upload")
+    publish_tree(staged, remote, "uploaded")
+    plan = plan_of(load_spec(external_spec(tmp_path, entry("bert-s3", remote))))
+    (checkpoint,) = plan.checkpoints
+    assert set(checkpoint.external.identity["weights"]["files"]) == {"config.json", "model.safetensors",
+                                                                     "tokenizer.json", "tokenizer_config.json"}
+    layout = StudyLayout(str(tmp_path / "study"))
+    (folder,) = import_external_checkpoints(list(plan.checkpoints), layout).values()
+    assert storage.exists(storage.join(folder, CHECKPOINT_MARKER))
+    assert sorted(os.listdir(Path(folder, "tokenizer"))) == ["tokenizer.json", "tokenizer_config.json"]
+    assert Path(folder, "model.safetensors").read_bytes() == (tiny["bert"] / "model.safetensors").read_bytes()
+
+
+def test_weights_edited_after_planning_are_refused_at_import(tmp_path, tiny):
+    from sweeper.run.external import SourceChanged, import_external_checkpoints
+    from sweeper.store.layout import StudyLayout
+
+    source = tmp_path / "bert"
+    shutil.copytree(tiny["bert"], source)
+    plan = plan_study(load_spec(external_spec(tmp_path, entry("m", source))))
+    (source / "model.safetensors").write_bytes((source / "model.safetensors").read_bytes()[:-1] + b"\0")
+    with pytest.raises(SourceChanged, match="changed after the study was planned"):
+        import_external_checkpoints(list(plan.checkpoints), StudyLayout(str(tmp_path / "study")))
+
+
+E2E_TASKS = ("wordnet-supersense-cls", "wordnet-supersense-tag", "wordnet-supersense-qa", "wordnet-usage-retrieval",
+             "wordnet-definition-retrieval")
+
+
+@pytest.mark.e2e
+def test_five_architectures_beside_a_study_run_are_fine_tuned_and_reported(ray_head, tmp_path, tiny):
+    """The acceptance study: BERT, ModernBERT, EuroBERT, Llama and Qwen3 tiny checkpoints as
+    `finetuning.checkpoints` beside one nano MLM run, on a task of every family (SC, TC, QA, IR and
+    an evaluation-only IR set), through `sweeper run` on a real local Ray; every checkpoint has
+    its rows, ran packed (its probe passed), and is in report.md; a rerun does nothing."""
+    import pyarrow.dataset as ds
+
+    entries = "".join(entry(f"{kind}-tiny", tiny[kind], "      meta: {objective: mlm}\n" if kind == "bert" else "")
+                      for kind in KINDS)
+    finetuning = ("  tasks: [" + ", ".join(E2E_TASKS) + "]\n  learning_rates: [0.001]\n  seeds: [0]\n"
+                  "  max_steps: 3\n  batch_size: 8\n  micro_batch_size: 8\n  max_length: 48\n  doc_stride: 16\n"
+                  "  max_train_examples: 48\n  max_eval_examples: 24\n  checkpoints:\n" + entries)
+    spec = tmp_path / "spec.yaml"
+    spec.write_text(nano_study("external-e2e", "    - objective: mlm\n      mask_ratio: [0.4]\n", finetuning))
+    study = tmp_path / "study"
+    result = run_sweeper("run", str(spec), "--storage", str(study), address=ray_head[0])
+    assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
+    rows = ds.dataset(study / "results" / "trials", format="parquet", partitioning="hive").to_table().to_pandas()
+    names = ["nano-mlm40-12", *(f"{kind}-tiny" for kind in KINDS)]
+    assert sorted(rows["checkpoint_id"].unique()) == sorted(names)
+    assert len(rows) == len(names) * len(E2E_TASKS) and set(rows["status"]) == {"ok"}
+    assert rows.groupby("checkpoint_id")["task"].nunique().eq(len(E2E_TASKS)).all()
+    external = rows[rows["source"] != "study"]
+    assert set(external["packing"]) == {"packed"}, external[["checkpoint_id", "packing"]]
+    assert rows["test_score"].notna().all()
+    assert (external.loc[external["checkpoint_id"] == "bert-tiny", "objective"] == "mlm").all()
+    report = (study / "report.md").read_text()
+    for name in names:
+        assert name in report
+    rerun = run_sweeper("run", str(spec), "--storage", str(study), address=ray_head[0])
+    assert rerun.returncode == 0 and f"{len(rows)} already recorded" in rerun.stdout, rerun.stdout[-2000:]
