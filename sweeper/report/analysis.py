@@ -28,7 +28,12 @@ from scipy import stats
 from sweeper.spec import registry
 
 RUN_COLUMNS = ["checkpoint_id", "run_name", "objective", "clm_fraction", "mask_ratio", "checkpoint_step",
-               "total_steps", "tokens_seen", "init_from", "steps_before"]
+               "total_steps", "tokens_seen", "init_from", "steps_before", "source", "parameters"]
+"""A checkpoint's columns (`run_table`). `source` and `parameters` are null in rows written
+before them (and absent from hand-built frames): read as the study's own, size unknown."""
+STUDY_SOURCE = "study"
+"""`source` of the study's own checkpoints; any other is a checkpoint from elsewhere
+(`finetuning.checkpoints`: its hub id, folder or object-store prefix)."""
 SCORE_COLUMNS = ["checkpoint_id", "task", "task_category", "learning_rate", "seed", "test_score"]
 
 
@@ -137,8 +142,27 @@ def analysis_columns(trials: pd.DataFrame) -> pd.DataFrame:
 
 
 def run_table(frame: pd.DataFrame) -> pd.DataFrame:
-    """One row of run columns per checkpoint."""
-    return frame.drop_duplicates("checkpoint_id")[RUN_COLUMNS]
+    """One row of run columns per checkpoint (a column the frame lacks reads as null)."""
+    return frame.drop_duplicates("checkpoint_id").reindex(columns=RUN_COLUMNS)
+
+
+def is_external(frame: pd.DataFrame) -> pd.Series:
+    """Rows of checkpoints from elsewhere (a `source` other than the study's)."""
+    if "source" not in frame:
+        return pd.Series(False, index=frame.index)
+    return frame["source"].notna() & (frame["source"] != STUDY_SOURCE)
+
+
+def is_final(frame: pd.DataFrame) -> pd.Series:
+    """Rows of final checkpoints: a run's last step, or a checkpoint from elsewhere (which has
+    no steps of the study's: step 0, total steps null)."""
+    return (frame["checkpoint_step"] == frame["total_steps"]) | is_external(frame)
+
+
+def objective_text(objective) -> str:
+    """A checkpoint's objective as the tables write it ('not stated' for one from elsewhere whose
+    meta gives none)."""
+    return objective if isinstance(objective, str) else "not stated"
 
 
 def point_table(ok: pd.DataFrame, cell: list[str]) -> pd.DataFrame:
@@ -250,7 +274,7 @@ def in_lr_range(trials: pd.DataFrame, lr_range: tuple[float, float]) -> tuple[pd
     """OK trials of final checkpoints whose learning rate lies in the range, and the range used
     (all rates when none of the study's falls in the requested range, as in the CPU studies)."""
     ok = ok_trials(trials)
-    ok = ok[ok["checkpoint_step"] == ok["total_steps"]]
+    ok = ok[is_final(ok)]
     in_range = ok[ok["learning_rate"].between(*lr_range)]
     used = f"{lr_range[0]:g}..{lr_range[1]:g}"
     if in_range.empty and not ok.empty:
@@ -274,6 +298,19 @@ def per_seed_spread(trials: pd.DataFrame, lr_range: tuple[float, float] = (1e-5,
     seeds = in_range.assign(square=centred ** 2).groupby(["checkpoint_id", "task_category", "seed"])["square"]
     table = pd.DataFrame({"mean_square": seeds.mean(), "count": seeds.count(), "trials": seeds.size()}).reset_index()
     return table.merge(runs, on="checkpoint_id"), used
+
+
+def lr_sensitivity(trials: pd.DataFrame) -> pd.DataFrame:
+    """Per final checkpoint, category and learning rate: the validation score's mean over seeds of
+    each seed's mean over the category's tasks (`mean`) and its std over seeds (`std`), with the
+    checkpoint's objective; empty below two learning rates."""
+    ok = trials[(trials["status"] == "ok")]
+    ok = ok[is_final(ok)]
+    if ok.empty or ok["learning_rate"].nunique() < 2:
+        return pd.DataFrame(columns=["checkpoint_id", "task_category", "learning_rate", "mean", "std", "objective"])
+    cell = ["checkpoint_id", "task_category", "learning_rate"]
+    per_lr = ok.groupby([*cell, "seed"])["validation_score"].mean().groupby(cell).agg(["mean", "std"]).reset_index()
+    return per_lr.merge(run_table(ok)[["checkpoint_id", "objective"]], on="checkpoint_id")
 
 
 def stability(trials: pd.DataFrame, lr_range: tuple[float, float] = (1e-5, 1e-4)) -> tuple[pd.DataFrame, str]:
@@ -305,11 +342,20 @@ def stability(trials: pd.DataFrame, lr_range: tuple[float, float] = (1e-5, 1e-4)
 
 
 def final_only(categories: pd.DataFrame) -> pd.DataFrame:
-    return categories[categories["checkpoint_step"] == categories["total_steps"]]
+    """Final checkpoints (`is_final`): every checkpoint from elsewhere is one."""
+    return categories[is_final(categories)]
+
+
+def own_final(categories: pd.DataFrame) -> pd.DataFrame:
+    """Final checkpoints of the study's own runs: the tables that arrange runs by a schedule's
+    coordinate (CLM share, masking ratio), which a checkpoint from elsewhere does not state."""
+    return categories[(categories["checkpoint_step"] == categories["total_steps"]) & ~is_external(categories)]
 
 
 def data_efficiency(categories: pd.DataFrame) -> pd.DataFrame:
-    """Category scores of runs with intermediate checkpoints, by step and tokens."""
+    """Category scores of runs with intermediate checkpoints, by step and tokens (the study's own:
+    a checkpoint from elsewhere is one step)."""
+    categories = categories[~is_external(categories)]
     counts = categories.groupby("run_name")["checkpoint_step"].nunique()
     curves = categories[categories["run_name"].isin(counts[counts > 1].index)]
     return curves.sort_values(["run_name", "task_category", "checkpoint_step"])
@@ -317,14 +363,14 @@ def data_efficiency(categories: pd.DataFrame) -> pd.DataFrame:
 
 def biphasic(categories: pd.DataFrame) -> pd.DataFrame:
     """Final checkpoints of from-scratch runs that mask tokens, by budget and CLM share."""
-    table = final_only(categories)
+    table = own_final(categories)
     table = table[table["init_from"].isna() & table["mask_ratio"].notna()]
     return table.sort_values(["total_steps", "clm_fraction", "task_category"])
 
 
 def masking_ratios(categories: pd.DataFrame) -> pd.DataFrame:
     """Final checkpoints of pure MLM runs from scratch, by masking ratio."""
-    table = final_only(categories)
+    table = own_final(categories)
     table = table[(table["objective"] == "mlm") & table["init_from"].isna()]
     return table.sort_values(["total_steps", "mask_ratio", "task_category"])
 

@@ -12,6 +12,7 @@ import matplotlib.pyplot as plt  # noqa: E402
 import numpy as np  # noqa: E402
 import pandas as pd  # noqa: E402
 
+from sweeper.report import analysis  # noqa: E402
 from sweeper.report.analysis import ordered_categories  # noqa: E402
 from sweeper.spec import registry  # noqa: E402
 
@@ -142,15 +143,13 @@ def lines_by_category(frame: pd.DataFrame, x: str, group: str, xlabel: str, titl
 
 def lr_sensitivity(trials: pd.DataFrame, path: Path) -> Path | None:
     """Validation score (mean over seeds) against the learning rate, per final checkpoint and category."""
-    ok = trials[(trials["status"] == "ok") & (trials["checkpoint_step"] == trials["total_steps"])]
-    if ok.empty or ok["learning_rate"].nunique() < 2:
+    per_lr = analysis.lr_sensitivity(trials)
+    if per_lr.empty:
         return None
-    per_lr = (ok.groupby(["checkpoint_id", "task_category", "learning_rate", "seed"])["validation_score"].mean()
-                .groupby(["checkpoint_id", "task_category", "learning_rate"]).agg(["mean", "std"])
-                .reset_index().rename(columns={"std": "ci95"}))
-    return lines_by_category(per_lr, "learning_rate", "checkpoint_id", "fine-tuning learning rate",
-                             "Validation score vs learning rate (band: std over seeds)", path,
-                             score_ranges(ok), log_x=True)
+    final = trials[trials["checkpoint_id"].isin(set(per_lr["checkpoint_id"]))]
+    return lines_by_category(per_lr.rename(columns={"std": "ci95"}), "learning_rate", "checkpoint_id",
+                             "fine-tuning learning rate", "Validation score vs learning rate (band: std over seeds)",
+                             path, score_ranges(final), log_x=True)
 
 
 def axis_lines(table: pd.DataFrame, axis: str, name: str, ranges: ScoreRanges, path: Path) -> Path | None:

@@ -4,9 +4,11 @@ known false-positive rate, and names them with their numbers (docs/statistics.md
 Each finding is split into parts (one claim about one group of runs), tested on the per-seed
 category scores with the machinery of `sweeper.report.statistics` (paired t-tests over seeds, Holm
 over a finding's parts). Only checkpoints of one model size and one budget (total steps) are
-compared with each other. The finding supports when every part supports, contradicts when any
-part contradicts, and otherwise cannot tell, saying what is missing (runs, seeds) or that the
-data cannot show it.
+compared with each other, and only checkpoints whose objective, size and budget are known: the
+study's own runs, and checkpoints from elsewhere whose meta says enough, in the comparisons of
+objectives only (`sweeper.report.provenance`). The finding supports when every part supports,
+contradicts when any part contradicts, and otherwise cannot tell, saying what is missing (runs,
+seeds) or that the data cannot show it.
 """
 from __future__ import annotations
 
@@ -17,7 +19,7 @@ import numpy as np
 import pandas as pd
 
 from sweeper.plan.run_names import format_steps
-from sweeper.report import analysis
+from sweeper.report import analysis, provenance
 from sweeper.report.statistics import (CANNOT_TELL, Part, SeedScores, Spreads, VerdictConfig, decide, describe,
                                    interval, pair_part, paired_t)
 
@@ -53,29 +55,41 @@ def ratio_text(ratio: float) -> str:
 
 
 def closest_mlm(group: pd.DataFrame, config: VerdictConfig) -> str | None:
-    """The MLM checkpoint standing for MLM: the reference ratio when trained, else the closest."""
+    """The MLM checkpoint standing for MLM: the study's own before one from elsewhere; among them
+    the reference ratio when trained, else the closest (a ratio not stated: last)."""
     mlm = group[group["objective"] == "mlm"]
     if mlm.empty:
         return None
-    return mlm.iloc[(mlm["mask_ratio"] - config.reference_ratio).abs().argmin()].name
+    mlm = mlm[~mlm["external"]] if (~mlm["external"]).any() else mlm
+    distance = (mlm["mask_ratio"] - config.reference_ratio).abs().fillna(np.inf)
+    return mlm.iloc[int(np.argmin(distance.to_numpy()))].name
 
 
 def final_scratch(runs: pd.DataFrame) -> pd.DataFrame:
-    return runs[(runs["checkpoint_step"] == runs["total_steps"]) & runs["init_from"].isna()]
+    """Final checkpoints of the study's own runs from scratch."""
+    return runs[(runs["checkpoint_step"] == runs["total_steps"]) & runs["init_from"].isna() & ~runs["external"]]
+
+
+def comparable_finals(runs: pd.DataFrame) -> pd.DataFrame:
+    """`final_scratch` and the checkpoints from elsewhere the findings read, ordered for grouping by
+    (size, budget): the study's own by size and steps, then the others; a checkpoint from elsewhere
+    after the study's runs of its size and budget."""
+    finals = runs[runs.index.isin(final_scratch(runs).index) | runs["external"]]
+    return finals.sort_values(["external", "size", "total_steps"], kind="stable")
 
 
 # --- the five findings ---------------------------------------------------------------------------
 
 def finding_1(scores: SeedScores, config: VerdictConfig) -> list[Part]:
     parts = []
-    for (size, steps), group in final_scratch(scores.runs).groupby(["size", "total_steps"]):
-        where = f"{size} @ {budget(steps)}"
+    for (size, steps), group in comparable_finals(scores.runs).groupby(["size", "budget"], sort=False):
+        where = f"{size} @ {steps}"
         clm = group.index[group["objective"] == "clm"]
         mlm = closest_mlm(group, config)
         if len(clm) == 0 or mlm is None:
             if len(clm) or mlm is not None:
                 parts.append(Part(comparison=where, missing=f"no {size} {'MLM' if mlm is None else 'CLM'} run at "
-                                                            f"{budget(steps)}"))
+                                                            f"{steps}"))
             continue
         scored = scores.categories([mlm, clm[0]])
         for category in ("SC", "QA", "TC"):
@@ -179,7 +193,7 @@ def compromise_test(part: Part, ratios: list[float], categories: list[str], y: n
 def finding_3(scores: SeedScores, spreads: Spreads, config: VerdictConfig) -> list[Part]:
     parts = []
     runs = scores.runs[scores.runs["init_from"].isna() & scores.runs["objective"].isin(["clm", "mlm"])]
-    early = runs[runs["checkpoint_step"] < runs["total_steps"]]
+    early = runs[(runs["checkpoint_step"] < runs["total_steps"]) & ~runs["external"]]
     for (size, steps), group in early.groupby(["size", "total_steps"]):
         where = f"{size} @ {budget(steps)}"
         clm_steps = set(group.loc[group["objective"] == "clm", "checkpoint_step"])
@@ -195,14 +209,13 @@ def finding_3(scores: SeedScores, spreads: Spreads, config: VerdictConfig) -> li
     if early.empty:
         parts.append(Part(comparison="data efficiency",
                           missing="needs intermediate checkpoints of both a CLM and an MLM run"))
-    stable = final_scratch(runs)
     tested = False
-    for (size, steps), group in stable.groupby(["size", "total_steps"]):
+    for (size, steps), group in comparable_finals(runs).groupby(["size", "budget"], sort=False):
         clm, mlm = group.index[group["objective"] == "clm"], closest_mlm(group, config)
         if len(clm) == 0 or mlm is None:
             continue
         tested = True
-        parts.append(spread_part(spreads, clm[0], mlm, f"{size} @ {budget(steps)}, stability: "
+        parts.append(spread_part(spreads, clm[0], mlm, f"{size} @ {steps}, stability: "
                                  "CLM's spread over seeds x learning rates is smaller", config))
     if not tested:
         parts.append(Part(comparison="stability", missing="needs final CLM and MLM checkpoints of one size and budget "
@@ -343,8 +356,9 @@ def finding_5(scores: SeedScores, config: VerdictConfig) -> list[Part]:
 
 def check_findings(trials: pd.DataFrame, lr_range: tuple[float, float] = (1e-5, 1e-4),
                    config: VerdictConfig = VerdictConfig()) -> list[Verdict]:
-    """The five verdicts on a trials table (the store's rows)."""
-    trials = analysis.analysis_columns(trials)
+    """The five verdicts on a trials table (the store's rows), over the checkpoints whose objective,
+    size and budget are known (`provenance.findings_trials`)."""
+    trials = analysis.analysis_columns(provenance.findings_trials(trials))
     per_seed = analysis.per_seed_category_scores(trials) if not trials.empty else pd.DataFrame()
     if per_seed.empty:
         return [Verdict(i + 1, claim, CANNOT_TELL, ["no finished trials"]) for i, claim in enumerate(FINDINGS)]

@@ -20,6 +20,7 @@ import warnings
 
 import pandas as pd
 
+from sweeper.report import analysis
 from sweeper.spec import space as spaces
 
 MIN_SAMPLES = 4
@@ -27,13 +28,14 @@ MIN_SAMPLES = 4
 
 
 def sample_scores(trials: pd.DataFrame) -> pd.DataFrame:
-    """One row per recorded sample of a sampling search: checkpoint_id, task, objective, sample,
-    `point` (parameter -> value) and `score` (seed-averaged search score)."""
+    """One row per recorded sample of a sampling search: checkpoint_id, task, objective (as the
+    tables write it: a checkpoint from elsewhere without one is 'not stated', never dropped from a
+    group), sample, `point` (parameter -> value) and `score` (seed-averaged search score)."""
     rows = trials[trials["sample"].notna()] if "sample" in trials else trials.iloc[:0]
     if rows.empty:
         return pd.DataFrame(columns=["checkpoint_id", "task", "objective", "sample", "point", "score"])
     score = rows["validation_score"].map(lambda v: float(v) if v is not None and math.isfinite(v) else 0.0)
-    frame = rows.assign(score=score, point=[
+    frame = rows.assign(score=score, objective=rows["objective"].map(analysis.objective_text), point=[
         {spaces.LEARNING_RATE: float(lr), **json.loads(params or "{}")}
         for lr, params in zip(rows["learning_rate"], rows["params"])])
     samples = frame.groupby(["checkpoint_id", "task", "objective", "sample"], sort=True)

@@ -24,7 +24,7 @@ import pandas as pd
 from scipy import stats
 from statsmodels.stats.multitest import multipletests
 
-from sweeper.report import analysis
+from sweeper.report import analysis, provenance
 
 SUPPORTS, CONTRADICTS, CANNOT_TELL = "supports", "contradicts", "cannot tell"
 
@@ -126,10 +126,6 @@ def decide(parts: list[Part], config: VerdictConfig) -> str:
 
 # --- the study's per-seed scores, arranged for pairing -------------------------------------------
 
-def size_of(run_name: str) -> str:
-    return run_name.split("-")[0]
-
-
 @dataclass(kw_only=True, slots=True)
 class SeedScores:
     """Per-seed category scores as an array (checkpoint, category, seed), NaN where absent."""
@@ -137,7 +133,8 @@ class SeedScores:
     checkpoints: dict[str, int]
     categories_in_order: list[str]
     runs: pd.DataFrame
-    """One row per checkpoint (run columns + `size`), indexed by checkpoint_id."""
+    """One row per checkpoint (run columns + `external`, `size` and `budget`:
+    `provenance.comparison_keys`), indexed by checkpoint_id, the study's own first."""
 
     @classmethod
     def of(cls, per_seed: pd.DataFrame, value: str = "score") -> SeedScores:
@@ -146,9 +143,9 @@ class SeedScores:
         seed, _ = pd.factorize(per_seed["seed"])
         cube = np.full((len(checkpoints), len(categories), seed.max() + 1), np.nan)
         cube[checkpoint, category, seed] = per_seed[value].to_numpy()
-        runs = analysis.run_table(per_seed).set_index("checkpoint_id")
+        runs = provenance.comparison_keys(analysis.run_table(per_seed).set_index("checkpoint_id"))
         return cls(cube=cube, checkpoints={c: i for i, c in enumerate(checkpoints)},
-                   categories_in_order=list(categories), runs=runs.assign(size=runs["run_name"].map(size_of)))
+                   categories_in_order=list(categories), runs=runs)
 
     def categories(self, checkpoint_ids: Sequence[str]) -> list[str]:
         """Categories scored for every one of the checkpoints, in the report's order."""

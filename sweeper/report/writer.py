@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pandas as pd
 
-from sweeper.report import analysis, figures, importance
+from sweeper.report import analysis, figures, importance, provenance
 from sweeper.report.findings import Verdict, check_findings
 from sweeper.report.statistics import CANNOT_TELL, p_text
 from sweeper.store import folders, storage
@@ -72,7 +72,7 @@ def category_section(categories: pd.DataFrame, title: str) -> list[str]:
         return []
     means, cis = analysis.wide(categories), analysis.wide(categories, "ci95")
     runs = categories.drop_duplicates("checkpoint_id").set_index("checkpoint_id")
-    rows = [[checkpoint, runs.loc[checkpoint, "objective"],
+    rows = [[checkpoint, analysis.objective_text(runs.loc[checkpoint, "objective"]),
              *(f"{fmt(means.loc[checkpoint, c])} ± {fmt(cis.loc[checkpoint, c])}" for c in means.columns)]
             for checkpoint in means.index]
     return [f"## {title}", "", markdown_table(["checkpoint", "objective", *means.columns], rows), ""]
@@ -96,6 +96,7 @@ def params_text(row, swept: list[str]) -> str:
 
 def task_sections(best: pd.DataFrame, trials: pd.DataFrame) -> list[str]:
     out, swept = [], analysis.axes(best)
+    external = set(best.loc[analysis.is_external(best), "checkpoint_id"])  # no step of the study's: '-'
     what = "point (learning rate and swept values)" if swept else "LR"
     for task, rows in best.groupby("task", sort=True):
         metric = trials.loc[trials["task"] == task, "metric"].iloc[0]
@@ -103,7 +104,8 @@ def task_sections(best: pd.DataFrame, trials: pd.DataFrame) -> list[str]:
         out.append(markdown_table(
             ["checkpoint", "objective", "step", "best LR", *(["best params"] if swept else []), "val mean",
              "test mean", "95% CI", "std", "seeds"],
-            [[r["checkpoint_id"], r["objective"], str(int(r["checkpoint_step"])), f"{r['learning_rate']:.1e}",
+            [[r["checkpoint_id"], analysis.objective_text(r["objective"]),
+              "-" if r["checkpoint_id"] in external else str(int(r["checkpoint_step"])), f"{r['learning_rate']:.1e}",
               *([params_text(r, swept)] if swept else []),
               fmt(r["validation_mean"]), fmt(r["test_mean"]), f"± {fmt(r['test_ci95'])}", fmt(r["test_std"]),
               str(int(r["seeds"]))] for _, r in rows.iterrows()]))
@@ -119,8 +121,8 @@ def axis_section(table: pd.DataFrame, axis: str) -> list[str]:
     cells = {(r["task"], r["checkpoint_id"], r[axis]): f"{fmt(r['test_mean'])} ± {fmt(r['test_ci95'])}"
              for _, r in table.iterrows()}
     keys = table.drop_duplicates(["task", "checkpoint_id"])
-    rows = [[r["task"], r["checkpoint_id"], r["objective"], *(cells.get((r["task"], r["checkpoint_id"], v), "-")
-                                                             for v in values)]
+    rows = [[r["task"], r["checkpoint_id"], analysis.objective_text(r["objective"]),
+             *(cells.get((r["task"], r["checkpoint_id"], v), "-") for v in values)]
             for _, r in keys.iterrows()]
     return [f"## Swept: finetuning.{name}", "",
             f"Test score at each value of `{name}` (mean over seeds ± 95 % CI), each value at its best learning "
@@ -136,6 +138,73 @@ def curve_table(frame: pd.DataFrame, index: list[str], title: str, note: str) ->
     rows = [[*(str(v) for v in (key if isinstance(key, tuple) else (key,))), *(fmt(x) for x in values)]
             for key, values in zip(table.index, table.values)]
     return [f"## {title}", "", note, "", markdown_table([*index, *table.columns], rows), ""]
+
+
+def lr_section(per_lr: pd.DataFrame) -> list[str]:
+    """`## Learning-rate sensitivity`: per final checkpoint and category, the validation score at
+    each learning rate (mean ± std over seeds; `analysis.lr_sensitivity`); no lines below two rates."""
+    if per_lr.empty:
+        return []
+    rates = sorted(per_lr["learning_rate"].unique())
+    cells = {(r["checkpoint_id"], r["task_category"], r["learning_rate"]): f"{fmt(r['mean'])} ± {fmt(r['std'])}"
+             for _, r in per_lr.iterrows()}
+    order = {c: i for i, c in enumerate(analysis.ordered_categories(per_lr["task_category"]))}
+    keys = per_lr.drop_duplicates(["checkpoint_id", "task_category"]).sort_values(
+        ["checkpoint_id", "task_category"], key=lambda column: column.map(order) if column.name == "task_category"
+        else column)
+    rows = [[r["checkpoint_id"], analysis.objective_text(r["objective"]), r["task_category"],
+             *(cells.get((r["checkpoint_id"], r["task_category"], rate), "-") for rate in rates)]
+            for _, r in keys.iterrows()]
+    return ["## Learning-rate sensitivity", "",
+            "Validation score at each fine-tuning learning rate (per seed the mean over the category's tasks; mean ± "
+            "std over seeds), final checkpoints.", "",
+            markdown_table(["checkpoint", "objective", "category", *(f"LR {rate:g}" for rate in rates)], rows), ""]
+
+
+def origins_section(trials: pd.DataFrame) -> list[str]:
+    """`## Checkpoints from elsewhere`: each one's source, what its rows state, and whether the
+    findings read it (`sweeper.report.provenance`); no lines when the study has none."""
+    origins = provenance.origins(trials)
+    if origins.empty:
+        return []
+    left = set(provenance.left_out(trials)["checkpoint_id"])
+    rows = [[r["checkpoint_id"], r["source"], analysis.objective_text(r["objective"]),
+             provenance.count_text(r["parameters"]) or "unknown", provenance.count_text(r["tokens_seen"]) or "unknown",
+             fmt(r["mask_ratio"]), "left out (below)" if r["checkpoint_id"] in left else "objective comparisons"]
+            for _, r in origins.iterrows()]
+    return ["## Checkpoints from elsewhere", "",
+            "Checkpoints the study did not train (`finetuning.checkpoints`), fine-tuned on its grid beside its own "
+            "runs: where each came from, what its meta (or config.json, for its size) states, and which findings "
+            "read it.", "",
+            markdown_table(["checkpoint", "source", "objective", "parameters", "tokens seen", "mask ratio", "findings"],
+                           rows), ""]
+
+
+def padding_section(trials: pd.DataFrame) -> list[str]:
+    """`## Dynamic padding`: the checkpoints some of whose trials ran padded (no lines when none)."""
+    padded = provenance.padded(trials)
+    if padded.empty:
+        return []
+    return ["## Dynamic padding", "",
+            "The packing probe refused packed rows for these checkpoints' backbones (their packed rows did not match "
+            "padded ones), so their trials ran with dynamic padding instead: their wall times are not comparable with "
+            "packed trials'.", "",
+            *(f"- {r['checkpoint_id']}: {r['padded']} of {r['trials']} trials" for _, r in padded.iterrows()), ""]
+
+
+LEFT_OUT_INTRO = (
+    "The findings compare checkpoints of one size and one budget, so they read a checkpoint from elsewhere only when "
+    "its meta states its objective and its parameters and tokens seen are known, and then only in the objective "
+    "comparisons (finding 1, and finding 3's stability part). These are in the tables, not in the findings:")
+
+
+def left_out_section(trials: pd.DataFrame) -> list[str]:
+    """`## Left out of the findings`: each checkpoint the findings do not read, and why."""
+    left = provenance.left_out(trials)
+    if left.empty:
+        return []
+    return ["## Left out of the findings", "", LEFT_OUT_INTRO, "",
+            *(f"- {r['checkpoint_id']}: {r['reason']}" for _, r in left.iterrows()), ""]
 
 
 def study_space(layout: StudyLayout) -> dict | None:
@@ -171,7 +240,8 @@ def importance_section(trials: pd.DataFrame, space: dict | None) -> list[str]:
     if not table.empty:
         names = [c for c in table.columns if c not in ("task", "objective", "cells")]
         out += [markdown_table(["task", "objective", "cells", *names],
-                               [[r["task"], r["objective"], str(int(r["cells"])), *(fmt(r[n]) for n in names)]
+                               [[r["task"], analysis.objective_text(r["objective"]), str(int(r["cells"])),
+                                 *(fmt(r[n]) for n in names)]
                                 for _, r in table.iterrows()]), ""]
     if few:
         out += [f"{few} of {len(counts)} cells have fewer than {importance.MIN_SAMPLES} samples and are left out "
@@ -218,7 +288,7 @@ def build_report(layout: StudyLayout, lr_range: tuple[float, float] = (1e-5, 1e-
         trials = trials[trials["trial_key"].isin(set(planned))]  # superseded cells leave the report
     study = trials["study"].iloc[0] if not trials.empty else storage.name(layout.root)
     out = [f"# Study report: {study}", "", coverage(trials, len(planned) if planned is not None else None), ""]
-    out += damage_section(layout, damaged)
+    out += damage_section(layout, damaged) + origins_section(trials) + padding_section(trials)
     best = analysis.best_params_table(trials)
     if best.empty:
         return "\n".join(out + ["No finished trials yet."]) + "\n", []
@@ -239,14 +309,15 @@ def build_report(layout: StudyLayout, lr_range: tuple[float, float] = (1e-5, 1e-
     at_best = "test score at the best point (learning rate, swept values)" if analysis.axes(best) else "best-LR test score"
     out += category_section(final, f"Category averages (final checkpoints; {at_best}, mean ± 95 % CI over seeds)")
     figure("category scores", figures.category_bars(final, ranges, figure_dir / "category_scores.png"), "no scores")
-    out += findings_section(check_findings(trials, lr_range))
+    out += findings_section(check_findings(trials, lr_range)) + left_out_section(trials)
     if not stability.empty:
         out += ["## Fine-tuning stability", "",
                 f"Test scores centred per (checkpoint, task), spread = std over seeds x learning rates {used_range}, "
                 "pooled per category (paper Fig. 5; smaller is more stable).", "",
                 "The interval is a 95 % interval over seeds (the replicated unit; see docs/statistics.md).", "",
                 markdown_table(["run", "objective", "category", "spread", "95% CI", "trials"],
-                               [[r["run_name"], r["objective"], r["task_category"], fmt(r["spread"]),
+                               [[r["run_name"], analysis.objective_text(r["objective"]), r["task_category"],
+                                 fmt(r["spread"]),
                                  f"[{fmt(r['spread_low'])}, {fmt(r['spread_high'])}]", str(r["runs"])]
                                 for _, r in stability.iterrows()]), ""]
     figure("stability", figures.stability_bars(stability, used_range, figure_dir / "stability.png"), "no final checkpoints")
@@ -277,6 +348,7 @@ def build_report(layout: StudyLayout, lr_range: tuple[float, float] = (1e-5, 1e-
             figure_dir / "continued_pretraining.png", ranges), "no continued-pretraining runs")
     else:
         skipped.append("continued pretraining: no continued-pretraining runs")
+    out += lr_section(analysis.lr_sensitivity(trials))
     figure("learning-rate sensitivity", figures.lr_sensitivity(trials, figure_dir / "lr_sensitivity.png"),
            "fewer than two learning rates")
     swept, searched = analysis.with_params(trials), study_space(layout) or {}
