@@ -193,7 +193,9 @@ def test_weights_edited_after_planning_are_refused_at_import(tmp_path, tiny):
     source = tmp_path / "bert"
     shutil.copytree(tiny["bert"], source)
     plan = plan_study(load_spec(external_spec(tmp_path, entry("m", source))))
-    (source / "model.safetensors").write_bytes((source / "model.safetensors").read_bytes()[:-1] + b"\0")
+    data = bytearray((source / "model.safetensors").read_bytes())
+    data[-1] ^= 1
+    (source / "model.safetensors").write_bytes(bytes(data))
     with pytest.raises(SourceChanged, match="changed after the study was planned"):
         import_external_checkpoints(list(plan.checkpoints), StudyLayout(str(tmp_path / "study")))
 
@@ -234,3 +236,35 @@ def test_five_architectures_beside_a_study_run_are_fine_tuned_and_reported(ray_h
         assert name in report
     rerun = run_sweeper("run", str(spec), "--storage", str(study), address=ray_head[0])
     assert rerun.returncode == 0 and f"{len(rows)} already recorded" in rerun.stdout, rerun.stdout[-2000:]
+
+
+@pytest.mark.parametrize("mode", ["grid", "random", "optuna"])
+def test_edited_weights_are_a_change_named_by_the_checkpoint_in_every_search_mode(tmp_path, tiny, mode):
+    """A recorded external checkpoint whose weights change gets new trial keys; `sweeper run`
+    would refuse to mix the two and names the checkpoint and what changed (sweeper.plan.changes)."""
+    from sweeper.plan.changes import find_changes, record_settings
+    from sweeper.run.recording import trial_row
+    from sweeper.store.layout import StudyLayout
+    from sweeper.store.results import TRIALS, write_rows
+
+    source = tmp_path / "bert"
+    shutil.copytree(tiny["bert"], source)
+    search = f"  search: {mode}\n" + ("  random: {samples: 2}\n" if mode == "random" else
+                                      "  optuna: {samples: 2}\n" if mode == "optuna" else "")
+    path = external_spec(tmp_path, entry("m", source))
+    path.write_text(path.read_text().replace("finetuning:\n", "finetuning:\n" + search, 1))
+    spec = load_spec(path)
+    plan = plan_study(spec)
+    assert {t.search_mode for t in plan.trials} == {mode} and len(plan.trials) == (2 if mode == "grid" else 4)
+    layout = StudyLayout(str(tmp_path / "study"))
+    record_settings(spec, plan, layout)
+    write_rows(layout, TRIALS, [trial_row("external", t, {"validation_score": 50.0, "test_score": 40.0,
+                                                          "learning_rate": 1e-3}, "ok", None) for t in plan.trials])
+    assert not find_changes(spec, plan_study(spec), layout)
+    data = bytearray((source / "model.safetensors").read_bytes())
+    data[-1] ^= 1
+    (source / "model.safetensors").write_bytes(bytes(data))
+    edited = load_spec(path)
+    found = find_changes(edited, plan_study(edited), layout)
+    assert len(found.trials) == len(plan.trials)
+    assert all(why and all(reason.startswith("checkpoints.m.weights") for reason in why) for _, why in found.trials)
