@@ -268,3 +268,14 @@ def test_edited_weights_are_a_change_named_by_the_checkpoint_in_every_search_mod
     found = find_changes(edited, plan_study(edited), layout)
     assert len(found.trials) == len(plan.trials)
     assert all(why and all(reason.startswith("checkpoints.m.weights") for reason in why) for _, why in found.trials)
+
+
+def test_a_checkpoint_with_another_tokenizer_imports_that_tokenizer(tmp_path, tiny):
+    """Its own tokenizer files are not part of its key, so they do not count as a change at import."""
+    from sweeper.run.external import import_external_checkpoints
+    from sweeper.store.layout import StudyLayout
+
+    plan = plan_study(load_spec(external_spec(tmp_path, entry("m", tiny["llama"],
+                                                               f"      tokenizer: {tiny['qwen3']}\n"))))
+    (folder,) = import_external_checkpoints(list(plan.checkpoints), StudyLayout(str(tmp_path / "study"))).values()
+    assert Path(folder, "tokenizer", "tokenizer.json").read_bytes() == (tiny["qwen3"] / "tokenizer.json").read_bytes()

@@ -114,8 +114,8 @@ def content_fingerprint(location: str, names: list[str]) -> dict:
     if storage.is_remote(location):
         sizes = storage.file_sizes(location)
         return {"files": {name: sizes[name] for name in names}}
-    stats = tuple((name, os.stat(os.path.join(location, name)).st_size,
-                   os.stat(os.path.join(location, name)).st_mtime_ns) for name in names)
+    stats = tuple((name, stat.st_size, stat.st_mtime_ns)
+                  for name in names for stat in [os.stat(os.path.join(location, name))])
     return {"sha256": _folder_digest(location, tuple(names), stats)}
 
 
@@ -125,6 +125,12 @@ def tokenizer_names(files: dict[str, int]) -> list[str]:
 
 def weight_names(files: dict[str, int]) -> list[str]:
     return sorted(name for name in files if "/" not in name and name.endswith(WEIGHT_SUFFIXES))
+
+
+def keyed_files(files: dict[str, int], own_tokenizer: bool) -> list[str]:
+    """The files of a source folder its key hashes: config.json, the weights and (when the entry
+    names no other tokenizer) its tokenizer files."""
+    return sorted([CONFIG_FILE, *weight_names(files), *(tokenizer_names(files) if own_tokenizer else [])])
 
 
 def listing(key: str, location: str) -> dict[str, int]:
@@ -197,11 +203,10 @@ def resolve_external(entry: ExternalCheckpointSpec) -> ExternalCheckpoint:
         if not weights:
             raise SourceProblem("source", f"{storage.display(entry.source)} holds no weight files "
                                           f"(*.safetensors or *.bin beside {CONFIG_FILE})")
-        own_tokenizer = tokenizer_names(files) if entry.tokenizer is None else []
-        if entry.tokenizer is None and not own_tokenizer:
+        if entry.tokenizer is None and not tokenizer_names(files):
             raise SourceProblem("source", f"{storage.display(entry.source)} holds no tokenizer files "
                                           f"({', '.join(TOKENIZER_FILES[:2])}, ...): name one with `tokenizer:`")
-        identity = {"weights": content_fingerprint(entry.source, sorted([*weights, CONFIG_FILE, *own_tokenizer]))}
+        identity = {"weights": content_fingerprint(entry.source, keyed_files(files, entry.tokenizer is None))}
         revision = None
     if entry.tokenizer is None:
         tokenizer_identity = {"with": identity}

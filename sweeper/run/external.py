@@ -25,6 +25,7 @@ from sweeper.plan.external import (
     ExternalCheckpoint,
     content_fingerprint,
     hub_repo,
+    keyed_files,
     tokenizer_names,
     weight_names,
 )
@@ -77,7 +78,8 @@ def build_checkpoint_folder(external: ExternalCheckpoint, tmp: Path) -> None:
     fetch_files(external.source, names, tmp, external.revision)
     if not external.source.startswith(HUB_PREFIX) and not storage.is_remote(external.source):
         planned = external.identity["weights"]
-        copied = content_fingerprint(str(tmp), sorted(n for n in names if (tmp / n).exists()))
+        copied = content_fingerprint(str(tmp), keyed_files(storage.file_sizes(str(tmp)),
+                                                           external.tokenizer_source == external.source))
         if copied != planned:
             raise SourceChanged(f"checkpoint {external.name}: the files of {external.source} changed after the study "
                                 "was planned (their hash differs); plan again (`sweeper plan`) and rerun")
