@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Set up, then run the whole test suite (unit tests and end-to-end tests on a real local Ray
-# cluster; 533 tests in 17m34s of pytest, 19m21s with setup, on a fresh clone of 7c3c739 on 2
-# cores with a short benchmark beside it; tests/test_signal.py is the largest single test at ~90 s). Extra arguments go to
+# cluster; 537 tests in 17m20s of pytest, 19m07s with setup, on a fresh clone of 300ea16 on 2
+# idle cores; tests/test_signal.py is the largest single test at ~90 s). Extra arguments go to
 # pytest (e.g. -m "not e2e").
 set -euo pipefail
 cd "$(dirname "$0")/.."
