@@ -28,9 +28,10 @@ from scipy import stats
 from sweeper.spec import registry
 
 RUN_COLUMNS = ["checkpoint_id", "run_name", "objective", "clm_fraction", "mask_ratio", "checkpoint_step",
-               "total_steps", "tokens_seen", "init_from", "steps_before", "source", "parameters"]
+               "total_steps", "tokens_seen", "init_from", "steps_before", "source", "parameters", "arm", "replicate"]
 """A checkpoint's columns (`run_table`). `source` and `parameters` are null in rows written
-before them (and absent from hand-built frames): read as the study's own, size unknown."""
+before them (and absent from hand-built frames): read as the study's own, size unknown; `arm`
+and `replicate` likewise: its own arm, the first replicate."""
 STUDY_SOURCE = "study"
 """`source` of the study's own checkpoints; any other is a checkpoint from elsewhere
 (`finetuning.checkpoints`: its hub id, folder or object-store prefix)."""

@@ -20,8 +20,9 @@ import pandas as pd
 
 from sweeper.plan.run_names import format_steps
 from sweeper.report import analysis, provenance
+from sweeper.report.grid import TrialGrid
 from sweeper.report.statistics import (CANNOT_TELL, Part, SeedScores, Spreads, VerdictConfig, decide, describe,
-                                   interval, pair_part, paired_t)
+                                       pair_part, paired_test, spread_part, test_name, unit_name)
 
 CATEGORIES = ("SC", "TC", "QA", "IR")  # the paper's categories, which its findings speak of
 
@@ -121,7 +122,8 @@ def finding_2(scores: SeedScores, config: VerdictConfig) -> list[Part]:
         if group["mask_ratio"].nunique() < 2:
             continue
         where = f"{size} @ {budget(steps)}"
-        ratios, categories, y = ratio_matrix(scores, group)  # y: (ratio, category, seed)
+        ratios, categories, y = ratio_matrix(scores, group)  # y: (ratio, category, unit)
+        units = scores.units(list(group.index), y.shape[2])
         everywhere = Part(comparison=f"{where}: no ratio is best in every category")
         compromise = Part(comparison=f"{where}: {ratio_text(config.reference_ratio)} is the compromise (category "
                                      f"mean within a {config.tie_margin:g}-point margin of every other ratio)")
@@ -130,20 +132,22 @@ def finding_2(scores: SeedScores, config: VerdictConfig) -> list[Part]:
             everywhere.missing = compromise.missing = "needs two or more categories scored for every ratio"
             continue
         if y.shape[2] < config.min_seeds:
-            everywhere.missing = compromise.missing = f"needs >= {config.min_seeds} seeds shared by the ratios"
+            everywhere.missing = compromise.missing = (f"needs >= {config.min_seeds} "
+                                                       f"{unit_name(scores, list(group.index))} shared by the ratios")
             continue
-        best_everywhere_test(everywhere, ratios, categories, y)
+        best_everywhere_test(everywhere, ratios, categories, y, units, config)
         if config.reference_ratio not in ratios:
             compromise.missing = f"no {size} MLM {ratio_text(config.reference_ratio)} run at {budget(steps)}"
         else:
-            compromise_test(compromise, ratios, categories, y, config)
+            compromise_test(compromise, ratios, categories, y, units, config)
     if not parts:
         parts.append(Part(comparison="masking ratios",
                           missing="needs MLM runs at two or more masking ratios of one size and budget"))
     return parts
 
 
-def best_everywhere_test(part: Part, ratios: list[float], categories: list[str], y: np.ndarray) -> None:
+def best_everywhere_test(part: Part, ratios: list[float], categories: list[str], y: np.ndarray, units: str,
+                         config: VerdictConfig) -> None:
     """'No ratio is best everywhere' holds when every ratio is beaten by another in some category.
 
     For ratio r, 'r is best everywhere' is rejected when any one-sided paired t-test 'another
@@ -153,7 +157,7 @@ def best_everywhere_test(part: Part, ratios: list[float], categories: list[str],
     category' to reject (the largest p-value), Bonferroni over the R candidates."""
     n_ratios, n_categories = len(ratios), len(categories)
     # above[i, j, c]: p for 'ratio i beats ratio j in category c'.
-    above, _ = paired_t(y[:, None, :, :] - y[None, :, :, :])
+    above, _ = paired_test(y[:, None, :, :] - y[None, :, :, :], 0.0, config)
     off_diagonal = ~np.eye(n_ratios, dtype=bool)
     beaten = np.array([np.nanmin(above[off_diagonal[:, j], j]) for j in range(n_ratios)])
     part.p_support = float(min(1.0, n_categories * (n_ratios - 1) * beaten.max()))
@@ -163,13 +167,16 @@ def best_everywhere_test(part: Part, ratios: list[float], categories: list[str],
     part.numbers = "; ".join(f"{c}: " + ", ".join(f"{ratio_text(r)} {means[i, k]:.2f}" for i, r in enumerate(ratios))
                              + f" (best {ratio_text(ratios[int(means[:, k].argmax())])})"
                              for k, c in enumerate(categories))
-    part.test = (f"one-sided paired t-tests over {y.shape[2]} seeds per (ratio pair, category); intersection-union "
+    part.test = (f"one-sided {test_name(config)}s over {units} per (ratio pair, category); intersection-union "
                  "over ratios, Bonferroni within")
+    pairs = (y[:, None] - y[None, :])[off_diagonal]
+    part.noise, part.units = float(np.median(pairs.std(axis=-1, ddof=1))), y.shape[2]
+    part.inside, part.one_sided = n_categories * (n_ratios - 1), True
     if np.isnan(part.p_support) or np.isnan(part.p_contradict):
-        part.missing = "the seeds do not vary: no test"
+        part.missing = "the units do not vary: no test"
 
 
-def compromise_test(part: Part, ratios: list[float], categories: list[str], y: np.ndarray,
+def compromise_test(part: Part, ratios: list[float], categories: list[str], y: np.ndarray, units: str,
                     config: VerdictConfig) -> None:
     """On the mean over categories, the reference ratio minus each other ratio is above -margin
     (non-inferiority, intersection-union: the largest p-value); contradicted when some ratio
@@ -177,17 +184,19 @@ def compromise_test(part: Part, ratios: list[float], categories: list[str], y: n
     average = y.mean(axis=1)  # (ratio, seed)
     reference = ratios.index(config.reference_ratio)
     others = [i for i in range(len(ratios)) if i != reference]
-    above, below = paired_t(average[reference] - average[others], -config.tie_margin)
+    above, below = paired_test(average[reference] - average[others], -config.tie_margin, config)
+    part.noise = float((average[reference] - average[others]).std(axis=-1, ddof=1).max())
+    part.units, part.one_sided = y.shape[2], True
     part.p_support = float(np.max(above))
     part.p_contradict = float(min(1.0, len(others) * np.min(below)))
     part.numbers = ("mean of " + "/".join(categories) + ": "
                     + ", ".join(f"{ratio_text(r)} {describe(average[i])}" for i, r in enumerate(ratios))
                     + "; " + ", ".join(f"{ratio_text(config.reference_ratio)} minus {ratio_text(ratios[i])} "
                                        f"{describe(average[reference] - average[i])}" for i in others))
-    part.test = (f"paired t-tests over {y.shape[2]} seeds against a {config.tie_margin:g}-point margin, "
+    part.test = (f"{test_name(config)}s over {units} against a {config.tie_margin:g}-point margin, "
                  "intersection-union over the other ratios")
     if np.isnan(part.p_support) or np.isnan(part.p_contradict):
-        part.missing = "the seeds do not vary: no test"
+        part.missing = "the units do not vary: no test"
 
 
 def finding_3(scores: SeedScores, spreads: Spreads, config: VerdictConfig) -> list[Part]:
@@ -216,37 +225,11 @@ def finding_3(scores: SeedScores, spreads: Spreads, config: VerdictConfig) -> li
             continue
         tested = True
         parts.append(spread_part(spreads, clm[0], mlm, f"{size} @ {steps}, stability: "
-                                 "CLM's spread over seeds x learning rates is smaller", config))
+                                 "CLM is less sensitive to the learning rate (seed noise removed)", config))
     if not tested:
         parts.append(Part(comparison="stability", missing="needs final CLM and MLM checkpoints of one size and budget "
                                                           "(with several seeds or learning rates per cell)"))
     return parts
-
-
-def spread_part(spreads: Spreads, clm: str, mlm: str, label: str, config: VerdictConfig) -> Part:
-    """CLM's spread below MLM's: a paired t-test over seeds of the per-seed log ratio of the
-    root-mean-square centred scores, averaged over the categories both have (a geometric mean)."""
-    part = Part(comparison=label)
-    cube = spreads.log_rms
-    if cube is None or clm not in cube.checkpoints or mlm not in cube.checkpoints:
-        part.missing = "needs final CLM and MLM checkpoints with a spread (several seeds or learning rates per cell)"
-        return part
-    categories = cube.categories([clm, mlm])
-    both = cube.matrix([clm, mlm], categories)  # (2, category, seed)
-    if both.shape[2] < config.min_seeds:
-        part.missing = f"needs >= {config.min_seeds} seeds with a spread for both, has {both.shape[2]}"
-        return part
-    per_seed = (both[0] - both[1]).mean(axis=0)
-    above, below = paired_t(per_seed)
-    part.p_support, part.p_contradict = float(below), float(above)
-    mean, low, high = interval(per_seed)
-    shown = {c: spreads.pooled.loc[c].reindex(categories).mean() for c in (clm, mlm)}
-    part.numbers = (f"spread (mean over {'/'.join(categories)}) {clm} {shown[clm]:.2f} vs {mlm} {shown[mlm]:.2f}; "
-                    f"ratio CLM/MLM {math.exp(mean):.2f} [{math.exp(low):.2f}, {math.exp(high):.2f}]")
-    part.test = f"paired t-test over {len(per_seed)} seeds of the log spread ratio, two-sided"
-    if np.isnan(part.p_support):
-        part.missing = "the seeds do not vary: no test"
-    return part
 
 
 def finding_4(scores: SeedScores, config: VerdictConfig) -> list[Part]:
@@ -268,9 +251,11 @@ def finding_4(scores: SeedScores, config: VerdictConfig) -> list[Part]:
         quarter = splits.index[(splits["clm_fraction"] - config.reliable_split).abs() < 0.05]
         if len(quarter):
             reliable_tested = True
-            parts.append(reliable_part(scores, quarter[0], mlm[0], f"{where}: the {ratio_text(config.reliable_split)} "
-                                       f"split is within a {config.tie_margin:g}-point margin of MLM or "
-                                       "above in every category", config))
+            others = [i for i in splits.index if i != quarter[0]]
+            parts.append(reliable_part(scores, quarter[0], mlm[0], others, f"{where}: the "
+                                       f"{ratio_text(config.reliable_split)} split is the most reliable (within a "
+                                       f"{config.tie_margin:g}-point margin of MLM or above in every category, and of "
+                                       "every other split or above on the mean)", config))
     if not parts:
         parts.append(Part(comparison="biphasic", missing="needs a pure MLM run and CLM -> MLM runs at the same size, "
                                                          "budget and masking ratio"))
@@ -281,44 +266,52 @@ def finding_4(scores: SeedScores, config: VerdictConfig) -> list[Part]:
 
 
 def split_beats_part(scores: SeedScores, mlm: str, splits: pd.DataFrame, label: str, config: VerdictConfig) -> Part:
-    """Some split beats MLM alone on the category mean: one-sided paired t-tests, Bonferroni over
+    """Some split beats MLM alone on the category mean: one-sided paired tests, Bonferroni over
     the K splits; contradicted when MLM alone beats every split (intersection-union)."""
     part = Part(comparison=label)
     ids = [mlm, *splits.index]
     categories = scores.categories(ids)
     y = scores.matrix(ids, categories).mean(axis=1) if categories else np.empty((len(ids), 0))
     if y.shape[1] < config.min_seeds:
-        part.missing = f"needs >= {config.min_seeds} seeds shared by MLM and the splits, has {y.shape[1]}"
+        part.missing = f"needs >= {config.min_seeds} {unit_name(scores, ids)} shared by MLM and the splits, has {y.shape[1]}"
         return part
-    above, below = paired_t(y[1:] - y[0])
+    above, below = paired_test(y[1:] - y[0], 0.0, config)
     part.p_support = float(min(1.0, len(splits) * np.min(above)))
     part.p_contradict = float(np.max(below))
+    part.noise = float(np.max((y[1:] - y[0]).std(axis=-1, ddof=1)))
+    part.units, part.inside, part.one_sided = y.shape[1], len(splits), True
     part.numbers = ("mean of " + "/".join(categories) + f": MLM {describe(y[0])}, "
                     + ", ".join(f"{ratio_text(f)} CLM {describe(y[i + 1])}" for i, f in enumerate(splits["clm_fraction"])))
-    part.test = f"one-sided paired t-tests over {y.shape[1]} seeds, Bonferroni over {len(splits)} split(s)"
+    part.test = f"one-sided {test_name(config)}s over {scores.units(ids, y.shape[1])}, Bonferroni over {len(splits)} split(s)"
     if np.isnan(part.p_support) or np.isnan(part.p_contradict):
-        part.missing = "the seeds do not vary: no test"
+        part.missing = "the units do not vary: no test"
     return part
 
 
-def reliable_part(scores: SeedScores, split: str, mlm: str, label: str, config: VerdictConfig) -> Part:
-    """The split is non-inferior to MLM alone (margin) in every category: intersection-union of
-    the per-category tests; contradicted when MLM beats it by more than the margin somewhere
-    (Bonferroni over the categories)."""
+def reliable_part(scores: SeedScores, split: str, mlm: str, others: list[str], label: str,
+                  config: VerdictConfig) -> Part:
+    """The split is non-inferior (margin) to MLM alone in every category and to every other split
+    on the category mean ('most reliable'): intersection-union of those tests; contradicted when
+    MLM or another split beats it by more than the margin somewhere (Bonferroni over them)."""
     part = Part(comparison=label)
-    categories = scores.categories([split, mlm])
-    y = scores.matrix([split, mlm], categories)  # (2, category, seed)
+    ids = [split, mlm, *others]
+    categories = scores.categories(ids)
+    y = scores.matrix(ids, categories)  # (split, MLM, other splits; category; unit)
     if y.shape[2] < config.min_seeds or not categories:
-        part.missing = f"needs >= {config.min_seeds} seeds shared by {split} and {mlm}, has {y.shape[2]}"
+        part.missing = f"needs >= {config.min_seeds} {unit_name(scores, ids)} shared by {split}, {mlm} and the splits"
         return part
-    above, below = paired_t(y[0] - y[1], -config.tie_margin)
+    differences = np.concatenate([y[0] - y[1], y[0].mean(axis=0) - y[2:].mean(axis=1)])  # (tests, unit)
+    above, below = paired_test(differences, -config.tie_margin, config)
     part.p_support = float(np.max(above))
-    part.p_contradict = float(min(1.0, len(categories) * np.min(below)))
-    part.numbers = "; ".join(f"{c}: difference {describe(y[0, k] - y[1, k])}" for k, c in enumerate(categories))
-    part.test = (f"paired t-tests over {y.shape[2]} seeds against a {config.tie_margin:g}-point margin, "
-                 "intersection-union over categories")
+    part.p_contradict = float(min(1.0, len(differences) * np.min(below)))
+    part.noise, part.units, part.one_sided = float(np.max(differences.std(axis=-1, ddof=1))), y.shape[2], True
+    part.numbers = "; ".join([f"{c} minus MLM {describe(y[0, k] - y[1, k])}" for k, c in enumerate(categories)]
+                             + [f"mean minus {o} {describe(y[0].mean(axis=0) - y[2 + i].mean(axis=0))}"
+                                for i, o in enumerate(others)])
+    part.test = (f"{test_name(config)}s over {scores.units(ids, y.shape[2])} against a {config.tie_margin:g}-point "
+                 "margin, intersection-union over categories and splits")
     if np.isnan(part.p_support) or np.isnan(part.p_contradict):
-        part.missing = "the seeds do not vary: no test"
+        part.missing = "the units do not vary: no test"
     return part
 
 
@@ -356,17 +349,23 @@ def finding_5(scores: SeedScores, config: VerdictConfig) -> list[Part]:
 
 def check_findings(trials: pd.DataFrame, lr_range: tuple[float, float] = (1e-5, 1e-4),
                    config: VerdictConfig = VerdictConfig()) -> list[Verdict]:
-    """The five verdicts on a trials table (the store's rows), over the checkpoints whose objective,
-    size and budget are known (`provenance.findings_trials`)."""
-    trials = analysis.analysis_columns(provenance.findings_trials(trials))
-    per_seed = analysis.per_seed_category_scores(trials) if not trials.empty else pd.DataFrame()
-    if per_seed.empty:
+    """The five verdicts on a trials table (the store's rows, every status), over the checkpoints
+    whose objective, size and budget are known (`provenance.findings_trials`)."""
+    trials = provenance.findings_trials(trials)
+    if not (trials["status"] == "ok").any():
         return [Verdict(i + 1, claim, CANNOT_TELL, ["no finished trials"]) for i, claim in enumerate(FINDINGS)]
-    return judge(SeedScores.of(per_seed), Spreads.of(analysis.per_seed_spread(trials, lr_range)[0]), config)
+    return judge_grid(TrialGrid.of(trials), analysis.run_table(trials).set_index("checkpoint_id"), lr_range, config)
+
+
+def judge_grid(grid: TrialGrid, runs: pd.DataFrame, lr_range: tuple[float, float] = (1e-5, 1e-4),
+               config: VerdictConfig = VerdictConfig()) -> list[Verdict]:
+    """The five verdicts from a study's dense grid and its checkpoints' run columns (indexed by
+    checkpoint id): what the calibration's simulated studies run."""
+    return judge(SeedScores.of(grid, runs, config.crossfit), Spreads.of(grid, runs, lr_range), config)
 
 
 def judge(scores: SeedScores, spreads: Spreads, config: VerdictConfig = VerdictConfig()) -> list[Verdict]:
-    """The five verdicts from the per-seed arrays (the calibration simulates these directly)."""
+    """The five verdicts from the arms' per-unit arrays."""
     all_parts = [finding_1(scores, config), finding_2(scores, config),
                  finding_3(scores, spreads, config), finding_4(scores, config), finding_5(scores, config)]
     verdicts = []

@@ -15,14 +15,15 @@ when any part contradicts, and otherwise cannot tell.
 """
 from __future__ import annotations
 
+import functools
 import math
+import warnings
 from collections.abc import Sequence
 from dataclasses import dataclass
 
 import numpy as np
 import pandas as pd
 from scipy import stats
-from statsmodels.stats.multitest import multipletests
 
 from sweeper.report import analysis, provenance
 
@@ -41,6 +42,13 @@ class VerdictConfig:
     """The paper's default masking ratio: the MLM run that stands for MLM, and the compromise."""
     reliable_split: float = 0.25
     """The CLM share finding 4 calls the most reliable."""
+    test: str = "t"
+    """`t`: paired t-tests; `wilcoxon`: Wilcoxon signed-rank tests (the robustness card's)."""
+    crossfit: bool = True
+    """Score each seed at the point chosen on the other seeds (no winner's curse); False: the
+    paper's selection on all seeds (the robustness card's)."""
+    power: float = 0.8
+    """The power at which a part states the smallest effect it could have detected."""
 
 
 @dataclass(kw_only=True, slots=True)
@@ -58,6 +66,27 @@ class Part:
     verdict: str = CANNOT_TELL
     missing: str = ""
     """Why the part could not be tested (runs or seeds missing); empty when it was."""
+    noise: float = math.nan
+    """SD of the tested differences over units (points; points squared for a spread part)."""
+    units: int = 0
+    """Units the test ran over (seeds, or pretraining runs)."""
+    inside: int = 1
+    """Tests inside the part that share its level (Bonferroni within the part)."""
+    one_sided: bool = False
+    """Whether the part's claim rests on one-sided tests (intersection-union parts)."""
+    family: int = 1
+    """Parts tested in its finding (Holm's first step divides alpha by this many)."""
+    alpha: float = 0.05
+
+    @property
+    def detectable(self) -> float:
+        """The smallest true difference the part's test would find with 80 % power at its observed
+        noise, at Holm's first-step level alpha / family (and the Bonferroni inside the part): so a
+        'cannot tell' reads as 'underpowered' when the effect of interest is below this."""
+        if self.missing or not self.units or math.isnan(self.noise):
+            return math.nan
+        level = self.alpha / (self.family * self.inside)
+        return self.noise * standardized_detectable(self.units, level, self.one_sided)
 
     @property
     def p_value(self) -> float:
@@ -70,6 +99,17 @@ class Part:
         if self.missing:
             return f"{self.comparison}: cannot tell ({self.missing})"
         return f"{self.comparison}: {self.numbers}; {self.test}; p = {p_text(self.p_adjusted)} (Holm) -> {self.verdict}"
+
+
+@functools.lru_cache(maxsize=256)
+def standardized_detectable(units: int, alpha: float, one_sided: bool, power: float = 0.8) -> float:
+    """Effect in SDs of the differences that a paired t-test over `units` finds with `power`
+    (statsmodels' `TTestPower`; both directions unless `one_sided`)."""
+    if units < 2:
+        return math.nan
+    from statsmodels.stats.power import TTestPower
+    return float(TTestPower().solve_power(nobs=units, alpha=alpha, power=power,
+                                          alternative="larger" if one_sided else "two-sided"))
 
 
 def p_text(p: float) -> str:
@@ -89,6 +129,21 @@ def paired_t(differences: np.ndarray, shift: float = 0.0) -> tuple[np.ndarray, n
     return stats.t.sf(t, n - 1), stats.t.cdf(t, n - 1)
 
 
+def paired_test(differences: np.ndarray, shift: float, config: VerdictConfig) -> tuple[np.ndarray, np.ndarray]:
+    """`paired_t`, or Wilcoxon signed-rank tests when `config.test` says so (scipy; exact for
+    small samples: with 5 units its smallest two-sided p is 0.0625)."""
+    if config.test == "t":
+        return paired_t(differences, shift)
+    d = np.asarray(differences, dtype=float) - shift
+    flat = d.reshape(-1, d.shape[-1])
+    above, below = np.full(len(flat), np.nan), np.full(len(flat), np.nan)
+    for i, row in enumerate(flat):
+        if np.count_nonzero(row) >= 1 and len(row) >= 2:
+            above[i] = stats.wilcoxon(row, alternative="greater").pvalue
+            below[i] = stats.wilcoxon(row, alternative="less").pvalue
+    return above.reshape(d.shape[:-1]), below.reshape(d.shape[:-1])
+
+
 def interval(values: np.ndarray) -> tuple[float, float, float]:
     """Mean over seeds and its 95 % Student-t interval (low, high)."""
     values = np.asarray(values, dtype=float)
@@ -98,20 +153,25 @@ def interval(values: np.ndarray) -> tuple[float, float, float]:
 
 
 def holm(p_values: Sequence[float]) -> list[float]:
-    """Holm's step-down adjustment (family-wise error rate), statsmodels' `multipletests`. NaN
-    (a part not tested) stays NaN and does not count among the hypotheses."""
+    """Holm's step-down adjustment (family-wise error rate): the i-th smallest of m p-values times
+    m - i + 1, capped at 1, never below the one before. NaN (a part not tested) stays NaN and does
+    not count. statsmodels' `multipletests(method="holm")` gives the same (a test checks), but runs
+    a full garbage collection per call: most of the time of a calibration's thousands of studies."""
     p = np.asarray(p_values, dtype=float)
     adjusted = np.full(len(p), np.nan)
-    tested = ~np.isnan(p)
-    if tested.any():
-        adjusted[tested] = multipletests(p[tested], method="holm")[1]
+    tested = np.flatnonzero(~np.isnan(p))
+    order = tested[np.argsort(p[tested], kind="stable")]
+    steps = p[order] * (len(order) - np.arange(len(order)))
+    adjusted[order] = np.minimum(1.0, np.maximum.accumulate(steps)) if len(order) else steps
     return adjusted.tolist()
 
 
 def decide(parts: list[Part], config: VerdictConfig) -> str:
     """Adjust the parts' p-values (Holm), give each part its verdict, and the finding its own."""
-    for part, adjusted in zip(parts, holm([part.p_value for part in parts])):
-        part.p_adjusted = adjusted
+    p_values = [part.p_value for part in parts]
+    tested = sum(not math.isnan(p) for p in p_values)
+    for part, adjusted in zip(parts, holm(p_values)):
+        part.p_adjusted, part.family, part.alpha = adjusted, max(tested, 1), config.alpha
         if part.missing or math.isnan(adjusted) or adjusted >= config.alpha:
             part.verdict = CANNOT_TELL
         else:
@@ -128,24 +188,59 @@ def decide(parts: list[Part], config: VerdictConfig) -> str:
 
 @dataclass(kw_only=True, slots=True)
 class SeedScores:
-    """Per-seed category scores as an array (checkpoint, category, seed), NaN where absent."""
+    """Category scores arranged for pairing, per arm (a configuration: the checkpoint of its first
+    replicate names it). `cube` is (checkpoint, category, seed), the cross-fitted per-seed scores
+    (`grid.TrialGrid.category_cube`); `replicate_cube` is (arm, category, replicate), each run's mean
+    over its seeds. `matrix` compares arms by their runs when every arm compared has >= 2 runs
+    (pretraining replicates: the run is the replicated unit, seeds are nested in it), and by the
+    seeds of their first run otherwise (a verdict about those checkpoints)."""
     cube: np.ndarray
     checkpoints: dict[str, int]
     categories_in_order: list[str]
     runs: pd.DataFrame
-    """One row per checkpoint (run columns + `external`, `size` and `budget`:
-    `provenance.comparison_keys`), indexed by checkpoint_id, the study's own first."""
+    """One row per arm (run columns + `external`, `size` and `budget`:
+    `provenance.comparison_keys`), indexed by the arm's id, the study's own first."""
+    replicate_cube: np.ndarray | None = None
+    arms: dict[str, int] | None = None
+    replicates: dict[str, int] | None = None
+    """Per arm, how many runs (replicates) it has."""
 
     @classmethod
-    def of(cls, per_seed: pd.DataFrame, value: str = "score") -> SeedScores:
-        checkpoint, checkpoints = pd.factorize(per_seed["checkpoint_id"])
-        category, categories = pd.factorize(per_seed["task_category"])
-        seed, _ = pd.factorize(per_seed["seed"])
-        cube = np.full((len(checkpoints), len(categories), seed.max() + 1), np.nan)
-        cube[checkpoint, category, seed] = per_seed[value].to_numpy()
-        runs = provenance.comparison_keys(analysis.run_table(per_seed).set_index("checkpoint_id"))
-        return cls(cube=cube, checkpoints={c: i for i, c in enumerate(checkpoints)},
-                   categories_in_order=list(categories), runs=runs)
+    def of(cls, grid, runs: pd.DataFrame, crossfit: bool = True) -> SeedScores:
+        """From a `grid.TrialGrid` and its checkpoints' run columns (`analysis.run_table`, indexed by
+        checkpoint id, with `arm` and `replicate`)."""
+        # Seeds of one run: the paper's selection (every seed at the point best on their mean). A
+        # cross-fitted seed's point is chosen by the other seeds, so the seeds would share that
+        # choice's luck, which a test over them cannot see (measured: 7.7 % false verdicts at a
+        # margin). Runs choose apart: there each run's seeds are cross-fitted (no winner's curse).
+        cube, categories = grid.category_cube(crossfit=False)
+        scores = grid.category_cube(crossfit)[0] if crossfit else cube
+        runs = runs.reindex(grid.checkpoints).rename_axis("checkpoint_id").reset_index()
+        arm = runs["arm"].where(runs["arm"].notna(), runs["checkpoint_id"])
+        replicate = runs["replicate"].fillna(0).astype(int)
+        first = runs.assign(_arm=arm, _replicate=replicate).sort_values("_replicate", kind="stable")
+        first = first.drop_duplicates("_arm").set_index("_arm").drop(columns=["_replicate"])
+        arms = {a: i for i, a in enumerate(first.index)}
+        copies = replicate.max() + 1 if len(replicate) else 1
+        by_run = np.full((len(arms), len(categories), copies), np.nan)
+        with warnings.catch_warnings():  # a checkpoint without a seed in a category: NaN, no warning
+            warnings.simplefilter("ignore", RuntimeWarning)
+            by_run[arm.map(arms).to_numpy(), :, replicate.to_numpy()] = np.nanmean(scores, axis=2)
+        counts = (~np.isnan(by_run)).any(axis=1).sum(axis=1)
+        # The checkpoint cube's rows follow the arms: each arm's first run stands for it.
+        index = {a: grid.checkpoints.index(c) for a, c in zip(first.index, first["checkpoint_id"])}
+        return cls(cube=cube, checkpoints=index, categories_in_order=categories,
+                   runs=provenance.comparison_keys(first.drop(columns="checkpoint_id").rename_axis("checkpoint_id")),
+                   replicate_cube=by_run, arms=arms, replicates=dict(zip(arms, counts.tolist())))
+
+    def by_runs(self, arm_ids: Sequence[str]) -> bool:
+        """Whether these arms are compared by their runs (each has >= 2 pretraining replicates)."""
+        return self.replicates is not None and all(self.replicates.get(a, 1) >= 2 for a in arm_ids)
+
+    def units(self, arm_ids: Sequence[str], count: int) -> str:
+        if self.by_runs(arm_ids):
+            return f"{count} pretraining runs per arm (seeds averaged within each run)"
+        return f"{count} seeds (about these checkpoints: one run each)"
 
     def categories(self, checkpoint_ids: Sequence[str]) -> list[str]:
         """Categories scored for every one of the checkpoints, in the report's order."""
@@ -154,32 +249,14 @@ class SeedScores:
         return analysis.ordered_categories(c for c, ok in zip(self.categories_in_order, scored) if ok)
 
     def matrix(self, checkpoint_ids: Sequence[str], categories: Sequence[str]) -> np.ndarray:
-        """Scores as (checkpoint, category, seed) over the seeds every checkpoint has in every category."""
-        rows = self.cube[np.ix_([self.checkpoints[c] for c in checkpoint_ids],
-                                [self.categories_in_order.index(c) for c in categories])]
+        """Scores as (arm, category, unit) over the units every arm has in every category: its runs
+        when `by_runs`, else its first run's seeds."""
+        columns = [self.categories_in_order.index(c) for c in categories]
+        if self.by_runs(checkpoint_ids):
+            rows = self.replicate_cube[np.ix_([self.arms[c] for c in checkpoint_ids], columns)]
+        else:
+            rows = self.cube[np.ix_([self.checkpoints[c] for c in checkpoint_ids], columns)]
         return rows[:, :, ~np.isnan(rows).any(axis=(0, 1))]
-
-
-def pooled_spread(spreads: pd.DataFrame) -> pd.Series:
-    """The report's spread (std of the pooled centred scores) per (checkpoint, category)."""
-    totals = (spreads["mean_square"] * spreads["count"]).groupby([spreads["checkpoint_id"], spreads["task_category"]]).sum()
-    counts = spreads.groupby(["checkpoint_id", "task_category"])["count"].sum()
-    return np.sqrt(totals / (counts - 1))
-
-
-@dataclass(kw_only=True, slots=True)
-class Spreads:
-    """Per-seed log root-mean-square centred scores (`analysis.per_seed_spread`) as a cube, and
-    the report's pooled spread per (checkpoint, category)."""
-    log_rms: SeedScores | None
-    pooled: pd.Series
-
-    @classmethod
-    def of(cls, spreads: pd.DataFrame) -> Spreads:
-        if spreads.empty:
-            return cls(log_rms=None, pooled=pd.Series(dtype=float))
-        spreads = spreads.assign(log_rms=0.5 * np.log(spreads["mean_square"].where(spreads["mean_square"] > 0)))
-        return cls(log_rms=SeedScores.of(spreads, "log_rms"), pooled=pooled_spread(spreads))
 
 
 # --- one paired comparison as a part ------------------------------------------------------------
@@ -196,22 +273,115 @@ def two_sided(shift: float) -> str:
 def pair_part(scores: SeedScores, a: str, b: str, label: str, categories: Sequence[str] | None,
               config: VerdictConfig, shift: float = 0.0) -> Part:
     """The claim 'a - b > shift' on one category (or the mean over `categories`), by a paired
-    t-test over the seeds both checkpoints have."""
+    test over the units both arms have (`SeedScores.matrix`: runs, else seeds)."""
     categories = list(categories) if categories is not None else scores.categories([a, b])
     part = Part(comparison=label)
     if not categories:
         part.missing = f"{a} and {b} share no scored category"
         return part
-    both = scores.matrix([a, b], categories).mean(axis=1)  # (2, seeds): category mean per seed
+    both = scores.matrix([a, b], categories).mean(axis=1)  # (2, units): category mean per unit
     if both.shape[1] < config.min_seeds:
-        part.missing = f"needs >= {config.min_seeds} seeds shared by {a} and {b}, has {both.shape[1]}"
+        part.missing = f"needs >= {config.min_seeds} {unit_name(scores, [a, b])} shared by {a} and {b}, has {both.shape[1]}"
         return part
     difference = both[0] - both[1]
-    part.p_support, part.p_contradict = (float(p) for p in paired_t(difference, shift))
+    part.p_support, part.p_contradict = (float(p) for p in paired_test(difference, shift, config))
+    part.noise, part.units = float(difference.std(ddof=1)), both.shape[1]
     what = categories[0] if len(categories) == 1 else "mean of " + "/".join(categories)
     part.numbers = (f"{what}: {a} {describe(both[0])} vs {b} {describe(both[1])}, "
                     f"difference {describe(difference)}")
-    part.test = f"paired t-test over {both.shape[1]} seeds, {two_sided(shift)}"
+    part.test = f"{test_name(config)} over {scores.units([a, b], both.shape[1])}, {two_sided(shift)}"
     if np.isnan(part.p_support):
-        part.missing = "the seeds do not vary: no test"
+        part.missing = "the units do not vary: no test"
+    return part
+
+
+def unit_name(scores: SeedScores, arm_ids: Sequence[str]) -> str:
+    return "pretraining runs" if scores.by_runs(arm_ids) else "seeds"
+
+
+def test_name(config: VerdictConfig) -> str:
+    return "paired t-test" if config.test == "t" else "Wilcoxon signed-rank test"
+
+
+# --- learning-rate sensitivity --------------------------------------------------------------------
+
+@dataclass(kw_only=True, slots=True)
+class Spreads:
+    """Learning-rate sensitivity per final checkpoint (`grid.Sensitivity`), and per arm its runs'
+    checkpoints (replicate -> checkpoint id) for the comparison by runs."""
+    sensitivity: object | None
+    runs_of: dict[str, dict[int, str]]
+
+    @classmethod
+    def of(cls, grid, runs: pd.DataFrame, lr_range: tuple[float, float] = (1e-5, 1e-4)) -> Spreads:
+        from sweeper.report.grid import Sensitivity
+        sensitivity = Sensitivity.of(grid, lr_range) if grid.final.any() else None
+        runs = runs.reindex(grid.checkpoints)
+        arm = runs["arm"].where(runs["arm"].notna(), runs.index.to_series())
+        runs_of: dict[str, dict[int, str]] = {}
+        for checkpoint, a, r in zip(runs.index, arm, runs["replicate"].fillna(0).astype(int)):
+            runs_of.setdefault(a, {})[r] = checkpoint
+        return cls(sensitivity=sensitivity, runs_of=runs_of)
+
+    def checkpoint(self, arm: str) -> str:
+        """The arm's first run's checkpoint."""
+        runs = self.runs_of.get(arm, {arm: arm})
+        return runs[min(runs)]
+
+
+def spread_part(spreads: Spreads, clm: str, mlm: str, label: str, config: VerdictConfig) -> Part:
+    """CLM's learning-rate sensitivity below MLM's, seed noise removed (`grid.Sensitivity`): the
+    difference of the two learning-rate variances (points squared, mean over the categories both
+    have). By runs when both arms have >= 2 (a paired t-test over replicates of each run's
+    estimate), else over the first runs' seeds by the jackknife (pseudo-values of the U-statistic,
+    a t-test over them)."""
+    part = Part(comparison=label)
+    sensitivity = spreads.sensitivity
+    if sensitivity is None or sensitivity.rates < 2:
+        part.missing = ("one learning rate: learning-rate sensitivity cannot be measured (the spread over "
+                        "seeds alone is seed noise)")
+        return part
+    arms = {clm: spreads.runs_of.get(clm, {0: clm}), mlm: spreads.runs_of.get(mlm, {0: mlm})}
+    if any(checkpoint not in sensitivity.checkpoints for runs in arms.values() for checkpoint in runs.values()):
+        part.missing = "needs final CLM and MLM checkpoints with scores at several learning rates"
+        return part
+    categories = analysis.ordered_categories(set(sensitivity.categories))
+    shared = sorted(set(arms[clm]) & set(arms[mlm]))
+    if len(shared) >= 2 and min(len(arms[clm]), len(arms[mlm])) >= 2:
+        per_run = []
+        for r in shared:
+            ids = [arms[clm][r], arms[mlm][r]]
+            cats = [c for c in categories if sensitivity.seeds_with_curves(ids, c).sum() >= 2]
+            values = [sensitivity.components(i, c, sensitivity.seeds_with_curves(ids, c))[1] for i in ids for c in cats]
+            per_run.append(np.mean(values[:len(cats)]) - np.mean(values[len(cats):]) if cats else np.nan)
+        units, unit_text = np.array(per_run)[~np.isnan(per_run)], "pretraining runs per arm"
+        if len(units) < config.min_seeds:
+            part.missing = f"needs >= {config.min_seeds} pretraining runs per arm with curves, has {len(units)}"
+            return part
+        estimates = None
+    else:
+        ids = [spreads.checkpoint(clm), spreads.checkpoint(mlm)]
+        categories = [c for c in categories if sensitivity.seeds_with_curves(ids, c).sum() >= config.min_seeds]
+        seeds = np.logical_and.reduce([sensitivity.seeds_with_curves(ids, c) for c in categories]) if categories else \
+            np.zeros(sensitivity.centred.shape[3], bool)
+        if seeds.sum() < config.min_seeds:
+            part.missing = f"needs >= {config.min_seeds} seeds with a curve over the rates for both, has {seeds.sum()}"
+            return part
+        n, pseudo, estimates = seeds.sum(), [], {i: [] for i in ids}
+        for c in categories:
+            (clm_out, clm_all, _), (mlm_out, mlm_all, _) = (sensitivity.components(i, c, seeds) for i in ids)
+            pseudo.append(n * (clm_all - mlm_all) - (n - 1) * (clm_out - mlm_out))  # jackknife, per seed
+            estimates[ids[0]].append(clm_all), estimates[ids[1]].append(mlm_all)
+        units, unit_text = np.mean(pseudo, axis=0), "seeds (jackknife; about these checkpoints)"
+    above, below = paired_test(units, 0.0, config)
+    part.p_support, part.p_contradict = float(below), float(above)
+    part.noise, part.units = float(units.std(ddof=1)), len(units)
+    mean, low, high = interval(units)
+    shown = ({"CLM": np.mean(estimates[ids[0]]), "MLM": np.mean(estimates[ids[1]])} if estimates else {})
+    sd = "; ".join(f"{k} SD over rates {math.sqrt(max(v, 0)):.2f}" for k, v in shown.items())
+    part.numbers = ((sd + "; " if sd else "") + f"CLM minus MLM learning-rate variance {mean:.2f} "
+                    f"[{low:.2f}, {high:.2f}] points² ({sensitivity.rates} rates, seed noise removed)")
+    part.test = f"{test_name(config)} over {len(units)} {unit_text}, two-sided"
+    if np.isnan(part.p_support):
+        part.missing = "the units do not vary: no test"
     return part
