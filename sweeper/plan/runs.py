@@ -22,7 +22,8 @@ travel on the run (`PretrainingRun.peak_lr`, `.optimizer`, ...; the swept ones i
 nothing downstream of the plan reads them from the spec.
 
 Each run is trained `replicates` times (sweeper.plan.replicates): replicate 0 is the run above,
-replicate r >= 1 `<name>-rep<r>`, planned after every replicate 0.
+replicate r >= 1 `<name>-rep<r>`; the plan lists the replicates 0 first (of the runs from
+scratch, then of the continued ones), then the replicates 1, ...
 
 Names are made in sweeper.plan.run_names; the checks that need the planned runs (a name planned
 twice, an unknown CPT source) run while the spec is loaded (sweeper.plan.load).
