@@ -9,6 +9,7 @@ from __future__ import annotations
 import hashlib
 import json
 import sys
+from dataclasses import replace
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -30,10 +31,18 @@ def describe(trial) -> str:
     return f"{trial.checkpoint.checkpoint_id}|{trial.task}|lr={lr}|seed={trial.seed}|sample={trial.sample}"
 
 
-def keys_of(relative: str, how: str) -> dict:
-    plan = plan_study(load_spec(ROOT / relative))
-    trials = {describe(t): t.trial_key for t in plan.trials}
-    pinned = {"runs": {run.name: run.run_key for run in plan.runs}, "trial_count": len(trials)}
+def keys_of(relative: str, how: str, replicates: int | None = None) -> dict:
+    """The spec's keys as pinned; with `replicates`, those of replicate 0 of the spec planned
+    with that many replicates of every run (which must be the pinned ones)."""
+    spec = load_spec(ROOT / relative)
+    if replicates is not None:
+        spec = replace(spec, pretraining=replace(spec.pretraining, replicates=replicates,
+                                                 runs=[replace(entry, replicates=None) for entry in spec.pretraining.runs]))
+    plan = plan_study(spec)
+    first = replicates is not None  # replicate 0's cells only
+    trials = {describe(t): t.trial_key for t in plan.trials if not first or t.checkpoint.arm == t.checkpoint.checkpoint_id}
+    pinned = {"runs": {run.name: run.run_key for run in plan.runs if not first or run.replicate == 0},
+              "trial_count": len(trials)}
     if how == "full":
         pinned["trials"] = trials
     lines = "\n".join(f"{cell} {key}" for cell, key in sorted(trials.items()))

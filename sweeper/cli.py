@@ -43,7 +43,7 @@ def study_layout_for(spec, flag: str | None, spec_file: str = "spec") -> StudyLa
 def command_plan(args) -> int:
     from sweeper.plan.cost import describe_external, finetuning_cost, parameter_count, pretraining_cost
     from sweeper.plan.memory_check import check_runs, refusal, run_figure, summary
-    from sweeper.plan.study_plan import plan_study, trial_count_text
+    from sweeper.plan.study_plan import plan_study, run_count_text, trial_count_text
 
     spec = load_spec(args.spec)
     plan = plan_study(spec)
@@ -51,7 +51,7 @@ def command_plan(args) -> int:
     final = sum(1 for c in plan.checkpoints if c.run is not None and c.step == c.run.total_steps)
     external = sum(1 for c in plan.checkpoints if c.external is not None)
     print(f"study {spec.study}")
-    print(f"  pretraining runs:       {len(plan.runs)}")
+    print(f"  pretraining runs:       {run_count_text(spec, plan)}")
     print(f"  evaluated checkpoints:  {len(plan.checkpoints)} ({final} final + "
           f"{len(plan.checkpoints) - final - external} intermediate" + (f" + {external} from elsewhere)" if external else ")"))
     for checkpoint in plan.checkpoints:

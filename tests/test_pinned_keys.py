@@ -30,3 +30,14 @@ def test_run_and_trial_keys_are_the_pinned_ones(relative):
                    if now["trials"].get(cell) != key}
         assert not changed, f"{len(changed)} trial keys changed, e.g. {list(changed.items())[:3]}"
     assert now["trials_sha256"] == pinned["trials_sha256"], "trial keys changed"
+
+
+@pytest.mark.parametrize("relative", sorted(SPECS))
+def test_replicate_0_of_every_run_keeps_the_pinned_keys(relative):
+    """Planned with 3 replicates of every run, replicate 0 keeps every pinned run name, run key
+    and trial key: a study that adds replicates later trains and fine-tunes only the new ones."""
+    pinned, now = PINNED[relative], keys_of(relative, SPECS[relative], replicates=3)
+    assert now["runs"] == pinned["runs"]
+    assert now["trial_count"] == pinned["trial_count"]
+    assert now.get("trials", pinned.get("trials")) == pinned.get("trials")
+    assert now["trials_sha256"] == pinned["trials_sha256"]

@@ -12,6 +12,14 @@ order, each permuted on its own (block 0 with `rng([order_seed, epoch])`, block 
 `rng([order_seed, epoch, b])`). A corpus of at most one block keeps the order of the single-file
 corpus before it, and a corpus grown by whole blocks keeps the order of its first blocks, so
 a longer run added later trains on the same first samples as the shorter ones.
+
+A replicate r >= 1 of a run (sweeper.plan.replicates) reads the same prepared corpus in an
+order of its own: the same blocks in the same stream order, each permuted with
+`rng([order_seed, epoch, b, r])` instead (block 0 included). numpy's SeedSequence ignores
+trailing zeros, so a seed list whose last entry is r >= 1 is never that of replicate 0's blocks
+nor of another (block, replicate): each replicate's order differs, replicate 0's is the one
+above bit for bit, and every order stays a pure function of (order_seed, replicate, position),
+so a resumed replicate reads on exactly.
 """
 from __future__ import annotations
 
@@ -38,7 +46,7 @@ class PackedCorpus:
     Shards are read memory-mapped (node-local copies of an object-store corpus, made for the
     shards a window touches, when it first does); a window may span two shards."""
 
-    def __init__(self, corpus_dir: str, seq_len: int, order_seed: int):
+    def __init__(self, corpus_dir: str, seq_len: int, order_seed: int, replicate: int = 0):
         self.corpus_dir = corpus_dir
         self.meta = storage.read_json(storage.join(corpus_dir, CORPUS_MARKER))
         if self.meta is None:
@@ -53,6 +61,7 @@ class PackedCorpus:
         self._shards: dict[int, np.ndarray] = {}
         self.seq_len = seq_len
         self.order_seed = order_seed
+        self.replicate = replicate
         self.num_windows = int(self.shard_starts[-1]) // seq_len
         if self.num_windows == 0:
             raise ValueError(f"corpus has {int(self.shard_starts[-1])} tokens, fewer than seq_len={seq_len}")
@@ -63,7 +72,8 @@ class PackedCorpus:
         """Permutation of one block's windows (two kept: a batch may straddle blocks)."""
         if (epoch, block) not in self._orders:
             size = min(ORDER_BLOCK_WINDOWS, self.num_windows - block * ORDER_BLOCK_WINDOWS)
-            seed = [self.order_seed, epoch] if block == 0 else [self.order_seed, epoch, block]
+            seed = ([self.order_seed, epoch, block, self.replicate] if self.replicate else
+                    [self.order_seed, epoch] if block == 0 else [self.order_seed, epoch, block])
             if len(self._orders) >= 2:
                 self._orders.pop(next(iter(self._orders)))
             self._orders[(epoch, block)] = np.random.default_rng(seed).permutation(size)

@@ -322,7 +322,7 @@ def train_loop_per_worker(loop_config: dict) -> None:
     context = ray.train.get_context()
     rank, world = context.get_world_rank(), context.get_world_size()
     device = torch.device("cuda" if torch.cuda.is_available() and run.use_gpu else "cpu")
-    corpus = PackedCorpus(run.corpus_dir, run.seq_len, run.data_seed)
+    corpus = PackedCorpus(run.corpus_dir, run.seq_len, run.data_seed, run.replicate)
     resume_context, unknown_to_ray = resume_point(run)
     with resume_context as resume:
         model = (LlamaEncoderForMaskedLM.from_pretrained(resume) if resume

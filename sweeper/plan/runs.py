@@ -21,6 +21,10 @@ planned before a field was swept keeps its name, its key and its folder. The res
 travel on the run (`PretrainingRun.peak_lr`, `.optimizer`, ...; the swept ones in `params`):
 nothing downstream of the plan reads them from the spec.
 
+Each run is trained `replicates` times (sweeper.plan.replicates): replicate 0 is the run above,
+replicate r >= 1 `<name>-rep<r>`; the plan lists the replicates 0 first (of the runs from
+scratch, then of the continued ones), then the replicates 1, ...
+
 Names are made in sweeper.plan.run_names; the checks that need the planned runs (a name planned
 twice, an unknown CPT source) run while the spec is loaded (sweeper.plan.load).
 """
@@ -30,6 +34,7 @@ import itertools
 import re
 from dataclasses import asdict, dataclass, field, replace
 
+from sweeper.plan.replicates import arm_name, by_replicate, replicate_name, replicated
 from sweeper.plan.run_names import AXIS_TAGS, format_steps, run_name, tag
 from sweeper.spec import registry
 from sweeper.spec.catalog import MODEL_PRESETS
@@ -79,6 +84,15 @@ class PretrainingRun:
     `model.num_hidden_layers`); empty when nothing is swept."""
     name_tags: tuple[str, ...] = ()
     """The tags its name ends with (`lr1e-3`): swept values that differ from their base."""
+    replicate: int = 0
+    """Which training of its configuration: 0 the run itself, r >= 1 `<name>-rep<r>`."""
+    seed: int = 0
+    """Weight-initialisation and masking seed (sweeper.plan.replicates.init_seed)."""
+
+    @property
+    def arm(self) -> str:
+        """The name of replicate 0 of its configuration (its own for replicate 0)."""
+        return arm_name(self.name, self.replicate)
 
     @property
     def tokens_per_step(self) -> int:
@@ -265,8 +279,9 @@ def resolved(settings: RunSettings) -> dict:
 
 
 def expand_base_runs(spec: StudySpec) -> list[PretrainingRun]:
-    """Runs trained from scratch (no init_from), deduplicated by name, in spec order."""
-    return expand_runs(spec, include_cpt=False)
+    """Runs trained from scratch (no init_from), deduplicated by name, in spec order: replicate
+    0 of each, the names a continued-pretraining entry may start from."""
+    return [run for run in expand_runs(spec, include_cpt=False) if run.replicate == 0]
 
 
 def scratch_runs(spec: StudySpec, grid: RunGridSpec):
@@ -327,19 +342,22 @@ def expand_runs(spec: StudySpec, include_cpt: bool = True) -> list[PretrainingRu
         runs[run.name] = run
         entry_of.setdefault(run.name, entry)
 
-    for entry, grid in enumerate(spec.pretraining.runs):
-        if grid.init_from is None:
-            for run in scratch_runs(spec, grid):
-                add(run, entry)
+    pre = spec.pretraining
+    scratch = [(entry, run, pre.replicates_of(grid), None) for entry, grid in enumerate(pre.runs)
+               if grid.init_from is None for run in scratch_runs(spec, grid)]
+    for entry, run, r, _ in by_replicate(scratch):
+        add(replicated(spec, run, r), entry)
     if include_cpt:
-        base = dict(runs)
-        for entry, grid in enumerate(spec.pretraining.runs):
+        base, continued = dict(runs), []
+        for entry, grid in enumerate(pre.runs):
             if grid.init_from is None:
                 continue
             for source, steps, ratio, settings in itertools.product(
-                    grid.init_from, grid.steps or [spec.pretraining.steps], grid.mask_ratio,
-                    run_settings(spec, grid, None)):
-                add(continued_run(spec, grid, source, base, steps, ratio, settings), entry)
+                    grid.init_from, grid.steps or [pre.steps], grid.mask_ratio, run_settings(spec, grid, None)):
+                continued.append((entry, continued_run(spec, grid, source, base, steps, ratio, settings),
+                                  pre.replicates_of(grid), source))
+        for entry, run, r, source in by_replicate(continued):  # replicate r from its source's, if any
+            add(replicated(spec, run, r, base.get(replicate_name(source, r)) if r else None), entry)
     return list(runs.values())
 
 

@@ -57,6 +57,14 @@ class EvaluatedCheckpoint:
     external: ExternalCheckpoint | None = None
 
     @property
+    def arm(self) -> str:
+        """The checkpoint id of replicate 0 of its configuration (sweeper.plan.replicates): its own
+        for replicate 0 and for a checkpoint from elsewhere."""
+        if self.run is None or self.run.replicate == 0:
+            return self.checkpoint_id
+        return checkpoint_id(self.run.arm, self.step, self.run.total_steps)
+
+    @property
     def source_key(self) -> str:
         """What its trial keys hash as the checkpoint's origin: the run key, or the external key."""
         return self.run.run_key if self.run is not None else self.external.key
@@ -210,7 +218,8 @@ def plan_trials(spec: StudySpec, checkpoints: list[EvaluatedCheckpoint]) -> list
             # An evaluation-only set draws as its training task does: it is scored at that trial's point.
             drawn_as = info.train_task or task
             for k in range(ft.random.samples):
-                params = space.random_point(spaces[task], ft.random.seed, ckpt.checkpoint_id, drawn_as, k)
+                # Drawn by arm: every replicate of a checkpoint tries the points its replicate 0 does.
+                params = space.random_point(spaces[task], ft.random.seed, ckpt.arm, drawn_as, k)
                 lr = params.pop(space.LEARNING_RATE)
                 protocol = replace(finetune_protocol(spec, task, point=params), learning_rate=lr)
                 trials += [Trial(trial_key=stable_key(trial_identity(run_key, ckpt.step, info, protocol, seed)),
@@ -277,11 +286,32 @@ def external_checkpoints(spec: StudySpec) -> list[EvaluatedCheckpoint]:
             for external in resolve_all(spec.finetuning.checkpoints)]
 
 
+def run_count_text(spec: StudySpec, plan: StudyPlan) -> str:
+    """`sweeper plan`'s run count: with replicates, its configurations times their replicates
+    (`21 = 7 configurations x 3 replicates`; entries of different counts named with theirs)."""
+    configurations = sum(1 for run in plan.runs if run.replicate == 0)
+    if configurations == len(plan.runs):
+        return f"{len(plan.runs)}"
+    counts = {}
+    for run in plan.runs:
+        counts[run.arm] = counts.get(run.arm, 0) + 1
+    if len(set(counts.values())) == 1:
+        return f"{len(plan.runs)} = {configurations} configurations x {len(plan.runs) // configurations} replicates"
+    entries = ", ".join(f"runs[{i}] x{spec.pretraining.replicates_of(grid)}"
+                        for i, grid in enumerate(spec.pretraining.runs) if spec.pretraining.replicates_of(grid) > 1)
+    return f"{len(plan.runs)} ({configurations} configurations; replicates: {entries})"
+
+
+def checkpoint_id(run_name: str, step: int, total_steps: int) -> str:
+    """The run name for its final checkpoint, `<run>-<step>` for an intermediate one."""
+    return run_name if step == total_steps else f"{run_name}-{step}"
+
+
 def plan_study(spec: StudySpec) -> StudyPlan:
     runs = expand_runs(spec)
     checkpoints = [
         EvaluatedCheckpoint(
-            checkpoint_id=run.name if step == run.total_steps else f"{run.name}-{step}",
+            checkpoint_id=checkpoint_id(run.name, step, run.total_steps),
             run=run, step=step, tokens_seen=(run.steps_before + step) * run.tokens_per_step,
         )
         for run in runs

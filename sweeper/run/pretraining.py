@@ -47,7 +47,7 @@ def pretrain_config(run: PretrainingRun, spec: StudySpec, layout: StudyLayout, c
         total_steps=run.total_steps, checkpoint_steps=run.checkpoint_steps,
         global_batch_size=run.global_batch_size, seq_len=run.seq_len, peak_lr=run.peak_lr,
         optimizer=run.optimizer, warmup_steps=run.warmup_steps, decay_steps=run.decay_steps,
-        seed=pre.seed, data_seed=spec.data.order_seed, data_offset_steps=run.steps_before,
+        seed=run.seed, data_seed=spec.data.order_seed, replicate=run.replicate, data_offset_steps=run.steps_before,
         log_every=pre.log_every, save_every=pre.save_every, workers=res.pretraining_workers,
         threads=max(1, int(res.cpus_per_worker)), sharding=res.sharding, compile=pre.compile,
         micro_batch_size=pre.micro_batch_size, activation_checkpointing=pre.activation_checkpointing,
@@ -108,7 +108,8 @@ def record_finished_run(study: str, layout: StudyLayout, run: PretrainingRun, wa
     run_layout = layout.run(run.name)
     log = storage.read_json(storage.join(run_layout.checkpoint(run.total_steps), TRAIN_LOG))
     write_rows(layout, PRETRAINING, [
-        {"study": study, "run_name": run.name, "run_key": run.run_key, "objective": run.objective, **row}
+        {"study": study, "run_name": run.name, "run_key": run.run_key, "objective": run.objective,
+         "replicate": run.replicate, **row}
         for row in log
     ])
     storage.remove(run_layout.failed)

@@ -42,7 +42,9 @@ def checkpoint_columns(ckpt: EvaluatedCheckpoint) -> dict:
     """What a row says of its checkpoint: its run's objective and schedule, or for a checkpoint
     from elsewhere its source and what its `meta` states (None where unstated); `source` is
     `study` for the study's own; `parameters` counts the backbone with its embedding, no LM head
-    (an external one's from its config.json's sizes unless its meta states it)."""
+    (an external one's from its config.json's sizes unless its meta states it); `replicate` and
+    `arm` say which training of its configuration it is (sweeper.plan.replicates; an external
+    checkpoint is replicate 0 of its own arm)."""
     if ckpt.run is None:
         external, meta = ckpt.external, ckpt.external.meta
         parameters = meta.parameters or (parameter_count(external.sizes) if external.sizes
@@ -50,13 +52,13 @@ def checkpoint_columns(ckpt: EvaluatedCheckpoint) -> dict:
         return {"run_name": external.name, "run_key": external.key, "objective": meta.objective, "clm_fraction": None,
                 "mask_ratio": meta.mask_ratio, "checkpoint_step": 0, "total_steps": None, "init_from": None,
                 "steps_before": None, "tokens_seen": meta.tokens_seen, "source": storage.redact(external.source),
-                "parameters": parameters}
+                "parameters": parameters, "replicate": 0, "arm": ckpt.arm}
     run = ckpt.run
     return {"run_name": run.name, "run_key": run.run_key, "objective": run.objective, "clm_fraction": run.clm_fraction,
             "mask_ratio": run.mask_ratio, "checkpoint_step": ckpt.step, "total_steps": run.total_steps,
             "init_from": run.init_from, "steps_before": run.steps_before, "tokens_seen": ckpt.tokens_seen,
-            "source": "study", "parameters": parameter_count(run.model_config)
-            if run.model_config else None}
+            "source": "study", "parameters": parameter_count(run.model_config) if run.model_config else None,
+            "replicate": run.replicate, "arm": ckpt.arm}
 
 
 def trial_row(study: str, trial: Trial, result: dict | None, status: str, error: str | None) -> dict:

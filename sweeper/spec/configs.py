@@ -230,9 +230,12 @@ class PretrainConfig:
     decay_steps: int
     """Final steps of decay from peak_lr to 0 (trainables.lr_schedule.wsd_lr)."""
     seed: int
-    """Weight initialisation and masking seed."""
+    """Weight initialisation and masking seed (a replicate's own: sweeper.plan.replicates.init_seed)."""
     data_seed: int
     """Sample-order seed of the corpus (the same for every run)."""
+    replicate: int = 0
+    """Which replicate of its configuration the run is: 0 reads the corpus in the study's order,
+    r >= 1 in an order of its own (`trainables.corpus.PackedCorpus`)."""
     data_offset_steps: int = 0
     """Steps of data already seen by the starting checkpoint (continued runs read on)."""
     log_every: int = 100

@@ -256,6 +256,9 @@ class RunGridSpec:
     run. A grid plans one run per value."""
     decay_steps: int | None = None
     """Decay of this entry's schedule (default: pretraining.decay_steps); a grid plans one run per value."""
+    replicates: int | None = None
+    """Times each run of this entry is trained, each with its own initialisation and data order
+    (default: pretraining.replicates)."""
     GRID_FIELDS: ClassVar = ("warmup_steps", "decay_steps")
 
     def check(self):
@@ -281,6 +284,7 @@ class RunGridSpec:
         if self.preset == []:
             yield "preset", "empty grid: give at least one preset or leave preset out"
         yield from non_negative(self, "warmup_steps", "decay_steps")
+        yield from replicate_count(self)
         for i, ratio in enumerate(self.mask_ratio):
             if not 0 < ratio < 1:
                 yield f"mask_ratio[{i}]", f"{ratio} is outside (0, 1)"
@@ -346,7 +350,11 @@ class PretrainingSpec:
     """torch.compile each transformer block (fixed shapes: compiled once per run); pays on GPU over
     long runs, not on a few hundred CPU steps (benchmarks/pretrain_throughput.py --compile)."""
     seed: int = 0
-    """Weight-initialisation seed (the same for every run)."""
+    """Weight-initialisation seed (the same for every run; replicate r >= 1 derives its own)."""
+    replicates: int = 1
+    """Times each run is trained, each with its own initialisation and data order: replicate 0
+    is the run itself (`tiny-mlm40-600`), replicate r >= 1 `tiny-mlm40-600-rep<r>`. A run entry's
+    `replicates` wins."""
 
     def check(self):
         if not self.runs:
@@ -355,6 +363,7 @@ class PretrainingSpec:
                             "keep_resume_checkpoints")
         yield from non_negative(self, "warmup_steps", "decay_steps", "save_every", "random_replace", "keep_original")
         yield from seeds(self, "seed")
+        yield from replicate_count(self)
         if not 0 <= self.random_replace + self.keep_original <= 1:
             yield "random_replace", "random_replace + keep_original must lie in [0, 1]"
         for i, run in enumerate(self.runs):
@@ -370,3 +379,17 @@ class PretrainingSpec:
                     key = (f"runs[{i}].warmup_steps[{j}]" if isinstance(run.warmup_steps, Grid) and j else
                            f"runs[{i}].decay_steps[{k}]" if isinstance(run.decay_steps, Grid) and k else f"runs[{i}].steps")
                     yield key, f"budget {budget} is shorter than warmup + decay steps ({warmup} + {decay})"
+
+    def replicates_of(self, entry: RunGridSpec) -> int:
+        """How many times the runs of `entry` are trained: its own count, else the study's."""
+        return self.replicates if entry.replicates is None else entry.replicates
+
+
+MAX_REPLICATES = 1000
+"""Each replicate is a whole pretraining run: more is a typo, not a plan."""
+
+
+def replicate_count(owner):
+    """(key, reason) when `replicates` is not a count in [1, MAX_REPLICATES]."""
+    if owner.replicates is not None and not 0 < owner.replicates <= MAX_REPLICATES:
+        yield "replicates", f"must be a whole number in [1, {MAX_REPLICATES:,}], got {owner.replicates}"
