@@ -13,7 +13,7 @@ from sweeper.report import analysis
 from sweeper.report.figures import clipped_interval, score_ranges
 from sweeper.report.findings import check_findings
 from sweeper.report.statistics import CANNOT_TELL, CONTRADICTS, SUPPORTS, holm, paired_t
-from sweeper.report.writer import findings_section
+from sweeper.report.verdict_text import findings_section
 from sweeper.spec import registry
 from sweeper.spec.registry import FamilyInfo
 from test_verdict_calibration import synthetic_study
@@ -50,7 +50,9 @@ def test_a_planted_study_supports_every_finding_with_tests_and_adjusted_p(plante
         for part in verdict.parts:
             assert part.p_adjusted >= part.p_value and part.p_adjusted < 0.05 and "seeds" in part.test
     text = "\n".join(findings_section(verdicts))
-    assert "| part | numbers | test | p (Holm) | verdict |" in text and "paired t-test over 5 seeds" in text
+    assert "| part | numbers | test | p (Holm) | detectable (80 %) | verdict |" in text
+    assert "paired t-test over 5 seeds" in text and "How a verdict follows from its parts" in text
+    assert "About checkpoints, not objectives" in text  # one run per configuration
 
 
 def test_runs_of_different_sizes_are_never_compared(planted):
@@ -120,3 +122,59 @@ def test_a_contradiction_is_reported_as_one(planted):
     first = check_findings(rows)[0]
     assert first.verdict == CONTRADICTS
     assert next(p for p in first.parts if ", SC:" in p.comparison).verdict == CONTRADICTS
+
+
+def test_holm_equals_statsmodels_multipletests():
+    from statsmodels.stats.multitest import multipletests
+    rng = np.random.default_rng(3)
+    for size in (1, 2, 5, 13):
+        p = rng.uniform(0, 0.2, size) ** 2
+        assert holm(p) == pytest.approx(multipletests(p, method="holm")[1].tolist(), rel=1e-12)
+
+
+def test_a_diverged_seed_scores_its_tasks_worst_finished_score_and_its_rate_loses():
+    """Rate 1e-4's survivors average 76, above rate 1e-5's 75, but one of its seeds diverged: it
+    scores the task's worst finished score (60), 1e-4's mean drops to 72 and 1e-5 is selected.
+    Dropping the diverged seed would have selected 1e-4."""
+    from sweeper.report.grid import TrialGrid
+    values = {1e-5: [60.0, 80.0, 80.0, 80.0], 1e-4: [76.0, 76.0, 76.0, math.nan]}
+    rows = [{"checkpoint_id": "c", "task": "t", "task_category": "SC", "learning_rate": lr, "seed": s,
+             "validation_score": v, "test_score": v, "status": "ok" if v == v else "diverged",
+             "checkpoint_step": 1, "total_steps": 1} for lr, vs in values.items() for s, v in enumerate(vs)]
+    grid = TrialGrid.of(pd.DataFrame(rows))
+    validation, _ = grid.scored()
+    assert validation[0, 0, 1, 3] == 60.0  # the task's worst finished score
+    scores, _ = grid.selected_scores(crossfit=False)
+    assert scores[0, 0].tolist() == values[1e-5]
+    assert grid.outcomes().loc["c", "diverged"] == 1
+
+
+def test_one_learning_rate_measures_no_learning_rate_sensitivity(planted):
+    one_rate = planted[planted["learning_rate"] == planted["learning_rate"].min()]
+    stability = next(p for p in check_findings(one_rate)[2].parts if "stability" in p.comparison)
+    assert stability.missing.startswith("one learning rate") and stability.numbers == ""
+
+
+def test_replicated_configurations_are_compared_by_their_runs():
+    from verdict_simulation import GROUPS, Scenario, simulate, trial_rows
+    rows = trial_rows(*simulate(np.random.default_rng(1), Scenario(groups=GROUPS[:1], replicates=3, run_sd=0.5)))
+    first = check_findings(rows)[0]
+    assert all("over 3 pretraining runs per arm" in part.test for part in first.parts), [p.test for p in first.parts]
+    text = "\n".join(findings_section(check_findings(rows), replicated=True))
+    assert "About objectives where runs are replicated" in text
+
+
+def test_the_robustness_card_names_the_parts_that_flip(planted):
+    """With 5 seeds a two-sided Wilcoxon test cannot reach p < 0.05 (its smallest p is 0.0625): every
+    decided part flips under it, and the card says so; leaving one seed out keeps >= 3 seeds."""
+    from sweeper.report import findings, robustness
+    study = findings.study_grid(planted)
+    verdicts = findings.judge_grid(*study)
+    card = {v.name: v for v in robustness.robustness_card(*study, verdicts, (1e-5, 1e-4))}
+    assert {"seed 0 left out", "Wilcoxon signed-rank instead of t", "tie margin 0.5 point(s)",
+            "tie margin 2 point(s)"} <= set(card)
+    decided = {f"{v.number}. {p.comparison}" for v in verdicts for p in v.parts if p.verdict != CANNOT_TELL}
+    assert decided and set(card["Wilcoxon signed-rank instead of t"].flips) == decided
+    assert all(v.verdict == CANNOT_TELL for v in card["Wilcoxon signed-rank instead of t"].verdicts)
+    lines = "\n".join(robustness.robustness_lines(list(card.values()), verdicts))
+    assert "## Robustness card" in lines and "Parts whose verdict flips:" in lines

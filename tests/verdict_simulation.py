@@ -81,6 +81,10 @@ class Scenario:
     noise: dict = field(default_factory=dict)
     run_sd: float = 0.0
     replicates: int = 1
+    tasks_per_category: int | None = None
+    """Fixed count of tasks per category (None: 1-3, drawn per study)."""
+    rates: int | None = None
+    """Fixed count of learning rates from 1e-5 (None: 3-6, drawn per study)."""
 
     def checkpoints(self) -> list[dict]:
         """The study's checkpoints' run columns, with `arm_tag` (the planted effects' key)."""
@@ -115,8 +119,9 @@ def simulate(rng: np.random.Generator, scenario: Scenario) -> tuple[TrialGrid, p
     """One study: its grid and its checkpoints' run columns (indexed by checkpoint id)."""
     runs = runs_table((scenario.groups, scenario.replicates))
     tags = runs["arm_tag"].to_numpy()
-    tasks = [(f"{c.lower()}{i}", c) for c in CATEGORIES for i in range(rng.integers(1, 4))]
-    lrs = np.array(LRS[:rng.integers(3, 7)])
+    tasks = [(f"{c.lower()}{i}", c) for c in CATEGORIES
+             for i in range(scenario.tasks_per_category or rng.integers(1, 4))]
+    lrs = np.array(LRS[:scenario.rates or rng.integers(3, 7)])
     n_ck, n_task, n_lr = len(runs), len(tasks), len(lrs)
     category = np.array([CATEGORIES.index(c) for _, c in tasks])
     base = rng.uniform(40, 85, n_task)

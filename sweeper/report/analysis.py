@@ -321,9 +321,10 @@ def stability(trials: pd.DataFrame, lr_range: tuple[float, float] = (1e-5, 1e-4)
 
     spread = sqrt(sum of squared centred scores / (n - 1)), the standard deviation of the pooled
     centred scores (each cell's are centred, so their mean is 0). The interval is the Student-t
-    interval of the mean over seeds of the per-seed mean squares (`per_seed_spread`), square-rooted
-    and scaled to the spread; its lower end is clipped at 0 (a spread is never negative). With
-    few seeds it is wide: that is the information there is."""
+    interval of the log of the mean over seeds of the per-seed mean squares (`per_seed_spread`),
+    square-rooted and scaled to the spread: positive, never clipped. With few seeds it is wide:
+    that is the information there is. The spread mixes learning-rate sensitivity with seed noise;
+    the findings separate them (`grid.Sensitivity`)."""
     seeds, used = per_seed_spread(trials, lr_range)
     if seeds.empty:
         return pd.DataFrame(), used
@@ -334,10 +335,12 @@ def stability(trials: pd.DataFrame, lr_range: tuple[float, float] = (1e-5, 1e-4)
                        mean=("mean_square", "mean"), std=("mean_square", "std"), seeds=("has_spread", "sum"))
                   .reset_index())
     table["spread"] = np.sqrt(table["total"] / (table["count"] - 1)).where(table["count"] > 1)
-    half = half_widths(table["std"], table["seeds"])
-    scale = np.sqrt(table["mean"]).where(table["mean"] > 0)
-    table["spread_low"] = table["spread"] * np.sqrt((table["mean"] - half).clip(lower=0)) / scale
-    table["spread_high"] = table["spread"] * np.sqrt(table["mean"] + half) / scale
+    # On the log scale (delta method: the log of a mean has SE ~ sd / (mean sqrt(n))), so the
+    # interval of a spread is positive and asymmetric, never clipped at 0.
+    with np.errstate(divide="ignore", invalid="ignore"):
+        log_half = (half_widths(table["std"], table["seeds"]) / table["mean"]).where(table["mean"] > 0)
+    table["spread_low"] = table["spread"] * np.exp(-log_half / 2)
+    table["spread_high"] = table["spread"] * np.exp(log_half / 2)
     table = table.drop(columns=["total", "count", "mean", "std", "seeds"]).merge(run_table(seeds), on="checkpoint_id")
     return table.sort_values(["objective", "run_name", "task_category"]).reset_index(drop=True), used
 

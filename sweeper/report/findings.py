@@ -347,14 +347,22 @@ def finding_5(scores: SeedScores, config: VerdictConfig) -> list[Part]:
     return parts
 
 
-def check_findings(trials: pd.DataFrame, lr_range: tuple[float, float] = (1e-5, 1e-4),
-                   config: VerdictConfig = VerdictConfig()) -> list[Verdict]:
-    """The five verdicts on a trials table (the store's rows, every status), over the checkpoints
-    whose objective, size and budget are known (`provenance.findings_trials`)."""
+def study_grid(trials: pd.DataFrame) -> tuple[TrialGrid, pd.DataFrame] | None:
+    """The dense grid of the checkpoints the findings read (`provenance.findings_trials`) and their
+    run columns (indexed by checkpoint id); None without a finished trial."""
     trials = provenance.findings_trials(trials)
     if not (trials["status"] == "ok").any():
+        return None
+    return TrialGrid.of(trials), analysis.run_table(trials).set_index("checkpoint_id")
+
+
+def check_findings(trials: pd.DataFrame, lr_range: tuple[float, float] = (1e-5, 1e-4),
+                   config: VerdictConfig = VerdictConfig()) -> list[Verdict]:
+    """The five verdicts on a trials table (the store's rows, every status)."""
+    study = study_grid(trials)
+    if study is None:
         return [Verdict(i + 1, claim, CANNOT_TELL, ["no finished trials"]) for i, claim in enumerate(FINDINGS)]
-    return judge_grid(TrialGrid.of(trials), analysis.run_table(trials).set_index("checkpoint_id"), lr_range, config)
+    return judge_grid(*study, lr_range, config)
 
 
 def judge_grid(grid: TrialGrid, runs: pd.DataFrame, lr_range: tuple[float, float] = (1e-5, 1e-4),

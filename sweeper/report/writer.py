@@ -13,8 +13,9 @@ from pathlib import Path
 import pandas as pd
 
 from sweeper.report import analysis, figures, importance, provenance
-from sweeper.report.findings import Verdict, check_findings
-from sweeper.report.statistics import CANNOT_TELL, p_text
+from sweeper.report import findings, robustness
+from sweeper.report.tables import fmt, markdown_table
+from sweeper.report.verdict_text import findings_section, outcomes_section
 from sweeper.store import folders, storage
 from sweeper.store.layout import StudyLayout
 from sweeper.store.results import quarantined, read_trials
@@ -45,16 +46,6 @@ MAX_AXIS_VALUES = 12
 """A swept field with more values than this gets no axis section, nor does a range the spec's
 search samples (a value per sample: one column each would say nothing); `## Parameter
 importances` covers them. A choice keeps its section: a few values, each sampled often."""
-
-
-def fmt(value, digits: int = 2) -> str:
-    return "n/a" if value is None or (isinstance(value, float) and math.isnan(value)) else f"{value:.{digits}f}"
-
-
-def markdown_table(headers: list[str], rows: list[list[str]]) -> str:
-    lines = ["| " + " | ".join(headers) + " |", "|" + "|".join("---" for _ in headers) + "|"]
-    lines += ["| " + " | ".join(row) + " |" for row in rows]
-    return "\n".join(lines)
 
 
 def coverage(trials: pd.DataFrame, planned: int | None) -> str:
@@ -252,30 +243,16 @@ def importance_section(trials: pd.DataFrame, space: dict | None) -> list[str]:
     return out
 
 
-FINDINGS_INTRO = (
-    "Each finding is split into parts; each part is a paired test over fine-tuning seeds (checkpoints of one size "
-    "and one budget, at their best learning rates), and Holm's adjustment runs over the parts of a finding, so "
-    "a finding says *supports* or *contradicts* with at most a 5 % chance when nothing differs. A part is "
-    "decided when its adjusted p-value is below 0.05; otherwise it is *cannot tell*, with what is missing. "
-    "Numbers: mean over seeds [95 % CI]. Tests, margins and their measured error rates: docs/statistics.md.")
-
-
-def findings_section(verdicts: list[Verdict]) -> list[str]:
-    """Per finding its verdict, then per part: the comparison, the numbers, the test, the
-    Holm-adjusted p-value and the part's verdict."""
-    out = ["## The paper's findings, checked on this study", "", FINDINGS_INTRO, ""]
-    for verdict in verdicts:
-        out += [f"{verdict.number}. **{verdict.verdict}**: {verdict.claim}", ""]
-        if not verdict.parts:
-            out += [f"   - {line}" for line in verdict.evidence] + [""]
-            continue
-        rows = [[part.comparison, part.numbers or "-", part.test if not part.missing else "not tested",
-                 p_text(part.p_adjusted) if not part.missing else "n/a",
-                 part.verdict if not part.missing else f"{CANNOT_TELL}: {part.missing}"]
-                for part in verdict.parts]
-        out += ["   " + line for line in markdown_table(
-            ["part", "numbers", "test", "p (Holm)", "verdict"], rows).splitlines()] + [""]
-    return out
+def verdicts_sections(trials: pd.DataFrame, lr_range: tuple[float, float]) -> list[str]:
+    """The findings, the trials that did not finish, and the robustness card."""
+    study = findings.study_grid(trials)
+    if study is None:
+        return findings_section(findings.check_findings(trials, lr_range))
+    verdicts = findings.judge_grid(*study, lr_range)
+    replicated = bool((study[1]["replicate"].fillna(0) > 0).any())
+    card = robustness.robustness_card(*study, verdicts, lr_range)
+    return (findings_section(verdicts, replicated) + outcomes_section(trials)
+            + robustness.robustness_lines(card, verdicts))
 
 
 def build_report(layout: StudyLayout, lr_range: tuple[float, float] = (1e-5, 1e-4)) -> tuple[str, list[Path]]:
@@ -309,7 +286,7 @@ def build_report(layout: StudyLayout, lr_range: tuple[float, float] = (1e-5, 1e-
     at_best = "test score at the best point (learning rate, swept values)" if analysis.axes(best) else "best-LR test score"
     out += category_section(final, f"Category averages (final checkpoints; {at_best}, mean ± 95 % CI over seeds)")
     figure("category scores", figures.category_bars(final, ranges, figure_dir / "category_scores.png"), "no scores")
-    out += findings_section(check_findings(trials, lr_range)) + left_out_section(trials)
+    out += verdicts_sections(trials, lr_range) + left_out_section(trials)
     if not stability.empty:
         out += ["## Fine-tuning stability", "",
                 f"Test scores centred per (checkpoint, task), spread = std over seeds x learning rates {used_range}, "
