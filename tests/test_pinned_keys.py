@@ -37,7 +37,9 @@ def test_replicate_0_of_every_run_keeps_the_pinned_keys(relative):
     """Planned with 3 replicates of every run, replicate 0 keeps every pinned run name, run key
     and trial key: a study that adds replicates later trains and fine-tunes only the new ones."""
     pinned, now = PINNED[relative], keys_of(relative, SPECS[relative], replicates=3)
-    assert now["runs"] == pinned["runs"]
-    assert now["trial_count"] == pinned["trial_count"]
-    assert now.get("trials", pinned.get("trials")) == pinned.get("trials")
-    assert now["trials_sha256"] == pinned["trials_sha256"]
+    # A shipped spec may replicate some runs itself (micro.yaml): its pins hold those too.
+    assert now["runs"].items() <= pinned["runs"].items() and now["runs"]
+    if "trials" in pinned:
+        assert now["trials"].items() <= pinned["trials"].items() and now["trials"]
+    else:  # pinned as a digest: a spec without replicates of its own (paper.yaml)
+        assert (now["trial_count"], now["trials_sha256"]) == (pinned["trial_count"], pinned["trials_sha256"])
