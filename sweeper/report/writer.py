@@ -7,7 +7,6 @@ files it met (store parts set aside, an unreadable `plan.json`).
 from __future__ import annotations
 
 import math
-from collections.abc import Callable
 from pathlib import Path
 
 import pandas as pd
@@ -15,17 +14,11 @@ import pandas as pd
 from sweeper.report import analysis, figure_set, figures, importance, provenance
 from sweeper.report.figure_set import FigureSet
 from sweeper.report.findings import Verdict, check_findings
+from sweeper.report.record import study_record
 from sweeper.report.statistics import CANNOT_TELL, p_text
 from sweeper.store import storage
 from sweeper.store.layout import StudyLayout
 from sweeper.store.results import quarantined, read_trials
-
-
-def planned_trial_keys(layout: StudyLayout, damaged: Callable[[str, str], None] | None = None) -> list[str] | None:
-    """The planned trial keys of `plan.json`; None when it is absent or damaged (told to `damaged`)."""
-    plan = storage.read_json(layout.plan, default={}, damaged=damaged)
-    keys = plan.get("trial_keys") if isinstance(plan, dict) else None
-    return keys if isinstance(keys, list) else None
 
 
 def damage_section(layout: StudyLayout, damaged: dict[str, str]) -> list[str]:
@@ -58,12 +51,13 @@ def markdown_table(headers: list[str], rows: list[list[str]]) -> str:
     return "\n".join(lines)
 
 
-def coverage(trials: pd.DataFrame, planned: int | None) -> str:
+def coverage(trials: pd.DataFrame, planned: int | None, missing: int = 0) -> str:
+    """The trials the report reads, by status, and how many the current spec plans that have no row."""
     counts = trials["status"].value_counts().to_dict() if not trials.empty else {}
     parts = [f"{n} {status}" for status, n in sorted(counts.items())]
     line = f"{len(trials)} trials recorded ({', '.join(parts) or 'none'})"
-    if planned is not None and planned > len(trials):
-        line += (f"; **{planned - len(trials)} of {planned} planned trials are missing** (study incomplete: "
+    if planned is not None and missing:
+        line += (f"; **{missing} of {planned} planned trials are missing** (study incomplete: "
                  "tables show what is recorded)")
     return line
 
@@ -287,17 +281,17 @@ def build_report(layout: StudyLayout, lr_range: tuple[float, float] = (1e-5, 1e-
 
 
 def report_and_figures(layout: StudyLayout, lr_range: tuple[float, float]) -> tuple[str, FigureSet]:
-    trials = read_trials(layout).to_pandas()  # sets damaged parts aside first
     damaged: dict[str, str] = {}
-    planned = planned_trial_keys(layout, damaged=damaged.__setitem__)
-    if planned is not None:
-        trials = trials[trials["trial_key"].isin(set(planned))]  # superseded cells leave the report
+    # Every recorded trial but the superseded ones and those recorded under other settings (named).
+    record = study_record(layout, read_trials(layout).to_pandas(), damaged)  # sets damaged parts aside first
+    trials = record.trials
     study = trials["study"].iloc[0] if not trials.empty else storage.name(layout.root)
-    out = [f"# Study report: {study}", "", coverage(trials, len(planned) if planned is not None else None), ""]
+    out = [f"# Study report: {study}", "", coverage(trials, record.planned, record.missing), "",
+           *(record.summary and [*record.summary, ""])]
     out += damage_section(layout, damaged) + origins_section(trials) + padding_section(trials)
     best = analysis.best_params_table(trials)
     if best.empty:
-        return "\n".join(out + ["No finished trials yet."]) + "\n", FigureSet.for_study(layout)
+        return "\n".join(out + ["No finished trials yet.", ""] + record.section) + "\n", FigureSet.for_study(layout)
     categories = analysis.category_scores(trials, best)
     final = analysis.final_only(categories)
     stability, used_range = analysis.stability(trials, lr_range)
@@ -365,7 +359,7 @@ def report_and_figures(layout: StudyLayout, lr_range: tuple[float, float]) -> tu
                            "no scores", figure_set.swept_caption(name))
     out += importance_section(trials, searched or None)
     out += ["## Per task", ""] + task_sections(best, trials)
-    return "\n".join(out + shown.not_drawn()) + "\n", shown
+    return "\n".join(out + record.section + shown.not_drawn()) + "\n", shown
 
 
 def write_report(layout: StudyLayout, lr_range: tuple[float, float] = (1e-5, 1e-4)) -> str:
