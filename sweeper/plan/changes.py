@@ -13,6 +13,7 @@ values follow the search settings, which are themselves compared, under `search`
 """
 from __future__ import annotations
 
+import hashlib
 import json
 import time
 from dataclasses import asdict, dataclass, field
@@ -108,6 +109,14 @@ def trial_cell(checkpoint_id: str, task: str, learning_rate, params: str, seed: 
     if sample is not None:
         return checkpoint_id, task, ("sample", int(sample)), seed
     return checkpoint_id, task, (learning_rate, params), seed
+
+
+def cell_id(cell: tuple) -> str:
+    """A short stable name of a `trial_cell` (plan.json lists the planned trials' so a report can
+    tell a superseded row, whose cell the current spec plans under other settings, from a kept one)."""
+    checkpoint, task, point, seed = cell
+    point = ["sample", int(point[1])] if point[0] == "sample" else [float(point[0]), point[1]]
+    return hashlib.sha256(json.dumps([checkpoint, task, point, int(seed)]).encode()).hexdigest()[:16]
 
 
 def cell_text(cell: tuple) -> str:

@@ -1,14 +1,24 @@
-"""The report's figures (matplotlib, PNG). Each function returns the file it wrote, or None when
-the study has nothing to show for it (the report then says why)."""
+"""The report's figures (matplotlib). Each function returns the Figure it drew, or None when the
+study has nothing to show for it (the report then says why); `sweeper.report.figure_set` saves
+them as PNGs.
+
+The figures are one set: a checkpoint's colour is its objective family's (`objective_family`,
+`FAMILY_COLOURS`) in every figure, and checkpoints of one family differ by marker, line style or
+hatch (`member_styles`). Each figure has one legend, beside its panels, at 10 pt."""
 from __future__ import annotations
 
+import functools
+import zlib
 from collections.abc import Mapping
-from pathlib import Path
+from dataclasses import dataclass
 
 import matplotlib
 
 matplotlib.use("Agg")  # files only; no display on clusters and CI
 import matplotlib.pyplot as plt  # noqa: E402
+from matplotlib.figure import Figure  # noqa: E402
+from matplotlib.lines import Line2D  # noqa: E402
+from matplotlib.patches import Patch  # noqa: E402
 import numpy as np  # noqa: E402
 import pandas as pd  # noqa: E402
 
@@ -16,7 +26,6 @@ from sweeper.report import analysis  # noqa: E402
 from sweeper.report.analysis import ordered_categories  # noqa: E402
 from sweeper.spec import registry  # noqa: E402
 
-OBJECTIVE_COLOURS = {"mlm": "tab:blue", "clm": "tab:orange", "clm-mlm": "tab:green"}
 UNREGISTERED_RANGE = (-100.0, 100.0)
 """Score range of a category no registered family reports (a plugin's study reported without its
 SWEEPER_PLUGINS): wide enough for any metric x 100, so no interval is clipped wrongly."""
@@ -56,128 +65,258 @@ def clipped_interval(mean: pd.Series, half: pd.Series, score_range: tuple[float,
     return (mean - half).clip(lower=low), (mean + half).clip(upper=high)
 
 
+FAMILY_COLOURS = {"MLM": "tab:blue", "CLM": "tab:orange", "CLM -> MLM": "tab:green", "continued": "tab:purple",
+                  "from elsewhere": "tab:gray"}
+"""Objective family (`objective_family`) -> its colour, the same in every figure."""
+OTHER_COLOURS = ("tab:brown", "tab:pink", "tab:olive", "tab:cyan", "tab:red")
+"""Colours of the other objectives' families (a plugin's `span-mlm`), picked by the name's CRC-32:
+the same family gets the same colour in every figure and every study."""
+PAPER_FAMILIES = {"mlm": "MLM", "clm": "CLM", "clm-mlm": "CLM -> MLM"}
+CONTINUED, FROM_ELSEWHERE = "continued", "from elsewhere"
+MARKERS = ("o", "s", "^", "D", "v", "P", "X", "*")
+LINESTYLES = ("-", "--", ":", "-.")
+HATCHES = ("", "//", "..", "xx", "\\\\", "++", "--", "oo")
+FONTS = {"font.size": 10, "legend.fontsize": 10, "legend.title_fontsize": 10, "axes.titlesize": 11,
+         "axes.labelsize": 10, "xtick.labelsize": 10, "ytick.labelsize": 10, "figure.titlesize": 12}
+"""Text sizes (points): legible with the PNG shown at 100 %."""
+
+
+def objective_family(row) -> str:
+    """A checkpoint's objective family, from its run columns (a Series or dict): "from elsewhere"
+    for a checkpoint the study did not train (`analysis.is_external`; also one that states no
+    objective: the study's own runs always do), "continued" for a run from another's checkpoint
+    (`init_from`), else MLM, CLM, CLM -> MLM, or the objective's own name (a plugin's)."""
+    source, init_from, objective = row.get("source"), row.get("init_from"), row.get("objective")
+    if (isinstance(source, str) and source != analysis.STUDY_SOURCE) or not isinstance(objective, str):
+        return FROM_ELSEWHERE
+    if isinstance(init_from, str):
+        return CONTINUED
+    return PAPER_FAMILIES.get(objective, objective)
+
+
+def family_colour(family: str) -> str:
+    return FAMILY_COLOURS.get(family) or OTHER_COLOURS[zlib.crc32(family.encode()) % len(OTHER_COLOURS)]
+
+
+def checkpoint_families(frame: pd.DataFrame) -> dict[str, str]:
+    """checkpoint_id -> objective family, for every checkpoint of a trials (or analysis) frame."""
+    runs = analysis.run_table(frame)
+    return {row["checkpoint_id"]: objective_family(row) for _, row in runs.iterrows()}
+
+
+@dataclass(frozen=True, slots=True)
+class Style:
+    """How one checkpoint (or series) is drawn: its family's colour, and the marker, line style and
+    hatch that tell it from the others of its family."""
+
+    family: str
+    colour: str
+    marker: str
+    linestyle: str
+    hatch: str
+
+
+def family_rank(family: str) -> tuple[int, str]:
+    order = list(FAMILY_COLOURS)
+    return (order.index(family), "") if family in order else (len(order), family)
+
+
+def member_styles(members: Mapping) -> dict:
+    """member -> Style, in family order (MLM, CLM, CLM -> MLM, continued, from elsewhere, others),
+    members of one family in the order given; the i-th member of a family gets the i-th marker,
+    hatch and line style."""
+    ordered = sorted(members, key=lambda member: family_rank(members[member]))  # stable: keeps the given order
+    seen: dict[str, int] = {}
+    styles = {}
+    for member in ordered:
+        family = members[member]
+        i = seen[family] = seen.get(family, -1) + 1
+        styles[member] = Style(family, family_colour(family), MARKERS[i % len(MARKERS)],
+                               LINESTYLES[i % len(LINESTYLES)], HATCHES[i % len(HATCHES)])
+    return styles
+
+
+def tag(artists, family: str, member) -> None:
+    """Name each artist's family and member in its gid (`family|member`, a series' key as its
+    values joined by ', '): the tests read it."""
+    text = ", ".join(map(str, member)) if isinstance(member, tuple) else str(member)
+    for artist in artists:
+        artist.set_gid(f"{family}|{text}")
+
+
+def drawn(draw):
+    """Draw the figure with the report's text sizes (FONTS)."""
+    @functools.wraps(draw)
+    def with_fonts(*args, **kwargs):
+        with plt.rc_context(FONTS):
+            return draw(*args, **kwargs)
+    return with_fonts
+
+
+def finish(fig: Figure, handles: list, labels: list[str], title: str) -> Figure:
+    """Lay the panels out and give the figure its one legend, right of the panels."""
+    fig.tight_layout()
+    fig.legend(handles, labels, loc="center left", bbox_to_anchor=(1.0, 0.5), frameon=False, title=title)
+    return fig
+
+
+def save(fig: Figure, path) -> None:
+    fig.savefig(path, dpi=120, bbox_inches="tight")  # the legend beside the panels included
+    plt.close(fig)
+
+
 def present(frame: pd.DataFrame) -> list[str]:
     return ordered_categories(frame["task_category"])
 
 
-def save(fig, path: Path) -> Path:
-    fig.tight_layout()
-    fig.savefig(path, dpi=120)
-    plt.close(fig)
-    return path
+def members_of(frame: pd.DataFrame, column: str, families: Mapping[str, str]) -> dict:
+    """Each value of `column` (in sorted order) -> the family of its checkpoint's last row."""
+    last = frame.drop_duplicates(column, keep="last").sort_values(column)
+    return {member: families.get(checkpoint, FROM_ELSEWHERE)
+            for member, checkpoint in zip(last[column], last["checkpoint_id"])}
 
 
-def category_bars(final: pd.DataFrame, ranges: ScoreRanges, path: Path) -> Path | None:
-    """Best-LR test score per final checkpoint and category, with 95 % intervals clipped to the
-    category's score range (`score_ranges`)."""
-    if final.empty:
+def bars(frame: pd.DataFrame, member: str, value: str, low_high, families: Mapping[str, str], ylabel: str,
+         title: str, xlabel: str | None = None) -> Figure | None:
+    """Grouped bars: per category a bar per `member` (in its style), with error bars from
+    `low_high(rows) -> (below, above)`."""
+    if frame.empty:
         return None
-    categories = present(final)
-    checkpoints = list(final.sort_values(["objective", "checkpoint_id"])["checkpoint_id"].unique())
-    fig, ax = plt.subplots(figsize=(max(6, 1.2 * len(checkpoints) * len(categories) / 2), 4))
-    width = 0.8 / len(checkpoints)
-    for i, checkpoint in enumerate(checkpoints):
-        rows = final[final["checkpoint_id"] == checkpoint].set_index("task_category").reindex(categories)
-        objective = final.loc[final["checkpoint_id"] == checkpoint, "objective"].iloc[0]
-        mean, half = rows["mean"].to_numpy(), rows["ci95"].fillna(0).to_numpy()
-        low, high = np.array([range_of(c, ranges) for c in categories]).T
-        errors = np.nan_to_num(np.vstack([np.minimum(half, mean - low), np.minimum(half, high - mean)]))
-        ax.bar([c + i * width for c in range(len(categories))], rows["mean"], width,
-               yerr=errors, capsize=3, label=checkpoint, alpha=0.85,
-               edgecolor=OBJECTIVE_COLOURS.get(objective, "grey"), linewidth=1.5)
+    categories, styles = present(frame), member_styles(members_of(frame, member, families))
+    fig, ax = plt.subplots(figsize=(max(6.0, 0.6 * len(styles) * len(categories)), 4.2))
+    width = 0.8 / len(styles)
+    for i, (name, style) in enumerate(styles.items()):
+        rows = frame[frame[member] == name].set_index("task_category").reindex(categories)
+        drawn_bars = ax.bar([c + i * width for c in range(len(categories))], rows[value], width,
+                            yerr=np.nan_to_num(np.vstack(low_high(rows))).clip(min=0), capsize=3, color=style.colour,
+                            hatch=style.hatch, edgecolor="black", linewidth=0.6)
+        tag(drawn_bars.patches, style.family, name)
     ax.set_xticks([c + 0.4 - width / 2 for c in range(len(categories))], categories)
-    ax.set_ylabel("test score at best LR (mean over seeds, 95 % CI)")
-    ax.set_title("Category scores per checkpoint")
-    ax.legend(fontsize=7, ncol=2)
-    return save(fig, path)
+    ax.set_ylabel(ylabel)
+    if xlabel:
+        ax.set_xlabel(xlabel)
+    ax.set_title(title)
+    handles = [Patch(facecolor=s.colour, hatch=s.hatch, edgecolor="black", linewidth=0.6) for s in styles.values()]
+    return finish(fig, handles, [f"{name} ({s.family})" for name, s in styles.items()], "colour: objective family")
 
 
-def stability_bars(table: pd.DataFrame, lr_range: str, path: Path) -> Path | None:
+@drawn
+def category_bars(final: pd.DataFrame, ranges: ScoreRanges, families: Mapping[str, str]) -> Figure | None:
+    """Best-point test score per final checkpoint and category, with 95 % intervals clipped to the
+    category's score range (`score_ranges`)."""
+    def errors(rows):
+        mean, half = rows["mean"].to_numpy(), rows["ci95"].fillna(0).to_numpy()
+        low, high = np.array([range_of(c, ranges) for c in rows.index]).T
+        return np.minimum(half, mean - low), np.minimum(half, high - mean)
+
+    return bars(final, "checkpoint_id", "mean", errors, families,
+                "test score at best point\n(mean over seeds, 95 % CI)", "Category scores per checkpoint")
+
+
+@drawn
+def stability_bars(table: pd.DataFrame, lr_range: str, families: Mapping[str, str]) -> Figure | None:
     """Paper Fig. 5: spread of centred scores over seeds x learning rates, per run, with its 95 %
     interval over seeds (`analysis.stability`; never below 0)."""
-    if table.empty:
-        return None
-    categories = present(table)
-    runs = list(table.sort_values(["objective", "run_name"])["run_name"].unique())
-    fig, ax = plt.subplots(figsize=(max(6, len(runs) * len(categories) * 0.6), 4))
-    width = 0.8 / len(runs)
-    for i, run in enumerate(runs):
-        rows = table[table["run_name"] == run].set_index("task_category").reindex(categories)
-        objective = table.loc[table["run_name"] == run, "objective"].iloc[0]
-        errors = np.nan_to_num(np.vstack([rows["spread"] - rows["spread_low"], rows["spread_high"] - rows["spread"]]))
-        ax.bar([c + i * width for c in range(len(categories))], rows["spread"], width, label=run,
-               yerr=errors.clip(min=0), capsize=3,
-               color=OBJECTIVE_COLOURS.get(objective, "grey"), alpha=0.4 + 0.6 * (i + 1) / len(runs))
-    ax.set_xticks([c + 0.4 - width / 2 for c in range(len(categories))], categories)
-    ax.set_ylabel("std of centred test score (points, 95 % CI)")
-    ax.set_xlabel(f"spread over seeds x learning rates {lr_range}", fontsize=8)
-    ax.set_title("Fine-tuning stability (smaller = more stable)")
-    ax.legend(fontsize=7)
-    return save(fig, path)
+    return bars(table, "run_name", "spread", lambda rows: (rows["spread"] - rows["spread_low"],
+                                                           rows["spread_high"] - rows["spread"]),
+                families, "std of centred test score\n(points, 95 % CI)", "Fine-tuning stability (smaller = more stable)",
+                f"spread over seeds x learning rates {lr_range}")
 
 
-def lines_by_category(frame: pd.DataFrame, x: str, group: str, xlabel: str, title: str, path: Path,
-                      ranges: ScoreRanges, log_x: bool = False) -> Path | None:
-    """One panel per category, one line per `group` value, with 95 % bands clipped to the
-    category's score range."""
-    if frame.empty or frame[group].nunique() == 0:
+def line_panel(ax, rows: pd.DataFrame, x: str, y: str, half: str, style: Style, member, families: Mapping[str, str],
+               score_range: tuple[float, float]) -> set[str]:
+    """One series in one panel: its line and band in the series' style, each point's marker in its
+    own checkpoint's family colour. Returns the families of its points."""
+    rows = rows.sort_values(x)
+    line = ax.plot(rows[x], rows[y], color=style.colour, linestyle=style.linestyle)
+    low, high = clipped_interval(rows[y], rows[half], score_range)
+    band = ax.fill_between(rows[x], low, high, color=style.colour, alpha=0.15)
+    tag([*line, band], style.family, member)
+    point_families = rows["checkpoint_id"].map(lambda c: families.get(c, FROM_ELSEWHERE))
+    for family in point_families.unique():
+        points = rows[point_families == family]
+        markers = ax.plot(points[x], points[y], linestyle="none", marker=style.marker, color=family_colour(family))
+        tag(markers, family, member)
+    return set(point_families)
+
+
+def line_legend(styles: dict, label, point_families: set[str], anchor_note: str | None) -> tuple[list, list[str]]:
+    """A legend entry per series, then one per family whose points sit on another family's line."""
+    handles = [Line2D([], [], color=s.colour, linestyle=s.linestyle, marker=s.marker) for s in styles.values()]
+    labels = [f"{label(member)} ({s.family})" for member, s in styles.items()]
+    for family in sorted(point_families - {s.family for s in styles.values()}, key=family_rank):
+        handles.append(Line2D([], [], linestyle="none", marker="o", color=family_colour(family)))
+        labels.append(f"{family}: {anchor_note or 'its own checkpoint'}")
+    return handles, labels
+
+
+@drawn
+def lines_by_category(frame: pd.DataFrame, x: str, group, xlabel: str, title: str, ranges: ScoreRanges,
+                      families: Mapping[str, str], label=str, anchor_note: str | None = None,
+                      log_x: bool = False, legend_title: str = "colour: objective family") -> Figure | None:
+    """One panel per category, one line per value of `group` (a column, or a list of columns: a
+    series per combination, never joined to another), with 95 % bands clipped to the category's
+    score range. A line takes the family of its last point; each marker its own checkpoint's
+    (the MLM-only point at CLM share 0, a continued run's starting checkpoint)."""
+    if frame.empty:
         return None
-    categories = present(frame)
-    fig, axes = plt.subplots(1, len(categories), figsize=(4.2 * len(categories), 3.6), squeeze=False)
+    keys = [group] if isinstance(group, str) else list(group)
+    frame = frame.assign(series=list(zip(*(frame[k] for k in keys))) if len(keys) > 1 else frame[group])
+    styles = member_styles(members_of(frame.sort_values(x), "series", families))
+    categories, points = present(frame), set()
+    fig, axes = plt.subplots(1, len(categories), figsize=(4.2 * len(categories), 3.8), squeeze=False)
     for ax, category in zip(axes[0], categories):
-        for name, rows in frame[frame["task_category"] == category].groupby(group):
-            rows = rows.sort_values(x)
-            line = ax.plot(rows[x], rows["mean"], marker="o", label=str(name))[0]
-            low, high = clipped_interval(rows["mean"], rows["ci95"], range_of(category, ranges))
-            ax.fill_between(rows[x], low, high, color=line.get_color(), alpha=0.15)
+        for member, rows in frame[frame["task_category"] == category].groupby("series", sort=False):
+            points |= line_panel(ax, rows, x, "mean", "ci95", styles[member], member, families,
+                                 range_of(category, ranges))
         ax.set_title(category)
         ax.set_xlabel(xlabel)
         if log_x:
             ax.set_xscale("log")
         ax.grid(alpha=0.3)
-    axes[0][0].set_ylabel("test score at best LR")
-    axes[0][-1].legend(fontsize=7)
+    axes[0][0].set_ylabel("test score at best point")
     fig.suptitle(title)
-    return save(fig, path)
+    return finish(fig, *line_legend(styles, label, points, anchor_note), legend_title)
 
 
-def lr_sensitivity(trials: pd.DataFrame, path: Path) -> Path | None:
-    """Validation score (mean over seeds) against the learning rate, per final checkpoint and category."""
+def lr_sensitivity(trials: pd.DataFrame, families: Mapping[str, str]) -> Figure | None:
+    """Validation score (mean over seeds) against the learning rate, per final checkpoint and
+    category; None below two learning rates."""
     per_lr = analysis.lr_sensitivity(trials)
     if per_lr.empty:
         return None
     final = trials[trials["checkpoint_id"].isin(set(per_lr["checkpoint_id"]))]
-    return lines_by_category(per_lr.rename(columns={"std": "ci95"}), "learning_rate", "checkpoint_id",
-                             "fine-tuning learning rate", "Validation score vs learning rate (band: std over seeds)",
-                             path, score_ranges(final), log_x=True)
+    fig = lines_by_category(per_lr.rename(columns={"std": "ci95"}), "learning_rate", "checkpoint_id",
+                            "fine-tuning learning rate", "Validation score vs learning rate (band: std over seeds)",
+                            score_ranges(final), families, log_x=True)
+    fig.axes[0].set_ylabel("validation score (mean over seeds)")
+    return fig
 
 
-def axis_lines(table: pd.DataFrame, axis: str, name: str, ranges: ScoreRanges, path: Path) -> Path | None:
+@drawn
+def axis_lines(table: pd.DataFrame, axis: str, name: str, ranges: ScoreRanges,
+               families: Mapping[str, str]) -> Figure | None:
     """Test score against a swept field's value (`analysis.axis_scores`): one panel per task, one
     line per checkpoint, 95 % bands clipped to the task's score range. Values that are not single
     numbers (betas) sit at even places along the axis, labelled."""
     if table.empty:
         return None
-    tasks = sorted(table["task"].unique())
-    values = sorted(table[axis].unique())
+    tasks, values = sorted(table["task"].unique()), sorted(table[axis].unique())
     numeric = all(isinstance(v, (int, float, np.integer, np.floating)) for v in values)
     place = {v: (float(v) if numeric else i) for i, v in enumerate(values)}
-    fig, axes = plt.subplots(1, len(tasks), figsize=(4.2 * len(tasks), 3.6), squeeze=False)
+    styles = member_styles(members_of(table, "checkpoint_id", families))
+    fig, axes = plt.subplots(1, len(tasks), figsize=(4.2 * len(tasks), 3.8), squeeze=False)
     for ax, task in zip(axes[0], tasks):
-        rows = table[table["task"] == task]
-        category = rows["task_category"].iloc[0]
+        rows = table[table["task"] == task].assign(x=lambda t: t[axis].map(place))
         for checkpoint, line_rows in rows.groupby("checkpoint_id"):
-            line_rows = line_rows.assign(x=line_rows[axis].map(place)).sort_values("x")
-            line = ax.plot(line_rows["x"], line_rows["test_mean"], marker="o", label=str(checkpoint))[0]
-            low, high = clipped_interval(line_rows["test_mean"], line_rows["test_ci95"], range_of(category, ranges))
-            ax.fill_between(line_rows["x"], low, high, color=line.get_color(), alpha=0.15)
+            line_panel(ax, line_rows, "x", "test_mean", "test_ci95", styles[checkpoint], checkpoint, families,
+                       range_of(rows["task_category"].iloc[0], ranges))
         if not numeric:
             ax.set_xticks(list(place.values()), [str(list(v)) if isinstance(v, tuple) else str(v) for v in values],
-                          fontsize=7)
+                          fontsize=9)
         ax.set_title(task)
         ax.set_xlabel(f"finetuning.{name}")
         ax.grid(alpha=0.3)
-    axes[0][0].set_ylabel("test score (mean over seeds, 95 % CI)")
-    axes[0][-1].legend(fontsize=7)
+    axes[0][0].set_ylabel("test score\n(mean over seeds, 95 % CI)")
     fig.suptitle(f"Score vs {name} (each value at its best learning rate and other swept values)")
-    return save(fig, path)
+    return finish(fig, *line_legend(styles, str, set(), None), "colour: objective family")

@@ -7,25 +7,18 @@ files it met (store parts set aside, an unreadable `plan.json`).
 from __future__ import annotations
 
 import math
-from collections.abc import Callable
 from pathlib import Path
 
 import pandas as pd
 
-from sweeper.report import analysis, figures, importance, provenance
-from sweeper.report import findings, robustness
+from sweeper.report import analysis, figure_set, figures, findings, importance, provenance, robustness
+from sweeper.report.figure_set import FigureSet
+from sweeper.report.record import study_record
 from sweeper.report.tables import fmt, markdown_table
 from sweeper.report.verdict_text import findings_section, outcomes_section
-from sweeper.store import folders, storage
+from sweeper.store import storage
 from sweeper.store.layout import StudyLayout
 from sweeper.store.results import quarantined, read_trials
-
-
-def planned_trial_keys(layout: StudyLayout, damaged: Callable[[str, str], None] | None = None) -> list[str] | None:
-    """The planned trial keys of `plan.json`; None when it is absent or damaged (told to `damaged`)."""
-    plan = storage.read_json(layout.plan, default={}, damaged=damaged)
-    keys = plan.get("trial_keys") if isinstance(plan, dict) else None
-    return keys if isinstance(keys, list) else None
 
 
 def damage_section(layout: StudyLayout, damaged: dict[str, str]) -> list[str]:
@@ -48,12 +41,13 @@ search samples (a value per sample: one column each would say nothing); `## Para
 importances` covers them. A choice keeps its section: a few values, each sampled often."""
 
 
-def coverage(trials: pd.DataFrame, planned: int | None) -> str:
+def coverage(trials: pd.DataFrame, planned: int | None, missing: int = 0) -> str:
+    """The trials the report reads, by status, and how many the current spec plans that have no row."""
     counts = trials["status"].value_counts().to_dict() if not trials.empty else {}
     parts = [f"{n} {status}" for status, n in sorted(counts.items())]
     line = f"{len(trials)} trials recorded ({', '.join(parts) or 'none'})"
-    if planned is not None and planned > len(trials):
-        line += (f"; **{planned - len(trials)} of {planned} planned trials are missing** (study incomplete: "
+    if planned is not None and missing:
+        line += (f"; **{missing} of {planned} planned trials are missing** (study incomplete: "
                  "tables show what is recorded)")
     return line
 
@@ -256,36 +250,32 @@ def verdicts_sections(trials: pd.DataFrame, lr_range: tuple[float, float]) -> li
 
 
 def build_report(layout: StudyLayout, lr_range: tuple[float, float] = (1e-5, 1e-4)) -> tuple[str, list[Path]]:
-    """The report text and the figures drawn (into `<study>/figures/`, or a local folder that
-    `write_report` uploads when the study is in an object store)."""
-    trials = read_trials(layout).to_pandas()  # sets damaged parts aside first
+    """The report text and the figures drawn (into `<study>/figures/`; for a study in an object
+    store, into a temporary folder that is the caller's to delete: `write_report` uploads them)."""
+    text, figure_set = report_and_figures(layout, lr_range)
+    return text, figure_set.made
+
+
+def report_and_figures(layout: StudyLayout, lr_range: tuple[float, float]) -> tuple[str, FigureSet]:
     damaged: dict[str, str] = {}
-    planned = planned_trial_keys(layout, damaged=damaged.__setitem__)
-    if planned is not None:
-        trials = trials[trials["trial_key"].isin(set(planned))]  # superseded cells leave the report
+    # Every recorded trial but the superseded ones and those recorded under other settings (named).
+    record = study_record(layout, read_trials(layout).to_pandas(), damaged)  # sets damaged parts aside first
+    trials = record.trials
     study = trials["study"].iloc[0] if not trials.empty else storage.name(layout.root)
-    out = [f"# Study report: {study}", "", coverage(trials, len(planned) if planned is not None else None), ""]
+    out = [f"# Study report: {study}", "", coverage(trials, record.planned, record.missing), "",
+           *(record.summary and [*record.summary, ""])]
     out += damage_section(layout, damaged) + origins_section(trials) + padding_section(trials)
     best = analysis.best_params_table(trials)
     if best.empty:
-        return "\n".join(out + ["No finished trials yet."]) + "\n", []
+        return "\n".join(out + ["No finished trials yet.", ""] + record.section) + "\n", FigureSet.for_study(layout)
     categories = analysis.category_scores(trials, best)
     final = analysis.final_only(categories)
     stability, used_range = analysis.stability(trials, lr_range)
-    figure_dir = folders.scratch_dir(layout.root, "figures")
     ranges = figures.score_ranges(trials)  # per category: its families' score range, for clipping
-    made, skipped = [], []
-
-    def figure(name: str, path: Path | None, why_not: str) -> None:
-        if path is None:
-            skipped.append(f"{name}: {why_not}")
-        else:
-            made.append(path)
-            out.extend([f"![{name}](figures/{path.name})", ""])
-
+    families, shown = figures.checkpoint_families(trials), FigureSet.for_study(layout)  # colour: objective family
     at_best = "test score at the best point (learning rate, swept values)" if analysis.axes(best) else "best-LR test score"
     out += category_section(final, f"Category averages (final checkpoints; {at_best}, mean ± 95 % CI over seeds)")
-    figure("category scores", figures.category_bars(final, ranges, figure_dir / "category_scores.png"), "no scores")
+    out += shown.place("category scores", "category_scores", figures.category_bars(final, ranges, families), "no scores")
     out += verdicts_sections(trials, lr_range) + left_out_section(trials)
     if not stability.empty:
         out += ["## Fine-tuning stability", "",
@@ -297,22 +287,25 @@ def build_report(layout: StudyLayout, lr_range: tuple[float, float] = (1e-5, 1e-
                                  fmt(r["spread"]),
                                  f"[{fmt(r['spread_low'])}, {fmt(r['spread_high'])}]", str(r["runs"])]
                                 for _, r in stability.iterrows()]), ""]
-    figure("stability", figures.stability_bars(stability, used_range, figure_dir / "stability.png"), "no final checkpoints")
+    out += shown.place("stability", "stability", figures.stability_bars(stability, used_range, families),
+                       "no final checkpoints")
     efficiency = analysis.data_efficiency(categories)
     out += curve_table(efficiency, ["run_name", "checkpoint_step", "tokens_seen"], "Data efficiency",
                        "Category score at each evaluated checkpoint of runs with intermediate checkpoints.")
-    figure("data efficiency", figures.lines_by_category(
-        efficiency, "tokens_seen", "run_name", "pretraining tokens", "Score vs pretraining tokens",
-        figure_dir / "data_efficiency.png", ranges), "no run has intermediate checkpoints")
+    out += shown.place("data efficiency", "data_efficiency", figures.lines_by_category(
+        efficiency, "tokens_seen", "run_name", "pretraining tokens", "Score vs pretraining tokens", ranges, families),
+        "no run has intermediate checkpoints")
     splits = analysis.biphasic(categories)
     if splits["clm_fraction"].between(0, 1, inclusive="neither").any():
         out += curve_table(splits, ["total_steps", "clm_fraction", "mask_ratio"], "Biphasic CLM -> MLM",
                            "Category score per CLM share at each budget (0 = MLM only).")
-        figure("biphasic", figures.lines_by_category(
-            splits.assign(budget=splits["total_steps"]), "clm_fraction", "budget", "CLM share of the steps",
-            "Score vs CLM share, per step budget", figure_dir / "biphasic.png", ranges), "no CLM -> MLM runs")
+        out += shown.place("biphasic", "biphasic", figures.lines_by_category(
+            splits, "clm_fraction", ["total_steps", "mask_ratio"], "CLM share of the steps",
+            "Score vs CLM share, per step budget and masking ratio", ranges, families,
+            label=lambda key: f"{int(key[0]):,} steps, {key[1]:.0%} masking", anchor_note="MLM only (share 0)"),
+            "no CLM -> MLM runs")
     else:
-        skipped.append("biphasic: no CLM -> MLM runs")
+        shown.skipped.append("biphasic: no CLM -> MLM runs")
     ratios = analysis.masking_ratios(categories)
     if ratios["mask_ratio"].nunique() > 1:
         out += curve_table(ratios, ["run_name", "mask_ratio"], "Masking ratio", "Pure MLM runs by masking ratio.")
@@ -320,14 +313,15 @@ def build_report(layout: StudyLayout, lr_range: tuple[float, float] = (1e-5, 1e-
     if not cpt.empty:
         out += curve_table(cpt, ["source", "added_steps"], "Continued pretraining",
                            "MLM continued from each source; 0 added steps is the source itself.")
-        figure("continued pretraining", figures.lines_by_category(
-            cpt, "added_steps", "source", "added MLM steps", "Continued MLM pretraining by starting point",
-            figure_dir / "continued_pretraining.png", ranges), "no continued-pretraining runs")
+        out += shown.place("continued pretraining", "continued_pretraining", figures.lines_by_category(
+            cpt, "added_steps", "source", "added MLM steps", "Continued MLM pretraining by starting point", ranges,
+            families, label=lambda source: f"from {source}", anchor_note="the starting checkpoint (0 added steps)"),
+            "no continued-pretraining runs")
     else:
-        skipped.append("continued pretraining: no continued-pretraining runs")
+        shown.skipped.append("continued pretraining: no continued-pretraining runs")
     out += lr_section(analysis.lr_sensitivity(trials))
-    figure("learning-rate sensitivity", figures.lr_sensitivity(trials, figure_dir / "lr_sensitivity.png"),
-           "fewer than two learning rates")
+    out += shown.place("learning-rate sensitivity", "lr_sensitivity", figures.lr_sensitivity(trials, families),
+                       "fewer than two learning rates in the study (a line needs two or more)")
     swept, searched = analysis.with_params(trials), study_space(layout) or {}
     for axis in analysis.axes(swept):
         name = analysis.axis_name(axis)
@@ -337,25 +331,21 @@ def build_report(layout: StudyLayout, lr_range: tuple[float, float] = (1e-5, 1e-
         if table.empty:
             continue
         out += axis_section(table, axis)
-        figure(f"score vs {name}", figures.axis_lines(table, axis, name, ranges, figure_dir / f"swept_{name}.png"),
-               "no scores")
+        out += shown.place(f"score vs {name}", f"swept_{name}", figures.axis_lines(table, axis, name, ranges, families),
+                           "no scores", figure_set.swept_caption(name))
     out += importance_section(trials, searched or None)
     out += ["## Per task", ""] + task_sections(best, trials)
-    if skipped:
-        out += ["## Figures not drawn", ""] + [f"- {line}" for line in skipped] + [""]
-    return "\n".join(out) + "\n", made
+    return "\n".join(out + record.section + shown.not_drawn()) + "\n", shown
 
 
 def write_report(layout: StudyLayout, lr_range: tuple[float, float] = (1e-5, 1e-4)) -> str:
     """Write `report.md` and the figures into the study; returns the report's location."""
-    text, made = build_report(layout, lr_range)
-    if storage.is_remote(layout.root):
-        for figure in made:
-            storage.write_bytes(storage.join(layout.figures, figure.name), figure.read_bytes())
+    text, shown = report_and_figures(layout, lr_range)
     path = layout.report
     storage.write_text(path, text)
+    shown.publish(layout)
     summary = text.split("## Fine-tuning stability")[0].split("## Per task")[0]
     print(summary.rstrip())
-    print(f"[report] {storage.display(path)} ({len(made)} figures in "
+    print(f"[report] {storage.display(path)} ({len(shown.made)} figures in "
           f"{storage.display(layout.figures)})")
     return path

@@ -13,6 +13,7 @@ from pathlib import Path
 
 import ray
 
+from sweeper.plan.changes import cell_id, resolved_settings, trial_cell
 from sweeper.plan.study_plan import StudyPlan
 from sweeper.report.writer import write_report
 from sweeper.run.corpora import check_corpus_source, prepare_corpora
@@ -22,9 +23,11 @@ from sweeper.run.pretraining import PretrainingGrid
 from sweeper.run.progress import format_duration
 from sweeper.run.ray_compat import use_loopback_node
 from sweeper.spec import registry
+from sweeper.spec.configs import params_text
 from sweeper.spec.study import StudySpec
 from sweeper.store import storage
 from sweeper.store.layout import StudyLayout
+from sweeper.store.spec_record import keep_spec
 
 
 def plugin_runtime_env() -> dict | None:
@@ -68,12 +71,23 @@ def connect_ray() -> None:
     tighten_auth_token()
 
 
-def write_plan_file(plan: StudyPlan, layout: StudyLayout) -> None:
-    """`plan.json`: the planned trial keys, so reports and `sweeper status` know what is missing."""
-    storage.write_json(layout.plan, {
-        "trials": len(plan.trials), "trial_keys": [t.trial_key for t in plan.trials],
-        "runs": {run.name: run.run_key for run in plan.runs},
-    }, indent=None)
+def plan_record(plan: StudyPlan) -> dict:
+    """`plan.json`: the planned trial keys, so reports and `sweeper status` know what is missing,
+    and each one's cell (`changes.cell_id`), so a report tells a superseded row from a kept one."""
+    return {"trials": len(plan.trials), "trial_keys": [t.trial_key for t in plan.trials],
+            "trial_cells": [cell_id(trial_cell(t.checkpoint.checkpoint_id, t.task, t.learning_rate,
+                                               params_text(t.params), t.seed, t.sample)) for t in plan.trials],
+            "runs": {run.name: run.run_key for run in plan.runs}}
+
+
+def record_spec(spec: StudySpec, spec_path: Path, plan: StudyPlan, layout: StudyLayout) -> None:
+    """`spec.yaml` (the latest spec), `plan.json`, and the spec kept with its plan and settings
+    in the study's record (`specs/`, sweeper.store.spec_record). No copy holds credentials (a
+    spec's `storage: s3://KEY:SECRET@...`: sweeper.store.storage)."""
+    text, record = storage.redact(Path(spec_path).read_text()), plan_record(plan)
+    storage.write_text(layout.spec, text)
+    storage.write_json(layout.plan, record, indent=None)
+    keep_spec(layout, text, {**record, "resolved": resolved_settings(spec, plan)})
 
 
 def run_study(spec: StudySpec, spec_path: Path, plan: StudyPlan, layout: StudyLayout, *,
@@ -84,9 +98,7 @@ def run_study(spec: StudySpec, spec_path: Path, plan: StudyPlan, layout: StudyLa
     if plan.runs:  # an evaluation-only study reads no corpus
         check_corpus_source(spec, spec_path)  # before anything is written or started: exit 2
     storage.make_dirs(layout.root)
-    # The copy holds no credentials (a spec's `storage: s3://KEY:SECRET@...`): sweeper.store.storage.
-    storage.write_text(layout.spec, storage.redact(Path(spec_path).read_text()))
-    write_plan_file(plan, layout)
+    record_spec(spec, spec_path, plan, layout)
     print(f"[study] {spec.study}: {len(plan.runs)} pretraining runs, {len(plan.checkpoints)} checkpoints, "
           f"{len(plan.trials)} fine-tuning trials -> {storage.display(layout.root)}", flush=True)
     connect_ray()

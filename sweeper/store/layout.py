@@ -1,6 +1,8 @@
 """The study folder: every file and folder a study holds, named in one place (Ray- and torch-free).
 
     <study>/spec.yaml                      the spec the study was last run with
+           specs/<n>-<hash>.yaml           every spec the study ran, numbered in the order they ran
+           specs/<n>-<hash>.plan.json      what that spec planned: trial keys and cells, runs, settings
            plan.json                       planned trial keys and run keys (reports, status)
            resolved.json                   resolved fine-tuning settings (change detection)
            live.json                       the driver's heartbeat: pid, host, trials in flight
@@ -141,6 +143,19 @@ class StudyLayout:
     @property
     def spec(self) -> str:
         return self.path("spec.yaml")
+
+    @property
+    def specs(self) -> str:
+        """Every spec the study ran, kept (sweeper.store.spec_record); `spec` is the latest's copy."""
+        return self.path("specs")
+
+    def spec_copy(self, entry: str) -> str:
+        """One kept spec (`entry`: `<n>-<hash>`), credentials left out as in `spec`."""
+        return self.path("specs", f"{entry}.yaml")
+
+    def spec_plan(self, entry: str) -> str:
+        """What the kept spec `entry` planned when it ran."""
+        return self.path("specs", f"{entry}.plan.json")
 
     @property
     def plan(self) -> str:
