@@ -155,3 +155,21 @@ def test_a_damaged_plan_reads_as_absent_and_is_named(clear_study):
     text, _ = build_report(clear_study)
     assert "- `plan.json`: not JSON" in text and "| m-mlm40-100 | mlm |" in text
     assert "planned trials are missing" not in text, "no plan: nothing is said missing"
+
+
+def test_a_one_rate_report_explains_its_verdicts_and_clips_no_interval(tmp_path):
+    """One learning rate: no learning-rate sensitivity figure (and why), the stability part says it
+    cannot measure sensitivity instead of printing a number, the verdict rule is stated, and no
+    interval printed anywhere ends at 0 or at 100 (nothing clipped at a bound)."""
+    import re
+    study = StudyLayout(str(tmp_path))
+    rows = [r for r in synthetic_trials(CLEAR, noise={"mlm": 1.0, "clm": 3.0}) if r["learning_rate"] == 3e-5]
+    write_rows(study, TRIALS, rows)
+    text, made = build_report(study)
+    assert "How a verdict follows from its parts" in text and "About checkpoints, not objectives" in text
+    assert "one learning rate: learning-rate sensitivity cannot be measured" in text
+    assert not any(path.name == "lr_sensitivity.png" for path in made)
+    assert re.search(r"learning-rate sensitivity.*(fewer than two|two or more) learning rates", text, re.I | re.S)
+    intervals = re.findall(r"\[(-?[\d.]+), (-?[\d.]+)\]", text)
+    assert intervals and not any(float(low) == 0.0 or float(high) == 100.0 for low, high in intervals)
+    assert "detectable (80 %)" in text

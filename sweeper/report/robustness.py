@@ -9,6 +9,7 @@ few dozen judgements: seconds on an 18,000-row store (benchmarks/robustness_card
 """
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass, replace
 
 import pandas as pd
@@ -27,7 +28,7 @@ class Variant:
     flips: dict[str, str]
 
 
-def variants(grid: TrialGrid, config: VerdictConfig):
+def variants(grid: TrialGrid, config: VerdictConfig, replicated: bool):
     """(name, grid, config) of each alternative analysis."""
     for j, seed in enumerate(grid.seeds):
         if len(grid.seeds) > 2:
@@ -40,24 +41,27 @@ def variants(grid: TrialGrid, config: VerdictConfig):
         if margin != config.tie_margin:
             yield f"tie margin {margin:g} point(s)", grid, replace(config, tie_margin=margin)
     yield "validation and test swapped (choose on one split, score on the other)", grid.swapped(), config
-    if config.crossfit:
+    if config.crossfit and replicated:
         yield "runs' seeds not cross-fitted (selection on the scored seeds)", grid, replace(config, crossfit=False)
 
 
 def part_verdicts(verdicts: list[Verdict]) -> dict[str, str]:
-    return {f"{v.number}. {part.comparison}": part.verdict for v in verdicts for part in v.parts}
+    """Per part (its finding and comparison, the margin's size left out of its name), its verdict."""
+    return {f"{v.number}. " + re.sub(r"[\d.]+-point margin", "margin", part.comparison): part.verdict
+            for v in verdicts for part in v.parts}
 
 
 def robustness_card(grid: TrialGrid, runs: pd.DataFrame, baseline: list[Verdict], lr_range: tuple[float, float],
                     config: VerdictConfig = VerdictConfig()) -> list[Variant]:
     """Every variant's verdicts and its flips against `baseline` (the report's verdicts)."""
     before = part_verdicts(baseline)
+    replicated = "replicate" in runs and bool((runs["replicate"].fillna(0) > 0).any())
     card = []
-    for name, variant_grid, variant_config in variants(grid, config):
+    for name, variant_grid, variant_config in variants(grid, config, replicated):
         verdicts = judge_grid(variant_grid, runs, lr_range, variant_config)
         after = part_verdicts(verdicts)
         flips = {part: f"{before[part]} -> {after.get(part, 'not tested')}" for part in before
-                 if after.get(part, before[part]) != before[part]}
+                 if after.get(part, "not tested") != before[part]}
         card.append(Variant(name=name, verdicts=verdicts, flips=flips))
     return card
 

@@ -90,7 +90,7 @@ def task_sections(best: pd.DataFrame, trials: pd.DataFrame) -> list[str]:
             ["checkpoint", "objective", "step", "best LR", *(["best params"] if swept else []), "val mean",
              "test mean", "95% CI", "std", "seeds"],
             [[r["checkpoint_id"], analysis.objective_text(r["objective"]),
-              "-" if r["checkpoint_id"] in external else str(int(r["checkpoint_step"])), f"{r['learning_rate']:.1e}",
+              "-" if r["checkpoint_id"] in external else step_text(r), f"{r['learning_rate']:.1e}",
               *([params_text(r, swept)] if swept else []),
               fmt(r["validation_mean"]), fmt(r["test_mean"]), f"± {fmt(r['test_ci95'])}", fmt(r["test_std"]),
               str(int(r["seeds"]))] for _, r in rows.iterrows()]))
@@ -120,9 +120,32 @@ def curve_table(frame: pd.DataFrame, index: list[str], title: str, note: str) ->
         return []
     table = frame.pivot_table(index=index, columns="task_category", values="mean")
     table = table[analysis.ordered_categories(table.columns)]
-    rows = [[*(str(v) for v in (key if isinstance(key, tuple) else (key,))), *(fmt(x) for x in values)]
+    readable = [cell_text(column) for column in index]
+    rows = [[*(text(v) for text, v in zip(readable, key if isinstance(key, tuple) else (key,))), *(fmt(x) for x in values)]
             for key, values in zip(table.index, table.values)]
-    return [f"## {title}", "", note, "", markdown_table([*index, *table.columns], rows), ""]
+    headers = [{"tokens_seen": "tokens seen", "checkpoint_step": "step", "total_steps": "budget (steps)"}.get(c, c)
+               for c in index]
+    return [f"## {title}", "", note, "", markdown_table([*headers, *table.columns], rows), ""]
+
+
+def cell_text(column: str):
+    """How a curve table writes a column's values: counts of tokens as 410k / 1.2B, steps with
+    thousands separators, the rest as they are."""
+    if column == "tokens_seen":
+        return lambda v: provenance.count_text(v) or "n/a"
+    if column in ("checkpoint_step", "total_steps", "added_steps"):
+        return lambda v: f"{int(v):,}" if v == v else "n/a"
+    return str
+
+
+def step_text(row) -> str:
+    """A checkpoint's step as the study counts it: a continued run's own steps after its
+    source's (`700 (600 + 100)`)."""
+    step = int(row["checkpoint_step"])
+    before = row.get("steps_before")
+    if isinstance(row.get("init_from"), str) and before == before and before:
+        return f"{int(before) + step:,} ({int(before):,} + {step:,})"
+    return f"{step:,}"
 
 
 def lr_section(per_lr: pd.DataFrame) -> list[str]:
