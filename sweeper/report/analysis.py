@@ -131,17 +131,6 @@ def status_counts(trials: pd.DataFrame) -> pd.DataFrame:
     return table.rename_axis(columns=None).reset_index()
 
 
-def analysis_columns(trials: pd.DataFrame) -> pd.DataFrame:
-    """The OK trials with only the columns the analyses read, strings as Python objects: pandas'
-    Arrow-backed strings make every group-by and merge take Arrow `take`s, several times slower
-    on the thousands of small tables a calibration run analyses."""
-    ok = ok_trials(trials)
-    columns = [c for c in dict.fromkeys([*RUN_COLUMNS, *SCORE_COLUMNS, "validation_score", "status", *axes(ok)])
-               if c in ok]
-    frame = ok[columns]
-    return frame.astype({c: object for c in columns if pd.api.types.is_string_dtype(frame[c])})
-
-
 def run_table(frame: pd.DataFrame) -> pd.DataFrame:
     """One row of run columns per checkpoint (a column the frame lacks reads as null)."""
     return frame.drop_duplicates("checkpoint_id").reindex(columns=RUN_COLUMNS)

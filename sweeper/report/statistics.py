@@ -2,9 +2,11 @@
 adjustment, and how a finding's parts become its verdict (docs/statistics.md). What each of the
 paper's findings claims, and which parts it is split into, is `sweeper.report.findings`.
 
-The unit of replication is the fine-tuning seed: seeds share the data order and the initial
-head across checkpoints, so two checkpoints are compared seed by seed (paired), on the per-seed
-category scores of `analysis.per_seed_category_scores`; the tasks are fixed, not sampled.
+Configurations (arms) are compared by their pretraining runs when each has two or more (a run's
+score is the mean over its seeds: seeds nested in runs), and otherwise by the fine-tuning seeds of
+their first runs: seeds share the data order and the initial head across checkpoints, so those
+comparisons are paired seed by seed, and are about those checkpoints. Scores come from the dense
+grid of `sweeper.report.grid`; the tasks are fixed, not sampled.
 
 A part has two one-sided p-values, for its claim and for the opposite; its p-value is twice the
 smaller (both directions tried), and Holm's step-down adjustment runs over the parts of one
@@ -26,6 +28,7 @@ import pandas as pd
 from scipy import stats
 
 from sweeper.report import analysis, provenance
+from sweeper.report.grid import Sensitivity, TrialGrid
 
 SUPPORTS, CONTRADICTS, CANNOT_TELL = "supports", "contradicts", "cannot tell"
 
@@ -206,7 +209,7 @@ class SeedScores:
     """Per arm, how many runs (replicates) it has."""
 
     @classmethod
-    def of(cls, grid, runs: pd.DataFrame, crossfit: bool = True) -> SeedScores:
+    def of(cls, grid: TrialGrid, runs: pd.DataFrame, crossfit: bool = True) -> SeedScores:
         """From a `grid.TrialGrid` and its checkpoints' run columns (`analysis.run_table`, indexed by
         checkpoint id, with `arm` and `replicate`)."""
         # Seeds of one run: the paper's selection (every seed at the point best on their mean). A
@@ -309,12 +312,11 @@ def test_name(config: VerdictConfig) -> str:
 class Spreads:
     """Learning-rate sensitivity per final checkpoint (`grid.Sensitivity`), and per arm its runs'
     checkpoints (replicate -> checkpoint id) for the comparison by runs."""
-    sensitivity: object | None
+    sensitivity: Sensitivity | None
     runs_of: dict[str, dict[int, str]]
 
     @classmethod
-    def of(cls, grid, runs: pd.DataFrame, lr_range: tuple[float, float] = (1e-5, 1e-4)) -> Spreads:
-        from sweeper.report.grid import Sensitivity
+    def of(cls, grid: TrialGrid, runs: pd.DataFrame, lr_range: tuple[float, float] = (1e-5, 1e-4)) -> Spreads:
         sensitivity = Sensitivity.of(grid, lr_range) if grid.final.any() else None
         runs = runs.reindex(grid.checkpoints)
         arm = runs["arm"].where(runs["arm"].notna(), runs.index.to_series())
