@@ -38,6 +38,7 @@ from sweeper.run.shards import EvaluationSets, Shard, study_shards
 from sweeper.run.task_prep import corpus_tokenizers, prepare_tasks
 from sweeper.run.tracking import start_wandb
 from sweeper.run.version import code_version
+from sweeper.spec.registry import get_task
 from sweeper.spec.study import StudySpec
 from sweeper.store import storage
 from sweeper.store.layout import CHECKPOINT_MARKER, StudyLayout
@@ -101,10 +102,17 @@ def run_finetuning(spec: StudySpec, plan: StudyPlan, layout: StudyLayout, corpus
     blocked = [t for t in plan.trials if t.trial_key not in done and pipeline.ready(t.checkpoint) is None]
     blocked_keys = {t.trial_key for t in blocked}
     pending = [t for t in plan.trials if t.trial_key not in done and t.trial_key not in blocked_keys]
-    skipped_failures = 0 if retry_failed else len(failed_before)
-    print(f"[finetune] {len(plan.trials)} trials: {len(plan.trials) - len(pending) - len(blocked)} already "
-          f"recorded" + (f" ({skipped_failures} failed before: --retry-failed reruns them)" if skipped_failures else "")
-          + f", {len(blocked)} blocked by failed runs, {len(pending)} to run", flush=True)
+    # Counted in trials (models trained), as the progress lines count: a row of an evaluation-only
+    # set is its training trial's.
+    sets = EvaluationSets(plan, spec.finetuning.tasks, done)
+    trained = [t for t in plan.trials if not sets.evaluation_only(t)]
+    to_run = sets.training_trials(trained, pending)
+    blocked_trials = len(sets.training_trials(trained, blocked))
+    skipped_failures = 0 if retry_failed else len(sets.training_trials(
+        trained, [t for t in plan.trials if t.trial_key in failed_before]))
+    print(f"[finetune] {len(trained)} trials: {len(trained) - len(to_run) - blocked_trials} already recorded"
+          + (f" ({skipped_failures} failed before: --retry-failed reruns them)" if skipped_failures else "")
+          + f", {blocked_trials} blocked by failed runs, {len(to_run)} to run", flush=True)
     earlier = {"failed": skipped_failures} if skipped_failures else {}
     if not pending:
         return earlier
@@ -114,10 +122,26 @@ def run_finetuning(spec: StudySpec, plan: StudyPlan, layout: StudyLayout, corpus
                      for t in pending if t.checkpoint.external is not None}}
     needed = {t.checkpoint.tokenizer for t in pending}
     task_dirs = prepare_tasks(spec, layout, {k: v for k, v in tokenizers.items() if k in needed})
-    sets = EvaluationSets(plan, spec.finetuning.tasks, done)
     shards = study_shards(spec, plan, pending, done, layout, task_dirs, sets)
     tally = run_shards(spec, shards, layout, pipeline=pipeline)
     return {**tally, "failed": tally.get("failed", 0) + skipped_failures} if skipped_failures else tally
+
+
+def trials_and_rows(plan: StudyPlan) -> str:
+    """The plan's fine-tuning in trials, the unit every progress line counts (a trial trains one
+    model), and in result rows where an evaluation-only set makes more of them: a trial of its
+    training task scores it with the same weights, one row per set."""
+    trained = [t for t in plan.trials if not EvaluationSets.evaluation_only(t)]
+    text = f"{len(trained):,} fine-tuning trials"
+    if len(trained) == len(plan.trials):
+        return text
+    scored: dict[str, set[str]] = {}
+    for trial in plan.trials:
+        if EvaluationSets.evaluation_only(trial):
+            scored.setdefault(get_task(trial.task).train_task, set()).add(trial.task)
+    also = "; ".join(f"each {task} trial is also scored on {' and '.join(sorted(sets))}"
+                     for task, sets in sorted(scored.items()))
+    return f"{text}, {len(plan.trials):,} result rows ({also})"
 
 
 def run_shards(spec: StudySpec, shards: list[Shard], layout: StudyLayout, trainable_fn=finetune_trainable,

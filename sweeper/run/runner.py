@@ -17,7 +17,7 @@ from sweeper.plan.study_plan import StudyPlan
 from sweeper.report.writer import write_report
 from sweeper.run.console import Console
 from sweeper.run.corpora import check_corpus_source, prepare_corpora
-from sweeper.run.finetuning import run_finetuning
+from sweeper.run.finetuning import run_finetuning, trials_and_rows
 from sweeper.run.pipeline import Pipeline
 from sweeper.run.pretraining import PretrainingGrid
 from sweeper.run.progress import format_duration
@@ -103,7 +103,7 @@ def run_study(spec: StudySpec, spec_path: Path, plan: StudyPlan, layout: StudyLa
     console = Console(layout)  # Ray's and Tune's notices to the debug log, no colour in a file
     console.start()
     print(f"[study] {spec.study}: {len(plan.runs)} pretraining runs, {len(plan.checkpoints)} checkpoints, "
-          f"{len(plan.trials)} fine-tuning trials -> {storage.display(layout.root)}\n"
+          f"{trials_and_rows(plan)} -> {storage.display(layout.root)}\n"
           f"[study] Ray's and Tune's notices: {console.where}", flush=True)
     try:
         connect_ray()
