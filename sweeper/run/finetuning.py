@@ -27,7 +27,8 @@ from functools import partial
 
 from ray import tune
 
-from sweeper.plan.study_plan import StudyPlan
+from sweeper.plan.cost import trial_flops
+from sweeper.plan.study_plan import StudyPlan, protocol_text
 from sweeper.run.early_stopping import make_scheduler
 from sweeper.run.external import import_external_checkpoints
 from sweeper.run.pipeline import Pipeline
@@ -123,7 +124,7 @@ def run_finetuning(spec: StudySpec, plan: StudyPlan, layout: StudyLayout, corpus
     needed = {t.checkpoint.tokenizer for t in pending}
     task_dirs = prepare_tasks(spec, layout, {k: v for k, v in tokenizers.items() if k in needed})
     shards = study_shards(spec, plan, pending, done, layout, task_dirs, sets)
-    tally = run_shards(spec, shards, layout, pipeline=pipeline)
+    tally = run_shards(spec, shards, layout, pipeline=pipeline, work=planned_work(spec, to_run))
     return {**tally, "failed": tally.get("failed", 0) + skipped_failures} if skipped_failures else tally
 
 
@@ -144,15 +145,54 @@ def trials_and_rows(plan: StudyPlan) -> str:
     return f"{text}, {len(plan.trials):,} result rows ({also})"
 
 
+def planned_work(spec: StudySpec, trials: list) -> dict[str, tuple[int, float]]:
+    """task -> (trials, mean FLOPs of one) over `trials`, from the plan's cost model: how the
+    fine-tuning ETA weighs trials before their timings are known (sweeper.run.progress). A
+    trial whose backbone is sized at run time counts as its task's mean (else all trials')."""
+    flops: dict[tuple, float | None] = {}
+    by_task: dict[str, list[float | None]] = {}
+    for trial in trials:
+        key = (trial.task, protocol_text(trial.protocol), trial.checkpoint.checkpoint_id)
+        if key not in flops:
+            flops[key] = trial_flops(spec, trial)
+        by_task.setdefault(trial.task, []).append(flops[key])
+    known = [f for values in by_task.values() for f in values if f is not None]
+    fallback = sum(known) / len(known) if known else 1.0
+    work = {}
+    for task, values in by_task.items():
+        sized = [f for f in values if f is not None]
+        work[task] = (len(values), sum(sized) / len(sized) if sized else fallback)
+    return work
+
+
+class TrialClock(tune.Callback):
+    """Tells the progress line when each trial of a shard starts and ends, and its task (the
+    ETA's group). Listed before the results recorder, whose `advance` prints the line."""
+
+    def __init__(self, shard: Shard, progress: ProgressLine):
+        self.shard, self.progress = shard, progress
+
+    def on_trial_start(self, iteration, trials, trial, **info):
+        self.progress.begin(trial.trial_id)
+
+    def on_trial_complete(self, iteration, trials, trial, **info):
+        seconds = (trial.last_result or {}).get("wall_time_s")  # the trial's own: no worker start-up
+        self.progress.end(trial.trial_id, self.shard.trial(trial.config).task, seconds)
+
+    def on_trial_error(self, iteration, trials, trial, **info):
+        self.progress.end(trial.trial_id, self.shard.trial(trial.config).task)
+
+
 def run_shards(spec: StudySpec, shards: list[Shard], layout: StudyLayout, trainable_fn=finetune_trainable,
-               pipeline: Pipeline | None = None, **trainable_args) -> dict[str, int]:
-    """One Tuner run per shard, outcomes recorded as they come; returns the tally. The
-    benchmarks pass their own `trainable_fn` (and its `trainable_args`) to time this machinery
-    with a fixed workload."""
+               pipeline: Pipeline | None = None, work: dict[str, tuple[int, float]] | None = None,
+               **trainable_args) -> dict[str, int]:
+    """One Tuner run per shard, outcomes recorded as they come; returns the tally. `work`: the
+    ETA's estimate (`planned_work`). The benchmarks pass their own `trainable_fn` (and its
+    `trainable_args`) to time this machinery with a fixed workload."""
     quiet_tune()
     pipeline = pipeline or Pipeline()
     res = spec.resources
-    progress = ProgressLine("finetune", sum(len(shard) for shard in shards), unit="trials")
+    progress = ProgressLine("finetune", sum(len(shard) for shard in shards), unit="trials", work=work)
     tracker = start_wandb(spec.tracking, name=f"{spec.study}-trials", run_id=f"{spec.study}-trials",
                           location=layout.root, config=asdict(spec.finetuning))
     # Tune's own state goes to the study's filesystem (an object store included).
@@ -178,7 +218,7 @@ def run_shards(spec: StudySpec, shards: list[Shard], layout: StudyLayout, traina
             run_config=tune.RunConfig(
                 name=name, storage_path=tune_path, verbose=0,
                 storage_filesystem=tune_filesystem if storage.is_remote(layout.root) else None,
-                callbacks=[ResultsRecorder(spec.study, layout, shard, progress, extra={
+                callbacks=[TrialClock(shard, progress), ResultsRecorder(spec.study, layout, shard, progress, extra={
                     "cpus": res.cpus_per_trial, "gpus": res.gpus_per_trial, "code_version": code_version()},
                     tracker=tracker)],
                 failure_config=tune.FailureConfig(max_failures=0),
