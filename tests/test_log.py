@@ -83,6 +83,21 @@ def test_rays_notices_go_to_the_debug_log_and_its_warnings_to_the_console(study_
     assert "retention_priority" in debug and "\x1b[" not in debug
 
 
+def test_a_notices_traceback_goes_with_it_and_a_traceback_alone_shows(study_console):
+    study_console.start()
+    shown = []
+    study_console.route({"pid": 9, "task_name": "TrainController", "is_err": True, "lines": [
+        "Failed to stop PlacementGroupCleaner gracefully.", "Traceback (most recent call last):",
+        '  File "placement_group_callback.py", line 126, in _stop_cleaner',
+        "ray.exceptions.GetTimeoutError: Get timed out: some object(s) not ready.",
+        "[pretrain nano-clm-40] step 40/40", "Traceback (most recent call last):", '  File "loop.py", line 3',
+        "ValueError: a real one"]}, shown.append)
+    assert shown[0]["lines"] == ["[pretrain nano-clm-40] step 40/40", "Traceback (most recent call last):",
+                                 '  File "loop.py", line 3', "ValueError: a real one"]
+    study_console.close()
+    assert "GetTimeoutError" in open(study_console.local).read()
+
+
 def test_a_batch_of_notices_only_prints_nothing(study_console):
     study_console.start()
     shown = []

@@ -39,8 +39,26 @@ NOTICES: tuple[tuple[str, str], ...] = (
      "Ray Train at every `pretraining_workers: 0` run: local mode is the spec's choice"),
     ("Reported metrics: {",
      "Ray Train's local mode at every checkpoint, with its internal `retention_priority`"),
+    # A worker group (`pretraining_workers` >= 1): Ray Train's INFO records, at every run.
+    ("Requesting resources: {", "Ray Train: a worker group's placement"),
+    ("Attempting to start training worker group of size", "Ray Train: a worker group starting"),
+    ("Started training worker group of size", "Ray Train: a worker group started"),
+    (") world_rank=", "Ray Train: a worker's ranks, after the line above"),
+    ("Setting up process group for:", "Ray Train: torch.distributed starting"),
+    ("Checkpoint successfully created at: Checkpoint(", "Ray Train: every checkpoint (the run's own line says it)"),
+    ("Reporting training result ", "Ray Train: every checkpoint, with its internal `retention_priority`"),
+    ("Actor with class name: 'PreemptionWatcher'",
+     "Ray Train's own actor: its arguments are in the object store (ray-project/ray#53727), at every run"),
+    ("Failed to stop PlacementGroupCleaner gracefully",
+     "Ray Train's controller at a run's end (with its traceback): its cleaner's thread sleeps past the "
+     "stop's timeout; the group is removed all the same"),
+    ("Monitor thread did not exit within", "Ray Train's placement-group cleaner: the same, from its side"),
 )
-"""(text, why it is no news): Ray's and Tune's notices kept off the console, as Ray 2.60 words them."""
+"""(text, why it is no news): Ray's and Tune's notices kept off the console, as Ray 2.60 words them.
+A notice's traceback (the lines after it in the same batch) goes with it."""
+
+TRACEBACK_LINE = re.compile(r"^(Traceback \(most recent call last\):|\s|[\w.]+(Error|Exception)\b)")
+"""A line of a Python traceback: its head, a frame or source line (indented), the exception."""
 
 ANSI = re.compile(r"\x1b\[[0-9;?]*[ -/]*[@-~]")
 """An ANSI escape sequence (colours, styles)."""
@@ -167,13 +185,14 @@ class Console:
         self.workers.propagate = False
 
     def route(self, batch: dict, show: Callable[[dict], None]) -> None:
-        """One batch of a worker's output forwarded to the driver: NOTICES to the debug log,
-        blank lines dropped, the rest to `show` (Ray's printer)."""
+        """One batch of a worker's output forwarded to the driver: NOTICES (and a traceback
+        right after one) to the debug log, blank lines dropped, the rest to `show` (Ray's printer)."""
         try:
             who = f"({batch.get('actor_name') or batch.get('task_name') or 'worker'} pid={batch.get('pid')})"
-            shown = []
+            shown, after_notice = [], False
             for line in batch.get("lines", []):
-                if is_notice(line):
+                after_notice = is_notice(line) or (after_notice and bool(TRACEBACK_LINE.match(plain(line))))
+                if after_notice:
                     if not self.closed:
                         self.workers.info("%s %s", who, line)
                 elif plain(line).strip():
