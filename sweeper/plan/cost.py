@@ -156,6 +156,17 @@ def finetuning_cost(spec: StudySpec, plan: StudyPlan, padded: bool = False) -> S
     return StageCost(flops, gpu_hours(flops, spec), unknown)
 
 
+def trial_flops(spec: StudySpec, trial) -> float | None:
+    """One planned trial's FLOPs as `finetuning_cost` counts them (companions' scoring included,
+    0 for an evaluation-only set), or None when its backbone is sized at run time. What the
+    fine-tuning ETA weighs trials by (sweeper.run.progress)."""
+    config = trial.checkpoint.model_config
+    if not config:
+        return None
+    tokens = trial_tokens(spec, trial.task, protocol=trial.protocol) or fallback_tokens(spec, trial.task, trial.protocol)
+    return tokens.flops(backbone_count(config))
+
+
 def padded_finetuning_cost(spec: StudySpec, plan: StudyPlan) -> StageCost:
     """The fine-tuning cost with every row padded to max_length, as the worker runs it today."""
     return finetuning_cost(spec, plan, padded=True)

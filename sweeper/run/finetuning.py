@@ -27,7 +27,8 @@ from functools import partial
 
 from ray import tune
 
-from sweeper.plan.study_plan import StudyPlan
+from sweeper.plan.cost import trial_flops
+from sweeper.plan.study_plan import StudyPlan, protocol_text
 from sweeper.run.early_stopping import make_scheduler
 from sweeper.run.external import import_external_checkpoints
 from sweeper.run.pipeline import Pipeline
@@ -38,6 +39,7 @@ from sweeper.run.shards import EvaluationSets, Shard, study_shards
 from sweeper.run.task_prep import corpus_tokenizers, prepare_tasks
 from sweeper.run.tracking import start_wandb
 from sweeper.run.version import code_version
+from sweeper.spec.registry import get_task
 from sweeper.spec.study import StudySpec
 from sweeper.store import storage
 from sweeper.store.layout import CHECKPOINT_MARKER, StudyLayout
@@ -101,10 +103,17 @@ def run_finetuning(spec: StudySpec, plan: StudyPlan, layout: StudyLayout, corpus
     blocked = [t for t in plan.trials if t.trial_key not in done and pipeline.ready(t.checkpoint) is None]
     blocked_keys = {t.trial_key for t in blocked}
     pending = [t for t in plan.trials if t.trial_key not in done and t.trial_key not in blocked_keys]
-    skipped_failures = 0 if retry_failed else len(failed_before)
-    print(f"[finetune] {len(plan.trials)} trials: {len(plan.trials) - len(pending) - len(blocked)} already "
-          f"recorded" + (f" ({skipped_failures} failed before: --retry-failed reruns them)" if skipped_failures else "")
-          + f", {len(blocked)} blocked by failed runs, {len(pending)} to run", flush=True)
+    # Counted in trials (models trained), as the progress lines count: a row of an evaluation-only
+    # set is its training trial's.
+    sets = EvaluationSets(plan, spec.finetuning.tasks, done)
+    trained = [t for t in plan.trials if not sets.evaluation_only(t)]
+    to_run = sets.training_trials(trained, pending)
+    blocked_trials = len(sets.training_trials(trained, blocked))
+    skipped_failures = 0 if retry_failed else len(sets.training_trials(
+        trained, [t for t in plan.trials if t.trial_key in failed_before]))
+    print(f"[finetune] {len(trained)} trials: {len(trained) - len(to_run) - blocked_trials} already recorded"
+          + (f" ({skipped_failures} failed before: --retry-failed reruns them)" if skipped_failures else "")
+          + f", {blocked_trials} blocked by failed runs, {len(to_run)} to run", flush=True)
     earlier = {"failed": skipped_failures} if skipped_failures else {}
     if not pending:
         return earlier
@@ -114,21 +123,76 @@ def run_finetuning(spec: StudySpec, plan: StudyPlan, layout: StudyLayout, corpus
                      for t in pending if t.checkpoint.external is not None}}
     needed = {t.checkpoint.tokenizer for t in pending}
     task_dirs = prepare_tasks(spec, layout, {k: v for k, v in tokenizers.items() if k in needed})
-    sets = EvaluationSets(plan, spec.finetuning.tasks, done)
     shards = study_shards(spec, plan, pending, done, layout, task_dirs, sets)
-    tally = run_shards(spec, shards, layout, pipeline=pipeline)
+    tally = run_shards(spec, shards, layout, pipeline=pipeline, work=planned_work(spec, to_run))
     return {**tally, "failed": tally.get("failed", 0) + skipped_failures} if skipped_failures else tally
 
 
+def trials_and_rows(plan: StudyPlan) -> str:
+    """The plan's fine-tuning in trials, the unit every progress line counts (a trial trains one
+    model), and in result rows where an evaluation-only set makes more of them: a trial of its
+    training task scores it with the same weights, one row per set."""
+    trained = [t for t in plan.trials if not EvaluationSets.evaluation_only(t)]
+    text = f"{len(trained):,} fine-tuning trials"
+    if len(trained) == len(plan.trials):
+        return text
+    scored: dict[str, set[str]] = {}
+    for trial in plan.trials:
+        if EvaluationSets.evaluation_only(trial):
+            scored.setdefault(get_task(trial.task).train_task, set()).add(trial.task)
+    also = "; ".join(f"each {task} trial is also scored on {' and '.join(sorted(sets))}"
+                     for task, sets in sorted(scored.items()))
+    return f"{text}, {len(plan.trials):,} result rows ({also})"
+
+
+def planned_work(spec: StudySpec, trials: list) -> dict[str, tuple[int, float]]:
+    """task -> (trials, mean FLOPs of one) over `trials`, from the plan's cost model: how the
+    fine-tuning ETA weighs trials before their timings are known (sweeper.run.progress). A
+    trial whose backbone is sized at run time counts as its task's mean (else all trials')."""
+    flops: dict[tuple, float | None] = {}
+    by_task: dict[str, list[float | None]] = {}
+    for trial in trials:
+        key = (trial.task, protocol_text(trial.protocol), trial.checkpoint.checkpoint_id)
+        if key not in flops:
+            flops[key] = trial_flops(spec, trial)
+        by_task.setdefault(trial.task, []).append(flops[key])
+    known = [f for values in by_task.values() for f in values if f is not None]
+    fallback = sum(known) / len(known) if known else 1.0
+    work = {}
+    for task, values in by_task.items():
+        sized = [f for f in values if f is not None]
+        work[task] = (len(values), sum(sized) / len(sized) if sized else fallback)
+    return work
+
+
+class TrialClock(tune.Callback):
+    """Tells the progress line when each trial of a shard starts and ends, and its task (the
+    ETA's group). Listed before the results recorder, whose `advance` prints the line."""
+
+    def __init__(self, shard: Shard, progress: ProgressLine):
+        self.shard, self.progress = shard, progress
+
+    def on_trial_start(self, iteration, trials, trial, **info):
+        self.progress.begin(trial.trial_id)
+
+    def on_trial_complete(self, iteration, trials, trial, **info):
+        seconds = (trial.last_result or {}).get("wall_time_s")  # the trial's own: no worker start-up
+        self.progress.end(trial.trial_id, self.shard.trial(trial.config).task, seconds)
+
+    def on_trial_error(self, iteration, trials, trial, **info):
+        self.progress.end(trial.trial_id, self.shard.trial(trial.config).task)
+
+
 def run_shards(spec: StudySpec, shards: list[Shard], layout: StudyLayout, trainable_fn=finetune_trainable,
-               pipeline: Pipeline | None = None, **trainable_args) -> dict[str, int]:
-    """One Tuner run per shard, outcomes recorded as they come; returns the tally. The
-    benchmarks pass their own `trainable_fn` (and its `trainable_args`) to time this machinery
-    with a fixed workload."""
+               pipeline: Pipeline | None = None, work: dict[str, tuple[int, float]] | None = None,
+               **trainable_args) -> dict[str, int]:
+    """One Tuner run per shard, outcomes recorded as they come; returns the tally. `work`: the
+    ETA's estimate (`planned_work`). The benchmarks pass their own `trainable_fn` (and its
+    `trainable_args`) to time this machinery with a fixed workload."""
     quiet_tune()
     pipeline = pipeline or Pipeline()
     res = spec.resources
-    progress = ProgressLine("finetune", sum(len(shard) for shard in shards), unit="trials")
+    progress = ProgressLine("finetune", sum(len(shard) for shard in shards), unit="trials", work=work)
     tracker = start_wandb(spec.tracking, name=f"{spec.study}-trials", run_id=f"{spec.study}-trials",
                           location=layout.root, config=asdict(spec.finetuning))
     # Tune's own state goes to the study's filesystem (an object store included).
@@ -154,7 +218,7 @@ def run_shards(spec: StudySpec, shards: list[Shard], layout: StudyLayout, traina
             run_config=tune.RunConfig(
                 name=name, storage_path=tune_path, verbose=0,
                 storage_filesystem=tune_filesystem if storage.is_remote(layout.root) else None,
-                callbacks=[ResultsRecorder(spec.study, layout, shard, progress, extra={
+                callbacks=[TrialClock(shard, progress), ResultsRecorder(spec.study, layout, shard, progress, extra={
                     "cpus": res.cpus_per_trial, "gpus": res.gpus_per_trial, "code_version": code_version()},
                     tracker=tracker)],
                 failure_config=tune.FailureConfig(max_failures=0),

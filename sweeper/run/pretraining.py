@@ -12,6 +12,7 @@ run's markers are single objects (sweeper.store.storage).
 """
 from __future__ import annotations
 
+import os
 import time
 from dataclasses import asdict
 
@@ -64,6 +65,9 @@ def fit_run(run: PretrainConfig, resources: dict) -> dict:
     from trainables.pretrain_loop import ray_checkpoint_config, train_loop_per_worker
 
     storage.make_dirs(run.run_dir)
+    # Train (worker group) tees a worker's prints to its logger as well: every line twice on the
+    # console. Train passes this on to its controller and workers.
+    os.environ.setdefault("RAY_TRAIN_ENABLE_PRINT_PATCH", "0")
     # Train writes `storage_path/<name>/`: the run folder, on the study's filesystem.
     filesystem, runs_path = storage.filesystem(storage.parent(run.run_dir))
     workers = run.workers

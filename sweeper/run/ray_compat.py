@@ -11,6 +11,8 @@ never import Ray). `tests/test_ray_compat.py` fails on a private Ray or Tune nam
 from __future__ import annotations
 
 import os
+import sys
+from collections.abc import Callable
 from functools import lru_cache
 
 TESTED_RAY_VERSIONS = ("2.60.",)
@@ -67,3 +69,38 @@ def resume_held_trial(tune_controller, trial) -> None:
     function trainable from scratch (it has no checkpoint)."""
     require_tested_ray()
     getattr(tune_controller, "_tune_controller", tune_controller)._schedule_trial_train(trial)
+
+
+PRINT_HANDLER = "ray_print_logs"
+"""The name `ray.init` gives the driver's printer of worker output (and `ray.shutdown` removes)."""
+
+
+def route_worker_output(route: Callable[[dict, Callable[[dict], None]], None]) -> None:
+    """Hand each batch of worker output that Ray forwards to the driver (`log_to_driver`) to
+    `route(batch, show)`, which passes on to `show` what the console should print (`show` prints
+    as Ray does: a `(task pid=...)` prefix, coloured unless RAY_COLOR_PREFIX=0), for as long as
+    this driver is connected. Nothing happens when the driver prints no worker output.
+
+    Ray's log deduplication is left out: it folded alike lines of several runs into "[repeated
+    Nx across cluster]" (every run's progress lines but one), and its switch (RAY_DEDUP_LOGS) is
+    read once, when Ray is imported.
+
+    Private: `ray._private.worker.global_worker_stdstream_dispatcher` (its handler list, swapped
+    under its lock so no batch is lost), `print_worker_logs` and
+    `_should_ignore_worker_log_prefix`. No public API: `log_to_driver` is all or nothing, and
+    RAY_DEDUP_LOGS_SKIP_REGEX (read at import, and only with deduplication on) drops lines
+    rather than handing them over."""
+    require_tested_ray()
+    from ray._private import worker
+
+    ignore_prefix = worker._should_ignore_worker_log_prefix(worker.global_worker)
+
+    def show(batch: dict) -> None:
+        worker.print_worker_logs(batch, sys.stderr if batch["is_err"] else sys.stdout, ignore_prefix)
+
+    def handler(batch: dict) -> None:
+        route(batch, show)
+
+    dispatcher = worker.global_worker_stdstream_dispatcher
+    with dispatcher._lock:
+        dispatcher.handlers = [(name, handler if name == PRINT_HANDLER else old) for name, old in dispatcher.handlers]

@@ -16,12 +16,13 @@ import ray
 from sweeper.plan.changes import cell_id, resolved_settings, trial_cell
 from sweeper.plan.study_plan import StudyPlan
 from sweeper.report.writer import write_report
+from sweeper.run.console import Console
 from sweeper.run.corpora import check_corpus_source, prepare_corpora
-from sweeper.run.finetuning import run_finetuning
+from sweeper.run.finetuning import run_finetuning, trials_and_rows
 from sweeper.run.pipeline import Pipeline
 from sweeper.run.pretraining import PretrainingGrid
 from sweeper.run.progress import format_duration
-from sweeper.run.ray_compat import use_loopback_node
+from sweeper.run.ray_compat import route_worker_output, use_loopback_node
 from sweeper.spec import registry
 from sweeper.spec.configs import params_text
 from sweeper.spec.study import StudySpec
@@ -61,7 +62,6 @@ def connect_ray() -> None:
     instance; RAY_AUTH_MODE=disabled turns it off, as the tests do)."""
     if ray.is_initialized():
         return
-    os.environ.setdefault("RAY_DEDUP_LOGS", "0")  # keep every run's progress line
     options = dict(log_to_driver=True, configure_logging=False, runtime_env=plugin_runtime_env())
     if os.environ.get("RAY_ADDRESS"):
         ray.init(address=os.environ["RAY_ADDRESS"], **options)
@@ -90,6 +90,19 @@ def record_spec(spec: StudySpec, spec_path: Path, plan: StudyPlan, layout: Study
     keep_spec(layout, text, {**record, "resolved": resolved_settings(spec, plan)})
 
 
+def run_stages(spec: StudySpec, plan: StudyPlan, layout: StudyLayout, retry_failed: bool) -> tuple[dict, list[str]]:
+    """Corpus, then pretraining and fine-tuning side by side; returns the trials' tally and the
+    failed runs."""
+    corpora = prepare_corpora(spec, plan, layout)
+    # Pretraining and fine-tuning run side by side: a checkpoint's trials start once it is written.
+    # One loop owns the study's progress (pretraining, and which checkpoints are written) on a
+    # thread of its own; the fine-tuning grid runs on Tune here and reads what it publishes.
+    pipeline = Pipeline(PretrainingGrid(spec, list(plan.runs), layout, corpora, retry_failed), plan.checkpoints)
+    pipeline.start()
+    tally = run_finetuning(spec, plan, layout, corpora, pipeline=pipeline, retry_failed=retry_failed)
+    return tally, pipeline.wait()
+
+
 def run_study(spec: StudySpec, spec_path: Path, plan: StudyPlan, layout: StudyLayout, *,
               retry_failed: bool = False) -> int:
     """Run or resume the study at `layout` (its root a path or an object-store URI); returns the
@@ -99,20 +112,20 @@ def run_study(spec: StudySpec, spec_path: Path, plan: StudyPlan, layout: StudyLa
         check_corpus_source(spec, spec_path)  # before anything is written or started: exit 2
     storage.make_dirs(layout.root)
     record_spec(spec, spec_path, plan, layout)
+    console = Console(layout)  # Ray's and Tune's notices to the debug log, no colour in a file
+    console.start()
     print(f"[study] {spec.study}: {len(plan.runs)} pretraining runs, {len(plan.checkpoints)} checkpoints, "
-          f"{len(plan.trials)} fine-tuning trials -> {storage.display(layout.root)}", flush=True)
-    connect_ray()
-    corpora = prepare_corpora(spec, plan, layout)
-    # Pretraining and fine-tuning run side by side: a checkpoint's trials start once it is written.
-    # One loop owns the study's progress (pretraining, and which checkpoints are written) on a
-    # thread of its own; the fine-tuning grid runs on Tune here and reads what it publishes.
-    pipeline = Pipeline(PretrainingGrid(spec, list(plan.runs), layout, corpora, retry_failed), plan.checkpoints)
-    pipeline.start()
-    tally = run_finetuning(spec, plan, layout, corpora, pipeline=pipeline, retry_failed=retry_failed)
-    failed_runs = pipeline.wait()
-    report = write_report(layout)
-    print(f"[study] finished in {format_duration(time.time() - started)}; report: {storage.display(report)}",
-          flush=True)
+          f"{trials_and_rows(plan)} -> {storage.display(layout.root)}\n"
+          f"[study] Ray's and Tune's notices: {console.where}", flush=True)
+    try:
+        connect_ray()
+        route_worker_output(console.route)
+        tally, failed_runs = run_stages(spec, plan, layout, retry_failed)
+        report = write_report(layout)
+        print(f"[study] finished in {format_duration(time.time() - started)}; report: {storage.display(report)}",
+              flush=True)
+    finally:
+        console.close()
     if failed_runs or tally.get("failed"):
         print(f"[study] incomplete: {len(failed_runs)} pretraining run(s) and {tally.get('failed', 0)} trial(s) "
               f"failed; `sweeper status {storage.display(layout.root)}` lists them, `--retry-failed` reruns them",

@@ -134,7 +134,19 @@ class ReadyQueue:
                 del self.by_checkpoint[checkpoint_id]
 
 
-class GridSearcher(Searcher):
+class StoreRecordSearcher(Searcher):
+    """A searcher whose state the study keeps elsewhere: the results store (and for Optuna its
+    journal) is the record a rerun resumes from, so Tune's experiment snapshots hold nothing of
+    it (and Tune has no "save not implemented" to say)."""
+
+    def save(self, checkpoint_path: str) -> None:
+        """Nothing to write (see the class docstring)."""
+
+    def restore(self, checkpoint_path: str) -> None:
+        """Nothing to read (see the class docstring)."""
+
+
+class GridSearcher(StoreRecordSearcher):
     """Hands a grid shard `capacity` trials of the call's queue, each as soon as its checkpoint
     exists, so fine-tuning fills in while pretraining still runs (the data-efficiency
     checkpoints first). Tune's config is the trial's index in the call's pending trials."""
@@ -160,7 +172,7 @@ class GridSearcher(Searcher):
         """Nothing to learn: the grid's trials are fixed (the results recorder writes the outcome)."""
 
 
-class CellSearcher(Searcher):
+class CellSearcher(StoreRecordSearcher):
     """Searches up to `capacity` cells of the call's queue, taking a cell once its checkpoint
     exists and the cells already taken have no trial to start (each waits for its running
     sample's results). Tune's config is (cell index in the call's cells, sample, seed index, the

@@ -7,6 +7,7 @@
            resolved.json                   resolved fine-tuning settings (change detection)
            live.json                       the driver's heartbeat: pid, host, trials in flight
            lease.json                      the single-writer lease of the running driver (sweeper.run.lease)
+           logs/ray-debug.log              Ray's and Tune's notices kept off the console (sweeper.run.console)
            report.md, figures/*.png        `sweeper report`
            results/<table>/...             the Parquet store (sweeper.store.results)
            quarantine/<table>/...          damaged store files set aside, each with a .why.txt note
@@ -173,6 +174,11 @@ class StudyLayout:
     def lease(self) -> str:
         """Held by the one `sweeper run` writing the study (sweeper.run.lease)."""
         return self.path("lease.json")
+
+    @property
+    def ray_debug_log(self) -> str:
+        """Ray's and Tune's log lines that `sweeper run` keeps off the console (sweeper.run.console)."""
+        return self.path("logs", "ray-debug.log")
 
     @property
     def report(self) -> str:
