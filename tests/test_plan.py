@@ -29,10 +29,11 @@ def test_micro_plan_counts_and_names():
     plan = plan_study(load_spec(SPECS / "micro.yaml"))
     names = [run.name for run in plan.runs]
     assert names == ["nano-mlm40-600", "nano-mlm20-600", "nano-clm-600", "nano-clm-150-mlm40-600", "nano-clm-300-mlm40-600",
+                     "nano-mlm40-600-rep1", "nano-clm-600-rep1", "nano-mlm40-600-rep2", "nano-clm-600-rep2",
                      "nano-clm-dec600-mlm40-700", "nano-mlm40-dec600-mlm40-700"]
     ids = [c.checkpoint_id for c in plan.checkpoints]
-    assert "nano-mlm40-600-200" in ids and "nano-clm-600-200" in ids and len(ids) == 9
-    assert len(plan.trials) == 9 * 5 * 1 * 5  # checkpoints x data sets x learning rates x seeds
+    assert "nano-mlm40-600-200" in ids and "nano-clm-600-rep2-200" in ids and len(ids) == 17
+    assert len(plan.trials) == 17 * 5 * 1 * 5  # checkpoints x data sets x learning rates x seeds
     assert {t.task for t in plan.trials} >= {"wordnet-usage-retrieval", "wordnet-definition-retrieval"}
     assert len({t.trial_key for t in plan.trials}) == len(plan.trials)
 
@@ -43,7 +44,7 @@ def test_keys_are_stable_and_extending_a_grid_keeps_existing_keys():
     assert first == {t.trial_key for t in plan_study(load_spec(SPECS / "micro.yaml")).trials}
     more_seeds = replace(spec, finetuning=replace(spec.finetuning, seeds=[*spec.finetuning.seeds, 5]))
     extended = {t.trial_key for t in plan_study(more_seeds).trials}
-    assert first < extended and len(extended - first) == 9 * 5 * 1
+    assert first < extended and len(extended - first) == 17 * 5 * 1
     trials = plan_study(spec).trials
     changed = replace(spec, finetuning=replace(spec.finetuning, max_steps=41))
     kept = first & {t.trial_key for t in plan_study(changed).trials}
