@@ -191,6 +191,23 @@ def test_ray_up_bootstrap_opens_nothing_to_the_internet_and_gives_every_node_a_p
     assert config["available_node_types"]["gpu_8x"]["resources"]["GPU"] == 8
 
 
+def test_instance_profiles_reach_the_study_bucket_and_little_else():
+    def statements(who: str) -> list[dict]:
+        return json.loads((CLUSTER / "aws" / f"{who}-policy.json").read_text())["Statement"]
+
+    def actions(statement: dict) -> list[str]:
+        return [statement["Action"]] if isinstance(statement["Action"], str) else statement["Action"]
+
+    worker = statements("worker")
+    assert all(a.startswith("s3:") for s in worker for a in actions(s))
+    assert {r for s in worker for r in [s["Resource"]]} == {"arn:aws:s3:::BUCKET", "arn:aws:s3:::BUCKET/*"}
+    head = statements("head")
+    assert all(s in head for s in worker), "the driver on the head writes the study too"
+    (pass_role,) = [s for s in head if "iam:PassRole" in actions(s)]
+    assert pass_role["Resource"].endswith(":role/sweeper-ray-worker"), "the head hands out the worker role only"
+    assert not any(a in ("*", "iam:*", "s3:*") for s in head for a in actions(s))
+
+
 def test_the_shipped_config_waits_for_the_operators_security_group():
     for node_type in PROFILES:
         assert ray_cluster()["available_node_types"][node_type]["node_config"]["SecurityGroupIds"] == [SG_PLACEHOLDER]
@@ -225,9 +242,16 @@ def gpu_instance_types() -> dict[str, str]:
     return {**ray_up, **kuberay}
 
 
-def test_gpu_instances_have_the_memory_the_paper_spec_plans_for():
+# Dense bf16 peak TFLOP/s the cost model may assume per GPU model (sweeper/spec/study.py, CostSpec).
+PEAK_TFLOPS = {"H100": 989.0}
+
+
+def test_gpu_instances_have_the_memory_and_peak_the_paper_spec_plans_for():
     spec_gb = paper_gpu_memory_gb()
+    peak = yaml.safe_load((ROOT / "search_spaces" / "paper.yaml").read_text())["cost"]["gpu_peak_tflops"]
     for where, name in gpu_instance_types().items():
+        (gpu,) = instance_type(name)["GpuInfo"]["Gpus"]
+        assert PEAK_TFLOPS.get(gpu["Name"]) == peak, f"{where}: the cost model assumes {peak} TFLOP/s, {name} has {gpu['Name']}"
         assert gpu_memory_gb(name) == spec_gb, f"{where}: {name} has {gpu_memory_gb(name):g} GB GPUs, paper.yaml plans {spec_gb:g}"
         # The spec's GB are decimal (sweeper/plan/memory.py): 80e9 bytes is below the GPU's 80 GiB.
         assert spec_gb * 1e9 <= gpu_memory_gb(name) * 2**30
@@ -306,6 +330,9 @@ def test_rsync_leaves_the_local_environment_and_studies_behind(tmp_path):
     real rsync, from a checkout-like tree; Ray adds the trailing slash to a folder's path."""
     from ray.autoscaler._private.command_runner import SSHCommandRunner
 
+    config = ray_cluster()
+    for pattern in (".venv", "studies", ".git", "__pycache__", "build"):
+        assert any(p.strip("/") == pattern for p in config.get("rsync_exclude", [])), pattern
     if shutil.which("rsync") is None:
         pytest.skip("rsync is not installed (`ray up` needs it too)")
     source, target = tmp_path / "checkout", tmp_path / "node"
@@ -316,7 +343,6 @@ def test_rsync_leaves_the_local_environment_and_studies_behind(tmp_path):
         (source / path).parent.mkdir(parents=True, exist_ok=True)
         (source / path).write_text("x")
     shutil.copy(ROOT / ".gitignore", source / ".gitignore")
-    config = ray_cluster()
     # _create_rsync_filter_args reads only its options; no SSH connection is made here.
     args = SSHCommandRunner._create_rsync_filter_args(None, {"rsync_exclude": config.get("rsync_exclude"),
                                                              "rsync_filter": config.get("rsync_filter")})
