@@ -135,7 +135,7 @@ def test_a_plan_bomb_exits_2_naming_the_count_and_the_key(bomb: Bomb, tmp_path):
     assert result.returncode == 2, result.stderr[-2000:]
     assert "Traceback" not in result.stderr and "MemoryError" not in result.stderr, result.stderr[-2000:]
     if bomb.key:
-        assert f"bomb.yaml:" in result.stderr and f": {bomb.key}: plans " in result.stderr, result.stderr
+        assert "bomb.yaml:" in result.stderr and f": {bomb.key}: plans " in result.stderr, result.stderr
     for words in bomb.says:
         assert words in result.stderr, result.stderr
     assert not study.exists()  # `sweeper run` refused before making anything
@@ -170,6 +170,20 @@ def test_raising_a_limit_plans_what_the_default_refuses(tmp_path):
     planned = sweeper("plan", str(spec))
     assert planned.returncode == 0, planned.stderr
     assert "fine-tuning trials:     10,001 = 1 checkpoints x 1 datasets x 10001 random samples" in planned.stdout
+
+
+def test_raising_max_trials_passes_the_check_at_20_more_than_the_default(tmp_path):
+    """200,020 trials = 4 checkpoints x 5 datasets x 73 learning rates x 137 seeds: refused by
+    default; accepted (spec loaded: every check passed) with limits.max_trials raised. Planning
+    them would take a minute, so the plan is not built here."""
+    spec = tmp_path / "trials.yaml"
+    text = edited(("  learning_rates: [0.001] ", f"  learning_rates: {rates(73)}  #"),
+                  ("  seeds: [0, 1] ", f"  seeds: {numbers(137, 0)} #"))
+    spec.write_text(text)
+    refused = sweeper("plan", str(spec))
+    assert refused.returncode == 2 and "plans 200,020 fine-tuning trials" in refused.stderr, refused.stderr
+    spec.write_text(text + "limits: {max_trials: 200020}\n")
+    assert load_spec(spec).limits.max_trials == 200_020
 
 
 def test_a_spec_may_not_set_a_limit_to_nothing(tmp_path):

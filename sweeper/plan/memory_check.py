@@ -1,7 +1,9 @@
 """`sweeper plan`'s memory check: every pretraining run against a worker's accelerator memory
 (`resources.gpu_memory_gb`), every (model, task) pair of the fine-tuning grid against a trial's
-GPU share, the lines that summarise them and the refusal that names the settings that would fit.
-The estimates themselves are sweeper.plan.memory's.
+GPU share, the lines that summarise them and the refusal that names the settings that would fit
+(the micro batches tried: the batch's divisors, sweeper.plan.divisors), and a node's fine-tuning
+actors against its host memory (sweeper.plan.host_memory). The estimates themselves are
+sweeper.plan.memory's.
 """
 from __future__ import annotations
 
