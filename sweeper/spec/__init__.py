@@ -5,5 +5,6 @@ the plan's size counted), reading a spec file within bounds (`reading`) and conv
 by field (`parsing`, with grids and distributions), a fine-tuning cell's search space (`space`),
 what a spec can name (`catalog`: the shipped tasks and model presets; `registry`: the `Registry`
 of task families, tasks and objectives), how a family's trials spend tokens and memory
-(`estimates`) and the typed configs that cross to the workers (`configs`). Imports only `sweeper.store` below it; no Ray, no torch.
+(`estimates`) and the typed configs that cross to the workers (`configs`). Imports only
+`sweeper.store` below it; no Ray, no torch.
 """
