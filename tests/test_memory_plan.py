@@ -176,3 +176,49 @@ def test_fsdp_divides_the_model_state_and_checkpointing_keeps_block_inputs():
     per_block = block_bytes_per_token(ONE_B, 1024, "cuda-bf16")
     assert checkpointed == 28 * tokens * 4 * 1728 + tokens * per_block
     assert checkpointed < ddp_terms["block_activations"] / 8
+
+
+def test_an_fsdp_rank_holds_its_shards_and_the_bf16_blocks_it_computes():
+    """trainables.sharding: weights and AdamW state loaded once and distributed (1/W shards of fp32
+    params, grads and AdamW on every rank), parameters gathered in bf16 on CUDA under its
+    mixed-precision policy: the root unit, the running and the prefetched block, one block's
+    unsharded gradient (bf16 and its fp32 reduce copy), the root's gradient; no autocast copies."""
+    sizes = ModelSizes.of(ONE_B)
+    fsdp = MemorySetup(micro_batch_size=8, seq_len=1024, predicted_share=1.0, workers=8, sharding="fsdp")
+    terms = estimate_peak(ONE_B, fsdp).terms
+    assert terms["weights"] + terms["gradients"] + terms["adamw"] == 16 * sizes.total / 8
+    assert terms["fsdp_gathered"] == 4 * sizes.root + 10 * sizes.block
+    assert "bf16_weight_copies" not in terms and "ddp_buckets" not in terms
+    cpu = estimate_peak(ONE_B, replace(fsdp, device="cpu-fp32")).terms  # gloo: nothing cast, 4 bytes each
+    assert cpu["fsdp_gathered"] == 8 * sizes.root + 12 * sizes.block
+    # 1b over 8 ranks: 2.8 GB of shards and 2.1 GB gathered (the root's 0.44 B parameters twice).
+    assert round(16 * sizes.total / 8 / 1e9, 1) == 2.8 and round(terms["fsdp_gathered"] / 1e9, 1) == 2.1
+
+
+HOST_SPEC = """\
+study: host
+model: {preset: 1b}
+data: {corpus: HuggingFaceFW/fineweb-edu, tokenizer: meta-llama/Meta-Llama-3-8B, vocab_size: 128257, seq_len: 1024}
+pretraining: {global_batch_size: 2304, micro_batch_size: 8, runs: [{objective: clm}]}
+finetuning: {tasks: [sst2], learning_rates: [0.0001], seeds: [0], max_length: 128, micro_batch_size: 8}
+resources: {pretraining_workers: 8, gpus_per_worker: 1, gpu_memory_gb: 80, NODE}
+"""
+
+
+def test_a_nodes_fine_tuning_actors_are_checked_against_its_host_memory(tmp_path):
+    """16 actors (8 GPUs / 0.5) each hold 2 cached fp32 1b backbones (4.75 GB) + a starting trial's
+    copy: 228 GB, above 60 % of a 256 GB node; 10 fit, so gpus_per_trial 0.8."""
+    spec = tmp_path / "host.yaml"
+    spec.write_text(HOST_SPEC.replace("NODE", "gpus_per_trial: 0.5, node_memory_gb: 256"))
+    result = sweeper("plan", str(spec))
+    assert result.returncode == 2, result.stderr
+    assert "16 actors x 14.3 GB (2 cached fp32 1b backbones + a starting trial's copy) = 228.1 GB" in result.stdout
+    assert "fine-tuning actors would not fit in a node's host memory: 16 trials at once per node" in result.stderr
+    assert "10 trial(s) per node fit: resources.gpus_per_trial: 0.8 (or more)" in result.stderr
+    spec.write_text(HOST_SPEC.replace("NODE", "node_memory_gb: 256, gpus_per_trial: 0.8"))
+    assert sweeper("plan", str(spec)).returncode == 0
+    spec.write_text(HOST_SPEC.replace("NODE", "gpus_per_trial: 0.5, node_memory_gb: 512"))
+    assert sweeper("plan", str(spec)).returncode == 0
+    spec.write_text(HOST_SPEC.replace("NODE", "gpus_per_trial: 0.5"))  # not stated: said, not checked
+    result = sweeper("plan", str(spec))
+    assert result.returncode == 0 and "not checked: set resources.node_memory_gb" in result.stdout

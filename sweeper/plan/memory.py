@@ -11,8 +11,9 @@ optimizer step once the micro batches' activations are gone. Bytes, per worker:
 | gradients            | 4 P (fsdp: 4 P / W)                         | same                           |
 | AdamW exp_avg, _sq   | 8 P (fsdp: 8 P / W)                         | same                           |
 | DDP buckets          | 4 P with W > 1 workers under ddp            | same                           |
-| FSDP gathered        | 8 P_root + 12 P_block                       | same                           |
-| bf16 weight copies   | 2 P_matmul (autocast's casts, kept for bw)  | 0                              |
+| FSDP gathered        | 4 P_root + 10 P_block (bf16 gathers)        | 8 P_root + 12 P_block          |
+| bf16 weight copies   | 2 P_matmul (autocast's casts, kept for bw;  | 0                              |
+|                      | fsdp: 0, its gathers are bf16)              |                                |
 | block activations    | L T a (checkpointing: L T 4h + T a)         | same, with the CPU's `a`       |
 | head + logits        | T 8h + S (2h + 16) + 12 V S                 | T 8h + S (4h + 16) + 12 V S    |
 | shared per batch     | T (16 + 8 d) + T s                          | same                           |
@@ -38,6 +39,8 @@ gradient nll_loss hands it and the gradient it returns, 3 x 4V bytes per predict
 the bf16 logits and their float upcast, 6V, are gone by then). Gradients are counted whole next
 to the activations (so from the second micro batch of a step on). The optimizer step runs after
 the activations are freed: the peak is static + max(activations, step transient).
+Under FSDP the activations are counted as unsharded training keeps them (fp32 residual stream):
+FSDP2's bf16 policy casts each block's inputs to bf16, so this overstates them somewhat.
 
 A run fits when its estimate is at most FIT_SHARE of the memory a worker has: what the model
 leaves out (allocator fragmentation, kernels' workspaces, short-lived temporaries) needs room.
@@ -138,12 +141,21 @@ def estimate_peak(config: dict, setup: MemorySetup) -> MemoryEstimate:
     if setup.workers > 1 and not sharded:
         terms["ddp_buckets"] = 4 * sizes.total  # DDP's flat gradient buckets (not views of .grad)
     if sharded:
-        # The root unit stays gathered through forward and backward (FSDP2 does not reshard the
-        # root after forward), its gradient unsharded until the end; blocks: the running one and
-        # the prefetched next, and one block's unsharded gradient.
-        terms["fsdp_gathered"] = 8 * sizes.root + 12 * sizes.block
+        # What a rank holds beside its 1/W shards (trainables.sharding: weights and optimizer state are
+        # loaded once and distributed, so no rank ever holds the whole of either). The root unit
+        # (embedding, final norm, LM head) stays gathered through forward and backward (FSDP2 does not
+        # reshard the root after forward) and its gradient stays unsharded until the end of backward;
+        # of the blocks, the running one and the prefetched next are gathered, and one block's
+        # gradient is unsharded at a time. On CUDA (MixedPrecisionPolicy: bf16 gathers, fp32
+        # reduction) a gathered parameter takes 2 bytes, an unsharded gradient 2 in bf16 plus its
+        # 4-byte copy for the reduce-scatter (the root's copy is made at the end of backward, when
+        # the activations are gone: not counted); on the CPU nothing is cast, 4 bytes each. The bf16
+        # shard copies FSDP makes before each all-gather (2 bytes / W a parameter) are left out.
+        terms["fsdp_gathered"] = (2 * sizes.root + 2 * 2 * sizes.block + 2 * sizes.root + (2 + 4) * sizes.block
+                                  if cuda else 8 * sizes.root + 12 * sizes.block)
     if cuda:
-        terms["bf16_weight_copies"] = 2 * sizes.matmul
+        if not sharded:  # FSDP's gathered weights are bf16 already: autocast's casts of them copy nothing
+            terms["bf16_weight_copies"] = 2 * sizes.matmul
         terms["cuda_runtime"] = CUDA_RUNTIME_BYTES
     tokens = setup.micro_batch_size * setup.seq_len
     predicted = setup.predicted_share * tokens

@@ -1,13 +1,17 @@
 """`sweeper plan`'s memory check: every pretraining run against a worker's accelerator memory
 (`resources.gpu_memory_gb`), every (model, task) pair of the fine-tuning grid against a trial's
-GPU share, the lines that summarise them and the refusal that names the settings that would fit.
-The estimates themselves are sweeper.plan.memory's.
+GPU share, the lines that summarise them and the refusal that names the settings that would fit
+(the micro batches tried: the batch's divisors, sweeper.plan.divisors), and a node's fine-tuning
+actors against its host memory (sweeper.plan.host_memory). The estimates themselves are
+sweeper.plan.memory's.
 """
 from __future__ import annotations
 
 from dataclasses import dataclass, replace
 from math import gcd
 
+from sweeper.plan.divisors import divisors, largest_fitting
+from sweeper.plan.host_memory import host_line, host_refusal
 from sweeper.plan.memory import (FIT_SHARE, GB, Device, MemoryEstimate, MemorySetup, estimate_peak,
                                  estimate_trial_peak)
 from sweeper.plan.study_plan import task_points
@@ -69,14 +73,16 @@ def check_runs(spec, runs) -> list[RunMemory]:
 
 
 def micro_batch_choices(spec) -> list[int]:
-    """Micro batches the spec accepts: the divisors of a worker's share of the global batch."""
+    """Micro batches the spec accepts, ascending: the divisors of a worker's share of the global
+    batch (found from its prime factors: a share of 2^40 is not tried number by number)."""
     share = gcd(*values_of(spec.pretraining.global_batch_size)) // max(1, spec.resources.pretraining_workers)
-    return [m for m in range(1, share + 1) if share % m == 0]
+    return divisors(max(1, share))
 
 
 def largest_fitting_micro_batch(config: dict, setup: MemorySetup, choices: list[int], budget: float) -> int | None:
-    fitting = [m for m in choices if estimate_peak(config, replace(setup, micro_batch_size=m)).peak <= budget]
-    return max(fitting, default=None)
+    """The largest of the ascending `choices` whose estimate fits `budget` (the estimate grows
+    with the micro batch: a bisection)."""
+    return largest_fitting(choices, lambda m: estimate_peak(config, replace(setup, micro_batch_size=m)).peak <= budget)
 
 
 def fitting_settings(spec, runs) -> list[str]:
@@ -270,10 +276,16 @@ def trial_summary(spec, checked: list[TrialMemory]) -> list[str]:
         failing = [memory.task for memory in group if not memory.fits]
         verdict = "" if budget is None else ("  fit" if not failing else f"  do not fit: {', '.join(failing)}")
         lines.append(f"    {preset:10s} {len(group):>3d} tasks   {spread}{verdict}")
-    return lines
+    return lines + host_line(spec, checked)
 
 
 def trial_refusal(spec, checked: list[TrialMemory]) -> str | None:
+    """Why the fine-tuning grid cannot run: a trial above its GPU share, or a node's actors above
+    its host memory (sweeper.plan.host_memory); None when it can."""
+    return gpu_refusal(spec, checked) or host_refusal(spec, checked)
+
+
+def gpu_refusal(spec, checked: list[TrialMemory]) -> str | None:
     """Why the fine-tuning grid cannot run on the GPU share it states (None: every trial fits),
     with the settings that would fit."""
     failing = [memory for memory in checked if not memory.fits]
@@ -291,16 +303,15 @@ def trial_refusal(spec, checked: list[TrialMemory]) -> str | None:
     lines += [f"  {preset} on {', '.join(tasks)}: estimated {peak} GB per trial ({rows} rows per forward pass)"
               for (preset, peak, rows), tasks in groups.items()]
     lines.append("Settings that would make every trial fit (the largest micro batch dividing batch_size):")
-    # A micro batch must divide every swept batch size.
+    # A micro batch must divide every swept batch size: the divisors of their gcd.
     batch_sizes = {spec.finetuning.at(point).batch_size for point in spec.finetuning.points()}
-    divisors = [m for m in range(1, max(batch_sizes) + 1) if all(b % m == 0 for b in batch_sizes)]
+    choices = divisors(gcd(*batch_sizes))
 
     def largest_micro(gpus: float, eval_batch: int) -> int | None:
         room = spec.resources.gpu_memory_gb * GB * min(1.0, gpus) * FIT_SHARE
-        fitting = [m for m in divisors if all(
+        return largest_fitting(choices, lambda m: all(
             estimate_trial_peak(memory.config, m * memory.forward_rows, max_length, eval_batch).peak <= room
-            for memory in failing)]
-        return max(fitting, default=None)
+            for memory in failing))
 
     for gpus in sorted({spec.resources.gpus_per_trial, 0.5, 1.0}):
         if gpus < spec.resources.gpus_per_trial:

@@ -17,6 +17,7 @@ from typing import Literal
 from sweeper.spec.catalog import MODEL_PRESETS
 from sweeper.spec.configs import TrackingConfig, non_negative, positive
 from sweeper.spec.finetuning import FinetuningSpec
+from sweeper.spec.limits import LimitsSpec, size_problems
 from sweeper.spec.parsing import values_of
 from sweeper.spec.pretraining import DataSpec, ModelSpec, PretrainingSpec
 from sweeper.spec.reading import shown
@@ -47,6 +48,11 @@ class ResourcesSpec:
     gpu_memory_gb: float = 80.0
     """Memory of one accelerator (H100: 80); `sweeper plan` checks every run's estimated peak
     per worker against it when workers use GPUs."""
+    node_memory_gb: float | None = None
+    """Host memory of one node (GB); `sweeper plan` checks the fp32 backbones each fine-tuning
+    actor caches on its node against it (None: not checked)."""
+    gpus_per_node: int = 8
+    """GPUs of one node: with gpus_per_trial, how many fine-tuning actors share its host memory."""
 
     def check(self):
         yield from non_negative(self, "pretraining_workers", "cpus_per_worker", "gpus_per_worker", "cpus_per_trial",
@@ -54,7 +60,7 @@ class ResourcesSpec:
         yield from positive(self, "gpu_memory_gb")
         if self.cpus_per_trial == 0 and self.gpus_per_trial == 0:
             yield "cpus_per_trial", "a trial needs some CPU or GPU"
-        yield from positive(self, "trials_per_shard", "max_concurrent_trials")
+        yield from positive(self, "trials_per_shard", "max_concurrent_trials", "node_memory_gb", "gpus_per_node")
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
@@ -93,8 +99,13 @@ class StudySpec:
     """Cost model of `sweeper plan`: 6 x parameters x tokens FLOPs at this throughput."""
     tracking: TrackingConfig = field(default_factory=TrackingConfig)
     """Optional experiment tracking."""
+    limits: LimitsSpec = field(default_factory=LimitsSpec)
+    """Bounds on the plan's size (runs, checkpoints, trials, swept points, samples), checked first."""
 
     def check(self):
+        if oversized := list(size_problems(self)):  # counted, not expanded: before any check below expands a grid
+            yield from oversized
+            return
         if problem := folder_name_problem(self.study):
             yield "study", problem
         if not self.pretraining.runs and not self.finetuning.checkpoints:
