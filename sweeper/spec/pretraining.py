@@ -224,9 +224,10 @@ class PhaseSpec:
         if self.until is not None and not 0 < self.until <= 1:
             yield "until", f"{self.until} is outside (0, 1]"
 
-    def objective_settings(self) -> dict:
-        given = {**self.settings, **({} if self.mask_ratio is None else {"mask_ratio": self.mask_ratio})}
-        return registry.objective_settings(self.objective, given)
+    def given_settings(self) -> dict:
+        """The settings this phase gives (mask_ratio among them); what it leaves out comes from the
+        study and the objective's defaults (`PretrainingSpec.phase_settings`)."""
+        return {**self.settings, **({} if self.mask_ratio is None else {"mask_ratio": self.mask_ratio})}
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
@@ -364,9 +365,13 @@ class PretrainingSpec:
         yield from non_negative(self, "warmup_steps", "decay_steps", "save_every", "random_replace", "keep_original")
         yield from seeds(self, "seed")
         yield from replicate_count(self)
-        if not 0 <= self.random_replace + self.keep_original <= 1:
-            yield "random_replace", "random_replace + keep_original must lie in [0, 1]"
+        if problem := masking_share_problem(self.phase_settings("mlm", {})):
+            yield "random_replace", problem
         for i, run in enumerate(self.runs):
+            for j, phase in enumerate(run.phases or []):  # a phase's settings with the study's merged in, as planned
+                if problem := masking_share_problem(self.phase_settings(phase.objective, phase.given_settings())):
+                    given = [key for key in MASKING_SHARES if key in phase.settings]
+                    yield f"runs[{i}].phases[{j}]" + (f".settings.{given[0]}" if given else ""), problem
             budgets = run.steps or [self.steps]
             for j, step in enumerate(run.checkpoint_steps):
                 if step >= min(budgets):
@@ -380,9 +385,29 @@ class PretrainingSpec:
                            f"runs[{i}].decay_steps[{k}]" if isinstance(run.decay_steps, Grid) and k else f"runs[{i}].steps")
                     yield key, f"budget {budget} is shorter than warmup + decay steps ({warmup} + {decay})"
 
+    def phase_settings(self, objective: str, given: dict) -> dict:
+        """An objective's settings in a run of this study: its registered defaults, then the
+        study's MLM settings (`random_replace`, `keep_original`) for MLM, then what the phase gave."""
+        defaults = {key: getattr(self, key) for key in MASKING_SHARES} if objective == "mlm" else {}
+        return registry.objective_settings(objective, {**defaults, **given})
+
     def replicates_of(self, entry: RunGridSpec) -> int:
         """How many times the runs of `entry` are trained: its own count, else the study's."""
         return self.replicates if entry.replicates is None else entry.replicates
+
+
+MASKING_SHARES = ("random_replace", "keep_original")
+"""MLM settings that take shares of the selected tokens (the rest become [MASK]): the study sets
+them for every MLM phase, a phase may set its own."""
+
+
+def masking_share_problem(settings: dict) -> str | None:
+    """Why an objective's settings give the selected tokens more than all of them, or None."""
+    if all(key in settings for key in MASKING_SHARES) and not 0 <= sum(settings[k] for k in MASKING_SHARES) <= 1:
+        shares = " + ".join(f"{key} {settings[key]:g}" for key in MASKING_SHARES)
+        return (f"random_replace + keep_original must lie in [0, 1] (shares of the selected tokens), got {shares} "
+                "(a phase's own settings, the study's for those it leaves out)")
+    return None
 
 
 MAX_REPLICATES = 1000
