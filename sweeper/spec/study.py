@@ -21,6 +21,7 @@ from sweeper.spec.names import location_problem
 from sweeper.spec.parsing import values_of
 from sweeper.spec.pretraining import DataSpec, ModelSpec, PretrainingSpec
 from sweeper.spec.reading import shown
+from sweeper.spec.resources import layout_problems
 from sweeper.store.storage import folder_name_problem
 
 
@@ -105,6 +106,7 @@ class StudySpec:
             yield "storage", problem
         if problem := folder_name_problem(self.tracking.project):  # W&B keeps a project as a folder too
             yield "tracking.project", problem
+        yield from ((f"resources.{key}", reason) for key, reason in layout_problems(self.resources))
         workers = self.resources.pretraining_workers
         for global_batch in values_of(self.pretraining.global_batch_size):
             if workers > 0 and global_batch % workers:
