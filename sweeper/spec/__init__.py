@@ -6,5 +6,6 @@ fine-tuning cell's search space (`space`), what a spec can name (`catalog`: the 
 model presets; `registry`: the `Registry` of task families, tasks and objectives; `names`: the
 names that become folder names and the storage locations a spec may give), the resource layouts
 no cluster runs (`resources`), how a family's trials spend tokens and memory (`estimates`) and the
-typed configs that cross to the workers (`configs`). Imports only `sweeper.store` below it; no Ray, no torch.
+typed configs that cross to the workers (`configs`). Imports only `sweeper.store` below it; no
+Ray, no torch.
 """

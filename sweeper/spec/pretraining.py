@@ -365,11 +365,11 @@ class PretrainingSpec:
         yield from non_negative(self, "warmup_steps", "decay_steps", "save_every", "random_replace", "keep_original")
         yield from seeds(self, "seed")
         yield from replicate_count(self)
-        if problem := masking_share_problem(self.phase_settings("mlm", {})):
+        if problem := masking_share_problem(self.phase_settings("mlm", {}), of_phase=False):
             yield "random_replace", problem
         for i, run in enumerate(self.runs):
             for j, phase in enumerate(run.phases or []):  # a phase's settings with the study's merged in, as planned
-                if problem := masking_share_problem(self.phase_settings(phase.objective, phase.given_settings())):
+                if problem := masking_share_problem(self.phase_settings(phase.objective, phase.given_settings()), True):
                     given = [key for key in MASKING_SHARES if key in phase.settings]
                     yield f"runs[{i}].phases[{j}]" + (f".settings.{given[0]}" if given else ""), problem
             budgets = run.steps or [self.steps]
@@ -401,12 +401,13 @@ MASKING_SHARES = ("random_replace", "keep_original")
 them for every MLM phase, a phase may set its own."""
 
 
-def masking_share_problem(settings: dict) -> str | None:
-    """Why an objective's settings give the selected tokens more than all of them, or None."""
+def masking_share_problem(settings: dict, of_phase: bool) -> str | None:
+    """Why an objective's settings (a phase's when `of_phase`, the study's merged in) give the
+    selected tokens more than all of them, or None."""
     if all(key in settings for key in MASKING_SHARES) and not 0 <= sum(settings[k] for k in MASKING_SHARES) <= 1:
         shares = " + ".join(f"{key} {settings[key]:g}" for key in MASKING_SHARES)
-        return (f"random_replace + keep_original must lie in [0, 1] (shares of the selected tokens), got {shares} "
-                "(a phase's own settings, the study's for those it leaves out)")
+        whose = " (the phase's own settings, the study's for those it leaves out)" if of_phase else ""
+        return f"random_replace + keep_original must lie in [0, 1] (shares of the selected tokens), got {shares}{whose}"
     return None
 
 
