@@ -331,3 +331,21 @@ def test_keys_in_a_spec_are_refused_unechoed_and_the_command_line_keeps_taking_t
     assert "topsecret" not in result.stderr and "AKIAEXAMPLE" not in result.stderr
     assert location_problem("s3://AKIAEXAMPLE:topsecret@bucket/x", credentials_allowed=True) is None
     assert "names no bucket" in location_problem("s3://AKIAEXAMPLE:topsecret@/x", credentials_allowed=True)
+
+
+def test_the_room_a_name_leaves_is_what_the_layout_appends():
+    """sweeper.spec.names reserves what StudyLayout appends to a run's and an external
+    checkpoint's name in a folder name of its own: the longest such folder name is 255 bytes."""
+    import time
+
+    from sweeper.spec.configs import stable_key
+    from sweeper.spec.names import EXTERNAL_SUFFIX_BYTES, RUN_SUFFIX_BYTES, external_name_problem, run_name_problem
+    from sweeper.store import storage
+    from sweeper.store.layout import StudyLayout
+
+    layout, key = StudyLayout("/study"), stable_key({})
+    run, external = "r" * (255 - RUN_SUFFIX_BYTES), "c" * (255 - EXTERNAL_SUFFIX_BYTES)
+    assert run_name_problem(run) is None and run_name_problem(run + "r")
+    assert external_name_problem(external) is None and external_name_problem(external + "c")
+    assert len(storage.name(layout.superseded_run(run, key, int(time.time())))) == 255
+    assert len(storage.name(layout.external_checkpoint(external, key))) == 255

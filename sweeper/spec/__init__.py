@@ -3,9 +3,7 @@
 Owns the spec types (`study`, `pretraining`, `finetuning`), reading a spec file within bounds
 (`reading`) and converting it field by field (`parsing`, with grids and distributions), a
 fine-tuning cell's search space (`space`), what a spec can name (`catalog`: the shipped tasks and
-model presets; `registry`: the `Registry` of task families, tasks and objectives; `names`: the
-names that become folder names and the storage locations a spec may give), the resource layouts
-no cluster runs (`resources`), how a family's trials spend tokens and memory (`estimates`) and the
-typed configs that cross to the workers (`configs`). Imports only `sweeper.store` below it; no
-Ray, no torch.
+model presets; `registry`: the `Registry` of task families, tasks and objectives), how a family's
+trials spend tokens and memory (`estimates`) and the typed configs that cross to the workers
+(`configs`). Imports only `sweeper.store` below it; no Ray, no torch.
 """

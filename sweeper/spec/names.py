@@ -13,13 +13,13 @@ them (docs/security.md).
 from __future__ import annotations
 
 from sweeper.store import storage
-from sweeper.store.layout import StudyLayout
 
-_KEY = "0" * 16  # a run or checkpoint key: 16 hex digits (sweeper.spec.configs.stable_key)
-RUN_SUFFIX_BYTES = len(storage.name(StudyLayout("/study").superseded_run("", _KEY, 9_999_999_999)))
-"""Bytes a run name gets appended in the folder of a changed run (`.superseded-<key>-<unix time>`)."""
-EXTERNAL_SUFFIX_BYTES = len(storage.name(StudyLayout("/study").external_checkpoint("", _KEY)))
-"""Bytes a checkpoint from elsewhere gets appended in the folder it is imported to (`-<key>`)."""
+# What StudyLayout appends (tests/test_spec.py holds these to its folder names): a key is 16 hex
+# digits (sweeper.spec.configs.stable_key), a Unix time 10 digits until the year 2286.
+RUN_SUFFIX_BYTES = len(".superseded-") + 16 + len("-") + 10
+"""Bytes a run name gets appended in the folder of a changed run (`<run>.superseded-<key>-<time>`)."""
+EXTERNAL_SUFFIX_BYTES = len("-") + 16
+"""Bytes a checkpoint from elsewhere gets appended in the folder it is imported to (`<name>-<key>`)."""
 
 WHERE_CREDENTIALS_GO = (
     "a spec file is shared and copied into the study, so it names no credentials: give them in the "

@@ -14,10 +14,10 @@ import itertools
 from dataclasses import dataclass, field
 from typing import Literal
 
+from sweeper.spec import names
 from sweeper.spec.catalog import MODEL_PRESETS
 from sweeper.spec.configs import TrackingConfig, non_negative, positive
 from sweeper.spec.finetuning import FinetuningSpec
-from sweeper.spec.names import location_problem
 from sweeper.spec.parsing import values_of
 from sweeper.spec.pretraining import DataSpec, ModelSpec, PretrainingSpec
 from sweeper.spec.reading import shown
@@ -102,7 +102,7 @@ class StudySpec:
         if not self.pretraining.runs and not self.finetuning.checkpoints:
             yield "pretraining", ("nothing to fine-tune: give pretraining.runs (checkpoints the study trains) or "
                                   "finetuning.checkpoints (checkpoints from elsewhere), or both")
-        if self.storage is not None and (problem := location_problem(self.storage)):
+        if self.storage is not None and (problem := names.location_problem(self.storage)):
             yield "storage", problem
         if problem := folder_name_problem(self.tracking.project):  # W&B keeps a project as a folder too
             yield "tracking.project", problem
