@@ -4,7 +4,10 @@ line and key where one applies), with no traceback, in under 5 s and 500 MB, and
 The corpus is written by this module (a 2 MB file and binary garbage do not belong in the
 repository): alias bombs, self-referencing aliases, deep nesting, oversized and non-UTF-8 files,
 duplicate keys, non-finite and out-of-range values, repeated grid items, bad model overrides,
-study names no file system takes, storage that cannot be created. All cases run in ONE child
+study names no file system takes, storage that cannot be created; q-forms that draw outside their
+field, phase settings over 1 with the study's, run names too long once planned, storage URIs
+without a bucket or with keys, C1 and bidi characters in names (#29), and resource layouts no
+cluster runs (#28). All cases run in ONE child
 interpreter, which measures each case's time and its own peak RSS after each case.
 """
 from __future__ import annotations
