@@ -11,6 +11,7 @@ from pathlib import Path
 
 from sweeper.plan.load import load_spec
 from sweeper.run.lease import EXIT_LEASE, LeaseHeld, hold_lease
+from sweeper.spec.names import location_problem
 from sweeper.spec.reading import SpecError
 from sweeper.store import storage
 from sweeper.store.layout import StudyLayout
@@ -24,8 +25,8 @@ def study_layout_for(spec, flag: str | None, spec_file: str = "spec") -> StudyLa
     else the spec's storage, else ./studies/<study name>, as an absolute path or a URI. A local
     folder is created here, so one that cannot be (`/dev/null/x`, `/proc/x`, a name too long) is a
     SpecError naming it, before anything starts; a bucket must be reachable."""
-    file, key = ("command line", "--storage") if flag else (spec_file, "storage" if spec.storage else "study")
-    if flag and (problem := storage.scheme_error(flag)):
+    file, key = ("command line", "--storage") if flag is not None else (spec_file, "storage" if spec.storage else "study")
+    if flag is not None and (problem := location_problem(flag, credentials_allowed=True)):  # keys: docs/security.md
         raise SpecError(file, key, problem)
     try:
         location = storage.normalize(flag or spec.storage or Path("studies") / spec.study)

@@ -4,7 +4,10 @@ line and key where one applies), with no traceback, in under 5 s and 500 MB, and
 The corpus is written by this module (a 2 MB file and binary garbage do not belong in the
 repository): alias bombs, self-referencing aliases, deep nesting, oversized and non-UTF-8 files,
 duplicate keys, non-finite and out-of-range values, repeated grid items, bad model overrides,
-study names no file system takes, storage that cannot be created. All cases run in ONE child
+study names no file system takes, storage that cannot be created; q-forms that draw outside their
+field, phase settings over 1 with the study's, run names too long once planned, storage URIs
+without a bucket or with keys, C1 and bidi characters in names (#29), and resource layouts no
+cluster runs (#28). All cases run in ONE child
 interpreter, which measures each case's time and its own peak RSS after each case.
 """
 from __future__ import annotations
@@ -63,6 +66,16 @@ class Case:
     argv: list[str] = field(default_factory=lambda: ["run", "{spec}", "--storage", "{study}"])
     where: str | None = None
     """What names the place instead of the spec file (`command line` for --storage)."""
+
+
+def searched(line: str) -> str:
+    """GOOD searching at random, with `line` added to finetuning (a distribution)."""
+    return change("  learning_rates: [0.001] ", f"  search: random\n  {line}\n  learning_rates: [0.001] ")
+
+
+def resources(*lines: str) -> str:
+    """GOOD with its `pretraining_workers: 0` line replaced by `lines` under resources."""
+    return change("  pretraining_workers: 0 ", "".join(f"  {line}\n" for line in lines)[:-1] + " ")
 
 
 random.seed(1234)
@@ -255,6 +268,88 @@ CASES = [
          argv=["run", "{spec}", "--storage", f"{{tmp}}/{LONG}/study"], where="command line"),
     Case("a NUL in the storage path", GOOD + 'storage: "/tmp/a\\0b"\n', "storage", "NUL", at="storage:",
          argv=["run", "{spec}"]),
+    # --- q-forms: every value they can draw within the field's bounds (#29) -----------------------
+    Case("a q that dwarfs an eps range", searched("eps: {quniform: [1.0e-10, 1.0e-9, 1.0]}"),
+         "finetuning.eps.quniform[2]", "is larger than the range", at="eps: {"),
+    Case("a qloguniform q that dwarfs its range", searched("grad_clip: {qloguniform: [4.0e-10, 8.0e-10, 1.0]}"),
+         "finetuning.grad_clip.qloguniform[2]", "is larger than the range", at="grad_clip:"),
+    Case("an eps end q rounds to 0", searched("eps: {quniform: [1.0e-10, 1.0, 0.5]}"),
+         "finetuning.eps.quniform[0]", "is not a multiple of q 0.5", at="eps: {"),
+    Case("a grad_clip end q rounds to 0", searched("grad_clip: {qloguniform: [1.0e-12, 2.0, 1.0]}"),
+         "finetuning.grad_clip.qloguniform[0]", "is not a multiple of q 1.0", at="grad_clip:"),
+    Case("a warmup_ratio hi that rounds to 1.0", searched("warmup_ratio: {quniform: [0.0, 0.99999999995, 0.1]}"),
+         "finetuning.warmup_ratio.quniform[1]", "1.0 is outside [0, 1)", at="warmup_ratio:"),
+    # --- a phase's settings: the study's rules, the study's defaults merged in (#29) ---------------
+    Case("a phase masking more than all selected tokens",
+         change("    - objective: clm ", "    - phases: [{objective: mlm, mask_ratio: 0.3, settings: {random_replace: 0.6, keep_original: 0.6}}]\n     "),
+         "pretraining.runs[1].phases[0].settings.random_replace", "random_replace + keep_original must lie in [0, 1]",
+         at="phases:"),
+    Case("a phase setting over 1 with the study's default",
+         change("  log_every: 10 ", "  random_replace: 0.1\n  log_every: 10 ").replace(
+             "    - objective: clm ", "    - phases: [{objective: clm, until: 0.25}, {objective: mlm, settings: {keep_original: 0.95}}]\n     "),
+         "pretraining.runs[1].phases[1].settings.keep_original", "random_replace 0.1 + keep_original 0.95",
+         at="phases:"),
+    # --- run and checkpoint names as planned: folder names, after expansion (#29) ------------------
+    Case("a run name of 315 bytes from 40 phases",
+         change("    - objective: clm ", "    - phases: [" + ", ".join(
+             f"{{objective: {('clm', 'mlm')[i % 2]}, until: {(i + 1) / 40}}}" for i in range(39)) + ", {objective: mlm}]\n     "),
+         "pretraining.runs[1]", "the name is 315 bytes long", at="phases:", argv=["plan", "{spec}"]),
+    Case("a run name of 512 bytes from a hub model",
+         change("    - objective: clm ", f"    - {{objective: mlm, init_from: ['hf:/models/{'m' * 500}']}}\n     "),
+         "pretraining.runs[1]", "the name is 512 bytes long", at="init_from:", argv=["plan", "{spec}"]),
+    Case("a run name pushed over by its replicate tag",
+         change("    - objective: clm ", f"    - {{objective: mlm, replicates: 2, init_from: ['hf:{'m' * 202}']}}\n     "),
+         "pretraining.runs[1]", "-rep1', and a run's name is its folder's", at="replicates: 2"),
+    Case("an external checkpoint name with no room for its key",
+         in_section("finetuning", f"checkpoints: [{{name: {'c' * 240}, source: hf:org/model}}]"),
+         "finetuning.checkpoints[0].name", "this name takes at most 238", at="checkpoints:"),
+    # --- storage URIs: a bucket, no credentials, not empty (#29) -----------------------------------
+    Case("credentials and no bucket", GOOD + 'storage: "s3://KEY:SECRET@/x"\n', "storage", "names no bucket",
+         at="storage:", argv=["run", "{spec}"]),
+    Case("gs://@ and no bucket", GOOD + 'storage: "gs://@/x"\n', "storage", "names no bucket", at="storage:",
+         argv=["plan", "{spec}"]),
+    Case("an empty storage", GOOD + 'storage: ""\n', "storage", "must not be empty", at="storage:",
+         argv=["run", "{spec}"]),
+    Case("keys in the spec's storage", GOOD + 'storage: "s3://AKIAHOSTILE:hostilesecret@bucket/x"\n', "storage",
+         "carries credentials (user:secret@): a spec file is shared", at="storage:", argv=["run", "{spec}"]),
+    Case("keys in a checkpoint source", in_section("finetuning", 'checkpoints: [{name: x, source: "gs://u:p@bucket/m"}]'),
+         "finetuning.checkpoints[0].source", "carries credentials", at="checkpoints:"),
+    Case("--storage with credentials and no bucket", GOOD, "--storage", "names no bucket",
+         argv=["run", "{spec}", "--storage", "s3://KEY:SECRET@/x"], where="command line"),
+    Case("an empty --storage", GOOD, "--storage", "must not be empty", argv=["run", "{spec}", "--storage", ""],
+         where="command line"),
+    # --- names: no control or format character, C1 and bidi included (#29) -----------------------
+    Case("a NEL (U+0085) in the study name", change("study: smoke", 'study: "a\\x85b"'), "study", "U+0085",
+         at="study:"),
+    Case("a CSI (U+009B) in the study name", change("study: smoke", 'study: "a\\x9b31mb"'), "study",
+         "control characters", at="study:", argv=["plan", "{spec}"]),
+    Case("a right-to-left override in the study name", change("study: smoke", 'study: "report\\u202Egpj.exe"'),
+         "study", "U+202E", at="study:"),
+    Case("a zero-width space in a checkpoint name",
+         in_section("finetuning", 'checkpoints: [{name: "bert\\u200Bbase", source: hf:org/model}]'),
+         "finetuning.checkpoints[0].name", "U+200B", at="checkpoints:"),
+    Case("a C1 control in the W&B project", GOOD + 'tracking: {project: "p\\x85q"}\n', "tracking.project",
+         "control characters", at="tracking:"),
+    # --- resource layouts no cluster runs as written (#28) ----------------------------------------
+    Case("half a GPU per worker of a two-worker run", resources("pretraining_workers: 2", "gpus_per_worker: 0.5"),
+         "resources.gpus_per_worker", "Duplicate GPU detected", at="gpus_per_worker"),
+    Case("two GPUs per pretraining worker", resources("pretraining_workers: 2", "gpus_per_worker: 2"),
+         "resources.gpus_per_worker", "a pretraining worker trains on one", at="gpus_per_worker",
+         argv=["plan", "{spec}"]),
+    Case("two GPUs per trial", resources("pretraining_workers: 0", "gpus_per_trial: 2"),
+         "resources.gpus_per_trial", "a trial trains on one", at="gpus_per_trial"),
+    Case("fsdp with one worker", resources("pretraining_workers: 1", "sharding: fsdp"), "resources.sharding",
+         "pretraining_workers is 1", at="sharding"),
+    Case("fsdp in local mode", resources("pretraining_workers: 0", "sharding: fsdp"), "resources.sharding",
+         "pretraining_workers is 0", at="sharding", argv=["plan", "{spec}"]),
+    Case("a worker with neither CPU nor GPU", change("  cpus_per_worker: 1 ", "  cpus_per_worker: 0 "),
+         "resources.cpus_per_worker", "needs some CPU or GPU", at="cpus_per_worker"),
+    Case("a GPU share below Ray's granularity", resources("pretraining_workers: 0", "gpus_per_trial: 0.00001"),
+         "resources.gpus_per_trial", "below the smallest amount Ray schedules", at="gpus_per_trial"),
+    Case("a CPU share below Ray's granularity", change("  cpus_per_trial: 1 ", "  cpus_per_trial: 0.00005 "),
+         "resources.cpus_per_trial", "below the smallest amount Ray schedules", at="cpus_per_trial"),
+    Case("GPU memory without GPUs", resources("pretraining_workers: 0", "gpu_memory_gb: 40"),
+         "resources.gpu_memory_gb", "no worker or trial uses a GPU", at="gpu_memory_gb"),
     # --- other ways in: a planted study copy, a spec that is not a file ---------------------------
     Case("status of a study whose spec is an alias bomb", bomb(9) + GOOD, "l0", "unknown key", at="l0:",
          argv=["status", "{folder}"]),
@@ -273,7 +368,7 @@ def line_of(content: str | bytes, text: str) -> int:
 def test_every_hostile_spec_exits_2_quickly_small_and_without_ray(tmp_path):
     """All cases through the real CLI in one fresh interpreter: status 2, the file (line, key)
     and the reason on stderr, no traceback, < 5 s and < 500 MB each, Ray never imported."""
-    assert len(CASES) >= 60
+    assert len(CASES) >= 135
     runs = []
     for index, case in enumerate(CASES):
         folder = tmp_path / f"case_{index:03d}"

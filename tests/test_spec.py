@@ -246,3 +246,106 @@ def test_model_fields_match_the_model_config():
     for preset, fields in MODEL_PRESETS.items():
         assert set(fields) <= set(MODEL_FIELDS), preset
         assert ModelSpec(preset=preset).architecture_problem(preset) is None, preset
+
+
+# --- #29: nothing stale, nothing unnamed ---------------------------------------------------------
+
+def test_no_name_holds_a_control_or_format_character():
+    """Every Unicode control (C0, DEL, C1) and a sample of format characters (bidi overrides,
+    zero-width ones, the byte-order mark) and separators are refused; other non-ASCII text is not."""
+    from sweeper.store.storage import folder_name_problem
+
+    controls = [chr(c) for c in (*range(0x20), 0x7F, *range(0x80, 0xA0))]
+    formats = ["\u202e", "\u202a", "\u2066", "\u200b", "\u200d", "\u200e", "\ufeff", "\u00ad", "\u2028", "\u2029"]
+    for character in controls + formats:
+        problem = folder_name_problem(f"study{character}x")
+        assert problem and f"U+{ord(character):04X}" in problem, (hex(ord(character)), problem)
+    for fine in ("smoke", "étude", "数据-研究", "study_2026.v2", "a b"):
+        assert folder_name_problem(fine) is None, fine
+
+
+def test_a_long_form_phase_inherits_the_studys_masking_settings(tmp_path):
+    """The study's random_replace / keep_original reach a long-form MLM phase as they reach the
+    short form (they were replaced by the objective's defaults), so both plan one run, one key."""
+    from sweeper.plan.study_plan import plan_study
+
+    bert = with_change("  log_every: 10 ", "  random_replace: 0.1\n  keep_original: 0.1\n  log_every: 10 ")
+    short, long = tmp_path / "short.yaml", tmp_path / "long.yaml"
+    short.write_text(bert)
+    long.write_text(bert.replace("    - objective: clm-mlm\n      clm_fraction: [0.5]",
+                                 "    - phases: [{objective: clm, until: 0.5}, {objective: mlm, mask_ratio: 0.4}]"))
+    (short_run,) = [r for r in plan_study(load_spec(short)).runs if r.objective == "clm-mlm"]
+    (long_run,) = [r for r in plan_study(load_spec(long)).runs if r.objective == "clm-mlm"]
+    assert long_run.phases[1].settings == {"mask_ratio": 0.4, "random_replace": 0.1, "keep_original": 0.1}
+    assert (long_run.name, long_run.run_key) == (short_run.name, short_run.run_key)
+
+
+def test_every_value_an_accepted_q_form_draws_lies_in_the_fields_bounds():
+    """Hypothesis: whatever [lo, hi, q] the spec accepts for warmup_ratio ([0, 1)) or eps (> 0),
+    every value it draws passes the field's own check: 100 draws, and the extreme draws (the ends
+    of the range, rounded to multiples of q as Tune's q-forms round every draw)."""
+    from hypothesis import given, settings
+    from hypothesis import strategies as st
+
+    from sweeper.spec.finetuning import FinetuningSpec
+    from sweeper.spec.parsing import build_dataclass
+    from sweeper.spec.reading import Context, LineIndex
+    from sweeper.spec.space import draw, generator, quantize
+
+    context = Context("x.yaml", LineIndex(""))
+    numbers = st.floats(min_value=1e-12, max_value=2.0, allow_nan=False)
+
+    @settings(max_examples=150, deadline=None)
+    @given(field=st.sampled_from(["warmup_ratio", "eps"]), kind=st.sampled_from(["quniform", "qloguniform"]),
+           low=numbers, high=numbers, q=numbers, k=st.integers(0, 40), n=st.integers(1, 40))
+    def check(field, kind, low, high, q, k, n):
+        # arbitrary numbers; multiples of q; a multiple with any lo (q may dwarf it); a near-multiple hi
+        for args in ([low, high, q], [k * q, (k + n) * q, q], [low, (k + n) * q, q], [k * q, (k + n - 5e-10) * q, q]):
+            try:
+                spec = build_dataclass(FinetuningSpec, {"tasks": ["sst2"], "search": "random", field: {kind: args}},
+                                       "finetuning", context)
+            except SpecError:
+                continue
+            space = spec.searched()[field]
+            ends = [quantize(end, space.args[2]) for end in space.args[:2]]
+            for value in ends + [draw(space, generator(sample)) for sample in range(100)]:
+                refused = [p for p in FinetuningSpec.check(spec.at({field: value})) if p[0] == field]
+                assert not refused, (kind, args, value, refused)
+
+    check()
+
+
+def test_keys_in_a_spec_are_refused_unechoed_and_the_command_line_keeps_taking_them(tmp_path):
+    """A spec is shared and copied into the study: `user:secret@` in its storage is exit 2, with
+    the URI shown without them and where keys go instead; `--storage` still takes them (the
+    driver keeps them to itself, tests/test_secrets.py)."""
+    from sweeper.spec.names import location_problem
+
+    path = tmp_path / "keys.yaml"
+    path.write_text(GOOD + 'storage: "s3://AKIAEXAMPLE:topsecret@bucket/studies/x"\n')
+    result = subprocess.run([sys.executable, "-m", "sweeper", "plan", str(path)], capture_output=True, text=True,
+                            cwd=ROOT)
+    assert result.returncode == 2 and "Traceback" not in result.stderr, result.stderr
+    assert f"{path}:{len(GOOD.splitlines()) + 1}: storage: 's3://bucket/studies/x' carries credentials" in result.stderr
+    assert "AWS_ACCESS_KEY_ID" in result.stderr and "--storage" in result.stderr
+    assert "topsecret" not in result.stderr and "AKIAEXAMPLE" not in result.stderr
+    assert location_problem("s3://AKIAEXAMPLE:topsecret@bucket/x", credentials_allowed=True) is None
+    assert "names no bucket" in location_problem("s3://AKIAEXAMPLE:topsecret@/x", credentials_allowed=True)
+
+
+def test_the_room_a_name_leaves_is_what_the_layout_appends():
+    """sweeper.spec.names reserves what StudyLayout appends to a run's and an external
+    checkpoint's name in a folder name of its own: the longest such folder name is 255 bytes."""
+    import time
+
+    from sweeper.spec.configs import stable_key
+    from sweeper.spec.names import EXTERNAL_SUFFIX_BYTES, RUN_SUFFIX_BYTES, external_name_problem, run_name_problem
+    from sweeper.store import storage
+    from sweeper.store.layout import StudyLayout
+
+    layout, key = StudyLayout("/study"), stable_key({})
+    run, external = "r" * (255 - RUN_SUFFIX_BYTES), "c" * (255 - EXTERNAL_SUFFIX_BYTES)
+    assert run_name_problem(run) is None and run_name_problem(run + "r")
+    assert external_name_problem(external) is None and external_name_problem(external + "c")
+    assert len(storage.name(layout.superseded_run(run, key, int(time.time())))) == 255
+    assert len(storage.name(layout.external_checkpoint(external, key))) == 255

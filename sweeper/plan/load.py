@@ -11,7 +11,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from sweeper.plan.external import SourceProblem, resolve_all
-from sweeper.plan.runs import RunNameClash, expand_base_runs, expand_runs
+from sweeper.plan.runs import RunNameProblem, expand_base_runs, expand_runs
 from sweeper.spec import registry
 from sweeper.spec.parsing import build_dataclass
 from sweeper.spec.reading import load_yaml, shown, suggestion
@@ -31,10 +31,11 @@ def load_spec(path: str | Path) -> StudySpec:
 
 def run_problems(spec: StudySpec):
     """(key, reason) pairs: CPT sources must be runs of this study (non-CPT ones, so the order
-    is well defined), and no two entries may plan different runs under one name."""
+    is well defined), every run's name as planned must be a folder name (sweeper.spec.names), and
+    no two entries may plan different runs under one name."""
     try:
         base_names = {run.name for run in expand_base_runs(spec)}
-    except RunNameClash as clash:
+    except RunNameProblem as clash:
         yield clash.key, clash.reason
         return
     unknown = False
@@ -49,7 +50,7 @@ def run_problems(spec: StudySpec):
         return
     try:
         runs = expand_runs(spec)
-    except RunNameClash as clash:
+    except RunNameProblem as clash:
         yield clash.key, clash.reason
         return
     yield from external_problems(spec, runs)

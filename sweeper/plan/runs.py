@@ -39,8 +39,10 @@ from sweeper.plan.run_names import AXIS_TAGS, format_steps, run_name, tag
 from sweeper.spec import registry
 from sweeper.spec.catalog import MODEL_PRESETS
 from sweeper.spec.configs import AdamWConfig, PhaseConfig, stable_key
+from sweeper.spec.names import run_name_problem
 from sweeper.spec.parsing import values_of
 from sweeper.spec.pretraining import RunGridSpec
+from sweeper.spec.reading import shown
 from sweeper.spec.study import StudySpec
 
 
@@ -196,9 +198,8 @@ def masking_defaults(spec: StudySpec) -> dict:
 def phase(spec: StudySpec, objective: str, start: int, end: int, given: dict) -> PhaseConfig:
     """A phase with the objective's settings resolved: registered defaults, the study's MLM
     settings for MLM, then what the spec gave; `loss` names the worker's function."""
-    defaults = masking_defaults(spec) if objective == "mlm" else {}
     return PhaseConfig(objective=objective, loss=registry.objective_of(objective).loss, start_step=start, end_step=end,
-                       settings=registry.objective_settings(objective, {**defaults, **given}))
+                       settings=spec.pretraining.phase_settings(objective, given))
 
 
 def short_form_phases(spec: StudySpec, objective: str, steps: int, ratio: float | None, share: float,
@@ -220,7 +221,7 @@ def long_form_phases(spec: StudySpec, grid: RunGridSpec, steps: int, decay: int)
         last = i == len(grid.phases) - 1
         end = steps if last else min(round(given.until * span), steps)
         if end > start:
-            phases.append(phase(spec, given.objective, start, end, given.objective_settings()))
+            phases.append(phase(spec, given.objective, start, end, given.given_settings()))
         start = max(start, end)
     return tuple(phases)
 
@@ -316,23 +317,33 @@ def entry_runs(spec: StudySpec, grid: RunGridSpec, preset: str, settings: RunSet
         )
 
 
-class RunNameClash(ValueError):
-    """Two entries plan different runs under one name (one run folder): a spec error."""
+class RunNameProblem(ValueError):
+    """A run entry plans a run whose name cannot be its folder's: a spec error naming the entry."""
+
+    def __init__(self, entry: int, reason: str):
+        self.key, self.reason = f"pretraining.runs[{entry}]", reason
+        super().__init__(f"{self.key}: {self.reason}")
+
+
+class RunNameClash(RunNameProblem):
+    """Two entries plan different runs under one name (one run folder)."""
 
     def __init__(self, entry: int, name: str, other_entry: int):
-        self.key = f"pretraining.runs[{entry}]"
-        self.reason = (f"plans a run named {name!r} that runs[{other_entry}] also plans, with other settings; "
-                       "a run's folder is its name: change one of them (e.g. its steps or masking ratio)")
-        super().__init__(f"{self.key}: {self.reason}")
+        super().__init__(entry, f"plans a run named {name!r} that runs[{other_entry}] also plans, with other settings; "
+                                "a run's folder is its name: change one of them (e.g. its steps or masking ratio)")
 
 
 def expand_runs(spec: StudySpec, include_cpt: bool = True) -> list[PretrainingRun]:
     """Every run of the spec, in entry order; the same run from two entries is planned once, with
-    the union of its checkpoints. Raises RunNameClash for two different runs of one name."""
+    the union of its checkpoints. Raises RunNameClash for two different runs of one name, and
+    RunNameProblem for a name no folder takes (the name as planned: tags and replicate included)."""
     runs: dict[str, PretrainingRun] = {}
     entry_of: dict[str, int] = {}
 
     def add(run: PretrainingRun, entry: int) -> None:
+        if problem := run_name_problem(run.name):
+            raise RunNameProblem(entry, f"plans a run named {shown(run.name)}, and a run's name is its folder's: "
+                                        f"the name {problem}")
         previous = runs.get(run.name)
         if previous is not None:
             if previous.run_key != run.run_key:

@@ -13,8 +13,8 @@ import re
 from dataclasses import dataclass, field
 
 from sweeper.spec.configs import non_blank
+from sweeper.spec.names import external_name_problem, location_problem
 from sweeper.spec.reading import shown
-from sweeper.store.storage import folder_name_problem, is_remote, scheme_error
 
 HUB_PREFIX = "hf:"
 HUB_ID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]*(/[A-Za-z0-9][A-Za-z0-9._-]*)?$")
@@ -23,16 +23,12 @@ HUB_ID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]*(/[A-Za-z0-9][A-Za-z0-9._-]*)?$
 
 def source_problem(source: str) -> str | None:
     """Why `source` cannot name a checkpoint (or a tokenizer), or None."""
-    if "\x00" in source:
-        return "holds a NUL character"
     if source.startswith(HUB_PREFIX):
         repo = source[len(HUB_PREFIX):]
         if not HUB_ID.match(repo):
             return f"{shown(source)} is not hf:<org>/<name> (a Hugging Face hub model id)"
         return None
-    if is_remote(source):
-        return scheme_error(source)
-    return None
+    return location_problem(source)
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
@@ -76,12 +72,10 @@ class ExternalCheckpointSpec:
     """What the findings need to place it (objective, size, tokens seen)."""
 
     def check(self):
-        if problem := folder_name_problem(self.name):
+        if problem := external_name_problem(self.name):
             yield "name", problem
         for key in ("source", "tokenizer"):
-            value = getattr(self, key)
-            if value is not None and (problem := source_problem(value) or ("must not be empty" if not value.strip()
-                                                                           else None)):
+            if getattr(self, key) is not None and (problem := source_problem(getattr(self, key))):
                 yield key, problem
         if self.revision is not None:
             if not self.source.startswith(HUB_PREFIX):

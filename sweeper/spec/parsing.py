@@ -171,13 +171,31 @@ def values_of(value) -> tuple:
 
 def representatives(space) -> list[tuple[str, object]]:
     """(key-path suffix, value) pairs standing for a sweep in the field's own checks: every value
-    of a grid or a choice, both ends of a range (randint's upper end is excluded)."""
+    of a grid or a choice, the least and the largest value a range draws (randint's upper end is
+    excluded; a q-form's ends rounded to multiples of q, as its draws are)."""
     if isinstance(space, Grid):
         return [(f"{space.form}[{i}]", value) for i, value in enumerate(space.values)]
     if space.kind == "choice":
         return [(f".choice[{i}]", value) for i, value in enumerate(space.args)]
-    high = space.args[1] - 1 if space.kind == "randint" else space.args[1]
-    return [(f".{space.kind}[0]", space.args[0]), (f".{space.kind}[1]", high)]
+    low, high = space.args[0], space.args[1] - 1 if space.kind == "randint" else space.args[1]
+    if FORMS[space.kind] == 3:
+        low, high = quantize(low, space.args[2]), quantize(high, space.args[2])
+    return [(f".{space.kind}[0]", low), (f".{space.kind}[1]", high)]
+
+
+def quantize(value: float, q: float) -> float:
+    """`value` rounded to the nearest multiple of q (Tune's q-forms), without float dust
+    (3 x 0.05 is 0.15, not 0.15000000000000002)."""
+    return float(f"{round(value / q) * q:.12g}")
+
+
+Q_TOLERANCE = 1e-9
+"""A q-form's end is a multiple of q when it is k x q within this share of itself: float dust
+(0.15 / 0.05 = 2.9999999999999996) passes, an end q dwarfs (1e-9 with q 1: 0 x q) does not."""
+
+
+def is_multiple(value: float, q: float) -> bool:
+    return math.isclose(value, round(value / q) * q, rel_tol=Q_TOLERANCE, abs_tol=0.0)
 
 
 def is_grid_list(value, annotation) -> bool:
@@ -267,9 +285,12 @@ def distribution_of(kind: str, args, annotation, path: str, context: Context) ->
         context.fail(f"{path}[0]", f"{kind} needs lo > 0 (a log scale), got {low}")
     if arity == 3 and not numbers[2] > 0:
         context.fail(f"{path}[2]", f"q (the step values are rounded to) must be positive, got {numbers[2]}")
+    if arity == 3 and numbers[2] > (high - low) * (1 + Q_TOLERANCE):
+        context.fail(f"{path}[2]", f"q {numbers[2]} is larger than the range [{low}, {high}]: {kind} rounds every value "
+                                   "to a multiple of q, and the range holds at most one: give a q no larger than hi - lo")
     if arity == 3:  # values are rounded to multiples of q: so are the ends, or a value could fall outside them
         for i, end in enumerate(numbers[:2]):
-            if abs(end / numbers[2] - round(end / numbers[2])) > 1e-9:
+            if not is_multiple(end, numbers[2]):
                 context.fail(f"{path}[{i}]", f"{end} is not a multiple of q {numbers[2]}: {kind} rounds every value to "
                                              "a multiple of q, so lo and hi must be multiples too")
     return Distribution(kind, numbers)

@@ -9,91 +9,17 @@ the exact key. A field named in a `GRID_FIELDS` takes a grid: one run per value
 from __future__ import annotations
 
 import itertools
-import math
 from dataclasses import asdict, dataclass, field, fields
 from typing import ClassVar, Literal
 
 from sweeper.spec import registry
-from sweeper.spec.catalog import MODEL_FIELDS, MODEL_PRESETS
+from sweeper.spec.catalog import MODEL_PRESETS
 from sweeper.spec.configs import (AdamWConfig, distinct, each_positive, non_blank, non_empty, non_negative, positive,
                                   seeds)
-from sweeper.spec.parsing import FORMS, Grid, values_of
-from sweeper.spec.reading import MAX_INT, key_text, shown, suggestion, type_name
-
-
-def number_problem(value, integer: bool) -> str | None:
-    """Why `value` (from an untyped mapping: model overrides, objective settings) is not a finite
-    number, or not an integer when `integer`, or None."""
-    if isinstance(value, bool) or not isinstance(value, int if integer else (int, float)):
-        hint = " (YAML reads 1e-5 as text: write 1.0e-5)" if not integer and parses_as_float(value) else ""
-        return f"expected {'an integer' if integer else 'a number'}, got {type_name(value)} {shown(value)}{hint}"
-    if isinstance(value, int) and abs(value) > MAX_INT:
-        return f"{shown(value)} is beyond the 64-bit integer range"
-    if not math.isfinite(value):
-        return f"must be a finite number, got {value}"
-    return None
-
-
-def parses_as_float(value) -> bool:
-    try:
-        return isinstance(value, str) and math.isfinite(float(value))
-    except ValueError:
-        return False
-
-
-def override_items(key, value) -> list[tuple[str, object]]:
-    """(key path, value) of each value an override takes: itself, each item of a grid (a list or
-    `{grid_search: [...]}`). A distribution, or another mapping, is one item the checks refuse."""
-    where = f"overrides.{key_text(key)}"
-    if isinstance(value, list):
-        return [(f"{where}[{i}]", item) for i, item in enumerate(value)] or [(where, value)]
-    if isinstance(value, dict) and list(value) == ["grid_search"] and isinstance(value["grid_search"], list):
-        return [(f"{where}.grid_search[{i}]", item) for i, item in enumerate(value["grid_search"])] or [(where, [])]
-    return [(where, value)]
-
-
-def override_problems(overrides: dict):
-    """(key, reason) for each model override that is not a LlamaEncoderConfig field
-    (catalog.MODEL_FIELDS) of its type: sizes and floats positive, token ids not negative. An
-    override may be a grid (one run per value); a distribution cannot go there."""
-    for key, value in overrides.items():
-        where, kind = f"overrides.{key_text(key)}", MODEL_FIELDS.get(key)
-        if kind is None:
-            yield where, (f"unknown key{suggestion(str(key), list(MODEL_FIELDS))}; LlamaEncoderConfig fields: "
-                          f"{', '.join(MODEL_FIELDS)}")
-            continue
-        if isinstance(value, dict) and len(value) == 1 and next(iter(value)) in FORMS and "grid_search" not in value:
-            yield f"{where}.{next(iter(value))}", (f"{next(iter(value))} is a distribution, and only a value or a grid "
-                                                   "(a list, or {grid_search: [...]}) can go here: pretraining runs "
-                                                   "are planned as a grid")
-            continue
-        items, seen = override_items(key, value), {}
-        if items == [(where, [])]:
-            yield where, "empty grid: give at least one value"
-        for path, item in items:
-            if problem := number_problem(item, integer=kind is int):
-                yield path, problem
-            elif str(key).endswith("_token_id") and item < 0:
-                yield path, f"must not be negative, got {item}"
-            elif not str(key).endswith("_token_id") and item <= 0:
-                yield path, f"must be positive, got {item}"
-            elif item in seen:
-                yield path, f"{shown(item)} is listed twice ({seen[item]} and {path}): give each value once"
-            else:
-                seen[item] = path
-
-
-def setting_problem(default, value) -> str | None:
-    """Why `value` cannot replace an objective setting whose registered default is `default`: a
-    number for a number (an integer for an integer), finite; otherwise a scalar of the default's type."""
-    if isinstance(default, (int, float)) and not isinstance(default, bool):
-        return number_problem(value, integer=isinstance(default, int))
-    scalar = (str, bool, int, float, type(None))
-    if isinstance(value, float) and not math.isfinite(value):
-        return f"must be a finite number, got {value}"
-    if default is None and isinstance(value, scalar) or type(value) is type(default) and isinstance(value, scalar):
-        return None
-    return f"expected {type_name(default)} like the default {shown(default)}, got {type_name(value)} {shown(value)}"
+from sweeper.spec.parsing import Grid, values_of
+from sweeper.spec.reading import key_text, shown, suggestion
+from sweeper.spec.settings import (MASKING_SHARES, masking_share_problem, override_items, override_problems,
+                                   setting_problem)
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
@@ -224,9 +150,10 @@ class PhaseSpec:
         if self.until is not None and not 0 < self.until <= 1:
             yield "until", f"{self.until} is outside (0, 1]"
 
-    def objective_settings(self) -> dict:
-        given = {**self.settings, **({} if self.mask_ratio is None else {"mask_ratio": self.mask_ratio})}
-        return registry.objective_settings(self.objective, given)
+    def given_settings(self) -> dict:
+        """The settings this phase gives (mask_ratio among them); what it leaves out comes from the
+        study and the objective's defaults (`PretrainingSpec.phase_settings`)."""
+        return {**self.settings, **({} if self.mask_ratio is None else {"mask_ratio": self.mask_ratio})}
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
@@ -364,9 +291,13 @@ class PretrainingSpec:
         yield from non_negative(self, "warmup_steps", "decay_steps", "save_every", "random_replace", "keep_original")
         yield from seeds(self, "seed")
         yield from replicate_count(self)
-        if not 0 <= self.random_replace + self.keep_original <= 1:
-            yield "random_replace", "random_replace + keep_original must lie in [0, 1]"
+        if problem := masking_share_problem(self.phase_settings("mlm", {}), of_phase=False):
+            yield "random_replace", problem
         for i, run in enumerate(self.runs):
+            for j, phase in enumerate(run.phases or []):  # a phase's settings with the study's merged in, as planned
+                if problem := masking_share_problem(self.phase_settings(phase.objective, phase.given_settings()), True):
+                    given = [key for key in MASKING_SHARES if key in phase.settings]
+                    yield f"runs[{i}].phases[{j}]" + (f".settings.{given[0]}" if given else ""), problem
             budgets = run.steps or [self.steps]
             for j, step in enumerate(run.checkpoint_steps):
                 if step >= min(budgets):
@@ -387,6 +318,12 @@ class PretrainingSpec:
     def replicates_of(self, entry: RunGridSpec) -> int:
         """How many times the runs of `entry` are trained: its own count, else the study's."""
         return self.replicates if entry.replicates is None else entry.replicates
+
+    def phase_settings(self, objective: str, given: dict) -> dict:
+        """An objective's settings in a run of this study: its registered defaults, then the
+        study's MLM settings (`random_replace`, `keep_original`) for MLM, then what the phase gave."""
+        defaults = {key: getattr(self, key) for key in MASKING_SHARES} if objective == "mlm" else {}
+        return registry.objective_settings(objective, {**defaults, **given})
 
 
 MAX_REPLICATES = 1000

@@ -23,7 +23,7 @@ import math
 
 import numpy as np
 
-from sweeper.spec.parsing import Distribution
+from sweeper.spec.parsing import Distribution, quantize
 
 LEARNING_RATE = "learning_rate"
 """The learning rate's name in a space, in a point and in each Optuna study."""
@@ -32,12 +32,6 @@ LEARNING_RATE = "learning_rate"
 def log_range(low: float, high: float) -> Distribution:
     """The learning rate's search range: log-uniform over [low, high]."""
     return Distribution("loguniform", (low, high))
-
-
-def quantize(value: float, q: float) -> float:
-    """`value` rounded to the nearest multiple of q (Tune's q-forms), without float dust
-    (3 x 0.05 is 0.15, not 0.15000000000000002)."""
-    return float(f"{round(value / q) * q:.12g}")
 
 
 def draw(space: Distribution, rng: np.random.Generator):

@@ -14,6 +14,7 @@ import itertools
 from dataclasses import dataclass, field
 from typing import Literal
 
+from sweeper.spec import names
 from sweeper.spec.catalog import MODEL_PRESETS
 from sweeper.spec.configs import TrackingConfig, non_negative, positive
 from sweeper.spec.finetuning import FinetuningSpec
@@ -21,7 +22,8 @@ from sweeper.spec.limits import LimitsSpec, size_problems
 from sweeper.spec.parsing import values_of
 from sweeper.spec.pretraining import DataSpec, ModelSpec, PretrainingSpec
 from sweeper.spec.reading import shown
-from sweeper.store.storage import folder_name_problem, scheme_error
+from sweeper.spec.resources import layout_problems
+from sweeper.store.storage import folder_name_problem
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
@@ -111,10 +113,11 @@ class StudySpec:
         if not self.pretraining.runs and not self.finetuning.checkpoints:
             yield "pretraining", ("nothing to fine-tune: give pretraining.runs (checkpoints the study trains) or "
                                   "finetuning.checkpoints (checkpoints from elsewhere), or both")
-        if self.storage is not None and "\x00" in self.storage:
-            yield "storage", "holds a NUL character"
-        elif self.storage is not None and (problem := scheme_error(self.storage)):
+        if self.storage is not None and (problem := names.location_problem(self.storage)):
             yield "storage", problem
+        if problem := folder_name_problem(self.tracking.project):  # W&B keeps a project as a folder too
+            yield "tracking.project", problem
+        yield from ((f"resources.{key}", reason) for key, reason in layout_problems(self.resources))
         workers = self.resources.pretraining_workers
         for global_batch in values_of(self.pretraining.global_batch_size):
             if workers > 0 and global_batch % workers:

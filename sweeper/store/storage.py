@@ -25,6 +25,7 @@ import re
 import shutil
 import sys
 import time
+import unicodedata
 from collections.abc import Callable
 from functools import lru_cache
 from pathlib import Path, PurePosixPath
@@ -56,14 +57,23 @@ NAME_MAX_BYTES = 255
 """Longest file or folder name most file systems take (ext4, XFS, APFS, NTFS)."""
 
 
-def folder_name_problem(name: str) -> str | None:
-    """Why `name` cannot be a folder name (the study's, an external checkpoint's), or None."""
+INVISIBLE_CATEGORIES = ("Cc", "Cf", "Cs", "Zl", "Zp")
+"""Unicode categories no name may hold: controls (C0, DEL and C1: U+0085, U+009B, ...), format
+characters (bidi overrides such as U+202E, zero-width joiners, U+FEFF: they make two names that
+print alike differ, or reorder a name on screen), lone surrogates, line and paragraph separators."""
+
+
+def folder_name_problem(name: str, suffix_bytes: int = 0) -> str | None:
+    """Why `name` cannot be a folder name (the study's, a run's, an external checkpoint's), or
+    None; `suffix_bytes` are what the study appends to it in some folder name of its own."""
     if not name or "/" in name or name in (".", ".."):
         return f"must be a non-empty name without '/' (and not . or ..), got {name!r:.80}"
-    if any(ord(c) < 32 or ord(c) == 127 or 0xD800 <= ord(c) < 0xE000 for c in name):
-        return f"must not hold control characters (NUL, newline, tab, ...) or lone surrogates, got {name!r:.80}"
-    if (size := len(name.encode())) > NAME_MAX_BYTES:
-        return f"is {size:,} bytes long (UTF-8); a folder name takes at most {NAME_MAX_BYTES}"
+    if invisible := sorted({f"U+{ord(c):04X}" for c in name if unicodedata.category(c) in INVISIBLE_CATEGORIES}):
+        return (f"must not hold control characters or format characters (NUL, newline, tab, C1 controls, "
+                f"bidi overrides, ...), got {name!r:.80} holding {', '.join(invisible[:5])}")
+    if (size := len(name.encode())) > (limit := NAME_MAX_BYTES - suffix_bytes):
+        room = f" ({NAME_MAX_BYTES} less {suffix_bytes} for what the study appends)" if suffix_bytes else ""
+        return f"is {size:,} bytes long (UTF-8); this name takes at most {limit}{room}"
     return None
 
 
@@ -74,7 +84,7 @@ def scheme_error(location: str) -> str | None:
     scheme = urlsplit(location).scheme
     if scheme not in OBJECT_STORE_SCHEMES:
         return f"unsupported storage scheme {scheme!r}: use a path, or s3://, gs:// (or file://)"
-    if not urlsplit(location).netloc:
+    if not bucket_and_path(location)[0]:  # `s3:///x`, and `s3://KEY:SECRET@/x`: credentials, no bucket
         return f"{redact(location)!r} names no bucket"
     return None
 
