@@ -94,8 +94,8 @@ def flash_warnings(caught) -> list[str]:
     return [str(w.message) for w in caught if "flash-attn" in str(w.message)]
 
 
-@pytest.mark.parametrize("loss", [mlm_loss, clm_loss], ids=["mlm", "clm"])
-@pytest.mark.parametrize("broken", ["undefined-symbol-at-import", "raises-at-call"])
+@pytest.mark.parametrize(("broken", "loss"), [("undefined-symbol-at-import", mlm_loss), ("raises-at-call", clm_loss)],
+                         ids=["undefined-symbol-at-import-mlm", "raises-at-call-clm"])
 def test_a_flash_attn_that_cannot_run_falls_back_to_sdpa_once_with_one_warning(fake_flash_attn, monkeypatch,
                                                                                 broken, loss):
     expected_losses, expected_weights = train(loss)  # SDPA only: the CPU is no flash-capable GPU

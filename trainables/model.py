@@ -181,7 +181,7 @@ class FlashChoice:
         if not self.decided:
             self.decided, self.kernel = True, None
             warnings.warn(f"flash-attn not used ({reason}): packed batches run SDPA with a block mask",
-                          RuntimeWarning, stacklevel=4)
+                          RuntimeWarning)
 
     @torch.compiler.disable
     def kernel_for(self, device: torch.device, dtype: torch.dtype, config: LlamaEncoderConfig) -> Callable | None:
@@ -190,11 +190,8 @@ class FlashChoice:
         try:
             # Not an import statement: transformers' custom-code loader would demand flash-attn.
             kernel = importlib.import_module("flash_attn").flash_attn_varlen_func
-        except ModuleNotFoundError as missing:
-            if missing.name != "flash_attn":
-                self.refuse(f"import failed: {missing}")
-                return None
-            self.refuse("not installed")
+        except ModuleNotFoundError as missing:  # flash-attn's own module, or one it needs
+            self.refuse("not installed" if missing.name == "flash_attn" else f"import failed: {missing}")
             return None
         except Exception as broken:  # noqa: BLE001 (a wheel for another torch: ImportError, OSError, ...)
             self.refuse(f"import failed: {type(broken).__name__}: {broken}")
