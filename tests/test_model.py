@@ -37,8 +37,8 @@ def test_varlen_segments_split_packed_rows_at_documents_and_rows():
     from trainables.model import varlen_segments
 
     document_ids = torch.tensor([[0, 0, 0, 1, 1], [1, 1, 2, 2, 2]])  # doc 1 continues into row 2: new segment
-    cu_seqlens, longest = varlen_segments(document_ids)
-    assert cu_seqlens.tolist() == [0, 3, 5, 7, 10] and cu_seqlens.dtype == torch.int32 and longest == 3
+    cu_seqlens = varlen_segments(document_ids)
+    assert cu_seqlens.tolist() == [0, 3, 5, 7, 10] and cu_seqlens.dtype == torch.int32
 
 
 def test_flash_varlen_path_matches_the_block_mask_path(monkeypatch):
@@ -70,7 +70,9 @@ def test_flash_varlen_path_matches_the_block_mask_path(monkeypatch):
         expected = model(ids, document_ids=docs, position_ids=positions, causal=causal).last_hidden_state
         with monkeypatch.context() as patch:
             patch.setitem(sys.modules, "flash_attn", types.SimpleNamespace(flash_attn_varlen_func=reference_varlen))
-            patch.setattr(model_module, "use_flash_varlen", lambda *args: True)
+            patch.setattr(model_module, "flash_capable", lambda device: True)
+            patch.setattr(model_module, "FLASH_CHOICE", model_module.FlashChoice())
             got = model(ids, document_ids=docs, position_ids=positions, causal=causal).last_hidden_state
+            assert model_module.FLASH_CHOICE.kernel is reference_varlen  # the varlen path did run
         # bf16 outputs up to ~3 (spacing 2**-6 in [2, 4)), attention summed in another order: ~2 steps (measured 1).
         assert torch.allclose(got.float(), expected.float(), atol=3e-2), (got - expected).abs().max()

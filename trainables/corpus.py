@@ -35,6 +35,7 @@ import torch
 from sweeper.store import folders, storage
 from sweeper.store.layout import CORPUS_MARKER
 from trainables.corpus_prep import read_index
+from trainables.model import varlen_segments
 from trainables.objectives import TokenBatch
 
 ORDER_BLOCK_WINDOWS = 1 << 16
@@ -117,8 +118,9 @@ class PackedCorpus:
         rows = [self.tokens(w * self.seq_len, (w + 1) * self.seq_len)
                 for w in self.window_indices(step, global_batch, rank, world_size)]
         input_ids = torch.from_numpy(np.stack(rows).astype(np.int64))
-        return TokenBatch(input_ids, *document_layout(input_ids, self.meta["separator_id"]),
-                          special_mask=torch.isin(input_ids, self.special_ids))
+        document_ids, position_ids = document_layout(input_ids, self.meta["separator_id"])
+        return TokenBatch(input_ids, document_ids, position_ids, special_mask=torch.isin(input_ids, self.special_ids),
+                          cu_seqlens=varlen_segments(document_ids))
 
 
 def local_shard(corpus_dir: str, meta: dict, name: str) -> Path:

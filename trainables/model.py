@@ -22,7 +22,8 @@ flash-attn is imported with `importlib` below). tests/test_shared_checkpoints.py
 from __future__ import annotations
 
 import importlib
-import importlib.util
+import warnings
+from typing import Callable, NamedTuple
 
 import torch
 import torch.nn.functional as F
@@ -126,26 +127,117 @@ def build_attention_mask(
     return allowed, False
 
 
-FLASH_ATTN_AVAILABLE = importlib.util.find_spec("flash_attn") is not None
+FLASH_DTYPES = (torch.float16, torch.bfloat16)
+"""The dtypes flash-attn 2's kernels compute in; a float32 pass (numerics checks) stays on SDPA."""
 
 
-def varlen_segments(document_ids: torch.Tensor) -> tuple[torch.Tensor, int]:
+class Varlen(NamedTuple):
+    """What a block needs to run packed rows through flash-attn's varlen kernel."""
+
+    kernel: Callable
+    """`flash_attn.flash_attn_varlen_func`, as decided usable for this process (`FlashChoice`)."""
+    cu_seqlens: torch.Tensor
+    """int32 cumulative lengths of the documents of the flattened (batch x seq) rows, on the device."""
+    dtype: torch.dtype
+    """The kernel's dtype (the autocast dtype): q/k/v are float32 after rotary under autocast."""
+
+
+def varlen_segments(document_ids: torch.Tensor) -> torch.Tensor:
     """Packed rows -> flash-attn's varlen layout: int32 cumulative lengths of the documents of
-    the flattened (batch x seq) tokens, and the longest document. A document never spans two
-    rows (a row boundary always starts a new segment)."""
+    the flattened (batch x seq) tokens. A document never spans two rows (a row boundary always
+    starts a new segment). Meant for host tensors, where the batch is built (trainables.corpus,
+    trainables.tasks.packing): on a GPU tensor `nonzero` waits for the GPU to count them."""
     batch, seq = document_ids.shape
     starts = torch.ones_like(document_ids, dtype=torch.bool)
     starts[:, 1:] = document_ids[:, 1:] != document_ids[:, :-1]
     positions = torch.nonzero(starts.flatten(), as_tuple=True)[0]
-    cu_seqlens = torch.cat([positions, positions.new_tensor([batch * seq])]).to(torch.int32)
-    return cu_seqlens, int((cu_seqlens[1:] - cu_seqlens[:-1]).max())
+    return torch.cat([positions, positions.new_tensor([batch * seq])]).to(torch.int32)
 
 
-def use_flash_varlen(hidden: torch.Tensor, attention_mask, document_ids) -> bool:
-    """flash-attn's varlen kernel for packed pretraining batches on GPU (no padding to mask, and
-    bf16/fp16 under autocast); SDPA with a block mask everywhere else (CPU, fine-tuning)."""
-    return (FLASH_ATTN_AVAILABLE and hidden.is_cuda and document_ids is not None and attention_mask is None
-            and torch.is_autocast_enabled("cuda"))
+def flash_capable(device: torch.device) -> bool:
+    """A GPU flash-attn 2 runs on: CUDA, compute capability 8.0 (Ampere) or newer."""
+    return device.type == "cuda" and torch.cuda.get_device_capability(device) >= (8, 0)
+
+
+def compute_dtype(hidden: torch.Tensor) -> torch.dtype:
+    """The dtype the attention computes in: the autocast dtype where autocast is on, else the model's."""
+    device_type = hidden.device.type
+    return torch.get_autocast_dtype(device_type) if torch.is_autocast_enabled(device_type) else hidden.dtype
+
+
+class FlashChoice:
+    """Whether flash-attn's varlen kernel serves this process, decided once (the first packed
+    forward that could use it) and kept: flash-attn where it imports and a first call, forward
+    and backward on a tiny batch, runs on this GPU; else SDPA with a block mask, with one
+    warning for the process. The call is tried because an import is not enough: a wheel built
+    for another torch fails at import ("undefined symbol"), but an unsupported GPU or dtype only
+    when a kernel launches, and inside a compiled block a failing kernel could not fall back."""
+
+    def __init__(self):
+        self.decided = False
+        self.kernel: Callable | None = None
+
+    def refuse(self, reason: str) -> None:
+        if not self.decided:
+            self.decided, self.kernel = True, None
+            warnings.warn(f"flash-attn not used ({reason}): packed batches run SDPA with a block mask",
+                          RuntimeWarning)
+
+    @torch.compiler.disable
+    def kernel_for(self, device: torch.device, dtype: torch.dtype, config: LlamaEncoderConfig) -> Callable | None:
+        if self.decided:
+            return self.kernel
+        try:
+            # Not an import statement: transformers' custom-code loader would demand flash-attn.
+            kernel = importlib.import_module("flash_attn").flash_attn_varlen_func
+        except ModuleNotFoundError as missing:  # flash-attn's own module, or one it needs
+            self.refuse("not installed" if missing.name == "flash_attn" else f"import failed: {missing}")
+            return None
+        except Exception as broken:  # noqa: BLE001 (a wheel for another torch: ImportError, OSError, ...)
+            self.refuse(f"import failed: {type(broken).__name__}: {broken}")
+            return None
+        try:
+            probe_kernel(kernel, device, dtype, config)
+        except Exception as failed:  # noqa: BLE001 (unsupported GPU, missing kernel, CUDA error)
+            self.refuse(f"a first call failed: {type(failed).__name__}: {failed}")
+            return None
+        self.decided, self.kernel = True, kernel
+        return kernel
+
+
+FLASH_CHOICE = FlashChoice()
+"""This process's decision (a worker runs one device)."""
+
+
+def probe_kernel(kernel: Callable, device: torch.device, dtype: torch.dtype, config: LlamaEncoderConfig) -> None:
+    """One forward and backward of `kernel` on two short documents with the model's heads;
+    raises what the kernel raises. Constant inputs: no draw from the global RNG."""
+    head_dim = config.hidden_size // config.num_attention_heads
+    cu_seqlens = torch.tensor([0, 3, 8], dtype=torch.int32, device=device)
+    with torch.inference_mode(False), torch.enable_grad(), torch.autocast(device.type, enabled=False):
+        q, k, v = (torch.full((8, heads, head_dim), 0.5, dtype=dtype, device=device, requires_grad=True)
+                   for heads in (config.num_attention_heads, config.num_key_value_heads, config.num_key_value_heads))
+        out = kernel(q, k, v, cu_seqlens, cu_seqlens, 5, 5, causal=True)
+        torch.autograd.grad(out.float().sum(), (q, k, v))
+    if device.type == "cuda":
+        torch.cuda.synchronize(device)  # a kernel's error surfaces here, not in a later step
+
+
+def flash_kernel_for(hidden: torch.Tensor, attention_mask, document_ids, config: LlamaEncoderConfig):
+    """flash-attn's varlen kernel for packed batches (no padding to mask) computed in fp16/bf16
+    on a GPU it runs on (see `FlashChoice`), else None: SDPA with a block mask (CPU, padded
+    fine-tuning batches, float32 passes, or a flash-attn that cannot run)."""
+    if document_ids is None or attention_mask is not None:
+        return None
+    dtype = compute_dtype(hidden)
+    if dtype not in FLASH_DTYPES:
+        return None
+    if not flash_capable(hidden.device):
+        if hidden.is_cuda:
+            major, minor = torch.cuda.get_device_capability(hidden.device)
+            FLASH_CHOICE.refuse(f"compute capability {major}.{minor}; flash-attn 2 needs 8.0 or newer")
+        return None
+    return FLASH_CHOICE.kernel_for(hidden.device, dtype, config)
 
 
 class Attention(nn.Module):
@@ -166,12 +258,13 @@ class Attention(nn.Module):
         v = self.v_proj(hidden).view(batch, seq, self.num_kv_heads, self.head_dim).transpose(1, 2)
         q, k = apply_rotary(q, cos, sin), apply_rotary(k, cos, sin)
         if varlen is not None:  # packed documents as separate sequences: no mask, no wasted FLOPs
-            # Not an import statement: transformers' custom-code loader would demand flash-attn.
-            flash_attn_varlen_func = importlib.import_module("flash_attn").flash_attn_varlen_func
-            cu_seqlens, max_len = varlen
-            flat = [t.transpose(1, 2).reshape(batch * seq, t.shape[1], self.head_dim).to(torch.bfloat16)
+            flat = [t.transpose(1, 2).reshape(batch * seq, t.shape[1], self.head_dim).to(varlen.dtype)
                     for t in (q, k, v)]
-            out = flash_attn_varlen_func(*flat, cu_seqlens, cu_seqlens, max_len, max_len, causal=is_causal)
+            # The longest document is at most a row (`seq`): flash-attn sizes its launch grid by this
+            # bound and reads each document's true length from cu_seqlens. Taking the bound, not the
+            # batch's maximum, costs no device-to-host sync and gives compiled blocks no Python int
+            # that changes from batch to batch (a recompile each time).
+            out = varlen.kernel(*flat, varlen.cu_seqlens, varlen.cu_seqlens, seq, seq, causal=is_causal)
             return self.o_proj(out.reshape(batch, seq, -1).to(hidden.dtype))
         out = F.scaled_dot_product_attention(
             q, k, v, attn_mask=mask, is_causal=is_causal,
@@ -234,16 +327,28 @@ class LlamaEncoderModel(LlamaEncoderPreTrainedModel):
         document_ids: torch.Tensor | None = None,
         position_ids: torch.Tensor | None = None,
         causal: bool = False,
+        cu_seqlens: torch.Tensor | None = None,
         **_unused,
     ) -> BaseModelOutput:
+        """`cu_seqlens`: `varlen_segments(document_ids)`, computed on the host where the batch is
+        built; read only on the flash-attn path, which otherwise computes it from the device's
+        `document_ids` (a sync)."""
         batch, seq = input_ids.shape
         if position_ids is None:
             position_ids = torch.arange(seq, device=input_ids.device).expand(batch, seq)
         hidden = self.embed_tokens(input_ids)
         head_dim = self.config.hidden_size // self.config.num_attention_heads
         cos, sin = rotary_tables(position_ids, head_dim, self.config.rope_theta, hidden.dtype)
-        if use_flash_varlen(hidden, attention_mask, document_ids):
-            mask, is_causal, varlen = None, causal, varlen_segments(document_ids)
+        kernel = flash_kernel_for(hidden, attention_mask, document_ids, self.config)
+        if kernel is not None:
+            if cu_seqlens is None:
+                cu_seqlens = varlen_segments(document_ids)
+            cu_seqlens = cu_seqlens.to(hidden.device, non_blocking=True)  # host -> GPU, no wait
+            if not torch.compiler.is_compiling():
+                # The number of documents changes from batch to batch: one compiled graph for all.
+                torch._dynamo.maybe_mark_dynamic(cu_seqlens, 0)
+            mask, is_causal = None, causal
+            varlen = Varlen(kernel, cu_seqlens, compute_dtype(hidden))
         else:
             mask, is_causal = build_attention_mask(attention_mask, document_ids, causal, seq, input_ids.device)
             varlen = None
@@ -273,11 +378,12 @@ class LlamaEncoderForMaskedLM(LlamaEncoderPreTrainedModel):
         position_ids: torch.Tensor | None = None,
         causal: bool = False,
         logits_positions: torch.Tensor | None = None,
+        cu_seqlens: torch.Tensor | None = None,
         **_unused,
     ) -> MaskedLMOutput:
         hidden = self.model(
             input_ids, attention_mask=attention_mask, document_ids=document_ids,
-            position_ids=position_ids, causal=causal,
+            position_ids=position_ids, causal=causal, cu_seqlens=cu_seqlens,
         ).last_hidden_state
         if logits_positions is not None:
             hidden = hidden[logits_positions]

@@ -34,15 +34,22 @@ class TokenBatch:
     """Position inside its document (restarts at 0 with every document)."""
     special_mask: torch.Tensor
     """True at special tokens (separators), which no objective selects as a target."""
+    cu_seqlens: torch.Tensor | None = None
+    """`trainables.model.varlen_segments(document_ids)`, kept on the host (None: the model
+    computes it where it needs it): flash-attn's document table, counted on the CPU."""
 
     def to(self, device) -> TokenBatch:
         return TokenBatch(*(t.to(device) for t in (self.input_ids, self.document_ids, self.position_ids,
-                                                   self.special_mask)))
+                                                   self.special_mask)), cu_seqlens=self.cu_seqlens)
 
     def rows(self, start: int, stop: int) -> TokenBatch:
         """Rows [start, stop) (views, no copy): one micro-batch."""
+        cu = self.cu_seqlens
+        if cu is not None:  # every row starts a document: the rows' entries, shifted to start at 0
+            seq = self.input_ids.shape[1]
+            cu = cu[(cu >= start * seq) & (cu <= stop * seq)] - start * seq
         return TokenBatch(*(t[start:stop] for t in (self.input_ids, self.document_ids, self.position_ids,
-                                                    self.special_mask)))
+                                                    self.special_mask)), cu_seqlens=cu)
 
 
 UINT32 = 0xFFFF_FFFF
@@ -178,7 +185,7 @@ def labelled_token_loss(model, inputs: torch.Tensor, labels: torch.Tensor, batch
     positions = labels != IGNORE
     logits = model(
         inputs, document_ids=batch.document_ids, position_ids=batch.position_ids,
-        causal=causal, logits_positions=positions,
+        causal=causal, logits_positions=positions, cu_seqlens=batch.cu_seqlens,
     ).logits
     # At least float32 (bf16 logits under autocast); float64 stays float64 (the numerics tests).
     logits = logits.to(torch.promote_types(logits.dtype, torch.float32))

@@ -22,6 +22,7 @@ before a trial trusts packing (`trainables.finetune_loop`); where it fails, the 
 """
 from __future__ import annotations
 
+import itertools
 from dataclasses import dataclass
 
 import torch
@@ -85,6 +86,16 @@ def balanced_rows(lengths: list[int], row_tokens: int = ROW_TOKENS) -> tuple[lis
     return plan_rows(lengths, max(longest, row_tokens))
 
 
+def segment_table(rows: list[int], offsets: list[int], lengths: list[int], row_width: int) -> torch.Tensor:
+    """The packed rows' `cu_seqlens` (trainables.model.varlen_segments of their document ids),
+    from the plan on the host: each row's examples in order, then its padding as one segment."""
+    segments = [[] for _ in range(max(rows) + 1)]
+    for row, offset, length in sorted(zip(rows, offsets, lengths)):
+        segments[row].append(length)
+    flat = [size for row in segments for size in (*row, row_width - sum(row)) if size]
+    return torch.tensor([0, *itertools.accumulate(flat)], dtype=torch.int32)
+
+
 class PackedBackbone(nn.Module):
     """The backbone as a head sees it: same call, same output layout, packed inside.
 
@@ -130,7 +141,8 @@ class PackedBackbone(nn.Module):
         TOKEN_COUNTS.real += n_real
         TOKEN_COUNTS.computed += n_rows * row_width
         hidden = self.backbone(packed_ids.view(n_rows, row_width), document_ids=documents.view(n_rows, row_width),
-                               position_ids=positions.view(n_rows, row_width), causal=False).last_hidden_state
+                               position_ids=positions.view(n_rows, row_width), causal=False,
+                               cu_seqlens=segment_table(rows, offsets, length_list, row_width)).last_hidden_state
         out = hidden.new_zeros(n, width, hidden.shape[-1])
         out[real] = hidden.reshape(-1, hidden.shape[-1])[destination]
         return BaseModelOutput(last_hidden_state=out)
