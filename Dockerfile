@@ -23,11 +23,10 @@ COPY pyproject.toml constraints.txt README.md ./
 COPY sweeper sweeper
 COPY trainables trainables
 COPY search_spaces search_spaces
-RUN pip install -c constraints.txt -e ".[tracking]"
+RUN pip install -c constraints.txt -e ".[gpu,tracking]"
 # flash-attn last, compiled against the torch above: outside pip's build isolation, where its
 # build could not import torch. MAX_JOBS bounds the compiler's memory (~4 GB a job).
 ARG MAX_JOBS=8
-RUN pip install -c constraints.txt packaging ninja psutil wheel \
- && MAX_JOBS=${MAX_JOBS} pip install flash-attn --no-build-isolation
+RUN MAX_JOBS=${MAX_JOBS} pip install --no-build-isolation "flash-attn>=2.7"
 
 # KubeRay starts Ray itself (`ray start` in the container's command); no ENTRYPOINT here.

@@ -30,7 +30,7 @@ tests/test_memory_plan.py checks the CPU figure against torch):
   and x*rstd, 8h each); autocast casts the normed input once per Linear (q, k, v: 6h; gate, up:
   4h, bf16); attention keeps q, k, v, out in bf16 (2h + 4kv + 2h), o_proj its bf16 input (2h);
   the SwiGLU keeps gate, silu, up and their product (8f); 2s is SDPA's bf16 copy of the block
-  mask when flash-attn is not installed (kept: whether a worker has it is not known here).
+  mask when flash-attn is not installed or cannot run (kept: whether a worker has it is not known here).
 - cpu-fp32: 32h + 8kv + 16f + 4n + 8 + 4s: the same tensors in fp32, the normed outputs saved
   once (no casts), each RMSNorm's output too (CPU runs the composite norm), and the boolean
   block mask turned into an fp32 bias by every block's SDPA call (4s).
