@@ -16,14 +16,13 @@ from collections import Counter
 
 from sweeper.plan.load import load_spec
 from sweeper.plan.study_plan import plan_study
+from sweeper.report import data_problems
+from sweeper.report.analysis import STATUSES
 from sweeper.store import storage
 from sweeper.store.layout import StudyLayout
-from sweeper.report import data_problems
 from sweeper.store.quarantine import quarantined, relative
 from sweeper.store.results import read_trials
 
-STATUSES = ("ok", "stopped", "diverged", "failed")
-"""A trial's outcomes, as the store's `status` column has them (docs/results.md)."""
 STALE_AFTER_S = 600  # a heartbeat older than this means nobody is running the study
 
 

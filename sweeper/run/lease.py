@@ -14,6 +14,11 @@ it. The file holds the holder's host, pid, start time, last heartbeat and a rand
 - **Take-over.** A lease whose holder is dead is taken over, and the new driver says so: the
   holder is dead when it ran on this host and its pid is gone, or when its heartbeat is older
   than `STALE_AFTER_S` (120 s: eight missed heartbeats; another host's pid cannot be checked).
+- **A lease that is not one.** A file that parses but is not of a lease's shape (`"pid":
+  "not-a-pid"`, a field missing), or a folder or FIFO where the lease goes, is no driver's: it
+  is stale at once and taken over, the new driver saying what it found (a folder is set aside in
+  `quarantine/`, never written through). An empty or cut-short file waits out `STALE_AFTER_S`
+  from its modification time (a create caught mid-write looks the same for an instant).
 - **Release.** On exit (normal, exception: `atexit` and the command's `finally`) the holder
   removes the file, only if the token in it is still its own. A killed driver leaves its file,
   which the next `sweeper run` takes over (at once on the same host, after 120 s elsewhere).

@@ -31,7 +31,6 @@ import sys
 import time
 import uuid
 from collections.abc import Callable
-from datetime import datetime, timezone
 from pathlib import Path
 from urllib.parse import quote
 
@@ -41,7 +40,7 @@ import pyarrow.parquet as pq
 
 from sweeper.store import quarantine, storage
 from sweeper.store.layout import StudyLayout
-from sweeper.store.quarantine import NOTE_SUFFIX, link_text, quarantined, relative  # noqa: F401 - re-exported
+from sweeper.store.quarantine import link_text, quarantined, relative  # noqa: F401 - quarantined: re-exported
 
 TRIALS = "trials"
 EVAL_CURVES = "eval_curves"
