@@ -143,7 +143,7 @@ def test_a_journal_that_does_not_parse_is_set_aside_and_rebuilt_from_the_store(d
 def test_a_folder_where_plan_json_goes_is_named_then_set_aside_by_run(damaged_study):
     study, _, _, results = damaged_study
     assert "`plan.json`: a folder, not a file; read as absent" in (results["report"].stdout)
-    assert "plan.json was not a file: set aside in quarantine/" in results["run"].stdout
+    assert "plan.json was not what the study writes there: set aside in quarantine/" in results["run"].stdout
     assert (study / "quarantine" / "plan.json").is_dir()
     assert len(json.loads((study / "plan.json").read_text())["trial_keys"]) == 40, "the run wrote its own"
 
@@ -197,6 +197,19 @@ def test_run_sets_aside_what_is_not_a_file_where_the_study_writes_one(recorded_s
     assert (study / "quarantine" / "pretraining" / "nano-clm-40" / "sweeper_done.json" / "inside").is_dir()
     assert not done.exists() and not (study / "resolved.json").exists()
     assert "a FIFO, not a file" in (study / "quarantine" / "resolved.json.why.txt").read_text()
+
+
+def test_run_never_writes_nor_deletes_through_a_linked_work_folder(recorded_study, tmp_path):
+    """Tune's state folder a link out of the study: `sweeper run` removes a shard's Tune state
+    after the shard, which would delete the outside folder's contents; the link is set aside."""
+    study, _ = recorded_study
+    elsewhere = tmp_path / "elsewhere" / "finetune-shard-0000"
+    elsewhere.mkdir(parents=True)
+    (elsewhere / "keep.txt").write_text("someone else's")
+    (study / "tune").symlink_to(elsewhere.parent, target_is_directory=True)
+    assert set_aside_misplaced(StudyLayout(str(study))) == ["tune"]
+    assert (study / "quarantine" / "tune").is_symlink() and not os.path.lexists(study / "tune")
+    assert (elsewhere / "keep.txt").read_text() == "someone else's"
 
 
 def test_a_quarantine_that_is_a_link_is_never_used(recorded_study, tmp_path):

@@ -7,6 +7,7 @@ The read-only commands never call this: they name what they cannot read and leav
 from __future__ import annotations
 
 import json
+import os
 
 from sweeper.store import quarantine, storage
 from sweeper.store.layout import CHECKPOINT_MARKER, StudyLayout
@@ -29,13 +30,31 @@ def state_files(layout: StudyLayout) -> list[str]:
     return found
 
 
+WORK_FOLDERS = ("tune", "optuna", "logs", "specs", "figures")
+"""Folders the run writes into, and Tune's state it removes after each shard: a link there would
+have it write, or delete, outside the study. (`results/` is the store's: sweeper.store.results;
+`pretraining/` and `cache/` may be links a user made to another disk, and are followed.)"""
+
+
+def linked_work_folders(layout: StudyLayout) -> list[str]:
+    """The `WORK_FOLDERS` of a local study that are links, or not folders."""
+    if storage.is_remote(layout.root):
+        return []
+    found = [layout.path(name) for name in WORK_FOLDERS]
+    return [f for f in found if os.path.islink(f) or (os.path.lexists(f) and not os.path.isdir(f))]
+
+
 def set_aside_misplaced(layout: StudyLayout) -> list[str]:
     """Before `sweeper run` writes: set aside each state file that is not a file (a folder, a FIFO,
-    a broken link) and a journal that does not parse; print what was set aside; return it."""
-    moved = quarantine.set_aside_non_files(layout, state_files(layout))
+    a broken link), each work folder that is a link or not a folder, and a journal that does not
+    parse; print what was set aside; return it."""
+    moved = [quarantine.relative(layout, location) for location in linked_work_folders(layout)
+             if quarantine.set_aside(layout, location, quarantine.link_text(location) if os.path.islink(location)
+                                     else "not a folder")]
+    moved += quarantine.set_aside_non_files(layout, state_files(layout))
     for location in moved:
-        print(f"[study] {location} was not a file: set aside in quarantine/ (read as absent; the run writes its own)",
-              flush=True)
+        print(f"[study] {location} was not what the study writes there: set aside in quarantine/ (read as absent; "
+              "the run writes its own)", flush=True)
     if set_aside_damaged_journal(layout.optuna_journal):
         moved.append(quarantine.relative(layout, layout.optuna_journal))
     return moved
