@@ -53,11 +53,17 @@ def set_scores(part: Path, checkpoint: str, value: float) -> int:
     return sum(rows)
 
 
+WRONG_SHAPES = {"resolved.json": "[1]", "pretraining/nano-mlm40-40/sweeper_run.json": '["x"]',
+                "specs/001-abc.plan.json": '"a string"',
+                "pretraining/nano-clm-40/step-40/sweeper_checkpoint.json": '{"files": 7}'}
+"""State files that parse as JSON of another shape than the one the study writes."""
+
+
 @pytest.fixture(scope="module")
 def damaged_study(tmp_path_factory):
     """A finished study with: infinite and NaN scores in its parts; a lease with `pid:
     "not-a-pid"`; a garbage Optuna journal; a folder where plan.json goes; a partition folder
-    that is a link to a folder outside the study. Returns the study, what lies outside, the
+    that is a link to a folder outside the study; state files of the wrong JSON shape. Returns the study, what lies outside, the
     tree before, and the three commands' results (status, report, run), in that order."""
     root = tmp_path_factory.mktemp("damaged")
     study, _ = record_study(root / "study", checkpoints=True)
@@ -75,6 +81,9 @@ def damaged_study(tmp_path_factory):
     outside.mkdir(parents=True)
     (outside / "part-0.parquet").write_bytes(OUTSIDE_PART)
     (study / "results" / "trials" / "task=x").symlink_to(outside, target_is_directory=True)
+    for name, text in WRONG_SHAPES.items():
+        (study / name).parent.mkdir(parents=True, exist_ok=True)
+        (study / name).write_text(text)
     before = tree(study)
     results = {"status": sweeper_cli("status", str(study)), "report": sweeper_cli("report", str(study))}
     results["after read-only"] = tree(study, skip=("report.md", "figures"))
@@ -146,6 +155,14 @@ def test_a_folder_where_plan_json_goes_is_named_then_set_aside_by_run(damaged_st
     assert "plan.json was not what the study writes there: set aside in quarantine/" in results["run"].stdout
     assert (study / "quarantine" / "plan.json").is_dir()
     assert len(json.loads((study / "plan.json").read_text())["trial_keys"]) == 40, "the run wrote its own"
+
+
+def test_state_files_of_the_wrong_json_shape_read_as_absent_and_are_named(damaged_study):
+    _, _, _, results = damaged_study
+    out = output(results["run"])
+    assert "pretraining/nano-mlm40-40/sweeper_run.json: a JSON array, not a JSON object" in out
+    assert "specs/001-abc.plan.json: a JSON string, not a JSON object" in out
+    assert "[finetune] 32 trials: 32 already recorded" in out, "the checkpoint counts as written: nothing reruns"
 
 
 # Status and report only: the damage would make `sweeper run` pretrain or fine-tune again.
