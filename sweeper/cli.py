@@ -117,7 +117,9 @@ def command_run(args) -> int:
 def run_with_lease(args, spec, plan, layout: StudyLayout) -> int:
     """`sweeper run` once the study's lease is held: changed cells, settings, then the study."""
     from sweeper.plan.changes import apply_recompute, find_changes, record_settings, refuse_unwritten_checkpoints
+    from sweeper.store.state_files import set_aside_misplaced
 
+    set_aside_misplaced(layout)  # a folder where plan.json goes, a journal that does not parse: moved aside, named
     refuse_unwritten_checkpoints(spec, plan, layout, args.spec)
     changes = find_changes(spec, plan, layout)
     if changes and not args.recompute_changed:

@@ -45,7 +45,12 @@ def recorded_study(tmp_path):
     """The smoke study as `sweeper run` leaves it, without Ray: its spec, plan, done markers,
     heartbeat, and every trial row, written in two batches (seed 0, then seed 1) so each task
     partition holds two parts. Returns (study folder, plan)."""
-    study = tmp_path / "study"
+    return record_study(tmp_path / "study")
+
+
+def record_study(study: Path, checkpoints: bool = False):
+    """`recorded_study`'s study at `study`; with `checkpoints`, an (empty) complete folder for each
+    planned checkpoint too, so `sweeper run` finds nothing to do (one Ray start, ~30 s)."""
     layout = StudyLayout(str(study))
     spec = load_spec(SMOKE)
     plan = plan_study(spec)
@@ -57,6 +62,10 @@ def recorded_study(tmp_path):
                                      "updated_at": time.time()})
     for seed in (0, 1):
         write_rows(layout, TRIALS, rows_for([t for t in plan.trials if t.seed == seed], spec.study))
+    if checkpoints:
+        for checkpoint in plan.checkpoints:
+            storage.write_json(storage.join(layout.checkpoint(checkpoint.run.name, checkpoint.step),
+                                            "sweeper_checkpoint.json"), {})
     return study, plan
 
 
@@ -86,11 +95,7 @@ def test_a_damaged_part_and_markers_are_named_set_aside_and_the_rest_is_reported
     assert "2 done" in out and "pending  nano-clm-40" in out  # a damaged done marker: not done
     assert "40 trials: 36 ok, 0 running, 4 pending" in out
 
-    aside = study / "quarantine" / "trials" / CLS / part.name
-    assert aside.exists() and not part.exists(), "moved, not deleted"
-    note = (aside.parent / f"{part.name}.why.txt").read_text()
-    assert f"file: results/trials/{CLS}/{part.name}" in note and "reason: ArrowInvalid" in note
-    assert f"quarantined_at: {datetime.now(timezone.utc):%Y-%m-%d}" in note
+    assert "left in place" in out and part.exists(), "a read-only command moves nothing"
 
     report = sweeper_cli("report", str(study))
     assert report.returncode == 0, report.stdout + report.stderr
@@ -98,11 +103,19 @@ def test_a_damaged_part_and_markers_are_named_set_aside_and_the_rest_is_reported
     text = (study / "report.md").read_text()
     assert "4 of 40 planned trials are missing" in text and f"`results/trials/{CLS}/{part.name}`" in text
     assert "| nano-mlm40-40 |" in text, "the other parts are reported"
+    assert part.exists() and not (study / "quarantine").exists()
 
-    # `sweeper run` runs planned minus recorded: exactly the lost trials, each once.
+    # `sweeper run` runs planned minus recorded: exactly the lost trials, each once. Its read of
+    # the store sets the part aside.
     planned = {t.trial_key for t in plan.trials}
     assert planned - finished_trial_keys(layout) == lost
+    aside = study / "quarantine" / "trials" / CLS / part.name
+    assert aside.exists() and not part.exists(), "moved, not deleted"
+    note = (aside.parent / f"{part.name}.why.txt").read_text()
+    assert f"file: results/trials/{CLS}/{part.name}" in note and "reason: ArrowInvalid" in note
+    assert f"quarantined_at: {datetime.now(timezone.utc):%Y-%m-%d}" in note
     assert read_table(layout, TRIALS).num_rows == 36
+    assert "damaged files: 1 set aside in quarantine/" in sweeper_cli("status", str(study)).stdout
 
 
 def test_compaction_sets_a_damaged_part_aside_and_merges_the_rest(tmp_path):

@@ -132,12 +132,13 @@ def find_changes(spec: StudySpec, plan: StudyPlan, layout: StudyLayout) -> Chang
     changes = Changes()
     changed_runs = set()
     for run in plan.runs:
-        old = storage.read_json(layout.run(run.name).started)
-        if old is None:
+        old = storage.read_json(layout.run(run.name).started, kind=dict)
+        if old is None or not isinstance(old.get("run_key"), str):  # damaged: named on stderr, read as absent
             continue
         if old["run_key"] != run.run_key:
             changed_runs.add(run.name)
-            changes.runs.append((run.name, old["run_key"], differences(old["identity"], run.identity)
+            identity = old.get("identity") if isinstance(old.get("identity"), dict) else {}
+            changes.runs.append((run.name, old["run_key"], differences(identity, run.identity)
                                  or ["configuration changed"]))
     table = read_table(layout, TRIALS)
     if table.num_rows == 0:
@@ -152,7 +153,7 @@ def find_changes(spec: StudySpec, plan: StudyPlan, layout: StudyLayout) -> Chang
             recorded_cells[cell] = row
     if not recorded_cells:
         return changes
-    old_settings = storage.read_json(layout.resolved, default={})
+    old_settings = storage.read_json(layout.resolved, default={}, kind=dict)
     setting_diff = differences(old_settings, resolved_settings(spec, plan)) if old_settings else []
     for trial in plan.trials:
         cell = trial_cell(trial.checkpoint.checkpoint_id, trial.task, trial.learning_rate, params_text(trial.params),

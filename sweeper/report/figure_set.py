@@ -10,6 +10,7 @@ leaves nothing outside the study.
 from __future__ import annotations
 
 import shutil
+import sys
 import tempfile
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -17,6 +18,7 @@ from pathlib import Path
 from sweeper.report import figures
 from sweeper.store import storage
 from sweeper.store.layout import StudyLayout
+from sweeper.store.quarantine import link_text
 
 CAPTIONS = {
     "category_scores": "Bars: per category, each final checkpoint's test score at its best point (mean over seeds, "
@@ -57,11 +59,19 @@ class FigureSet:
     made: list[Path] = field(default_factory=list)
     skipped: list[str] = field(default_factory=list)
 
+    blocked: str | None = None
+    """Why the study's `figures/` is not written (a link out of the study, not a folder): the
+    figures are drawn into a temporary folder, then dropped (docs/security.md)."""
+
     @classmethod
     def for_study(cls, layout: StudyLayout) -> FigureSet:
         if storage.is_remote(layout.root):
             return cls(Path(tempfile.mkdtemp(prefix="sweeper-figures-")), temporary=True)
         folder = Path(layout.figures)
+        if folder.is_symlink() or (folder.exists() and not folder.is_dir()):
+            why = link_text(str(folder)) if folder.is_symlink() else "not a folder"
+            return cls(Path(tempfile.mkdtemp(prefix="sweeper-figures-")), temporary=True,
+                       blocked=f"`figures/` is {why}: no figure was written (a report writes inside its study only)")
         folder.mkdir(parents=True, exist_ok=True)
         return cls(folder)
 
@@ -72,20 +82,29 @@ class FigureSet:
             self.skipped.append(f"{name}: {why_not}")
             return []
         path = self.folder / f"{stem}.png"
-        figures.save(fig, path)
+        drawing = self.folder / f".{stem}.tmp.png"
+        figures.save(fig, drawing)
+        if self.blocked:  # drawn (and closed) to no end: the report says why below
+            return []
+        drawing.replace(path)  # a link at `path` is replaced, never written through
         self.made.append(path)
         return [f"![{name}](figures/{path.name})", "", f"*{caption or CAPTIONS[stem]}*", ""]
 
     def not_drawn(self) -> list[str]:
         """`## Figures not drawn`: each with its reason (no lines when every figure was drawn)."""
-        if not self.skipped:
+        skipped = ([f"every figure: {self.blocked}"] if self.blocked else []) + self.skipped
+        if not skipped:
             return []
-        return ["## Figures not drawn", "", *(f"- {line}" for line in self.skipped), ""]
+        return ["## Figures not drawn", "", *(f"- {line}" for line in skipped), ""]
 
     def publish(self, layout: StudyLayout) -> None:
         """Upload the figures (object store), then remove every PNG in the study's `figures/` that
         this report did not draw: a figure of an earlier report would otherwise stay beside a
         report that says it is not drawn."""
+        if self.blocked:
+            print(f"[report] {self.blocked}", file=sys.stderr, flush=True)
+            shutil.rmtree(self.folder, ignore_errors=True)
+            return
         if storage.is_remote(layout.root):
             for path in self.made:
                 storage.write_bytes(storage.join(layout.figures, path.name), path.read_bytes())

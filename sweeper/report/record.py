@@ -79,8 +79,11 @@ def cells_text(rows: pd.DataFrame, why: pd.Series | None = None) -> list[str]:
 
 def study_record(layout: StudyLayout, trials: pd.DataFrame, damaged: dict[str, str]) -> Record:
     """The trials the report reads, with the lines that say which it leaves out and why."""
-    plan = storage.read_json(layout.plan, default={}, damaged=damaged.__setitem__)
-    keys = plan.get("trial_keys") if isinstance(plan, dict) else None
+    plan = storage.read_json(layout.plan, default={}, damaged=damaged.__setitem__, kind=dict)
+    keys = plan.get("trial_keys")
+    if plan and not (isinstance(keys, list) and all(isinstance(k, str) for k in keys)):
+        damaged[layout.plan] = "its trial_keys are not a list of trial keys"
+        plan, keys = {}, None
     entries = spec_record.entries(layout, damaged=damaged.__setitem__)
     if not isinstance(keys, list):
         return Record(trials, section=specs_section(entries, trials, trials))
@@ -92,7 +95,7 @@ def study_record(layout: StudyLayout, trials: pd.DataFrame, damaged: dict[str, s
         return Record(trials, len(keys), missing, section=specs_section(entries, trials, trials))
     rows = others.to_dict("records")
     cells = pd.Series([cell_id(row_cell(row)) for row in rows], index=others.index)
-    if isinstance(plan.get("trial_cells"), list):
+    if isinstance(plan.get("trial_cells"), list) and all(isinstance(c, str) for c in plan["trial_cells"]):
         current_cells = set(plan["trial_cells"])
     else:  # a plan.json written before it listed cells: the cells of the current spec's recorded rows
         current_cells = {cell_id(row_cell(row)) for row in trials[is_current].to_dict("records")}
@@ -101,9 +104,12 @@ def study_record(layout: StudyLayout, trials: pd.DataFrame, damaged: dict[str, s
     for entry in entries:
         for key in entry.trial_keys:
             first.setdefault(key, entry)
-    current = entries[-1].plan.get("resolved") if entries else storage.read_json(layout.resolved, default={})
-    current, runs = current if isinstance(current, dict) else {}, plan.get("runs") or {}
-    diffs = {e.name: differences(e.plan.get("resolved") or {}, current) for e in entries}
+    current = entries[-1].plan.get("resolved") if entries else storage.read_json(
+        layout.resolved, default={}, damaged=damaged.__setitem__, kind=dict)
+    current, runs = current if isinstance(current, dict) else {}, plan.get("runs")
+    runs = runs if isinstance(runs, dict) else {}
+    diffs = {e.name: differences(e.plan.get("resolved") if isinstance(e.plan.get("resolved"), dict) else {}, current)
+             for e in entries}
     why = pd.Series("", index=others.index)
     for index, row in zip(others.index, rows):
         entry = first.get(row["trial_key"])

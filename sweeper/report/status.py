@@ -2,8 +2,11 @@
 trials a trial scheduler stopped early (optuna and random modes).
 
 Ray-free: the plan comes from the study's own copy of its spec, progress from the run folders,
-the results store, and the driver's `live.json` heartbeat. It writes nothing, except that reading
-the store sets a damaged part aside (sweeper.store.results); damaged parts and markers are named.
+the results store, and the driver's `live.json` heartbeat. It writes, moves and deletes nothing:
+a damaged part, a link in the store, a marker that is not a file or not of its shape is named and
+left where it is (`sweeper run` sets them aside; docs/security.md). Every planned trial is
+counted once: by its recorded status, as unclassified (a status this version does not know,
+named), running or pending.
 """
 from __future__ import annotations
 
@@ -13,9 +16,12 @@ from collections import Counter
 
 from sweeper.plan.load import load_spec
 from sweeper.plan.study_plan import plan_study
+from sweeper.report import data_problems
+from sweeper.report.analysis import STATUSES
 from sweeper.store import storage
 from sweeper.store.layout import StudyLayout
-from sweeper.store.results import quarantined, read_trials
+from sweeper.store.quarantine import quarantined, relative
+from sweeper.store.results import read_trials
 
 STALE_AFTER_S = 600  # a heartbeat older than this means nobody is running the study
 
@@ -30,20 +36,27 @@ def pid_alive(pid: int) -> bool:
     return True
 
 
-def relative(layout: StudyLayout, location: str) -> str:
-    """`location` as a path inside the study (credentials and query left out)."""
-    root, text = storage.display(layout.root).rstrip("/"), storage.display(location)
-    return text[len(root) + 1:] if text.startswith(root + "/") else text
-
-
-def read_marker(location: str, fields: tuple[str, ...], damaged: dict[str, str]) -> dict | None:
-    """The JSON marker at `location` if it has `fields`, else None; a damaged one (empty, not
-    JSON, fields missing) is noted in `damaged` and read as absent."""
-    marker = storage.read_json(location, damaged=damaged.__setitem__)
-    if marker is not None and not (isinstance(marker, dict) and all(f in marker for f in fields)):
-        damaged[location] = f"fields {', '.join(fields)} missing"
+def read_marker(location: str, fields: dict[str, type | tuple[type, ...]], damaged: dict[str, str]) -> dict | None:
+    """The JSON marker at `location` if it has `fields` of their types (name -> type), else None;
+    a damaged one (empty, not JSON, not a file, fields missing or of another type) is noted in
+    `damaged` and read as absent."""
+    marker = storage.read_json(location, damaged=damaged.__setitem__, kind=dict)
+    if marker is None:
+        return None
+    wrong = [f"{name} {'missing' if name not in marker else f'is {marker[name]!r:.40}'}"
+             for name, kinds in fields.items()
+             if name not in marker or not isinstance(marker[name], kinds) or isinstance(marker[name], bool)]
+    if wrong:
+        damaged[location] = "fields of the wrong shape: " + ", ".join(wrong)
         return None
     return marker
+
+
+NUMBER = (int, float)
+PROGRESS_FIELDS = {"updated_at": NUMBER, "step": int, "total_steps": int}
+LIVE_FIELDS = {"updated_at": NUMBER, "host": str, "pid": int, "running_trials": int}
+UNCLASSIFIED_LISTED = 10
+"""Unclassified trials named one by one (then a count)."""
 
 
 def study_status(layout: StudyLayout) -> dict:
@@ -51,6 +64,7 @@ def study_status(layout: StudyLayout) -> dict:
     plan = plan_study(spec)
     runs: dict[str, list[str]] = {"done": [], "running": [], "pending": [], "failed": []}
     damaged: dict[str, str] = {}  # location -> why: markers read as absent
+    unreadable: dict[str, str] = {}  # location -> why: store parts left out, left in place
     now = time.time()
     for run in plan.runs:
         run_layout = layout.run(run.name)
@@ -60,30 +74,38 @@ def study_status(layout: StudyLayout) -> dict:
         if run_layout.has_failed(run.run_key, damaged=damaged.__setitem__):
             runs["failed"].append(run.name)
             continue
-        progress = read_marker(run_layout.progress, ("updated_at", "step", "total_steps"), damaged)
+        progress = read_marker(run_layout.progress, PROGRESS_FIELDS, damaged)
         if progress is not None and now - progress["updated_at"] < STALE_AFTER_S:
             runs["running"].append(f"{run.name} (step {progress['step']}/{progress['total_steps']})")
         else:
             runs["pending"].append(run.name)
     planned = {t.trial_key for t in plan.trials}
-    trials = read_trials(layout).to_pandas()  # sets damaged parts aside first
-    recorded = trials[trials["trial_key"].isin(planned)] if not trials.empty else None
-    counts = Counter(recorded["status"]) if recorded is not None else Counter()
+    trials = read_trials(layout, noted=unreadable).to_pandas()  # a read-only command: damaged parts stay
+    recorded = trials[trials["trial_key"].isin(planned)]
+    known = recorded["status"].isin(STATUSES)
+    counts = Counter(recorded.loc[known, "status"])
+    unclassified = recorded[~known]
     running = 0
-    state = read_marker(layout.live, ("updated_at", "host", "pid", "running_trials"), damaged)
+    state = read_marker(layout.live, LIVE_FIELDS, damaged)
     if state is not None:
         fresh = now - state["updated_at"] < STALE_AFTER_S
         if fresh and (state["host"] != os.uname().nodename or pid_alive(state["pid"])):
-            running = state["running_trials"]
-    pending = len(planned) - sum(counts.values()) - running
+            running = max(0, state["running_trials"])
+    # Every planned trial is counted once: a recorded row by its status (or as unclassified), the
+    # rest as running (the heartbeat's count, at most what is unrecorded) or pending.
+    unrecorded = len(planned) - len(recorded)
+    running = min(running, unrecorded)
     return {"study": spec.study, "runs": runs, "trials": {"planned": len(planned), "ok": counts["ok"],
             "stopped": counts["stopped"], "diverged": counts["diverged"], "failed": counts["failed"],
-            "running": running, "pending": pending},
+            "unclassified": len(unclassified), "running": running, "pending": unrecorded - running},
             "early_stopping": spec.finetuning.scheduler.kind != "none",
-            "failed_trials": [] if recorded is None else
-            recorded.loc[recorded["status"] == "failed", ["checkpoint_id", "task", "learning_rate", "seed",
-                                                          "error"]].to_dict("records"),
+            "failed_trials": recorded.loc[recorded["status"] == "failed", ["checkpoint_id", "task", "learning_rate",
+                                                                           "seed", "error"]].to_dict("records"),
+            "unclassified_trials": [f"{r['checkpoint_id']} / {r['task']} / seed {r['seed']} (trial {r['trial_key']}): "
+                                    f"status {r['status']!r}" for r in unclassified.to_dict("records")],
+            "non_finite": data_problems.non_finite_text(recorded),
             "quarantined": quarantined(layout),
+            "unreadable": {relative(layout, location): why for location, why in sorted(unreadable.items())},
             "damaged_markers": {relative(layout, location): why for location, why in sorted(damaged.items())}}
 
 
@@ -98,12 +120,19 @@ def print_status(layout: StudyLayout) -> None:
             print(f"    {state:8s} {name}")
     # `stopped` (early, by the trial scheduler) is shown where a scheduler ran or left rows.
     shown = ("ok", "stopped") if status["early_stopping"] or trials["stopped"] else ("ok",)
-    print(f"  fine-tuning: {trials['planned']} trials: " +
-          ", ".join(f"{trials[k]} {k}" for k in (*shown, "running", "pending", "diverged", "failed")))
+    shown += ("running", "pending", "diverged", "failed") + (("unclassified",) if trials["unclassified"] else ())
+    print(f"  fine-tuning: {trials['planned']} trials: " + ", ".join(f"{trials[k]} {k}" for k in shown))
     for row in status["failed_trials"][:10]:
         last_line = (row["error"] or "").strip().splitlines()[-1:] or [""]
         print(f"    failed   {row['checkpoint_id']} / {row['task']} / lr {row['learning_rate']:g} / "
               f"seed {row['seed']}: {last_line[0][:160]}")
+    listed = status["unclassified_trials"]
+    for line in listed[:UNCLASSIFIED_LISTED]:
+        print(f"    unclassified {line[:200]} (not a status this version knows)")
+    if len(listed) > UNCLASSIFIED_LISTED:
+        print(f"    ... and {len(listed) - UNCLASSIFIED_LISTED} more unclassified trials")
+    if status["non_finite"]:
+        print(f"  data problem: {status['non_finite']}")
     for line in damage_lines(status):
         print(line)
 
@@ -112,10 +141,14 @@ def damage_lines(status: dict) -> list[str]:
     """What `sweeper status` says about damaged files: each one set aside, each marker read as absent."""
     lines = []
     if status["quarantined"]:
-        lines.append(f"  damaged store files: {len(status['quarantined'])} set aside in quarantine/ (their rows are "
-                     "absent: `sweeper run` reruns their trials; delete them once inspected)")
+        lines.append(f"  damaged files: {len(status['quarantined'])} set aside in quarantine/ (a store part's rows are "
+                     "absent: `sweeper run` reruns its trials; delete them once inspected)")
         lines += [f"    {note['file']} (at {note['quarantined_at']}): {note['reason'][:160]}"
                   for note in status["quarantined"]]
+    if status["unreadable"]:
+        lines.append(f"  damaged store files: {len(status['unreadable'])} not read, left in place (their rows are "
+                     "absent; `sweeper run` sets them aside in quarantine/ and reruns their trials)")
+        lines += [f"    {location}: {why[:160]}" for location, why in status["unreadable"].items()]
     if status["damaged_markers"]:
         lines.append(f"  damaged markers: {len(status['damaged_markers'])} read as absent (rewritten by `sweeper run`)")
         lines += [f"    {location}: {why[:160]}" for location, why in status["damaged_markers"].items()]

@@ -7,31 +7,41 @@ files it met (store parts set aside, an unreadable `plan.json`).
 from __future__ import annotations
 
 import math
+import sys
 from pathlib import Path
 
 import pandas as pd
 
-from sweeper.report import analysis, figure_set, figures, findings, importance, provenance, robustness
+from sweeper.report import analysis, data_problems, figure_set, figures, findings, importance, provenance, robustness
 from sweeper.report.figure_set import FigureSet
 from sweeper.report.record import study_record
 from sweeper.report.tables import fmt, markdown_table
 from sweeper.report.verdict_text import findings_section, outcomes_section
 from sweeper.store import storage
 from sweeper.store.layout import StudyLayout
-from sweeper.store.results import quarantined, read_trials
+from sweeper.store.quarantine import quarantined, relative
+from sweeper.store.results import read_trials
 
 
-def damage_section(layout: StudyLayout, damaged: dict[str, str]) -> list[str]:
-    """Lines naming the store files set aside and the markers read as absent (none: no lines)."""
+def damage_section(layout: StudyLayout, damaged: dict[str, str], unreadable: dict[str, str],
+                   problems: str = "") -> list[str]:
+    """Lines naming the store files set aside, those left in place and not read (`unreadable`),
+    the markers read as absent, and the rows whose scores are not numbers (none: no lines)."""
     notes = quarantined(layout)
-    if not notes and not damaged:
+    if not notes and not damaged and not unreadable and not problems:
         return []
     out = ["## Damaged files", ""]
     if notes:
-        out += [f"{len(notes)} damaged store file(s) set aside in `quarantine/`: their rows are absent from this "
-                "report, and `sweeper run` reruns their trials.", ""]
+        out += [f"{len(notes)} damaged file(s) set aside in `quarantine/` by `sweeper run` (a store part's rows are "
+                "absent from this report until its trials run again; delete them once inspected):", ""]
         out += [f"- `{n['file']}` (set aside {n['quarantined_at']}): {n['reason'][:200]}" for n in notes]
-    out += [f"- `{storage.name(location)}`: {why}; read as absent" for location, why in sorted(damaged.items())]
+    if unreadable:
+        out += [""] * (len(out) > 2) + [f"{len(unreadable)} damaged store file(s) not read and left in place (`sweeper run` sets them "
+                "aside in `quarantine/` and reruns their trials):", ""]
+        out += [f"- `{relative(layout, location)}`: {why[:200]}" for location, why in sorted(unreadable.items())]
+    out += [f"- `{relative(layout, location)}`: {why}; read as absent" for location, why in sorted(damaged.items())]
+    if problems:
+        out += [""] * (len(out) > 2) + [f"Data problem: {problems}."]
     return out + [""]
 
 
@@ -280,14 +290,19 @@ def build_report(layout: StudyLayout, lr_range: tuple[float, float] = (1e-5, 1e-
 
 
 def report_and_figures(layout: StudyLayout, lr_range: tuple[float, float]) -> tuple[str, FigureSet]:
-    damaged: dict[str, str] = {}
+    damaged: dict[str, str] = {}  # markers read as absent
+    unreadable: dict[str, str] = {}  # store parts not read, left in place: a report moves nothing
     # Every recorded trial but the superseded ones and those recorded under other settings (named).
-    record = study_record(layout, read_trials(layout).to_pandas(), damaged)  # sets damaged parts aside first
-    trials = record.trials
-    study = trials["study"].iloc[0] if not trials.empty else storage.name(layout.root)
-    out = [f"# Study report: {study}", "", coverage(trials, record.planned, record.missing), "",
-           *(record.summary and [*record.summary, ""])]
-    out += damage_section(layout, damaged) + origins_section(trials) + padding_section(trials)
+    record = study_record(layout, read_trials(layout, noted=unreadable).to_pandas(), damaged)
+    problems = data_problems.non_finite(record.trials)  # scores that are not numbers: named, never averaged
+    trials = record.trials[~problems]
+    study = record.trials["study"].iloc[0] if not record.trials.empty else storage.name(layout.root)
+    line = coverage(record.trials, record.planned, record.missing)
+    if problems.any():
+        line += f"; {int(problems.sum())} of them with scores that are not finite, left out (`## Damaged files`)"
+    out = [f"# Study report: {study}", "", line, "", *(record.summary and [*record.summary, ""])]
+    out += damage_section(layout, damaged, unreadable, data_problems.non_finite_text(record.trials))
+    out += origins_section(trials) + padding_section(trials)
     best = analysis.best_params_table(trials)
     if best.empty:
         return "\n".join(out + ["No finished trials yet.", ""] + record.section) + "\n", FigureSet.for_study(layout)
@@ -365,7 +380,11 @@ def write_report(layout: StudyLayout, lr_range: tuple[float, float] = (1e-5, 1e-
     """Write `report.md` and the figures into the study; returns the report's location."""
     text, shown = report_and_figures(layout, lr_range)
     path = layout.report
-    storage.write_text(path, text)
+    if why := storage.not_a_file(path):  # a folder where report.md goes: named and left, never removed
+        print(f"[report] {storage.display(path)} is {why.removesuffix(', not a file')}, not a file: the report is "
+              "printed below, not written (move it away and run `sweeper report` again)", file=sys.stderr, flush=True)
+    else:
+        storage.write_text(path, text)
     shown.publish(layout)
     summary = text.split("## Fine-tuning stability")[0].split("## Per task")[0]
     print(summary.rstrip())

@@ -14,6 +14,11 @@ it. The file holds the holder's host, pid, start time, last heartbeat and a rand
 - **Take-over.** A lease whose holder is dead is taken over, and the new driver says so: the
   holder is dead when it ran on this host and its pid is gone, or when its heartbeat is older
   than `STALE_AFTER_S` (120 s: eight missed heartbeats; another host's pid cannot be checked).
+- **A lease that is not one.** A file that parses but is not of a lease's shape (`"pid":
+  "not-a-pid"`, a field missing), or a folder or FIFO where the lease goes, is no driver's: it
+  is stale at once and taken over, the new driver saying what it found (a folder is set aside in
+  `quarantine/`, never written through). An empty or cut-short file waits out `STALE_AFTER_S`
+  from its modification time (a create caught mid-write looks the same for an instant).
 - **Release.** On exit (normal, exception: `atexit` and the command's `finally`) the holder
   removes the file, only if the token in it is still its own. A killed driver leaves its file,
   which the next `sweeper run` takes over (at once on the same host, after 120 s elsewhere).
@@ -46,7 +51,8 @@ import threading
 import time
 from dataclasses import dataclass, field
 
-from sweeper.store import storage
+from sweeper.store import quarantine, storage
+from sweeper.store.layout import StudyLayout
 
 try:
     import fcntl
@@ -85,6 +91,8 @@ def _when(timestamp: float) -> str:
 def describe(holder: dict, now: float | None = None) -> str:
     """`host node-1, pid 4242, since 2026-01-01 10:00:00, last heartbeat 2026-... (12 s ago)`."""
     now = time.time() if now is None else now
+    if holder.get("malformed"):
+        return f"a lease file that is not a lease ({holder['malformed']})"
     if holder.get("unreadable"):
         return (f"an unreadable lease file, last written {_when(holder['heartbeat_at'])} "
                 f"({now - holder['heartbeat_at']:.0f} s ago)")
@@ -103,27 +111,50 @@ def pid_alive(pid: int) -> bool:
 
 
 def stale_reason(holder: dict, now: float | None = None, stale_after_s: float = STALE_AFTER_S) -> str | None:
-    """Why the holder of this lease is dead, or None while it lives."""
+    """Why the holder of this lease is dead, or None while it lives. A lease of the wrong shape
+    (`malformed`: no driver writes one) is dead at once."""
     now = time.time() if now is None else now
-    if holder.get("host") == socket.gethostname() and not pid_alive(int(holder.get("pid", 0))):
+    if holder.get("malformed"):
+        return f"its lease file is not a lease ({holder['malformed']})"
+    if holder.get("host") == socket.gethostname() and not pid_alive(holder.get("pid", 0)):
         return "its process is gone"
     if now - holder.get("heartbeat_at", 0) > stale_after_s:
         return f"no heartbeat for {now - holder.get('heartbeat_at', 0):.0f} s"
     return None
 
 
+LEASE_FIELDS = {"token": (str,), "host": (str,), "pid": (int,), "since": (int, float), "heartbeat_at": (int, float)}
+"""The fields a lease file holds, with their JSON types."""
+
+
+def shape_problem(holder: dict) -> str | None:
+    """What is wrong with a lease that parses (a field missing or of another type), or None."""
+    wrong = [f"{name} {'missing' if name not in holder else f'is {holder[name]!r:.40}'}"
+             for name, kinds in LEASE_FIELDS.items()
+             if not isinstance(holder.get(name), kinds) or isinstance(holder.get(name), bool)]
+    if not wrong and holder["pid"] <= 0:
+        wrong = [f"pid is {holder['pid']}"]
+    return ", ".join(wrong) or None
+
+
 def read_lease(location: str) -> dict | None:
     """The lease at `location`, None when there is none. A file that stays unreadable (empty,
     cut short, not a lease) is returned as a holder without heartbeat (`{"unreadable": True,
-    "heartbeat_at": <its modification time>, ...}`): stale once that is old enough."""
+    "heartbeat_at": <its modification time>, ...}`): stale once that is old enough. A lease that
+    parses but has fields of the wrong shape (`"pid": "not-a-pid"`), or something that is not a
+    file, is returned `malformed` (why), and is stale at once: no driver writes either."""
     deadline = time.monotonic() + UNREADABLE_PATIENCE_S
     while True:
         damaged: list[str] = []
+        if why := storage.not_a_file(location):
+            return {"malformed": why, "host": "?", "pid": 0, "since": 0.0, "heartbeat_at": _mtime(location)}
         holder = storage.read_json(location, patience_s=UNREADABLE_PATIENCE_S,
                                    damaged=lambda _, why: damaged.append(why))
         if holder is None and not damaged:
             return None
         if isinstance(holder, dict) and "token" in holder:
+            if problem := shape_problem(holder):
+                return {"malformed": problem, "host": "?", "pid": 0, "since": 0.0, "heartbeat_at": _mtime(location)}
             return holder
         if time.monotonic() > deadline:  # not a local create caught mid-write: damaged
             return {"unreadable": True, "host": "?", "pid": 0, "since": _mtime(location),
@@ -288,6 +319,8 @@ def take_lease(location: str, *, stale_after_s: float = STALE_AFTER_S) -> Lease:
             reason = stale_reason(holder, stale_after_s=stale_after_s)
             if reason is None:
                 raise LeaseHeld(location, holder)
+            if storage.not_a_file(location):  # a folder or a FIFO where the lease goes: moved, not written through
+                quarantine.set_aside(StudyLayout(storage.parent(location)), location, holder["malformed"])
             _replace(location, record)
             ours, now_there = _ours(location, token)
             if ours:
@@ -300,7 +333,10 @@ def hold_lease(location: str, heartbeat_s: float = HEARTBEAT_S) -> Lease:
     """`sweeper run`'s lease: taken (saying so when it replaces a dead driver's), renewed in
     the background, released at exit (also call `release()` in a `finally`)."""
     lease = take_lease(location)
-    if lease.took_over is not None:
+    if lease.took_over is not None and lease.took_over.get("malformed"):
+        print(f"[study] took over the lease: {storage.display(location)} was {describe(lease.took_over)}",
+              flush=True)
+    elif lease.took_over is not None:
         old = lease.took_over
         print(f"[study] took over the lease of {old.get('host')}/{old.get('pid')}, stale since "
               f"{_when(old.get('heartbeat_at', 0))} ({lease.took_over_because})", flush=True)

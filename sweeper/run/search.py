@@ -17,7 +17,9 @@ checkpoints in. Searchers only search: they never advance pretraining.
   trials a killed driver left running are failed, recorded samples the study lacks are added
   (`optuna.trial.create_trial`), and a sample the study completed but the store never recorded (a
   driver killed between the two) is run again at its point. So a resumed search continues, and a
-  rerun with more samples extends it.
+  rerun with more samples extends it. A journal Optuna cannot read (not JSON, not its records: a
+  disk fault, a hand edit) is set aside in `quarantine/`, saying so, and the searches are rebuilt
+  from the store the same way (`set_aside_damaged_journal`).
 """
 from __future__ import annotations
 
@@ -33,6 +35,7 @@ from ray.tune.search import Searcher
 from sweeper.run.pipeline import Pipeline
 from sweeper.spec import space as spaces
 from sweeper.store import folders, storage
+from sweeper.store.state_files import set_aside_damaged_journal
 
 SEARCH_METRIC = "search_score"
 
@@ -83,6 +86,7 @@ class OptunaJournal:
         self.remote = storage.is_remote(location)
         self.local = folders.in_cache("scratch", location) if self.remote else Path(location)
         self.local.parent.mkdir(parents=True, exist_ok=True)
+        set_aside_damaged_journal(location)
         if self.remote:  # the study's copy wins over whatever this node kept
             self.local.unlink(missing_ok=True)
             if storage.exists(location):

@@ -94,8 +94,10 @@ class RunLayout:
         checkpoint file by file, in no set order). None when the marker lists no files (written
         before markers did; such a checkpoint was published in one piece or is an older one).
         `present`: the folder's `storage.file_sizes`, when the caller has listed it already."""
-        listed = storage.read_json(storage.join(folder, CHECKPOINT_MARKER), default={}).get("files")
+        listed = storage.read_json(storage.join(folder, CHECKPOINT_MARKER), default={}, kind=dict).get("files")
         if listed is None:
+            return None
+        if not isinstance(listed, dict):  # a marker of another shape: its files cannot be checked
             return None
         present = storage.file_sizes(folder) if present is None else present
         return all(present.get(name) == size for name, size in listed.items())
@@ -117,7 +119,7 @@ class RunLayout:
         configuration of the same run name). A damaged marker (empty, not JSON) counts as absent
         and is told to `damaged(location, why)` (storage.read_json): a run whose done marker is
         damaged is not done, and resumes from its last checkpoint."""
-        marker = storage.read_json(location, default={}, damaged=damaged)
+        marker = storage.read_json(location, default={}, damaged=damaged, kind=dict)
         return isinstance(marker, dict) and marker.get("run_key") == run_key
 
     def is_done(self, run_key: str, damaged: Callable[[str, str], None] | None = None) -> bool:

@@ -12,21 +12,25 @@ per trial key, preferring an `ok` row, then the latest.
 In an object store (`s3://`, `gs://`) a batch file is one upload, which no reader sees half
 done, so it is written under its final name (sweeper.store.storage).
 
-A part that cannot be read anyway (truncated, empty, not Parquet: a disk fault, a power loss on
-a filesystem that lost it, a hand edit) never stops a read: reading the table (`read_table`,
-`read_trials`, `finished_trial_keys`, `compact`) moves it to `<study>/quarantine/<table>/` with a
-note saying why and when (`quarantined` lists them; `sweeper status` and `report` name them) and
-reads the rest. Its trials are then absent, so `sweeper run` runs them again.
+A part that cannot be read anyway (truncated, empty, not Parquet, rows without a trial key or status: a
+disk fault, a power loss on a filesystem that lost it, a hand edit) never stops a read: reading
+the table (`read_table`, `read_trials`, `finished_trial_keys`, `compact`) in `sweeper run` moves
+it to `<study>/quarantine/<table>/` with a note saying why and when (`quarantined` lists them)
+and reads the rest. Its trials are then absent, so `sweeper run` runs them again. The read-only
+commands (`sweeper status`, `report`) pass `noted`: they name such a part and leave it in place.
+A link in the store (a partition folder or a part that is a link) is never read, and is set
+aside as a link, its target untouched (sweeper.store.quarantine).
 """
 from __future__ import annotations
 
+import functools
+import operator
 import os
 import re
 import sys
 import time
 import uuid
 from collections.abc import Callable
-from datetime import datetime, timezone
 from pathlib import Path
 from urllib.parse import quote
 
@@ -34,8 +38,9 @@ import pyarrow as pa
 import pyarrow.dataset as ds
 import pyarrow.parquet as pq
 
-from sweeper.store import storage
+from sweeper.store import quarantine, storage
 from sweeper.store.layout import StudyLayout
+from sweeper.store.quarantine import link_text, quarantined, relative  # noqa: F401 - quarantined: re-exported
 
 TRIALS = "trials"
 EVAL_CURVES = "eval_curves"
@@ -178,41 +183,113 @@ def part_files(partition: str) -> list[str]:
             if name.startswith("part-") and name.endswith(".parquet")]
 
 
-def read_table(layout: StudyLayout, table: str) -> pa.Table:
+Aside = Callable[[str, str], object]
+"""What a reader does with a part it cannot read: `aside(location, why)`."""
+
+
+def reader_aside(layout: StudyLayout, table: str, noted: dict[str, str] | None) -> Aside:
+    """`sweeper run`'s readers (`noted` None) set a damaged part aside; the read-only commands'
+    (`noted`: a dict) note it there (location -> why) and leave it in place (sweeper.store.quarantine)."""
+    if noted is not None:
+        return noted.__setitem__
+    return lambda location, why: set_aside(layout, table, location, why)
+
+
+def read_table(layout: StudyLayout, table: str, noted: dict[str, str] | None = None) -> pa.Table:
     """All rows of a table (empty, with the schema, when nothing was written yet). A part that
-    cannot be read is set aside (`set_aside`) and the others are read: its rows are absent, so
-    its trials run again."""
-    directory = table_dir(layout, table)
-    files, vanished = list_parts(directory), 0
+    cannot be read, or that lacks a column no row may lack (`REQUIRED`), is set aside (`set_aside`;
+    with `noted`, named there and left in place) and the others are read: its rows are absent, so
+    its trials run again. A link in the table's folder is never read (`list_parts`)."""
+    directory, aside = table_dir(layout, table), reader_aside(layout, table, noted)
+    files, vanished = list_parts(layout, table, noted), 0
     while files:
         try:
-            return read_parts(directory, table, files)
+            arrow = read_parts(directory, table, files)
         except FileNotFoundError:  # a compaction replaced parts since they were listed: list again
             vanished += 1
             if vanished == 3:
                 raise
-            files = list_parts(directory)
+            files = list_parts(layout, table, noted)
+            continue
         except DAMAGE:
             # The common case pays nothing: parts are checked one by one only once a read failed.
-            kept = set_aside_damaged(layout, table, files, lambda f: read_parts(directory, table, [f]))
+            kept = set_aside_damaged(files, lambda f: read_parts(directory, table, [f]), aside)
             if len(kept) == len(files):
                 raise
             files = kept
+            continue
+        lacking = parts_lacking(directory, table, files, arrow)
+        if not lacking:
+            return arrow
+        for location, why in lacking.items():
+            aside(location, why)
+        files = [f for f in files if f not in lacking]
     return SCHEMAS[table].empty_table()
 
 
-def list_parts(directory: str) -> list[str]:
-    return [f for partition in storage.list_names(directory, folders=True) if "=" in partition
-            for f in part_files(storage.join(directory, partition))]
+REQUIRED = {TRIALS: ["trial_key", "status"], EVAL_CURVES: ["trial_key", "step"], PRETRAINING: ["run_key", "step"]}
+"""Columns no row of a table may lack: its row key, and a trial's status (a part written without
+one, or hand-edited, reads it as null: its rows could be counted nowhere)."""
 
 
-def read_parts(directory: str, table: str, files: list[str]) -> pa.Table:
+def parts_lacking(directory: str, table: str, files: list[str], arrow: pa.Table) -> dict[str, str]:
+    """The parts with rows that lack a `REQUIRED` column: location -> why. Costs nothing unless
+    such a row was read (then the offending parts are found by one more scan)."""
+    missing = [c for c in REQUIRED[table] if arrow.column(c).null_count]
+    if not missing:
+        return {}
+    found = dataset(directory, table, files).to_table(
+        columns=["__filename"], filter=functools.reduce(operator.or_, (ds.field(c).is_null() for c in missing)))
+    by_path = {storage.filesystem(f)[1]: f for f in files}
+    return {by_path.get(path, path): f"rows without {' or '.join(missing)} (a part written without the column, or "
+                                      "edited): its rows cannot be counted"
+            for path in sorted(set(found.column("__filename").to_pylist()))}
+
+
+def list_parts(layout: StudyLayout, table: str, noted: dict[str, str] | None) -> list[str]:
+    """The table's part files. A link where `results/`, the table's folder, a partition folder
+    or a part should be (only the study writes there, and it writes no link) is not read: it is
+    noted, or set aside as a link, never followed (sweeper.store.quarantine)."""
+    directory, files, aside = table_dir(layout, table), [], reader_aside(layout, table, noted)
+    if link := quarantine.link_on_the_way(layout, directory):  # results/ or results/<table> is a link
+        location = layout.path(*link.split("/"))
+        if noted is not None:
+            noted[location] = link_text(location)
+        else:  # `sweeper run`: the link itself, to the same place under quarantine/
+            quarantine.set_aside(layout, location, link_text(location))
+        return []
+    for partition in partitions(directory, aside):
+        for location in part_files(partition):
+            if storage.is_remote(location) or not os.path.islink(location):
+                files.append(location)
+            else:
+                aside(location, link_text(location))
+    return files
+
+
+def partitions(directory: str, aside: Aside) -> list[str]:
+    """The partition folders of a table folder (`name=value`); links go to `aside`."""
+    found = []
+    for name in storage.list_names(directory, folders=True):
+        location = storage.join(directory, name)
+        if not storage.is_remote(location) and os.path.islink(location):
+            aside(location, link_text(location))
+        elif "=" in name:
+            found.append(location)
+    return found
+
+
+def dataset(directory: str, table: str, files: list[str]) -> ds.Dataset:
     schema = SCHEMAS[table]
     partitioning = ds.partitioning(pa.schema([schema.field(PARTITION[table])]), flavor="hive")
     fs, path = storage.filesystem(directory)
     # The files just listed, not the folder: an object store is listed once, not twice.
     return ds.dataset([storage.filesystem(f)[1] for f in files], filesystem=fs, format="parquet",
-                      partitioning=partitioning, partition_base_dir=path, schema=schema).to_table()
+                      partitioning=partitioning, partition_base_dir=path, schema=schema)
+
+
+def read_parts(directory: str, table: str, files: list[str]) -> pa.Table:
+    return dataset(directory, table, files).to_table()
 
 
 DAMAGE = (pa.ArrowException, OSError)
@@ -239,62 +316,27 @@ def why_unreadable(read: Callable[[], object]) -> str | None:
     return why
 
 
-def set_aside_damaged(layout: StudyLayout, table: str, files: list[str],
-                      read: Callable[[str], object]) -> list[str]:
-    """Quarantine the files that `read(file)` cannot read; returns the others."""
+def set_aside_damaged(files: list[str], read: Callable[[str], object], aside: Aside) -> list[str]:
+    """Hand the files that `read(file)` cannot read to `aside`; returns the others."""
     kept = []
     for location in files:
         why = why_unreadable(lambda: read(location))
         if why is None:
             kept.append(location)
         else:
-            set_aside(layout, table, location, why)
+            aside(location, why)
     return kept
 
 
-NOTE_SUFFIX = ".why.txt"
-"""A quarantined part's note: `<part>.why.txt` beside it."""
-
-
 def set_aside(layout: StudyLayout, table: str, location: str, why: str) -> None:
-    """Move a damaged part to `<study>/quarantine/<table>/<partition>/<name>`, beside its note
-    `<name>.why.txt` (the part's place in the store, when, why). The note is written first: a
-    process killed between the two leaves the part in the store with a note, and the next read
-    moves it. A part that cannot be moved (a read-only study) stays, and is named on stderr."""
-    relative = f"{storage.name(storage.parent(location))}/{storage.name(location)}"
-    target = storage.join(layout.quarantine, table, relative)
-    at = datetime.now(timezone.utc).isoformat(timespec="seconds")
-    note = storage.join(storage.parent(target), storage.name(target) + NOTE_SUFFIX)
-    try:
-        storage.write_text(note, f"file: results/{table}/{relative}\nquarantined_at: {at}\nreason: {why}\n")
-        fs, source_path = storage.filesystem(location)
-        fs.move(source_path, storage.filesystem(target)[1])  # a rename; copy + delete in an object store
-        if not storage.is_remote(target):
-            storage.sync_path(storage.parent(target))
-            storage.sync_path(storage.parent(location))
-    except OSError as error:
-        if not storage.exists(location):
-            return  # set aside meanwhile by another reader
-        try:
-            storage.remove(note)
-        except OSError:
-            pass
-        print(f"[store] damaged file {storage.display(location)} ({why}) could not be set aside: {error}; "
-              "its rows are left out of this read", file=sys.stderr, flush=True)
-        return
-    print(f"[store] damaged file set aside: {storage.display(location)} -> {storage.display(target)} ({why}); "
-          "its rows are absent from the store until its trials run again", file=sys.stderr, flush=True)
-
-
-def quarantined(layout: StudyLayout) -> list[dict]:
-    """The parts set aside so far, from their notes: `file` (its place in the store),
-    `quarantined_at`, `reason`, and `note` (the note's location); oldest first."""
-    notes = []
-    for location in storage.find_files(layout.quarantine, f"*/*/*{NOTE_SUFFIX}"):
-        fields = dict(line.split(": ", 1) for line in storage.read_text(location).splitlines() if ": " in line)
-        notes.append({"file": fields.get("file", location), "quarantined_at": fields.get("quarantined_at", ""),
-                      "reason": fields.get("reason", ""), "note": location})
-    return sorted(notes, key=lambda n: (n["quarantined_at"], n["file"]))
+    """Move a damaged part (or a link where a part or partition should be) to
+    `<study>/quarantine/<table>/<partition>/<name>` beside its note (sweeper.store.quarantine: the
+    note first; a part that cannot be moved stays, named on stderr, and is left out of this read)."""
+    inside = relative(layout, location).removeprefix(f"results/{table}/")
+    target = storage.join(layout.quarantine, table, *inside.split("/"))
+    if quarantine.set_aside(layout, location, why, target):
+        print(f"[store] {storage.display(location)}: its rows are absent from the store until its trials run again",
+              file=sys.stderr, flush=True)
 
 
 def compact(layout: StudyLayout, table: str) -> int:
@@ -303,16 +345,17 @@ def compact(layout: StudyLayout, table: str) -> int:
     deduplicate. A part that cannot be read is set aside, and the others are merged. Returns the
     number of files removed."""
     removed = 0
-    directory = table_dir(layout, table)
-    for partition in storage.list_names(directory, folders=True):
-        partition = storage.join(directory, partition)
-        parts = sorted(part_files(partition))
+    aside = reader_aside(layout, table, None)
+    if quarantine.link_on_the_way(layout, table_dir(layout, table)):
+        return 0  # the table's folder is a link: never written through (`list_parts` sets it aside)
+    for partition in partitions(table_dir(layout, table), aside):
+        parts = sorted(p for p in part_files(partition) if storage.is_remote(p) or not os.path.islink(p))
         if len(parts) < 2:
             continue
         try:
             tables = [read_part(p) for p in parts]
         except DAMAGE:
-            parts = set_aside_damaged(layout, table, parts, read_part)
+            parts = set_aside_damaged(parts, read_part, aside)
             if len(parts) < 2:
                 continue
             tables = [read_part(p) for p in parts]
@@ -340,9 +383,9 @@ def keep_one_row_per_key(frame, table: str):
     return frame.drop_duplicates(ROW_KEY[table], keep="last")
 
 
-def read_trials(layout: StudyLayout) -> pa.Table:
-    """One row per trial key: its `ok` row if any, else its latest row."""
-    table = read_table(layout, TRIALS)
+def read_trials(layout: StudyLayout, noted: dict[str, str] | None = None) -> pa.Table:
+    """One row per trial key: its `ok` row if any, else its latest row (`noted`: `read_table`)."""
+    table = read_table(layout, TRIALS, noted)
     if table.num_rows == 0:
         return table
     frame = keep_one_row_per_key(table.to_pandas(), TRIALS)

@@ -34,7 +34,8 @@ class SpecEntry:
 
     @property
     def trial_keys(self) -> list[str]:
-        return self.plan.get("trial_keys") or []
+        keys = self.plan.get("trial_keys")
+        return [k for k in keys if isinstance(k, str)] if isinstance(keys, list) else []
 
 
 def digest(text: str) -> str:
@@ -48,7 +49,7 @@ def entries(layout: StudyLayout, damaged: Callable[[str, str], None] | None = No
         entry = name.removesuffix(PLAN_SUFFIX)
         if name == entry or not entry.split("-", 1)[0].isdigit():
             continue
-        plan = storage.read_json(layout.spec_plan(entry), default=None, damaged=damaged)
+        plan = storage.read_json(layout.spec_plan(entry), default=None, damaged=damaged, kind=dict)
         if isinstance(plan, dict):
             found.append(SpecEntry(entry, plan))
     return sorted(found, key=lambda e: e.number)

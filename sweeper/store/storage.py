@@ -23,6 +23,7 @@ import json
 import os
 import re
 import shutil
+import stat
 import sys
 import time
 import unicodedata
@@ -214,8 +215,26 @@ def read_text(location: str) -> str:
     return read_bytes(location).decode()
 
 
+def not_a_file(location: str) -> str | None:
+    """Why the local `location` is not a regular file that can be read, or None (also None when
+    nothing is there, and for an object store, whose names are files): a folder, a FIFO (reading
+    one waits forever), a socket or a device where the study keeps a file is named, never read."""
+    if is_remote(location):
+        return None
+    try:
+        mode = os.stat(location).st_mode
+    except FileNotFoundError:
+        return None
+    except OSError as error:  # a link loop, a link through a file, permission denied
+        return f"cannot be read ({error.strerror or error})"
+    if stat.S_ISREG(mode):
+        return None
+    kind = "a folder" if stat.S_ISDIR(mode) else "a FIFO" if stat.S_ISFIFO(mode) else "not a regular file"
+    return f"{kind}, not a file"
+
+
 def read_json(location: str, default=None, patience_s: float = 5.0,
-              damaged: Callable[[str, str], None] | None = None):
+              damaged: Callable[[str, str], None] | None = None, kind: type | None = None):
     """The JSON object at `location`, or `default` when there is none.
 
     pyarrow reads an object by asking its size, then its bytes: when a writer replaces a small
@@ -226,11 +245,16 @@ def read_json(location: str, default=None, patience_s: float = 5.0,
     A file that stays unreadable (empty or cut short: a power loss before its rename reached the
     disk) is damaged: it reads as `default`, i.e. absent, and `damaged(location, why)` is told
     (without one, a warning names it on stderr). A local file is not read again: no writer
-    replaces a local file half-way."""
+    replaces a local file half-way.
+
+    So is a value of another JSON type than `kind` (a list where an object is expected: `kind=dict`),
+    and anything that is not a regular file (`not_a_file`: a folder, a FIFO)."""
     deadline = time.monotonic() + patience_s
     while True:
         try:
-            return json.loads(read_text(location))
+            if why := not_a_file(location):
+                break
+            value = json.loads(read_text(location))
         except FileNotFoundError:
             return default
         except ValueError as error:  # JSONDecodeError, UnicodeDecodeError
@@ -239,11 +263,20 @@ def read_json(location: str, default=None, patience_s: float = 5.0,
                 continue
             why = "empty file" if isinstance(error, json.JSONDecodeError) and not error.doc.strip() \
                 else f"not JSON ({error})"
-            if damaged is None:
-                print(f"[storage] damaged file {display(location)}: {why}; read as absent", file=sys.stderr, flush=True)
-            else:
-                damaged(location, why)
-            return default
+            break
+        if kind is None or isinstance(value, kind):
+            return value
+        why = f"a JSON {JSON_TYPE_NAMES.get(type(value), type(value).__name__)}, not a JSON {JSON_TYPE_NAMES[kind]}"
+        break
+    if damaged is None:
+        print(f"[storage] damaged file {display(location)}: {why}; read as absent", file=sys.stderr, flush=True)
+    else:
+        damaged(location, why)
+    return default
+
+
+JSON_TYPE_NAMES = {dict: "object", list: "array", str: "string", int: "number", float: "number", bool: "boolean",
+                   type(None): "null"}
 
 
 def sync_path(path: str | Path) -> None:
