@@ -100,7 +100,7 @@ def command_run(args) -> int:
 
     layout = study_layout_for(spec, args.storage, args.spec)
     try:  # one driver per study: the lease comes before anything is written (sweeper.run.lease)
-        lease = hold_lease(layout.lease)
+        lease = hold_lease(layout.lease, study=layout)
     except LeaseHeld as error:
         print(f"error: {error}", file=sys.stderr)
         return EXIT_LEASE

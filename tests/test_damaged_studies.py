@@ -251,7 +251,9 @@ def test_a_lease_file_of_the_wrong_shape_or_a_folder_is_taken_over_at_once(tmp_p
     assert lease.took_over_because.startswith("its lease file is not a lease")
     lease.release()
     location.mkdir()
-    lease = take_lease(str(location))
+    with pytest.raises(OSError, match="a folder"):  # nowhere to set it aside: named, not written through
+        take_lease(str(location))
+    lease = take_lease(str(location), study=StudyLayout(str(tmp_path)))
     assert "a folder" in lease.took_over_because and location.is_file()
     assert (tmp_path / "quarantine" / "lease.json").is_dir(), "set aside, not removed"
     lease.release()

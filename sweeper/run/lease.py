@@ -299,7 +299,7 @@ def _stop_driver(lease: Lease, holder: dict | None) -> None:
     os._exit(EXIT_LEASE)
 
 
-def take_lease(location: str, *, stale_after_s: float = STALE_AFTER_S) -> Lease:
+def take_lease(location: str, *, stale_after_s: float = STALE_AFTER_S, study: StudyLayout | None = None) -> Lease:
     """Take the lease at `location` (creating its folder on a disk), taking over a dead
     holder's; raises LeaseHeld, naming the holder, while a live driver holds it."""
     storage.make_dirs(storage.parent(location))
@@ -320,7 +320,9 @@ def take_lease(location: str, *, stale_after_s: float = STALE_AFTER_S) -> Lease:
             if reason is None:
                 raise LeaseHeld(location, holder)
             if storage.not_a_file(location):  # a folder or a FIFO where the lease goes: moved, not written through
-                quarantine.set_aside(StudyLayout(storage.parent(location)), location, holder["malformed"])
+                if study is None or not quarantine.set_aside(study, location, holder["malformed"]):
+                    raise OSError(f"{storage.display(location)} is {holder['malformed']}, where the study's lease "
+                                  "goes: move it away and run again")
             _replace(location, record)
             ours, now_there = _ours(location, token)
             if ours:
@@ -329,10 +331,10 @@ def take_lease(location: str, *, stale_after_s: float = STALE_AFTER_S) -> Lease:
     raise LeaseHeld(location, read_lease(location) or {})
 
 
-def hold_lease(location: str, heartbeat_s: float = HEARTBEAT_S) -> Lease:
+def hold_lease(location: str, heartbeat_s: float = HEARTBEAT_S, study: StudyLayout | None = None) -> Lease:
     """`sweeper run`'s lease: taken (saying so when it replaces a dead driver's), renewed in
     the background, released at exit (also call `release()` in a `finally`)."""
-    lease = take_lease(location)
+    lease = take_lease(location, study=study)
     if lease.took_over is not None and lease.took_over.get("malformed"):
         print(f"[study] took over the lease: {storage.display(location)} was {describe(lease.took_over)}",
               flush=True)

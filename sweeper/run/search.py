@@ -35,6 +35,7 @@ from ray.tune.search import Searcher
 from sweeper.run.pipeline import Pipeline
 from sweeper.spec import space as spaces
 from sweeper.store import folders, storage
+from sweeper.store.layout import StudyLayout
 from sweeper.store.state_files import set_aside_damaged_journal
 
 SEARCH_METRIC = "search_score"
@@ -78,7 +79,7 @@ class OptunaJournal:
     from the study when opened and copied back (`save`) at most every `save_every_s` and when a
     searcher's work is done; the store is the record either way."""
 
-    def __init__(self, location: str, save_every_s: float = 60.0):
+    def __init__(self, location: str, save_every_s: float = 60.0, study: StudyLayout | None = None):
         from optuna.storages import JournalStorage
         from optuna.storages.journal import JournalFileBackend
 
@@ -86,7 +87,8 @@ class OptunaJournal:
         self.remote = storage.is_remote(location)
         self.local = folders.in_cache("scratch", location) if self.remote else Path(location)
         self.local.parent.mkdir(parents=True, exist_ok=True)
-        set_aside_damaged_journal(location)
+        if study is not None:  # the study's own journal (`sweeper run` has set a damaged one aside already)
+            set_aside_damaged_journal(study)
         if self.remote:  # the study's copy wins over whatever this node kept
             self.local.unlink(missing_ok=True)
             if storage.exists(location):
@@ -182,7 +184,7 @@ class CellSearcher(StoreRecordSearcher):
     sample's results). Tune's config is (cell index in the call's cells, sample, seed index, the
     sample's point: learning rate and searched fields)."""
 
-    def __init__(self, cells: list[CellSearch], queue: ReadyQueue, capacity: int, journal: str, seed: int,
+    def __init__(self, cells: list[CellSearch], queue: ReadyQueue, capacity: int, study: StudyLayout, seed: int,
                  startup_samples: int, pipeline: Pipeline | None = None):
         super().__init__(metric=SEARCH_METRIC, mode="max")
         import optuna
@@ -190,7 +192,7 @@ class CellSearcher(StoreRecordSearcher):
         optuna.logging.set_verbosity(optuna.logging.WARNING)
         self.cells, self.queue, self.capacity, self.pipeline = cells, queue, capacity, pipeline or Pipeline()
         self.seed, self.startup_samples = seed, startup_samples
-        self.journal = OptunaJournal(journal)
+        self.journal = OptunaJournal(study.optuna_journal, study=study)
         self.studies: dict[int, optuna.Study] = {}  # cell index -> its study, for the cells taken, in that order
         self.rerun: dict[int, dict[int, dict]] = {}  # cell index -> sample -> Optuna params to run again
         self.asked: dict[tuple[int, int], tuple[int, dict]] = {}  # (cell, sample) -> (Optuna trial, point)

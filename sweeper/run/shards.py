@@ -217,7 +217,7 @@ class OptunaShard(Shard):
         optuna = spec.finetuning.optuna
         # The searcher runs in the driver: it opens the journal there (self.layout holds no credentials,
         # the driver reaches an object store through its environment).
-        searcher = CellSearcher(self.searches, self.queue, self.capacity, self.layout.optuna_journal, optuna.seed,
+        searcher = CellSearcher(self.searches, self.queue, self.capacity, self.layout, optuna.seed,
                                 optuna.startup_samples, pipeline=pipeline)
         # Which cells it takes is known only as they are written: at most every trial left.
         return {"param_space": {}, "search_alg": searcher,

@@ -55,7 +55,7 @@ def set_aside_misplaced(layout: StudyLayout) -> list[str]:
     for location in moved:
         print(f"[study] {location} was not what the study writes there: set aside in quarantine/ (read as absent; "
               "the run writes its own)", flush=True)
-    if set_aside_damaged_journal(layout.optuna_journal):
+    if set_aside_damaged_journal(layout):
         moved.append(quarantine.relative(layout, layout.optuna_journal))
     return moved
 
@@ -84,15 +84,15 @@ def journal_problem(location: str) -> str | None:
     return None
 
 
-def set_aside_damaged_journal(location: str) -> bool:
+def set_aside_damaged_journal(layout: StudyLayout) -> bool:
     """A journal Optuna cannot open is set aside in the study's quarantine (kept, never deleted),
     saying so: the searches start from an empty journal and are rebuilt from the results store,
     the record (`CellSearcher.reconcile` adds each cell's recorded samples as its search starts).
     True when one was set aside."""
+    location = layout.optuna_journal
     why = journal_problem(location)
     if why is None:
         return False
-    layout = StudyLayout(storage.parent(storage.parent(location)))  # <study>/optuna/journal.log
     if not quarantine.set_aside(layout, location, why):
         raise OSError(f"the Optuna journal {storage.display(location)} does not parse ({why}) and could not be "
                       "set aside: move it away, and the searches are rebuilt from the results store")
