@@ -24,6 +24,9 @@ node-local copies.
 One step is `trainables.train_step.train_step`: the worker's rows in micro-batches of
 `micro_batch_size`, gradients accumulated and normalised over the whole global batch.
 
+Under `resources.sharding: fsdp` a worker group builds, loads and gathers its model through
+`trainables.sharding`: only rank 0 reads a checkpoint; the format is the single process's.
+
 Retention (`retention`): the newest `keep_resume_checkpoints` checkpoints keep everything;
 older evaluated checkpoints (checkpoint_steps and the final one) keep their weights but lose
 `training_state.pt`; older resume-only ones are deleted. Local mode deletes them itself. With a
