@@ -24,6 +24,9 @@ node-local copies.
 One step is `trainables.train_step.train_step`: the worker's rows in micro-batches of
 `micro_batch_size`, gradients accumulated and normalised over the whole global batch.
 
+Under `resources.sharding: fsdp` a worker group builds, loads and gathers its model through
+`trainables.sharding`: only rank 0 reads a checkpoint; the format is the single process's.
+
 Retention (`retention`): the newest `keep_resume_checkpoints` checkpoints keep everything;
 older evaluated checkpoints (checkpoint_steps and the final one) keep their weights but lose
 `training_state.pt`; older resume-only ones are deleted. Local mode deletes them itself. With a
@@ -41,6 +44,7 @@ import re
 import shutil
 import tempfile
 import time
+import zipfile
 from dataclasses import asdict
 from pathlib import Path
 
@@ -59,6 +63,7 @@ from sweeper.store.layout import (
     checkpoint_folder_name,
     checkpoint_step,
 )
+from trainables import sharding
 from trainables.corpus import PackedCorpus
 from trainables.model import LlamaEncoderConfig, LlamaEncoderForMaskedLM, build_model
 from trainables.objectives import LossContext, ObjectiveLoss, RowDraws
@@ -137,18 +142,31 @@ def sharded(run: PretrainConfig, world: int) -> bool:
     return world > 1 and run.sharding == "fsdp"
 
 
-def distribute(model, run: PretrainConfig, world: int):
-    """DDP (Ray's `prepare_model`) or FSDP2: `fully_shard` on each block, then on the root, so a
-    block's parameters are gathered only while it runs. (Ray's parallel_strategy="fsdp" is FSDP1
-    and GPU-only.)"""
+def configure(model: LlamaEncoderForMaskedLM, run: PretrainConfig) -> None:
+    """What precedes DDP or sharding: training mode, activation checkpointing, compilation."""
+    model.train()  # from_pretrained returns eval mode; checkpointing acts in training mode only
+    if run.activation_checkpointing:
+        model.activation_checkpointing_enable({"use_reentrant": False})
+    if run.compile:
+        # In place, block by block: state-dict names stay Hugging Face's, and FSDP2 then
+        # shards compiled blocks (its recommended order).
+        for block in model.model.layers:
+            block.compile()
+
+
+def prepared_model(resume: Path | None, run: PretrainConfig, vocab_size: int, world: int, device: torch.device):
+    """The model this worker trains: the checkpoint's weights (`resume`) or the run's initial
+    ones, on `device`; alone, replicated by DDP (Ray's `prepare_model`), or sharded by FSDP2,
+    where only rank 0 reads them (`trainables.sharding`)."""
+    def load_full() -> LlamaEncoderForMaskedLM:
+        return LlamaEncoderForMaskedLM.from_pretrained(resume) if resume else initial_model(run, vocab_size)
+
+    if sharded(run, world):
+        return sharding.sharded_model(load_full, device, lambda model: configure(model, run))
+    model = load_full().to(device)
+    configure(model, run)
     if world <= 1:
         return model
-    if sharded(run, world):
-        from torch.distributed.fsdp import fully_shard
-
-        for block in model.model.layers:
-            fully_shard(block)
-        return fully_shard(model)
     import ray.train.torch
 
     return ray.train.torch.prepare_model(model)
@@ -159,14 +177,12 @@ def full_states(model, optimizer, run: PretrainConfig, world: int) -> tuple[dict
     the CPU (a collective: every rank calls it; the other ranks get empty dicts)."""
     if not sharded(run, world):
         return None, optimizer.state_dict()
-    from torch.distributed.checkpoint.state_dict import (
-        StateDictOptions,
-        get_model_state_dict,
-        get_optimizer_state_dict,
-    )
+    return sharding.gathered_states(model, optimizer)
 
-    options = StateDictOptions(full_state_dict=True, cpu_offload=True)
-    return get_model_state_dict(model, options=options), get_optimizer_state_dict(model, optimizer, options=options)
+
+def write_training_state(directory: Path, optimizer_state: dict, step: int, log: list[dict]) -> None:
+    """`training_state.pt`: the optimizer state (FQN-keyed if sharded), the step and the log."""
+    torch.save({"optimizer": optimizer_state, "step": step, "log": log}, Path(directory) / TRAINING_STATE)
 
 
 def save_hf(model, directory: Path, state: dict | None) -> None:
@@ -182,15 +198,6 @@ def save_hf(model, directory: Path, state: dict | None) -> None:
         plain = LlamaEncoderForMaskedLM(model.config)
     plain.load_state_dict(state, assign=True)
     plain.save_pretrained(directory)
-
-
-def restore_optimizer(model, optimizer, state: dict, run: PretrainConfig, world: int) -> None:
-    if not sharded(run, world):
-        optimizer.load_state_dict(state)
-        return
-    from torch.distributed.checkpoint.state_dict import StateDictOptions, set_optimizer_state_dict
-
-    set_optimizer_state_dict(model, optimizer, optim_state_dict=state, options=StateDictOptions(full_state_dict=True))
 
 
 def checkpoint_marker(run: PretrainConfig, step: int, metrics: dict) -> dict:
@@ -217,7 +224,7 @@ def save_checkpoint(model, optimizer, run: PretrainConfig, step: int, log: list[
         save_hf(model, tmp, model_state)
         shutil.copytree(folders.local_copy(run.corpus_dir, CORPUS_MARKER, only="tokenizer"), tmp,
                         dirs_exist_ok=True)
-        torch.save({"optimizer": optimizer_state, "step": step, "log": log}, tmp / TRAINING_STATE)
+        write_training_state(tmp, optimizer_state, step, log)
         (tmp / TRAIN_LOG).write_text(json.dumps(log))  # read by the driver, no torch needed
         marker = {**checkpoint_marker(run, step, metrics), "files": storage.file_sizes(str(tmp))}
         (tmp / CHECKPOINT_MARKER).write_text(json.dumps(marker, indent=1))
@@ -276,12 +283,12 @@ def register_with_ray(run: PretrainConfig, step: int) -> None:
                      checkpoint_dir_name=name, checkpoint_upload_mode=ray.train.CheckpointUploadMode.NO_UPLOAD)
 
 
-def restore_training_state(directory: Path, model, optimizer, run: PretrainConfig,
-                           world: int) -> tuple[int, list[dict]]:
-    # Tensors, numbers, strings, lists and dicts only: no pickled code runs on load.
-    path = Path(directory) / TRAINING_STATE
+def read_training_state(path: Path, mmap: bool = False) -> dict:
+    """`training_state.pt`, refused unless it holds tensors, numbers, strings, lists and dicts only:
+    no pickled code runs on load. `mmap`: tensors are views of the mapped file (read when touched)."""
     try:
-        state = torch.load(path, weights_only=True)
+        # A torch.save file is a zip archive; mapping one that is not would fail before the refusal.
+        return torch.load(path, weights_only=True, mmap=mmap and zipfile.is_zipfile(path))
     except pickle.UnpicklingError as error:  # torch's refusal of anything else
         # Torch's own message suggests weights_only=False: name only what it refused.
         found = re.search(r"WeightsUnpickler error: (.*)", str(error))
@@ -292,7 +299,26 @@ def restore_training_state(directory: Path, model, optimizer, run: PretrainConfi
             "(numbers, strings, lists, dicts), and only those are loaded, so nothing in it was executed "
             f"({refused}). Something other than the sweeper wrote it; delete its checkpoint folder to "
             "resume from an earlier checkpoint.") from None
-    restore_optimizer(model, optimizer, state["optimizer"], run, world)
+
+
+def restore_training_state(directory: Path, model, optimizer, run: PretrainConfig,
+                           world: int) -> tuple[int, list[dict]]:
+    """Load the optimizer state of `directory`'s `training_state.pt`; returns (step, log). Sharded:
+    rank 0 alone maps the file and hands every rank its slices (`trainables.sharding`)."""
+    path = Path(directory) / TRAINING_STATE
+    if not sharded(run, world):
+        state = read_training_state(path)
+        optimizer.load_state_dict(state["optimizer"])
+    else:
+        mapped = {}  # rank 0's view of the file; the other ranks read nothing
+
+        def progress() -> dict:
+            mapped.update(read_training_state(path, mmap=True))
+            return {"step": mapped["step"], "log": mapped["log"]}
+
+        state = sharding.from_rank0(progress)
+        sharding.restore_optimizer(model, optimizer, mapped.get("optimizer"))
+        mapped.clear()
     print(f"[pretrain {run.name}] resumed from step {state['step']}", flush=True)
     return state["step"], state["log"]
 
@@ -325,17 +351,7 @@ def train_loop_per_worker(loop_config: dict) -> None:
     corpus = PackedCorpus(run.corpus_dir, run.seq_len, run.data_seed, run.replicate)
     resume_context, unknown_to_ray = resume_point(run)
     with resume_context as resume:
-        model = (LlamaEncoderForMaskedLM.from_pretrained(resume) if resume
-                 else initial_model(run, corpus.meta["vocab_size"])).to(device)
-        model.train()  # from_pretrained returns eval mode; checkpointing acts in training mode only
-        if run.activation_checkpointing:
-            model.activation_checkpointing_enable({"use_reentrant": False})
-        if run.compile:
-            # In place, block by block: state-dict names stay Hugging Face's, and FSDP2 then
-            # shards compiled blocks (its recommended order).
-            for block in model.model.layers:
-                block.compile()
-        model = distribute(model, run, world)
+        model = prepared_model(resume, run, corpus.meta["vocab_size"], world, device)
         optimizer = torch.optim.AdamW(model.parameters(), lr=run.peak_lr, **run.optimizer.torch_kwargs())
         start, log = restore_training_state(resume, model, optimizer, run, world) if resume else (0, [])
         for step in unknown_to_ray:
