@@ -193,6 +193,10 @@ def test_an_fsdp_rank_holds_its_shards_and_the_bf16_blocks_it_computes():
     assert cpu["fsdp_gathered"] == 8 * sizes.root + 12 * sizes.block
     # 1b over 8 ranks: 2.8 GB of shards and 2.1 GB gathered (the root's 0.44 B parameters twice).
     assert round(16 * sizes.total / 8 / 1e9, 1) == 2.8 and round(terms["fsdp_gathered"] / 1e9, 1) == 2.1
+    # Accumulating micro batches, FSDP2 holds each gradient unsharded until the step's last one.
+    accumulating = estimate_peak(ONE_B, replace(fsdp, accumulates=True)).terms
+    assert accumulating["gradients"] == 4 * sizes.total and accumulating["weights"] == terms["weights"]
+    assert estimate_peak(ONE_B, replace(fsdp, workers=1, accumulates=True)).terms["gradients"] == 4 * sizes.total
 
 
 HOST_SPEC = """\

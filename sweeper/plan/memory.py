@@ -8,7 +8,7 @@ optimizer step once the micro batches' activations are gone. Bytes, per worker:
 | term                 | cuda-bf16                                   | cpu-fp32                       |
 |----------------------|---------------------------------------------|--------------------------------|
 | weights              | 4 P (fsdp: 4 P / W)                         | 4 P (fsdp: 4 P / W)            |
-| gradients            | 4 P (fsdp: 4 P / W)                         | same                           |
+| gradients            | 4 P (fsdp: 4 P / W; 4 P when it accumulates) | same                          |
 | AdamW exp_avg, _sq   | 8 P (fsdp: 8 P / W)                         | same                           |
 | DDP buckets          | 4 P with W > 1 workers under ddp            | same                           |
 | FSDP gathered        | 4 P_root + 10 P_block (bf16 gathers)        | 8 P_root + 12 P_block          |
@@ -101,6 +101,8 @@ class MemorySetup:
     """Share of a micro batch's tokens given logits (MLM: the mask ratio; CLM: 1)."""
     workers: int = 1
     """Workers of the run's group (local mode: 1)."""
+    accumulates: bool = False
+    """Whether a step runs several micro batches on a worker (micro batch below its share of the batch)."""
     sharding: Literal["ddp", "fsdp"] = "ddp"
     activation_checkpointing: bool = False
     device: Device = "cuda-bf16"
@@ -138,6 +140,11 @@ def estimate_peak(config: dict, setup: MemorySetup) -> MemoryEstimate:
     sharded = setup.sharding == "fsdp" and setup.workers > 1
     state_share = sizes.total / setup.workers if sharded else sizes.total
     terms = {"weights": 4 * state_share, "gradients": 4 * state_share, "adamw": 8 * state_share}
+    if sharded and setup.accumulates:
+        # FSDP2 without gradient sync (trainables.train_step, every micro batch but the last) keeps each
+        # parameter's gradient unsharded in fp32 until the step's last micro batch reduce-scatters it:
+        # the whole 4 P on every rank (measured on 2 gloo ranks: 4 P held, no sharded gradient yet).
+        terms["gradients"] = 4 * sizes.total
     if setup.workers > 1 and not sharded:
         terms["ddp_buckets"] = 4 * sizes.total  # DDP's flat gradient buckets (not views of .grad)
     if sharded:

@@ -56,7 +56,8 @@ def predicted_share(run) -> float:
 def run_setup(spec, run) -> MemorySetup:
     workers = max(1, spec.resources.pretraining_workers)
     share = run.global_batch_size // workers
-    return MemorySetup(micro_batch_size=spec.pretraining.micro_batch_size or share, seq_len=run.seq_len,
+    micro = spec.pretraining.micro_batch_size or share
+    return MemorySetup(micro_batch_size=micro, accumulates=micro < share, seq_len=run.seq_len,
                        predicted_share=predicted_share(run), workers=workers, sharding=spec.resources.sharding,
                        activation_checkpointing=spec.pretraining.activation_checkpointing,
                        device=study_device(spec))
