@@ -1,10 +1,11 @@
 """The corpus stage on the driver: which prepared corpora a study needs, where each lives, the
 check of its source before anything starts, and the Ray tasks that prepare them.
 
-A corpus folder is keyed by everything that shapes its token stream (source, text column,
-tokenizer, and for a tokenizer trained here its vocabulary and sample size, the effective token
-limit, max_documents): a spec that changes any of them trains on a new corpus, and a study's
-corpus is reused only by runs that read the same stream.
+A corpus folder is keyed by everything that shapes its token stream (source, by name and by
+content, text column, tokenizer, and for a tokenizer trained here its vocabulary, sample size and
+training code version, the effective token limit, max_documents): a spec or a source that
+changes any of them prepares a new corpus, and a study's corpus is reused only by runs that read
+the same stream.
 """
 from __future__ import annotations
 
@@ -13,16 +14,23 @@ import re
 from pathlib import Path
 
 from sweeper.plan.study_plan import StudyPlan
-from sweeper.run.corpus_source import source_problem
+from sweeper.plan.external import SourceProblem, resolve_hub_revision
+from sweeper.run.corpus_source import source_identity, source_problem
 from sweeper.spec.configs import CorpusConfig, stable_key
 from sweeper.spec.reading import SpecError
 from sweeper.spec.study import StudySpec
+from sweeper.store import storage
+from sweeper.store.cache_keys import tokenizer_digest
 from sweeper.store.layout import StudyLayout
 
 ORDER_BLOCK_WINDOWS = 1 << 16
 """Windows the sample order permutes together (trainables.corpus.ORDER_BLOCK_WINDOWS): a token
 limit is rounded up to whole blocks, so a corpus grown for a longer run keeps the sample order
 of the shorter one's."""
+TRAINED_TOKENIZER = "train-wordpiece"
+TOKENIZER_TRAINING = 1
+"""Version of trainables.tokenizer's WordPiece training (its settings and the renumbering of its
+vocabulary): raise it when the training changes, so corpora prepared before train a new tokenizer."""
 NEED_MARGIN = 0.05
 """Tokens read beyond what the longest run needs (before rounding up to whole blocks)."""
 
@@ -49,13 +57,35 @@ def corpus_config(spec: StudySpec, plan: StudyPlan, tokenizer: str | None) -> Co
 
 
 def corpus_dir(layout: StudyLayout, config: CorpusConfig) -> str:
-    """`cache/corpus-<key>`: the key covers what shapes the stream, and no more (a hub tokenizer's
-    corpus does not change with data.vocab_size)."""
-    shape = {"source": config.source, "text_column": config.text_column, "tokenizer": config.tokenizer,
-             "max_tokens": config.max_tokens, "max_documents": config.max_documents}
-    if config.tokenizer == "train-wordpiece":
+    """`cache/corpus-<key>`: the key covers every input of the corpus preparation and of its
+    tokenizer, and no more (a hub tokenizer's corpus does not change with data.vocab_size)."""
+    return layout.corpus(stable_key(corpus_identity(config)))
+
+
+def corpus_identity(config: CorpusConfig) -> dict:
+    """What shapes a prepared corpus: its source (by name and by content: `source_identity`), the
+    text column, the limits, and its tokenizer (`tokenizer_identity`)."""
+    shape = {"source": storage.strip_credentials(config.source), "text_column": config.text_column,
+             "tokenizer": config.tokenizer, "max_tokens": config.max_tokens, "max_documents": config.max_documents,
+             "source_content": source_identity(config.source),
+             "tokenizer_content": tokenizer_identity(config.tokenizer)}
+    if config.tokenizer == TRAINED_TOKENIZER:
         shape |= {"vocab_size": config.vocab_size, "tokenizer_sample_documents": config.tokenizer_sample_documents}
-    return layout.corpus(stable_key(shape))
+    return shape
+
+
+def tokenizer_identity(tokenizer: str) -> dict:
+    """What makes the corpus's tokenizer besides the corpus: for one trained here, the version of
+    its training code; for a local folder, its files' content; for a hub tokenizer, the commit its
+    main branch names now (None where the hub cannot be reached from here)."""
+    if tokenizer == TRAINED_TOKENIZER:
+        return {"training": TOKENIZER_TRAINING}
+    if Path(tokenizer).expanduser().is_dir():
+        return {"sha256": tokenizer_digest(str(Path(tokenizer).expanduser()))}
+    try:
+        return {"hub_revision": resolve_hub_revision("tokenizer", tokenizer, None)}
+    except SourceProblem:
+        return {"hub_revision": None}
 
 
 def check_corpus_source(spec: StudySpec, spec_path: Path) -> None:
