@@ -223,6 +223,19 @@ def test_a_given_tokenizer_is_keyed_by_its_content_or_its_commit(tmp_path, monke
     assert corpus_folder(replace(hub, vocab_size=4096)) == corpus_folder(hub)
 
 
+def test_a_corpus_begun_under_the_earlier_key_is_kept(corpus_source, tmp_path):
+    """A study that began its corpus before the key covered the source's content keeps it (and
+    the tokenizer its checkpoints carry); any other study prepares under the full key."""
+    layout = StudyLayout(str(tmp_path / "study"))
+    config = CorpusConfig(source=str(corpus_source), vocab_size=200, max_tokens=5000)
+    full = corpora.corpus_dir(layout, config)
+    legacy = Path(layout.corpus(corpora.legacy_corpus_key(config)))
+    assert Path(full) != legacy
+    write_files(legacy / "tokenizer", TOKENIZER)  # begun: its tokenizer published
+    assert corpora.corpus_dir(layout, config) == str(legacy)
+    assert corpora.corpus_dir(layout, replace(config, vocab_size=300)) != str(legacy)
+
+
 # --- imported checkpoints ----------------------------------------------------------------------
 
 CHECKPOINT = {"config.json": json.dumps({"model_type": "bert", "hidden_size": 8}), "model.safetensors": "weights",

@@ -21,7 +21,7 @@ from sweeper.spec.reading import SpecError
 from sweeper.spec.study import StudySpec
 from sweeper.store import storage
 from sweeper.store.cache_keys import tokenizer_digest
-from sweeper.store.layout import StudyLayout
+from sweeper.store.layout import CORPUS_MARKER, StudyLayout
 
 ORDER_BLOCK_WINDOWS = 1 << 16
 """Windows the sample order permutes together (trainables.corpus.ORDER_BLOCK_WINDOWS): a token
@@ -31,6 +31,8 @@ TRAINED_TOKENIZER = "train-wordpiece"
 TOKENIZER_TRAINING = 1
 """Version of trainables.tokenizer's WordPiece training (its settings and the renumbering of its
 vocabulary): raise it when the training changes, so corpora prepared before train a new tokenizer."""
+LEGACY_STARTED = ((CORPUS_MARKER,), ("tokenizer", "tokenizer_config.json"))
+"""A corpus folder holding either was begun: its tokenizer is published (trainables.corpus_prep)."""
 NEED_MARGIN = 0.05
 """Tokens read beyond what the longest run needs (before rounding up to whole blocks)."""
 
@@ -58,8 +60,25 @@ def corpus_config(spec: StudySpec, plan: StudyPlan, tokenizer: str | None) -> Co
 
 def corpus_dir(layout: StudyLayout, config: CorpusConfig) -> str:
     """`cache/corpus-<key>`: the key covers every input of the corpus preparation and of its
-    tokenizer, and no more (a hub tokenizer's corpus does not change with data.vocab_size)."""
+    tokenizer, and no more (a hub tokenizer's corpus does not change with data.vocab_size).
+
+    A corpus a study began under the narrower key of earlier versions (`legacy_corpus_key`) is
+    kept: preparing it again would train another tokenizer (WordPiece training is not the same
+    from one process to the next), and the study's checkpoints carry the one they trained with."""
+    legacy = layout.corpus(legacy_corpus_key(config))
+    if any(storage.exists(storage.join(legacy, *done)) for done in LEGACY_STARTED):
+        return legacy
     return layout.corpus(stable_key(corpus_identity(config)))
+
+
+def legacy_corpus_key(config: CorpusConfig) -> str:
+    """The key of corpora prepared before it covered the source's content and the tokenizer's
+    inputs (the source by name, the limits, a trained tokenizer's vocabulary and sample size)."""
+    shape = {"source": config.source, "text_column": config.text_column, "tokenizer": config.tokenizer,
+             "max_tokens": config.max_tokens, "max_documents": config.max_documents}
+    if config.tokenizer == TRAINED_TOKENIZER:
+        shape |= {"vocab_size": config.vocab_size, "tokenizer_sample_documents": config.tokenizer_sample_documents}
+    return stable_key(shape)
 
 
 def corpus_identity(config: CorpusConfig) -> dict:

@@ -134,12 +134,14 @@ def prepare_tasks(spec: StudySpec, layout: StudyLayout, tokenizer_folders: dict)
             print(f"[finetune] task {task}: the hub cannot be reached from here to pin {source['hub']} to a commit; "
                   "its prepared data is keyed by the data set's name alone", flush=True)
     remote = ray.remote(prepare_task).options(num_cpus=1)
+    # One Ray task per folder: tokenizers of equal content (a checkpoint's and the corpus's) share it.
+    jobs = {out: (tokenizer, task, variants[task][variant]) for (tokenizer, task, variant), out in dirs.items()}
     metas = ray.get([
         remote.remote(get_task(task), registry.family_of(get_task(task).family).implementation, tokenizer_folders[tokenizer],
                       protocol.max_length, out, protocol.max_train_examples, protocol.max_eval_examples,
                       encoding_settings(protocol, task),
                       {"tokenizer": digests[tokenizer], "source": task_source_identity(get_task(task))})
-        for (tokenizer, task, variant), out in dirs.items() for protocol in [variants[task][variant]]
+        for out, (tokenizer, task, protocol) in jobs.items()
     ])
     for meta in metas:
         print(f"[finetune] task {meta['task']}: {meta['sizes']} examples, {meta['summary']}", flush=True)
