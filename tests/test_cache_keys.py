@@ -236,6 +236,26 @@ def test_a_corpus_begun_under_the_earlier_key_is_kept(corpus_source, tmp_path):
     assert corpora.corpus_dir(layout, replace(config, vocab_size=300)) != str(legacy)
 
 
+def test_a_longer_corpus_takes_the_tokenizer_of_the_shorter_one(corpus_source, tmp_path):
+    """A run added with a longer stream prepares a new corpus (another token limit) with the
+    tokenizer of the study's first one: the runs of a study share one tokenizer, though training
+    it again would give another. A change of the tokenizer's inputs trains a new one."""
+    layout = StudyLayout(str(tmp_path / "study"))
+    short = CorpusConfig(source=str(corpus_source), vocab_size=200, max_tokens=5000)
+    first = Path(corpora.corpus_dir(layout, short))
+    corpora.share_tokenizer(layout, short, str(first))
+    write_files(first / "tokenizer", TOKENIZER)  # as its preparation publishes it
+    longer = replace(short, max_tokens=50_000)
+    second = Path(corpora.corpus_dir(layout, longer))
+    assert second != first
+    corpora.share_tokenizer(layout, longer, str(second))
+    assert tokenizer_digest(str(second / "tokenizer")) == tokenizer_digest(str(first / "tokenizer"))
+    other = replace(short, vocab_size=300)
+    third = Path(corpora.corpus_dir(layout, other))
+    corpora.share_tokenizer(layout, other, str(third))
+    assert not (third / "tokenizer").exists()
+
+
 # --- imported checkpoints ----------------------------------------------------------------------
 
 CHECKPOINT = {"config.json": json.dumps({"model_type": "bert", "hidden_size": 8}), "model.safetensors": "weights",

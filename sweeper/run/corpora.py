@@ -20,7 +20,7 @@ from sweeper.spec.configs import CorpusConfig, stable_key
 from sweeper.spec.reading import SpecError
 from sweeper.spec.study import StudySpec
 from sweeper.store import storage
-from sweeper.store.cache_keys import tokenizer_digest
+from sweeper.store.cache_keys import TOKENIZER_FOLDER, tokenizer_digest
 from sweeper.store.layout import CORPUS_MARKER, StudyLayout
 
 ORDER_BLOCK_WINDOWS = 1 << 16
@@ -31,7 +31,11 @@ TRAINED_TOKENIZER = "train-wordpiece"
 TOKENIZER_TRAINING = 1
 """Version of trainables.tokenizer's WordPiece training (its settings and the renumbering of its
 vocabulary): raise it when the training changes, so corpora prepared before train a new tokenizer."""
-LEGACY_STARTED = ((CORPUS_MARKER,), ("tokenizer", "tokenizer_config.json"))
+TOKENIZER_DONE = "tokenizer_config.json"
+"""Written last into a corpus's `tokenizer/` (trainables.corpus_prep.TOKENIZER_DONE)."""
+TOKENIZER_KEY_FILE = "tokenizer_key.json"
+"""In a corpus folder: the key of its tokenizer's inputs (`share_tokenizer`)."""
+LEGACY_STARTED = ((CORPUS_MARKER,), (TOKENIZER_FOLDER, TOKENIZER_DONE))
 """A corpus folder holding either was begun: its tokenizer is published (trainables.corpus_prep)."""
 NEED_MARGIN = 0.05
 """Tokens read beyond what the longest run needs (before rounding up to whole blocks)."""
@@ -107,6 +111,32 @@ def tokenizer_identity(tokenizer: str) -> dict:
         return {"hub_revision": None}
 
 
+def tokenizer_key(config: CorpusConfig) -> str:
+    """What makes the corpus's tokenizer: its corpus's identity less the token limit (the
+    tokenizer learns from the first documents, whatever the length of the stream)."""
+    return stable_key({key: value for key, value in corpus_identity(config).items() if key != "max_tokens"})
+
+
+def share_tokenizer(layout: StudyLayout, config: CorpusConfig, folder: str) -> None:
+    """Give the corpus at `folder`, before it is prepared, the tokenizer of the study's corpus
+    made from the same tokenizer inputs (another token limit: a longer run was added), so the
+    runs of a study share one tokenizer: WordPiece training is not the same from one process to
+    the next. Each corpus records its tokenizer key (`TOKENIZER_KEY_FILE`) for those after it."""
+    key, done = tokenizer_key(config), storage.join(folder, TOKENIZER_FOLDER, TOKENIZER_DONE)
+    if not storage.exists(done):
+        for recorded in storage.find_files(layout.path("cache"), f"corpus-*/{TOKENIZER_KEY_FILE}"):
+            source = storage.join(storage.parent(recorded), TOKENIZER_FOLDER)
+            if storage.read_json(recorded, default={}).get("key") != key or not storage.exists(
+                    storage.join(source, TOKENIZER_DONE)):
+                continue
+            names = sorted(storage.file_sizes(source), key=lambda name: name == TOKENIZER_DONE)  # its marker last
+            for name in names:
+                storage.write_bytes(storage.join(folder, TOKENIZER_FOLDER, name),
+                                    storage.read_bytes(storage.join(source, name)))
+            break
+    storage.write_json(storage.join(folder, TOKENIZER_KEY_FILE), {"key": key})
+
+
 def check_corpus_source(spec: StudySpec, spec_path: Path) -> None:
     """A corpus that cannot be read (missing, unknown file type, no such text column) is a spec
     error (`file:line: data.corpus: reason`, exit 2), found before the study writes or starts anything."""
@@ -145,6 +175,7 @@ def prepare_corpora(spec: StudySpec, plan: StudyPlan, layout: StudyLayout) -> di
     for tokenizer in tokenizers:
         config = corpus_config(spec, plan, tokenizer)
         folders[tokenizer] = corpus_dir(layout, config)
+        share_tokenizer(layout, config, folders[tokenizer])
         futures[tokenizer] = remote.remote(config, folders[tokenizer])
     for tokenizer, future in futures.items():
         meta = ray.get(future)

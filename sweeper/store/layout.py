@@ -15,7 +15,8 @@
            optuna/journal.log              search: optuna: one Optuna study per (checkpoint, task) cell
                                            (Optuna's JournalFileBackend; `optuna-dashboard` opens it)
            cache/corpus-<key>/             prepared corpus: tokenizer + token shards (key: what shapes the
-                                           stream, the source's content and the tokenizer's inputs included)
+                                           stream, the source's content and the tokenizer's inputs included),
+               tokenizer_key.json          its tokenizer's inputs: a longer corpus of the study takes its tokenizer
            cache/tasks/<task>-len<L>-<key>/ a task tokenised once per tokenizer and data variant (key: the
                                            tokenizer's content hash, the task and its source data, ...)
            cache/checkpoints/<name>-<key>/ a checkpoint from elsewhere (key: its files' content or hub commit)
