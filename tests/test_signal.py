@@ -48,7 +48,7 @@ def prepared_task_dirs(study_dir, tasks: list[str], driver: subprocess.Popen, ti
     deadline = time.time() + timeout
     while time.time() < deadline:
         # A folder being written is `<name>.tmp-<pid>` (sweeper.store.storage) until it is renamed into place.
-        found = {task: next((meta for meta in (study_dir / "cache" / "tasks").glob(f"{task}-study-*/meta.json")
+        found = {task: next((meta for meta in (study_dir / "cache" / "tasks").glob(f"{task}-len*/meta.json")
                              if ".tmp-" not in meta.parent.name), None)
                  for task in tasks} if (study_dir / "cache" / "tasks").exists() else {}
         if found and all(found.values()):

@@ -95,8 +95,8 @@ def test_task_data_is_prepared_once_per_length_and_stride_a_trial_reads(tmp_path
 
     base = load_spec(smoke_with(tmp_path, ("  max_steps: 8 ", "  max_steps: 8 "), name="plain.yaml"))
     qa = "wordnet-supersense-qa"
-    # Unswept: the folder of earlier versions (a prepared cache is reused).
-    assert task_folder_name(qa, None, finetune_protocol(base, qa)) == "wordnet-supersense-qa-study-len48-256-64-doc_stride8"
+    # Unswept: one folder, named by the task, its length and the key of what shapes it (tests/test_cache_keys.py).
+    assert task_folder_name(qa, "0123abcd", finetune_protocol(base, qa)).startswith("wordnet-supersense-qa-len48-")
     spec = load_spec(smoke_with(tmp_path, ("  max_length: 48 ", "  max_length: [48, 32] "),
                                 ("  doc_stride: 8 ", "  doc_stride: [8, 4] ")))
     variants = {task: {data_variant(task, protocol) for _, protocol in task_points(spec, task)}

@@ -53,6 +53,7 @@ import numpy as np
 from sweeper.run.corpus_source import read_documents, resolve_files
 from sweeper.spec.configs import CorpusConfig
 from sweeper.store import folders, storage
+from sweeper.store.cache_keys import tokenizer_digest
 from sweeper.store.layout import CORPUS_MARKER
 from trainables.tokenizer import load_or_train_tokenizer
 
@@ -118,6 +119,8 @@ def prepare_corpus(config: CorpusConfig, out_dir: str, *, workers: int | None = 
         "special_ids": sorted(set(tokenizer.all_special_ids)), "source": config.source,
         "tokenizer": config.tokenizer, "shards": len(shards), "shard_tokens": shard_tokens,
         "max_tokens": config.max_tokens, "text_column": config.text_column,
+        # In the marker, the tokenizer's content keys the nodes' copies of the corpus (folders.local_copy).
+        "tokenizer_digest": tokenizer_digest(storage.join(out_dir, TOKENIZER)),
     }
     storage.write_json(marker, meta)
     return meta

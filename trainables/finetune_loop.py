@@ -23,6 +23,8 @@ import torch
 
 from sweeper.spec.configs import TrialConfig
 from sweeper.spec.registry import resolve
+from sweeper.store import storage
+from sweeper.store.cache_keys import checkpoint_tokenizer_digest
 from trainables.backbones import load_backbone
 from trainables.lr_schedule import linear_warmup_decay_lr
 from trainables.tasks.data import load_prepared
@@ -33,6 +35,22 @@ from trainables.tasks.packing import PROBE_TOLERANCE, PackedBackbone, packing_er
 @lru_cache(maxsize=4)
 def cached_task_data(task_data_dir: str):
     return load_prepared(task_data_dir)
+
+
+@lru_cache(maxsize=16)
+def checkpoint_tokenizer(checkpoint_path: str) -> str:
+    return checkpoint_tokenizer_digest(checkpoint_path)
+
+
+def check_tokenizer(checkpoint_path: str | None, meta: dict, task_data_dir: str) -> None:
+    """Refuse task data encoded with another tokenizer than the checkpoint's own: its token ids
+    would name other tokens, silently when the vocabularies have the same size (a corpus prepared
+    again after the checkpoint's run trained on an earlier one)."""
+    expected = meta.get("tokenizer_digest")  # data prepared before it was recorded: not checked
+    if expected and checkpoint_path is not None and checkpoint_tokenizer(checkpoint_path) != expected:
+        raise RuntimeError(f"the task data {storage.display(task_data_dir)} was encoded with another tokenizer than "
+                           f"the checkpoint {storage.display(checkpoint_path)} was trained with (its run trained on "
+                           "a corpus prepared before); retrain the run or remove its folder and run the study again")
 
 
 def build_backbone(checkpoint_path: str | None, random_init_config: dict | None):
@@ -107,6 +125,7 @@ def train_and_score(trial: TrialConfig, on_curve_point: CurvePointCallback | Non
     torch.manual_seed(trial.seed)
     rng = np.random.default_rng(trial.seed)
     meta, splits = cached_task_data(trial.task_data_dir)
+    check_tokenizer(trial.checkpoint_path, meta, trial.task_data_dir)
     family: TaskFamily = resolve(trial.family)
     device, autocast = device_and_autocast()
     # Heads call the backbone on padded batches; packed, it computes only their real tokens. The

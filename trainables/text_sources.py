@@ -13,15 +13,10 @@ import json
 from collections.abc import Iterator
 from pathlib import Path
 
+from sweeper.run.corpus_source import SHIPPED_FILES
+
 DATA_DIR = Path(__file__).parent / "data_files"
-BUILTIN_FILES = {
-    "wordnet": DATA_DIR / "wordnet" / "corpus.jsonl.gz",
-    "wordnet-supersense-cls": DATA_DIR / "wordnet" / "supersense_cls.jsonl.gz",
-    "wordnet-supersense-tag": DATA_DIR / "wordnet" / "supersense_tag.jsonl.gz",
-    "wordnet-supersense-qa": DATA_DIR / "wordnet" / "supersense_qa.jsonl.gz",
-    "wordnet-usage-retrieval": DATA_DIR / "wordnet" / "usage_retrieval.jsonl.gz",
-    "wordnet-definition-retrieval": DATA_DIR / "wordnet" / "definition_retrieval.jsonl.gz",
-}
+BUILTIN_FILES = {name: DATA_DIR.joinpath(*parts) for name, parts in SHIPPED_FILES.items()}
 SPLIT_FILE_SUFFIXES = (".jsonl", ".jsonl.gz", ".json", ".parquet")
 
 
@@ -33,9 +28,11 @@ def read_jsonl(path: Path) -> Iterator[dict]:
                 yield json.loads(line)
 
 
-def iter_rows(source: str, split: str | None = None, data_files: dict | None = None) -> Iterator[dict]:
+def iter_rows(source: str, split: str | None = None, data_files: dict | None = None,
+              revision: str | None = None) -> Iterator[dict]:
     """Rows of a built-in file, a local file or split directory, or a hub dataset split
-    (`data_files`: split -> files of the hub repository, for sources without a runnable builder)."""
+    (`data_files`: split -> files of the hub repository, for sources without a runnable builder;
+    `revision`: the hub commit to read, None for the latest)."""
     path = BUILTIN_FILES.get(source) or Path(source)
     if path.is_dir():
         split = split or "train"
@@ -59,10 +56,11 @@ def iter_rows(source: str, split: str | None = None, data_files: dict | None = N
     split = split or "train"
     if data_files:
         files = data_files[split]
-        files = [f"hf://datasets/{name}/{f}" for f in (files if isinstance(files, list) else [files])]
+        at = f"@{revision}" if revision else ""
+        files = [f"hf://datasets/{name}{at}/{f}" for f in (files if isinstance(files, list) else [files])]
         yield from datasets.load_dataset("json", data_files={split: files}, split=split, streaming=True)
         return
-    yield from datasets.load_dataset(name, config or None, split=split, streaming=True)
+    yield from datasets.load_dataset(name, config or None, split=split, streaming=True, revision=revision)
 
 
 def iter_corpus_texts(source: str, text_column: str, max_documents: int | None) -> Iterator[str]:

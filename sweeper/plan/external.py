@@ -15,7 +15,6 @@ source is resolved over the network unless its revision is already a full commit
 """
 from __future__ import annotations
 
-import hashlib
 import json
 import os
 import re
@@ -26,11 +25,10 @@ from pathlib import Path
 from sweeper.spec.checkpoints import HUB_PREFIX, CheckpointMeta, ExternalCheckpointSpec
 from sweeper.spec.configs import stable_key
 from sweeper.store import storage
+from sweeper.store.cache_keys import TOKENIZER_FILES, file_digest
 
 CONFIG_FILE = "config.json"
 WEIGHT_SUFFIXES = (".safetensors", ".bin", ".safetensors.index.json", ".bin.index.json")
-TOKENIZER_FILES = ("tokenizer.json", "tokenizer_config.json", "special_tokens_map.json", "vocab.txt", "vocab.json",
-                   "merges.txt", "added_tokens.json", "tokenizer.model", "spiece.model", "sentencepiece.bpe.model")
 COMMIT = re.compile(r"^[0-9a-f]{40}$")
 NON_GATED_MLP = {"bert", "roberta", "xlm-roberta", "electra", "distilbert", "camembert", "deberta", "deberta-v2",
                  "mpnet", "nomic_bert", "gpt2"}
@@ -90,14 +88,6 @@ def llama_equivalent_sizes(config: dict) -> dict:
     if config.get("model_type") in NON_GATED_MLP:
         sizes["intermediate_size"] = max(1, round(2 * sizes["intermediate_size"] / 3))
     return sizes
-
-
-def file_digest(location: str) -> str:
-    digest = hashlib.sha256()
-    with open(location, "rb") as handle:
-        while block := handle.read(1 << 20):
-            digest.update(block)
-    return digest.hexdigest()
 
 
 @lru_cache(maxsize=64)

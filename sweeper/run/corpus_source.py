@@ -25,19 +25,30 @@ import io
 import json
 import re
 from collections.abc import Iterator
+from functools import lru_cache
 from pathlib import Path, PurePosixPath
-from urllib.parse import quote
+from urllib.parse import quote, unquote
 
 import pyarrow.fs as pafs
 
 from sweeper.store import storage
+from sweeper.store.cache_keys import content_digest
 
 SUFFIX_KINDS = {".jsonl": "jsonl", ".jsonl.gz": "jsonl", ".json": "jsonl", ".json.gz": "jsonl",
                 ".parquet": "parquet", ".txt": "txt", ".txt.gz": "txt"}
 """File name endings the corpus reader understands, and how it reads each."""
-BUILTIN_CORPORA = {"wordnet": ("wordnet", "corpus.jsonl.gz")}
-"""Built-in corpus names -> file under trainables/data_files (found without importing trainables,
-which imports torch)."""
+SHIPPED_FILES = {
+    "wordnet": ("wordnet", "corpus.jsonl.gz"),
+    "wordnet-supersense-cls": ("wordnet", "supersense_cls.jsonl.gz"),
+    "wordnet-supersense-tag": ("wordnet", "supersense_tag.jsonl.gz"),
+    "wordnet-supersense-qa": ("wordnet", "supersense_qa.jsonl.gz"),
+    "wordnet-usage-retrieval": ("wordnet", "usage_retrieval.jsonl.gz"),
+    "wordnet-definition-retrieval": ("wordnet", "definition_retrieval.jsonl.gz"),
+}
+"""Built-in source names (the corpus and the tasks' data) -> file under trainables/data_files
+(found without importing trainables, which imports torch; trainables.text_sources reads this map)."""
+BUILTIN_CORPORA = ("wordnet",)
+"""Built-in names that are corpora."""
 HUB_ID = re.compile(r"^[\w.-]+/[\w.-]+(:[\w.-]+)?$")
 
 
@@ -56,7 +67,7 @@ def kind_of(location: str) -> str | None:
 
 def builtin_path(name: str) -> Path:
     spec = importlib.util.find_spec("trainables")
-    return Path(list(spec.submodule_search_locations)[0], "data_files", *BUILTIN_CORPORA[name])
+    return Path(list(spec.submodule_search_locations)[0], "data_files", *SHIPPED_FILES[name])
 
 
 def hub_filesystem() -> pafs.FileSystem:
@@ -174,6 +185,53 @@ def read_parquet(fs, path: str, location: str, text_column: str, skip_rows: int)
                 start = max(0, skip_rows - first)
                 first += len(texts)
                 yield from texts[start:]
+
+
+def hub_dataset_revision(repo: str, revision: str | None = None) -> str | None:
+    """The commit a hub data set's `revision` (default main) names now, or None where the hub
+    cannot be reached from here (offline: the data set's name alone then keys its caches)."""
+    return _hub_dataset_revision(repo, revision)
+
+
+@lru_cache(maxsize=64)
+def _hub_dataset_revision(repo: str, revision: str | None) -> str | None:
+    try:
+        from huggingface_hub import HfApi
+
+        return HfApi().dataset_info(repo, revision=revision, timeout=20).sha
+    except Exception:  # offline, unknown repository, refused token: the key says "unresolved"
+        return None
+
+
+def hub_parts(source: str) -> tuple[str, str | None]:
+    """(owner/name, revision or None) of a hub source: `hf://datasets/owner/name[@rev]/path`, or
+    `owner/name[:config]` (read from its parquet export)."""
+    if source.startswith("hf://"):
+        owner, name = source.removeprefix("hf://datasets/").split("/")[:2]
+        name, _, revision = name.partition("@")
+        return f"{owner}/{name}", unquote(revision) or None
+    return source.partition(":")[0], "refs/convert/parquet"
+
+
+def source_identity(source: str) -> dict:
+    """What a corpus's key hashes of its source's content (sweeper.run.corpora.corpus_dir): a
+    shipped file's SHA-256; a hub data set's commit; the files of a local or object-store source
+    with their sizes and modification times (hashing a corpus of billions of tokens on every run
+    would cost more than it protects: a same-size edit that keeps its mtime goes unseen)."""
+    if source in SHIPPED_FILES:
+        return {"sha256": content_digest(str(builtin_path(source)))}
+    local = storage.normalize(source) if source.startswith("file://") else source
+    on_hub = not (storage.is_remote(local) or Path(local).expanduser().exists() or looks_like_path(source))
+    if source.startswith("hf://") or on_hub:
+        repo, revision = hub_parts(source)
+        return {"hub": repo, "revision": hub_dataset_revision(repo, revision)}
+    files = resolve_files(source)
+    if storage.is_remote(files[0]):
+        fs = storage.filesystem(files[0])[0]
+        infos = fs.get_file_info([storage.filesystem(file)[1] for file in files])
+    else:
+        infos = pafs.LocalFileSystem().get_file_info(files)
+    return {"files": {storage.strip_credentials(file): [info.size, info.mtime_ns] for file, info in zip(files, infos)}}
 
 
 def source_problem(source: str, text_column: str) -> str | None:

@@ -31,10 +31,8 @@ from sweeper.plan.external import (
 )
 from sweeper.plan.study_plan import EvaluatedCheckpoint
 from sweeper.store import folders, storage
+from sweeper.store.cache_keys import TOKENIZER_FOLDER
 from sweeper.store.layout import CHECKPOINT_MARKER, StudyLayout
-
-TOKENIZER_FOLDER = "tokenizer"
-"""Where a checkpoint folder (and a prepared corpus) keeps its tokenizer."""
 
 
 class SourceChanged(RuntimeError):
@@ -90,7 +88,10 @@ def build_checkpoint_folder(external: ExternalCheckpoint, tmp: Path) -> None:
             if (tmp / name).exists():
                 (tmp / name).rename(tokenizer / name)
     else:
-        fetch_files(external.tokenizer_source, source_names(external.tokenizer_source, tokenizer_only=True), tokenizer)
+        # A hub tokenizer at the commit the plan resolved and keyed (not the branch's newest).
+        revision = external.identity.get("tokenizer", {}).get("revision")
+        fetch_files(external.tokenizer_source, source_names(external.tokenizer_source, tokenizer_only=True), tokenizer,
+                    revision)
     storage.write_json(str(tmp / CHECKPOINT_MARKER), {
         "external": external.name, "source": storage.redact(external.source), "revision": external.revision,
         "key": external.key, "files": {p.relative_to(tmp).as_posix(): p.stat().st_size

@@ -14,8 +14,12 @@
            tune/                           Ray Tune's state while a shard runs
            optuna/journal.log              search: optuna: one Optuna study per (checkpoint, task) cell
                                            (Optuna's JournalFileBackend; `optuna-dashboard` opens it)
-           cache/corpus-<key>/             prepared corpus: tokenizer + token shards (key: what shapes the stream)
-           cache/tasks/<task>-.../         a task tokenised once per tokenizer and length
+           cache/corpus-<key>/             prepared corpus: tokenizer + token shards (key: what shapes the
+                                           stream, the source's content and the tokenizer's inputs included),
+               tokenizer_key.json          its tokenizer's inputs: a longer corpus of the study takes its tokenizer
+           cache/tasks/<task>-len<L>-<key>/ a task tokenised once per tokenizer and data variant (key: the
+                                           tokenizer's content hash, the task and its source data, ...)
+           cache/checkpoints/<name>-<key>/ a checkpoint from elsewhere (key: its files' content or hub commit)
            pretraining/<run>/              one run (RunLayout)
                sweeper_run.json            the run's key and identity when it was started
                sweeper_done.json           written when the run finished (its key)
@@ -223,6 +227,7 @@ class StudyLayout:
         return self.path("cache", "checkpoints", f"{name}-{key}")
 
     def task_cache(self, folder_name: str) -> str:
+        """A task's prepared data, named by what shapes it (sweeper.run.task_prep.task_folder_name)."""
         return self.path("cache", "tasks", folder_name)
 
     @property

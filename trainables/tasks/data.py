@@ -32,23 +32,24 @@ def carve_validation(rows: list[dict]) -> tuple[list[dict], list[dict]]:
     return [rows[i] for i in order[n_validation:]], [rows[i] for i in order[:n_validation]]
 
 
-def source_rows(task: TaskInfo, split: str) -> list[dict]:
+def source_rows(task: TaskInfo, split: str, revision: str | None = None) -> list[dict]:
     if task.split_column:
-        return [r for r in iter_rows(task.source) if r[task.split_column] == split]
-    return list(iter_rows(task.source, split, task.data_files or None))
+        return [r for r in iter_rows(task.source, revision=revision) if r[task.split_column] == split]
+    return list(iter_rows(task.source, split, task.data_files or None, revision))
 
 
-def load_task_splits(task: TaskInfo, max_train: int | None, max_eval: int | None) -> dict[str, list[dict]]:
+def load_task_splits(task: TaskInfo, max_train: int | None, max_eval: int | None,
+                     revision: str | None = None) -> dict[str, list[dict]]:
     """{'train', 'validation', 'test'} rows: test = the source's official validation split,
     validation = 5 % of train (seed 42), as in the paper. An evaluation-only set (`train_task`)
     has no training rows: its validation is 5 % of its evaluation split and the rest its test.
-    Limits cut after the split."""
+    Limits cut after the split. `revision`: a hub source's commit (None: the latest)."""
     if task.train_task:
-        test, validation = carve_validation(source_rows(task, task.test_split))
+        test, validation = carve_validation(source_rows(task, task.test_split, revision))
         train = []
     else:
-        train, validation = carve_validation(source_rows(task, task.train_split))
-        test = source_rows(task, task.test_split)
+        train, validation = carve_validation(source_rows(task, task.train_split, revision))
+        test = source_rows(task, task.test_split, revision)
     return {"train": sample(train, max_train), "validation": sample(validation, max_eval),
             "test": sample(test, max_eval)}
 
@@ -76,20 +77,21 @@ def task_tokenizer(tokenizer_dir: str):
 
 def prepare_task_data(task: TaskInfo, family: str, tokenizer_dir: str, max_length: int, out_dir: str,
                       max_train: int | None = None, max_eval: int | None = None,
-                      settings: dict | None = None) -> dict:
+                      settings: dict | None = None, revision: str | None = None, record: dict | None = None) -> dict:
     """Tokenise the task's three splits into `out_dir` (a study location) unless already
     there; return its meta, with `summary` (the family's one-line description) added.
     `family`: `module:Class` of the task's family; `settings`: its encoding settings (extractive
-    QA: `doc_stride`)."""
+    QA: `doc_stride`); `revision`: a hub source's commit; `record`: added to the meta (what
+    keyed the folder: the tokenizer's content hash, checked by each trial)."""
     implementation: TaskFamily = resolve(family)
 
     def build(tmp: Path) -> None:
         tokenizer = task_tokenizer(tokenizer_dir)
-        splits = load_task_splits(task, max_train, max_eval)
+        splits = load_task_splits(task, max_train, max_eval, revision)
         arrays, meta = implementation.encode(splits, task, tokenizer, max_length, settings or {})
         for split in SPLITS:
             np.savez(tmp / f"{split}.npz", **arrays[split])
-        meta = {"task": task.name, "family": task.family, "max_length": max_length, **meta,
+        meta = {"task": task.name, "family": task.family, "max_length": max_length, **(record or {}), **meta,
                 "sizes": {split: len(rows) for split, rows in splits.items()}}
         (tmp / TASK_MARKER).write_text(json.dumps(meta, indent=1))
 
