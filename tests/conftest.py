@@ -2,6 +2,7 @@
 and a real S3 endpoint on the loopback (moto's server) for studies kept in an object store."""
 from __future__ import annotations
 
+import dataclasses
 import os
 import shutil
 import subprocess
@@ -185,3 +186,108 @@ def object_store():
     prefix = uuid.uuid4().hex[:8]
     with local_s3("sweeper-tests") as s3:
         yield lambda name: s3.uri(f"{prefix}/{name}")
+
+
+@dataclasses.dataclass(frozen=True)
+class ClusterNode:
+    """One node of `node_cluster`: its own folders, none shared with another node."""
+
+    name: str
+    folder: Path
+    """Everything of this node below one folder: home/, tmp/ (TMPDIR), cache/ (SWEEPER_CACHE),
+    ray/ (Ray's --temp-dir) and audit.log (tests/node_audit)."""
+    env: dict
+    """The environment its `ray start` had (a driver run "on" this node gets the same)."""
+
+    @property
+    def cache(self) -> Path:
+        return self.folder / "cache"
+
+    def audit(self) -> list[tuple[str, str, str, str]]:
+        """(node, event, pid, path or command line) of each line of its audit log."""
+        text = (self.folder / "audit.log").read_text() if (self.folder / "audit.log").exists() else ""
+        return [tuple(line.split("\t", 3)) for line in text.splitlines()]
+
+
+@dataclasses.dataclass(frozen=True)
+class NodeCluster:
+    address: str
+    """The head's GCS address (RAY_ADDRESS for a driver)."""
+    nodes: dict
+    """Node name -> ClusterNode; "head" is the head's (the driver runs there)."""
+
+
+def node_env(name: str, folder: Path, all_folders: list[Path]) -> dict:
+    """A node's environment: HOME, TMPDIR and SWEEPER_CACHE in its own folder, and the audit hook
+    (tests/node_audit) watching every node's folder."""
+    for sub in ("home", "tmp", "cache", "ray"):
+        (folder / sub).mkdir(parents=True, exist_ok=True)
+    return {**os.environ, "RAY_AUTH_MODE": "disabled", "PATH": f"{BIN}{os.pathsep}{os.environ['PATH']}",
+            "HOME": str(folder / "home"), "TMPDIR": str(folder / "tmp"), "SWEEPER_CACHE": str(folder / "cache"),
+            "PYTHONPATH": os.pathsep.join([str(ROOT / "tests" / "node_audit"),
+                                           *filter(None, [os.environ.get("PYTHONPATH")])]),
+            "SWEEPER_NODE_NAME": name, "SWEEPER_NODE_AUDIT_LOG": str(folder / "audit.log"),
+            "SWEEPER_NODE_AUDIT_ROOTS": os.pathsep.join(map(str, all_folders))}
+
+
+def agent_port_options() -> list[str]:
+    """Free ports for a node's agents: Ray's fixed defaults collide between nodes on one machine."""
+    return [f"--dashboard-agent-listen-port={free_port()}", f"--dashboard-agent-grpc-port={free_port()}",
+            f"--runtime-env-agent-port={free_port()}", f"--metrics-export-port={free_port()}"]
+
+
+@pytest.fixture(scope="module")
+def node_cluster():
+    """A Ray cluster of three nodes on this machine, each a `ray start --block` process group
+    with its own folders (`ClusterNode`): "head" (1 CPU), "pretrain" (1 CPU, resource
+    pretrain_node: 1) and "trial" (2 CPUs, resource trial_node: 2). Folders are short paths in
+    /tmp (Ray's socket paths live below its temp folder)."""
+    import contextlib
+    import json
+    import signal
+    import time
+
+    base = Path(tempfile.mkdtemp(prefix="mn", dir="/tmp"))
+    folders = {name: base / name for name in ("head", "pretrain", "trial")}
+    nodes = {name: ClusterNode(name, folder, node_env(name, folder, list(folders.values())))
+             for name, folder in folders.items()}
+    port = free_port()
+    address = f"127.0.0.1:{port}"
+    starts = {}
+
+    def start(name: str, cpus: int, resources: dict, role: list[str]) -> None:
+        with open(folders[name] / "ray-start.log", "w") as log:
+            starts[name] = subprocess.Popen(
+                [str(BIN / "ray"), "start", "--block", *role, "--node-ip-address=127.0.0.1", *agent_port_options(),
+                 f"--temp-dir={folders[name] / 'ray'}", f"--num-cpus={cpus}", "--num-gpus=0",
+                 f"--resources={json.dumps(resources)}", "--disable-usage-stats"],
+                env=nodes[name].env, cwd=ROOT, stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
+
+    def wait_for(*words: str) -> None:
+        """Until `ray status` answers and names `words` (the nodes' custom resources)."""
+        deadline = time.time() + 240  # a loaded machine: the head alone took 40 s to start
+        while True:
+            ended = {name: (folders[name] / "ray-start.log").read_text()[-3000:]
+                     for name, process in starts.items() if process.poll() is not None}
+            assert not ended, f"`ray start` ended: {ended}"
+            status = ray_cli("status", f"--address={address}", env=nodes["head"].env, timeout=60)
+            if status.returncode == 0 and all(word in status.stdout for word in words):
+                return
+            assert time.time() < deadline, status.stdout + status.stderr[-2000:]
+            time.sleep(2)
+
+    try:
+        # The head first: a node that joins before the head's GCS knows its node gives up.
+        start("head", 1, {}, ["--head", f"--port={port}", "--dashboard-host=127.0.0.1", f"--dashboard-port={free_port()}"])
+        wait_for()
+        start("pretrain", 1, {"pretrain_node": 1}, [f"--address={address}"])
+        start("trial", 2, {"trial_node": 2}, [f"--address={address}"])
+        wait_for("pretrain_node", "trial_node")
+        yield NodeCluster(address, nodes)
+    finally:
+        for process in starts.values():  # all told at once: each takes seconds to stop
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(process.pid, signal.SIGTERM)
+        for process in reversed(starts.values()):
+            stop_process_group(process.pid)
+        shutil.rmtree(base, ignore_errors=True)
