@@ -62,21 +62,32 @@ def stop_process_group(pgid: int, grace_s: float = 15.0) -> None:
     """Stop one `ray start`'s processes (they share its process group) and nothing else:
     `ray stop --force` would also stop every other Ray on the machine (another test session's,
     a study running beside the tests)."""
+    stop_process_groups([pgid], grace_s)
+
+
+def stop_process_groups(pgids: list[int], grace_s: float = 15.0) -> None:
+    """SIGTERM to every group at once, then SIGKILL to those still there after `grace_s`."""
     import signal
     import time
 
     for sig, wait in ((signal.SIGTERM, grace_s), (signal.SIGKILL, 5.0)):
-        try:
-            os.killpg(pgid, sig)
-        except ProcessLookupError:
-            return
-        deadline = time.time() + wait
-        while time.time() < deadline:
+        alive = list(pgids)
+        for pgid in list(alive):
             try:
-                os.killpg(pgid, 0)
+                os.killpg(pgid, sig)
             except ProcessLookupError:
-                return
+                alive.remove(pgid)
+        deadline = time.time() + wait
+        while alive and time.time() < deadline:
+            for pgid in list(alive):
+                try:
+                    os.killpg(pgid, 0)
+                except ProcessLookupError:
+                    alive.remove(pgid)
             time.sleep(0.2)
+        pgids = alive
+        if not alive:
+            return
 
 
 @pytest.fixture(scope="session")
@@ -285,9 +296,11 @@ def node_cluster():
         wait_for("pretrain_node", "trial_node")
         yield NodeCluster(address, nodes)
     finally:
-        for process in starts.values():  # all told at once: each takes seconds to stop
+        for process in starts.values():
             with contextlib.suppress(ProcessLookupError):
                 os.killpg(process.pid, signal.SIGTERM)
-        for process in reversed(starts.values()):
-            stop_process_group(process.pid)
+        for process in starts.values():  # reaped: a zombie `ray start` would keep its group "alive"
+            with contextlib.suppress(subprocess.TimeoutExpired):
+                process.wait(timeout=15)
+        stop_process_groups([process.pid for process in starts.values()], grace_s=5)
         shutil.rmtree(base, ignore_errors=True)

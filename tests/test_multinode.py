@@ -28,6 +28,10 @@ PLACEMENT = ("  cpus_per_trial: 1               # CPUs per fine-tuning trial\n",
 
 ONE_SEED = ("seeds: [0, 1]", "seeds: [0]")
 """Half the smoke study's trials (16 of 32): every checkpoint and task still, in less time."""
+CONTINUED = ("      clm_fraction: [0.5]         # share of steps trained with CLM before switching to MLM\n",
+             "      clm_fraction: [0.5]\n    - {objective: mlm, init_from: [nano-clm-40], steps: [10], mask_ratio: [0.4],"
+             " warmup_steps: 1, decay_steps: 2}\n")
+"""And a continued-pretraining run, which reads its source's checkpoint on the pretraining node."""
 
 
 def cached(node, pattern: str) -> list[str]:
@@ -37,7 +41,7 @@ def cached(node, pattern: str) -> list[str]:
 
 @pytest.mark.e2e
 def test_smoke_study_on_nodes_that_share_no_folder(node_cluster, object_store, tmp_path):
-    spec = edited_spec(tmp_path, PLACEMENT, ONE_SEED)
+    spec = edited_spec(tmp_path, PLACEMENT, ONE_SEED, CONTINUED)
     study = object_store("multinode/study")
     head, pretrain, trial = (node_cluster.nodes[name] for name in ("head", "pretrain", "trial"))
     result = run_sweeper("run", str(spec), "--storage", study, address=node_cluster.address, env={
@@ -52,22 +56,29 @@ def test_smoke_study_on_nodes_that_share_no_folder(node_cluster, object_store, t
     assert (rows["status"] == "ok").all(), rows[rows["status"] != "ok"][["trial_key", "status"]]
     assert set(read_table(layout, PRETRAINING).to_pandas()["run_name"]) == {run.name for run in plan.runs}
 
-    # Placement: the pretraining node copied the corpus's token shards and no checkpoint; the
-    # trial node copied checkpoints (each one's weights) and the task data, and no shard.
-    assert cached(pretrain, "copies/s3/**/cache/corpus-*/*-shards/**/shard-*.npy"), cached(pretrain, "**/*")[:40]
-    assert not cached(pretrain, "copies/s3/**/pretraining/**/model.safetensors")
-    checkpoints = {p.split("/pretraining/")[1].split("/")[0] for p in
-                   cached(trial, "copies/s3/**/pretraining/**/model.safetensors")}
-    assert checkpoints == {run.name for run in plan.runs}, "every run's checkpoints read from the storage"
-    assert cached(trial, "copies/s3/**/cache/tasks/*/*/train.npz"), cached(trial, "**/*")[:40]
-    assert not cached(trial, "copies/s3/**/*-shards/**/*")
-
-    # No node touched another node's folders; the hook ran in each node's worker processes.
+    # No node touched another node's folders; the hook ran in each node's processes, and the
+    # workers' hooks saw them read their own caches.
     for node in node_cluster.nodes.values():
         log = node.audit()
         foreign = [line for line in log if line[1] != "start" and not line[3].startswith(f"{node.folder}/")]
         assert not foreign, f"{node.name} touched other nodes' folders: {foreign[:10]}"
-        assert any(line[1] != "start" and "/cache/" in line[3] for line in log), f"{node.name}'s hook saw no cache access"
+        assert any(line[1] == "start" for line in log), f"no process of {node.name} loaded the audit hook"
+    for node in (pretrain, trial):
+        assert any(line[3].startswith(f"{node.cache}/copies/") for line in node.audit()), node.name
+
+    # Placement: the pretraining node copied the corpus's token shards and the continued run's
+    # source checkpoint, no other; the trial node copied every run's checkpoints and the task
+    # data, and no shard.
+    def runs_copied(node) -> set[str]:
+        return {path.split("/pretraining/")[1].split("/")[0]
+                for path in cached(node, "copies/s3/**/pretraining/**/model.safetensors")}
+
+    assert cached(pretrain, "copies/s3/**/cache/corpus-*/*-shards/**/shard-*.npy"), cached(pretrain, "**/*")[:40]
+    assert runs_copied(pretrain) == {"nano-clm-40"}, "a continued run reads its source from the storage"
+    assert runs_copied(trial) == {run.name for run in plan.runs}, "trials read checkpoints from the storage"
+    assert cached(trial, "copies/s3/**/cache/tasks/*/*/train.npz"), cached(trial, "**/*")[:40]
+    assert not cached(trial, "copies/s3/**/*-shards/**/*")
+
     # Nothing of the study came to a local folder of the driver, and no row names a node's folder.
     assert not (head.folder / "cache" / "copies").exists() or not cached(head, "copies/s3/**/pretraining/**/*")
     nodes_folder = str(head.folder.parent)
