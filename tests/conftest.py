@@ -228,9 +228,9 @@ class NodeCluster:
     """Node name -> ClusterNode; "head" is the head's (the driver runs there)."""
 
 
-def node_env(name: str, folder: Path, all_folders: list[Path]) -> dict:
+def node_env(name: str, folder: Path, watched: list[Path]) -> dict:
     """A node's environment: HOME, TMPDIR and SWEEPER_CACHE in its own folder, and the audit hook
-    (tests/node_audit) watching every node's folder."""
+    (tests/node_audit) logging its processes' accesses below the `watched` folders."""
     for sub in ("home", "tmp", "cache", "ray"):
         (folder / sub).mkdir(parents=True, exist_ok=True)
     return {**os.environ, "RAY_AUTH_MODE": "disabled", "PATH": f"{BIN}{os.pathsep}{os.environ['PATH']}",
@@ -238,7 +238,7 @@ def node_env(name: str, folder: Path, all_folders: list[Path]) -> dict:
             "PYTHONPATH": os.pathsep.join([str(ROOT / "tests" / "node_audit"),
                                            *filter(None, [os.environ.get("PYTHONPATH")])]),
             "SWEEPER_NODE_NAME": name, "SWEEPER_NODE_AUDIT_LOG": str(folder / "audit.log"),
-            "SWEEPER_NODE_AUDIT_ROOTS": os.pathsep.join(map(str, all_folders))}
+            "SWEEPER_NODE_AUDIT_ROOTS": os.pathsep.join(map(str, watched))}
 
 
 def agent_port_options() -> list[str]:
@@ -260,8 +260,10 @@ def node_cluster():
 
     base = Path(tempfile.mkdtemp(prefix="mn", dir="/tmp"))
     folders = {name: base / name for name in ("head", "pretrain", "trial")}
-    nodes = {name: ClusterNode(name, folder, node_env(name, folder, list(folders.values())))
-             for name, folder in folders.items()}
+    # Also watched: the checkout's studies/ folder, where a study without --storage lands; no
+    # process of the cluster has anything to do there when the study is in an object store.
+    watched = [*folders.values(), ROOT / "studies"]
+    nodes = {name: ClusterNode(name, folder, node_env(name, folder, watched)) for name, folder in folders.items()}
     port = free_port()
     address = f"127.0.0.1:{port}"
     starts = {}
@@ -274,26 +276,35 @@ def node_cluster():
                  f"--resources={json.dumps(resources)}", "--disable-usage-stats"],
                 env=nodes[name].env, cwd=ROOT, stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
 
-    def wait_for(*words: str) -> None:
-        """Until `ray status` answers and names `words` (the nodes' custom resources)."""
-        deadline = time.time() + 240  # a loaded machine: the head alone took 40 s to start
+    def joined(name: str, word: str | None) -> bool:
+        """Whether node `name` is up (`ray status` answers and names `word`, its custom resource);
+        False when its `ray start` gave up (on a loaded machine a raylet may take longer than the
+        30 s Ray 2.60 waits for it to register)."""
+        deadline = time.time() + 240
         while True:
-            ended = {name: (folders[name] / "ray-start.log").read_text()[-3000:]
-                     for name, process in starts.items() if process.poll() is not None}
-            assert not ended, f"`ray start` ended: {ended}"
+            if starts[name].poll() is not None:
+                return False
             status = ray_cli("status", f"--address={address}", env=nodes["head"].env, timeout=60)
-            if status.returncode == 0 and all(word in status.stdout for word in words):
-                return
+            if status.returncode == 0 and (word is None or word in status.stdout):
+                return True
             assert time.time() < deadline, status.stdout + status.stderr[-2000:]
             time.sleep(2)
 
+    def join(name: str, cpus: int, resources: dict, role: list[str], attempts: int = 3) -> None:
+        """Start node `name`, one node at a time, again (its leftovers stopped) if it gave up."""
+        for _ in range(attempts):
+            start(name, cpus, resources, role)
+            if joined(name, next(iter(resources), None)):
+                return
+            stop_process_groups([starts[name].pid], grace_s=5)
+            starts[name].wait()
+        raise AssertionError(f"`ray start` of {name} failed {attempts} times: "
+                             + (folders[name] / "ray-start.log").read_text()[-3000:])
+
     try:
-        # The head first: a node that joins before the head's GCS knows its node gives up.
-        start("head", 1, {}, ["--head", f"--port={port}", "--dashboard-host=127.0.0.1", f"--dashboard-port={free_port()}"])
-        wait_for()
-        start("pretrain", 1, {"pretrain_node": 1}, [f"--address={address}"])
-        start("trial", 2, {"trial_node": 2}, [f"--address={address}"])
-        wait_for("pretrain_node", "trial_node")
+        join("head", 1, {}, ["--head", f"--port={port}", "--dashboard-host=127.0.0.1", f"--dashboard-port={free_port()}"])
+        join("pretrain", 1, {"pretrain_node": 1}, [f"--address={address}"])
+        join("trial", 2, {"trial_node": 2}, [f"--address={address}"])
         yield NodeCluster(address, nodes)
     finally:
         for process in starts.values():

@@ -2,11 +2,11 @@
 share no folder. Three `ray start` nodes on this machine, each with its own HOME, TMPDIR,
 SWEEPER_CACHE and Ray temp folder (tests/conftest.py `node_cluster`); the study lives on moto's
 S3 server; pretraining is placed on one node and the trials on another (custom resources). Every
-Python process of a node logs its accesses below any node's folder (tests/node_audit): no node
-may touch another's, so every cache a worker read came from the storage or was made on its node."""
+Python process of a node logs its accesses below any node's folder and the checkout's studies/
+(tests/node_audit): no node may touch another's, so every cache a worker read came from the
+storage or was made on its node."""
 from __future__ import annotations
 
-import os
 import subprocess
 import sys
 
@@ -14,11 +14,10 @@ import pytest
 
 from sweeper.plan.load import load_spec
 from sweeper.plan.study_plan import plan_study
+from sweeper.spec.reading import SpecError
 from sweeper.store import storage
 from sweeper.store.layout import StudyLayout
 from sweeper.store.results import PRETRAINING, TRIALS, read_table
-
-from sweeper.spec.reading import SpecError
 
 from conftest import ROOT, edited_spec, node_env, run_sweeper
 
@@ -27,7 +26,7 @@ PLACEMENT = ("  cpus_per_trial: 1               # CPUs per fine-tuning trial\n",
              "  custom_resources_per_trial: {trial_node: 1}\n")
 
 ONE_SEED = ("seeds: [0, 1]", "seeds: [0]")
-"""Half the smoke study's trials (16 of 32): every checkpoint and task still, in less time."""
+"""Half the smoke study's trials: every checkpoint, task and family still, in less time."""
 CONTINUED = ("      clm_fraction: [0.5]         # share of steps trained with CLM before switching to MLM\n",
              "      clm_fraction: [0.5]\n    - {objective: mlm, init_from: [nano-clm-40], steps: [10], mask_ratio: [0.4],"
              " warmup_steps: 1, decay_steps: 2}\n")

@@ -3,8 +3,11 @@ puts this folder on the node's PYTHONPATH): logs each file-system access of the 
 path below any node's folders, so tests/test_multinode.py can assert that no node touched
 another node's folders (a cache read across nodes works on one machine and fails on a cluster).
 
-Python's audit events cover `open` (also what numpy, torch's loaders and Hugging Face's call),
-listing, renames and removals, from any thread; the log is written with `os.write` on a descriptor
+Python's audit events cover `open` from Python code (json, numpy's np.load, torch.load, a
+Hugging Face config.json or tokenizer file), listing, renames and removals, from any thread.
+Opens in C++ or Rust (pyarrow, safetensors' weights) raise none, but no folder is read that way
+alone: Hugging Face opens the folder's config.json first, and the test also checks what each
+node's cache holds. The log is written with `os.write` on a descriptor
 opened before the hook is installed (no audit event, so no recursion), one line per access,
 appended whole (O_APPEND), so the node's processes share one log."""
 import os
@@ -13,8 +16,8 @@ import sys
 _LOG = os.environ.get("SWEEPER_NODE_AUDIT_LOG")
 _NODE = os.environ.get("SWEEPER_NODE_NAME", "?")
 _WATCHED = tuple(p.rstrip("/") + "/" for p in os.environ.get("SWEEPER_NODE_AUDIT_ROOTS", "").split(os.pathsep) if p)
-_EVENTS = {"open": 0, "os.listdir": 0, "os.scandir": 0, "os.rename": 0, "os.remove": 0, "os.rmdir": 0,
-           "os.mkdir": 0, "shutil.copytree": 0, "shutil.copyfile": 0, "os.symlink": 0, "shutil.rmtree": 0}
+_EVENTS = frozenset({"open", "os.listdir", "os.scandir", "os.rename", "os.remove", "os.rmdir", "os.mkdir",
+                     "shutil.copytree", "shutil.copyfile", "os.symlink", "shutil.rmtree"})
 
 
 def _install() -> None:
