@@ -310,8 +310,9 @@ def node_cluster():
         for process in starts.values():
             with contextlib.suppress(ProcessLookupError):
                 os.killpg(process.pid, signal.SIGTERM)
+        deadline = time.time() + 15
         for process in starts.values():  # reaped: a zombie `ray start` would keep its group "alive"
             with contextlib.suppress(subprocess.TimeoutExpired):
-                process.wait(timeout=15)
-        stop_process_groups([process.pid for process in starts.values()], grace_s=5)
+                process.wait(timeout=max(0.1, deadline - time.time()))
+        stop_process_groups([process.pid for process in starts.values()], grace_s=2)
         shutil.rmtree(base, ignore_errors=True)

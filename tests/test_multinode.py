@@ -73,8 +73,8 @@ def test_smoke_study_on_nodes_that_share_no_folder(node_cluster, object_store, t
                 for path in cached(node, "copies/s3/**/pretraining/**/model.safetensors")}
 
     assert cached(pretrain, "copies/s3/**/cache/corpus-*/*-shards/**/shard-*.npy"), cached(pretrain, "**/*")[:40]
-    assert runs_copied(pretrain) == {"nano-clm-40"}, "a continued run reads its source from the storage"
-    assert runs_copied(trial) == {run.name for run in plan.runs}, "trials read checkpoints from the storage"
+    assert runs_copied(pretrain) == {"nano-clm-40"}, "only the continued run's source, read from the storage (no trial)"
+    assert runs_copied(trial) == {run.name for run in plan.runs}, "trials read every checkpoint from the storage"
     assert cached(trial, "copies/s3/**/cache/tasks/*/*/train.npz"), cached(trial, "**/*")[:40]
     assert not cached(trial, "copies/s3/**/*-shards/**/*")
 
