@@ -91,6 +91,7 @@ def test_placement_resources_are_read_and_checked(tmp_path):
     for wrong, key, reason in (("{CPU: 1}", "custom_resources_per_trial.CPU", "not a custom resource"),
                                ("{trial_node: -1}", "custom_resources_per_trial.trial_node", "must not be negative"),
                                ("{trial_node: lots}", "custom_resources_per_trial.trial_node", "number"),
+                               ("{trial_node: 0.00001}", "custom_resources_per_trial.trial_node", "smallest amount"),
                                ("[trial_node]", "custom_resources_per_trial", "expected a mapping")):
         spec = edited_spec(tmp_path, (PLACEMENT[0], PLACEMENT[1].replace("{trial_node: 1}", wrong)))
         line = 1 + next(i for i, text in enumerate(spec.read_text().splitlines()) if "custom_resources_per_trial" in text)
