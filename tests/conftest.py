@@ -2,6 +2,7 @@
 and a real S3 endpoint on the loopback (moto's server) for studies kept in an object store."""
 from __future__ import annotations
 
+import dataclasses
 import os
 import shutil
 import subprocess
@@ -61,21 +62,32 @@ def stop_process_group(pgid: int, grace_s: float = 15.0) -> None:
     """Stop one `ray start`'s processes (they share its process group) and nothing else:
     `ray stop --force` would also stop every other Ray on the machine (another test session's,
     a study running beside the tests)."""
+    stop_process_groups([pgid], grace_s)
+
+
+def stop_process_groups(pgids: list[int], grace_s: float = 15.0) -> None:
+    """SIGTERM to every group at once, then SIGKILL to those still there after `grace_s`."""
     import signal
     import time
 
     for sig, wait in ((signal.SIGTERM, grace_s), (signal.SIGKILL, 5.0)):
-        try:
-            os.killpg(pgid, sig)
-        except ProcessLookupError:
-            return
-        deadline = time.time() + wait
-        while time.time() < deadline:
+        alive = list(pgids)
+        for pgid in list(alive):
             try:
-                os.killpg(pgid, 0)
+                os.killpg(pgid, sig)
             except ProcessLookupError:
-                return
+                alive.remove(pgid)
+        deadline = time.time() + wait
+        while alive and time.time() < deadline:
+            for pgid in list(alive):
+                try:
+                    os.killpg(pgid, 0)
+                except ProcessLookupError:
+                    alive.remove(pgid)
             time.sleep(0.2)
+        pgids = alive
+        if not alive:
+            return
 
 
 @pytest.fixture(scope="session")
@@ -185,3 +197,122 @@ def object_store():
     prefix = uuid.uuid4().hex[:8]
     with local_s3("sweeper-tests") as s3:
         yield lambda name: s3.uri(f"{prefix}/{name}")
+
+
+@dataclasses.dataclass(frozen=True)
+class ClusterNode:
+    """One node of `node_cluster`: its own folders, none shared with another node."""
+
+    name: str
+    folder: Path
+    """Everything of this node below one folder: home/, tmp/ (TMPDIR), cache/ (SWEEPER_CACHE),
+    ray/ (Ray's --temp-dir) and audit.log (tests/node_audit)."""
+    env: dict
+    """The environment its `ray start` had (a driver run "on" this node gets the same)."""
+
+    @property
+    def cache(self) -> Path:
+        return self.folder / "cache"
+
+    def audit(self) -> list[tuple[str, str, str, str]]:
+        """(node, event, pid, path or command line) of each line of its audit log."""
+        text = (self.folder / "audit.log").read_text() if (self.folder / "audit.log").exists() else ""
+        return [tuple(line.split("\t", 3)) for line in text.splitlines()]
+
+
+@dataclasses.dataclass(frozen=True)
+class NodeCluster:
+    address: str
+    """The head's GCS address (RAY_ADDRESS for a driver)."""
+    nodes: dict
+    """Node name -> ClusterNode; "head" is the head's (the driver runs there)."""
+
+
+def node_env(name: str, folder: Path, watched: list[Path]) -> dict:
+    """A node's environment: HOME, TMPDIR and SWEEPER_CACHE in its own folder, and the audit hook
+    (tests/node_audit) logging its processes' accesses below the `watched` folders."""
+    for sub in ("home", "tmp", "cache", "ray"):
+        (folder / sub).mkdir(parents=True, exist_ok=True)
+    return {**os.environ, "RAY_AUTH_MODE": "disabled", "PATH": f"{BIN}{os.pathsep}{os.environ['PATH']}",
+            "HOME": str(folder / "home"), "TMPDIR": str(folder / "tmp"), "SWEEPER_CACHE": str(folder / "cache"),
+            "PYTHONPATH": os.pathsep.join([str(ROOT / "tests" / "node_audit"),
+                                           *filter(None, [os.environ.get("PYTHONPATH")])]),
+            "SWEEPER_NODE_NAME": name, "SWEEPER_NODE_AUDIT_LOG": str(folder / "audit.log"),
+            "SWEEPER_NODE_AUDIT_ROOTS": os.pathsep.join(map(str, watched))}
+
+
+def agent_port_options() -> list[str]:
+    """Free ports for a node's agents: Ray's fixed defaults collide between nodes on one machine."""
+    return [f"--dashboard-agent-listen-port={free_port()}", f"--dashboard-agent-grpc-port={free_port()}",
+            f"--runtime-env-agent-port={free_port()}", f"--metrics-export-port={free_port()}"]
+
+
+@pytest.fixture(scope="module")
+def node_cluster():
+    """A Ray cluster of three nodes on this machine, each a `ray start --block` process group
+    with its own folders (`ClusterNode`): "head" (1 CPU), "pretrain" (1 CPU, resource
+    pretrain_node: 1) and "trial" (2 CPUs, resource trial_node: 2). Folders are short paths in
+    /tmp (Ray's socket paths live below its temp folder)."""
+    import contextlib
+    import json
+    import signal
+    import time
+
+    base = Path(tempfile.mkdtemp(prefix="mn", dir="/tmp"))
+    folders = {name: base / name for name in ("head", "pretrain", "trial")}
+    # Also watched: the checkout's studies/ folder, where a study without --storage lands; no
+    # process of the cluster has anything to do there when the study is in an object store.
+    watched = [*folders.values(), ROOT / "studies"]
+    nodes = {name: ClusterNode(name, folder, node_env(name, folder, watched)) for name, folder in folders.items()}
+    port = free_port()
+    address = f"127.0.0.1:{port}"
+    starts = {}
+
+    def start(name: str, cpus: int, resources: dict, role: list[str]) -> None:
+        with open(folders[name] / "ray-start.log", "w") as log:
+            starts[name] = subprocess.Popen(
+                [str(BIN / "ray"), "start", "--block", *role, "--node-ip-address=127.0.0.1", *agent_port_options(),
+                 f"--temp-dir={folders[name] / 'ray'}", f"--num-cpus={cpus}", "--num-gpus=0",
+                 f"--resources={json.dumps(resources)}", "--disable-usage-stats"],
+                env=nodes[name].env, cwd=ROOT, stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
+
+    def joined(name: str, word: str | None) -> bool:
+        """Whether node `name` is up (`ray status` answers and names `word`, its custom resource);
+        False when its `ray start` gave up (on a loaded machine a raylet may take longer than the
+        30 s Ray 2.60 waits for it to register)."""
+        deadline = time.time() + 240
+        while True:
+            if starts[name].poll() is not None:
+                return False
+            status = ray_cli("status", f"--address={address}", env=nodes["head"].env, timeout=60)
+            if status.returncode == 0 and (word is None or word in status.stdout):
+                return True
+            assert time.time() < deadline, status.stdout + status.stderr[-2000:]
+            time.sleep(2)
+
+    def join(name: str, cpus: int, resources: dict, role: list[str], attempts: int = 3) -> None:
+        """Start node `name`, one node at a time, again (its leftovers stopped) if it gave up."""
+        for _ in range(attempts):
+            start(name, cpus, resources, role)
+            if joined(name, next(iter(resources), None)):
+                return
+            stop_process_groups([starts[name].pid], grace_s=5)
+            starts[name].wait()
+        raise AssertionError(f"`ray start` of {name} failed {attempts} times: "
+                             + (folders[name] / "ray-start.log").read_text()[-3000:])
+
+    try:
+        join("head", 1, {}, ["--head", f"--port={port}", "--dashboard-host=127.0.0.1", f"--dashboard-port={free_port()}"])
+        join("pretrain", 1, {"pretrain_node": 1}, [f"--address={address}"])
+        join("trial", 2, {"trial_node": 2}, [f"--address={address}"])
+        yield NodeCluster(address, nodes)
+    finally:
+        for process in starts.values():
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(process.pid, signal.SIGTERM)
+        deadline = time.time() + 15
+        for process in starts.values():  # reaped: a zombie `ray start` would keep its group "alive"
+            with contextlib.suppress(subprocess.TimeoutExpired):
+                process.wait(timeout=max(0.1, deadline - time.time()))
+        stop_process_groups([process.pid for process in starts.values()], grace_s=2)
+        shutil.rmtree(base, ignore_errors=True)

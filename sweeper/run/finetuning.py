@@ -205,7 +205,7 @@ def run_shards(spec: StudySpec, shards: list[Shard], layout: StudyLayout, traina
         trainable = tune.with_resources(
             tune.with_parameters(trainable_fn, shard=shard, **trainable_args,
                                  **({"report_curve": True} if early_stopping is not None else {})),
-            {"cpu": res.cpus_per_trial, "gpu": res.gpus_per_trial},
+            {"cpu": res.cpus_per_trial, "gpu": res.gpus_per_trial, **res.custom_resources_per_trial},
         )
         name = f"finetune-shard-{number:04d}"
         search = shard.tuner_args(spec, pipeline)

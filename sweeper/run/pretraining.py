@@ -73,7 +73,8 @@ def fit_run(run: PretrainConfig, resources: dict) -> dict:
     workers = run.workers
     scaling = ScalingConfig(
         num_workers=workers, use_gpu=run.use_gpu and workers > 0,
-        resources_per_worker={"CPU": resources["cpus_per_worker"], "GPU": resources["gpus_per_worker"]}
+        resources_per_worker={"CPU": resources["cpus_per_worker"], "GPU": resources["gpus_per_worker"],
+                              **resources.get("custom_per_worker", {})}
         if workers > 0 else None,
     )
 
@@ -145,13 +146,16 @@ class PretrainingGrid:
         self.listings: dict[str, tuple[float, set[int]]] = {}  # run name -> (listed at, complete steps)
         res = spec.resources
         self.resources = {"cpus_per_worker": res.cpus_per_worker, "gpus_per_worker": res.gpus_per_worker,
-                          "max_failures": res.max_failures}
+                          "max_failures": res.max_failures, "custom_per_worker": dict(res.custom_resources_per_worker)}
         local = res.pretraining_workers == 0
         # A local-mode run has no Train worker group to restart: Ray retries the task itself (a
         # crashed process or an exception), and the loop resumes from the run's last checkpoint.
         self.task = ray.remote(fit_run).options(
             num_cpus=res.cpus_per_worker if local else 0, num_gpus=res.gpus_per_worker if local else 0,
             max_retries=res.max_failures if local else 0, retry_exceptions=local,
+            # Local mode reads the corpus and writes checkpoints in this task's process: it goes
+            # where a worker would (a worker group's workers take the resources themselves).
+            resources=dict(res.custom_resources_per_worker) if local else None,
         )
         print(f"[pretrain] {len(runs)} runs: {len(self.done)} already done, {len(self.failed)} failed before "
               f"(--retry-failed reruns them), {len(self.waiting)} to train", flush=True)

@@ -22,8 +22,12 @@ from sweeper.spec.limits import LimitsSpec, size_problems
 from sweeper.spec.parsing import values_of
 from sweeper.spec.pretraining import DataSpec, ModelSpec, PretrainingSpec
 from sweeper.spec.reading import shown
-from sweeper.spec.resources import layout_problems
+from sweeper.spec.resources import RAY_GRANULARITY, layout_problems
 from sweeper.store.storage import folder_name_problem
+
+
+BUILT_IN_RESOURCES = ("cpu", "gpu", "memory", "object_store_memory")
+"""Ray's own resource names, which the custom_resources_* fields may not name."""
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
@@ -55,6 +59,11 @@ class ResourcesSpec:
     actor caches on its node against it (None: not checked)."""
     gpus_per_node: int = 8
     """GPUs of one node: with gpus_per_trial, how many fine-tuning actors share its host memory."""
+    custom_resources_per_worker: dict[str, float] = field(default_factory=dict)
+    """Custom Ray resources (a node's `ray start --resources`) each pretraining worker takes
+    (the run's own process in local mode), e.g. {pretrain_node: 1}: runs go to such nodes only."""
+    custom_resources_per_trial: dict[str, float] = field(default_factory=dict)
+    """Custom Ray resources each fine-tuning trial takes, e.g. {trial_node: 1}: trials go to such nodes only."""
 
     def check(self):
         yield from non_negative(self, "pretraining_workers", "cpus_per_worker", "gpus_per_worker", "cpus_per_trial",
@@ -63,6 +72,14 @@ class ResourcesSpec:
         if self.cpus_per_trial == 0 and self.gpus_per_trial == 0:
             yield "cpus_per_trial", "a trial needs some CPU or GPU"
         yield from positive(self, "trials_per_shard", "max_concurrent_trials", "node_memory_gb", "gpus_per_node")
+        for key in ("custom_resources_per_worker", "custom_resources_per_trial"):
+            for name, amount in getattr(self, key).items():
+                if name.lower() in BUILT_IN_RESOURCES:
+                    yield f"{key}.{name}", f"{name} is not a custom resource: use the cpus_/gpus_ fields"
+                elif not amount >= 0:
+                    yield f"{key}.{name}", f"must not be negative, got {amount}"
+                elif 0 < amount < RAY_GRANULARITY:
+                    yield f"{key}.{name}", f"{amount:g} is below the smallest amount Ray schedules ({RAY_GRANULARITY:g})"
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
