@@ -25,6 +25,7 @@ import pytest
 import yaml
 
 from conftest import ROOT
+from sweeper.run.ray_compat import bootstrap_cluster_config, prepare_cluster_config, rsync_filter_args
 
 CLUSTER = ROOT / "cluster"
 
@@ -122,12 +123,10 @@ def test_ray_up_config_passes_rays_schema_and_config_checks():
     before it reaches the cloud: defaults filled in, setup commands merged, then validated."""
     import jsonschema
     import ray.autoscaler
-    from ray.autoscaler._private.util import prepare_config, validate_config
 
     schema = json.loads((Path(ray.autoscaler.__file__).parent / "ray-schema.json").read_text())
     jsonschema.validate(ray_cluster(), schema)
-    prepared = prepare_config(ray_cluster())
-    validate_config(prepared)
+    prepared = prepare_cluster_config(ray_cluster())
     assert set(prepared["available_node_types"]) == set(PROFILES)
 
 
@@ -167,10 +166,8 @@ def bootstrapped(aws) -> dict:
     _bootstrap_config (prepare_config, the AWS resource detection from DescribeInstanceTypes,
     validate_config, then the AWS provider's bootstrap: IAM, key pair, subnets, security groups),
     here against moto, with the operator's security group id in place of the placeholder."""
-    from ray.autoscaler._private.commands import _bootstrap_config
-
     text = (CLUSTER / "ray-cluster.yaml").read_text()
-    return _bootstrap_config(yaml.safe_load(text.replace(SG_PLACEHOLDER, aws.group)), no_config_cache=True)
+    return bootstrap_cluster_config(yaml.safe_load(text.replace(SG_PLACEHOLDER, aws.group)))
 
 
 def test_ray_up_bootstrap_opens_nothing_to_the_internet_and_gives_every_node_a_profile(aws):
@@ -287,9 +284,7 @@ def pip_installs(commands: list[str]) -> list[str]:
 
 
 def test_setup_installs_torch_then_the_project_then_flash_attn_on_gpu_nodes_only():
-    from ray.autoscaler._private.util import prepare_config
-
-    config = prepare_config(ray_cluster())   # Ray's merge: setup_commands, then the head's or workers'
+    config = prepare_cluster_config(ray_cluster())   # Ray's merge: setup_commands, then the head's or workers'
     head, workers = pip_installs(config["head_setup_commands"]), pip_installs(config["worker_setup_commands"])
     for where, installs, extras in (("head", head, "tracking"), ("workers", workers, "gpu,tracking")):
         assert installs[0].startswith('"torch==2.13.0"'), where
@@ -330,8 +325,6 @@ def test_the_image_and_the_gpu_nodes_install_as_the_readme_documents():
 def test_rsync_leaves_the_local_environment_and_studies_behind(tmp_path):
     """Ray's own rsync arguments (SSHCommandRunner, the ones `ray up` passes for file_mounts) on a
     real rsync, from a checkout-like tree; Ray adds the trailing slash to a folder's path."""
-    from ray.autoscaler._private.command_runner import SSHCommandRunner
-
     config = ray_cluster()
     for pattern in (".venv", "studies", ".git", "__pycache__", "build"):
         assert any(p.strip("/") == pattern for p in config.get("rsync_exclude", [])), pattern
@@ -345,9 +338,7 @@ def test_rsync_leaves_the_local_environment_and_studies_behind(tmp_path):
         (source / path).parent.mkdir(parents=True, exist_ok=True)
         (source / path).write_text("x")
     shutil.copy(ROOT / ".gitignore", source / ".gitignore")
-    # _create_rsync_filter_args reads only its options; no SSH connection is made here.
-    args = SSHCommandRunner._create_rsync_filter_args(None, {"rsync_exclude": config.get("rsync_exclude"),
-                                                             "rsync_filter": config.get("rsync_filter")})
+    args = rsync_filter_args(config)
     subprocess.run(["rsync", "-a", *args, f"{source}/", str(target)], check=True, timeout=60)
     assert [p for p in kept if not (target / p).exists()] == []
     assert [p for p in left if (target / p).exists()] == []
