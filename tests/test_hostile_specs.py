@@ -338,10 +338,6 @@ CASES = [
          argv=["plan", "{spec}"]),
     Case("two GPUs per trial", resources("pretraining_workers: 0", "gpus_per_trial: 2"),
          "resources.gpus_per_trial", "a trial trains on one", at="gpus_per_trial"),
-    Case("fsdp with one worker", resources("pretraining_workers: 1", "sharding: fsdp"), "resources.sharding",
-         "pretraining_workers is 1", at="sharding"),
-    Case("fsdp in local mode", resources("pretraining_workers: 0", "sharding: fsdp"), "resources.sharding",
-         "pretraining_workers is 0", at="sharding", argv=["plan", "{spec}"]),
     Case("a worker with neither CPU nor GPU", change("  cpus_per_worker: 1 ", "  cpus_per_worker: 0 "),
          "resources.cpus_per_worker", "needs some CPU or GPU", at="cpus_per_worker"),
     Case("a GPU share below Ray's granularity", resources("pretraining_workers: 0", "gpus_per_trial: 0.00001"),
@@ -368,7 +364,7 @@ def line_of(content: str | bytes, text: str) -> int:
 def test_every_hostile_spec_exits_2_quickly_small_and_without_ray(tmp_path):
     """All cases through the real CLI in one fresh interpreter: status 2, the file (line, key)
     and the reason on stderr, no traceback, < 5 s and < 500 MB each, Ray never imported."""
-    assert len(CASES) >= 135
+    assert len(CASES) >= 133  # 103 before #29, 30 added by it (the plan bombs: tests/test_plan_limits.py)
     runs = []
     for index, case in enumerate(CASES):
         folder = tmp_path / f"case_{index:03d}"

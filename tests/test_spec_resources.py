@@ -22,8 +22,6 @@ IMPOSSIBLE = [
     ({"pretraining_workers": 4, "gpus_per_worker": 1.5}, "gpus_per_worker", "pretraining_workers: 6 with gpus_per_worker: 1"),
     ({"gpus_per_trial": 2}, "gpus_per_trial", "a trial trains on one"),
     ({"gpus_per_trial": 1.25}, "gpus_per_trial", "a trial trains on one"),
-    ({"pretraining_workers": 0, "sharding": "fsdp"}, "sharding", "pretraining_workers is 0"),
-    ({"pretraining_workers": 1, "gpus_per_worker": 1, "sharding": "fsdp"}, "sharding", "pretraining_workers is 1"),
     ({"cpus_per_worker": 0}, "cpus_per_worker", "needs some CPU or GPU"),
     ({"cpus_per_worker": 0.00005}, "cpus_per_worker", "below the smallest amount Ray schedules"),
     ({"gpus_per_worker": 0.00001}, "gpus_per_worker", "below the smallest amount Ray schedules"),
@@ -36,6 +34,8 @@ RUNNABLE = [
     {},  # the defaults: local mode on CPUs
     {"pretraining_workers": 8, "gpus_per_worker": 1, "gpus_per_trial": 1, "gpu_memory_gb": 80},  # paper.yaml
     {"pretraining_workers": 2, "sharding": "fsdp"},  # FSDP on CPUs (tests/specs/fsdp.yaml)
+    {"pretraining_workers": 0, "sharding": "fsdp"},  # a cluster spec tried locally: trains unsharded
+    {"pretraining_workers": 1, "gpus_per_worker": 1, "sharding": "fsdp"},
     {"pretraining_workers": 4, "gpus_per_worker": 1, "sharding": "fsdp", "gpu_memory_gb": 141},
     {"pretraining_workers": 0, "gpus_per_worker": 0.5},  # one process: a GPU share is fine
     {"pretraining_workers": 1, "gpus_per_worker": 0.5},  # one worker: no NCCL peer on the GPU

@@ -14,16 +14,16 @@ Refused (impossible, or certain to fail hours in):
   on one GPU, and NCCL stops with "Duplicate GPU detected";
 - more than one GPU per pretraining worker or per trial: the loop trains on one device, the other
   GPUs stay idle while reserved (use more workers with one GPU each);
-- `sharding: fsdp` with fewer than two workers: nothing to shard over (the run trains unsharded
-  with the memory of an unsharded run);
 - a pretraining worker with neither CPU nor GPU (as a trial without both already is): Ray would
   start every run at once on one node;
 - a CPU or GPU amount below Ray's granularity (0 < x < 0.0001): Ray refuses the request when the
   task is submitted ("cannot go beyond 0.0001");
 - `gpu_memory_gb` set while no worker or trial uses a GPU: the memory check it drives never runs.
 
-Merely wasteful, and allowed: a GPU fraction that does not divide 1 (0.3: three trials share a
-GPU and 10 % of it idles), CPUs that are not whole (threads are `int(cpus)`). The spec states no
+Merely wasteful, and allowed: `sharding: fsdp` with fewer than two workers (nothing to shard
+over: the run trains unsharded, so a cluster spec runs as it is with `pretraining_workers: 0` on
+a laptop, as tests/test_e2e.py's FSDP test does); a GPU fraction that does not divide 1 (0.3:
+three trials share a GPU and 10 % of it idles), CPUs that are not whole (threads are `int(cpus)`). The spec states no
 cluster size, so a worker group larger than the cluster is Ray's to report (it waits for
 resources).
 """
@@ -58,9 +58,6 @@ def layout_problems(resources):
     if trial_gpus > 1:
         yield "gpus_per_trial", (f"{trial_gpus:g} GPUs per trial, and a trial trains on one: the others would idle; "
                                  "give 1, or a fraction to pack several trials on a GPU")
-    if resources.sharding == "fsdp" and workers < 2:
-        yield "sharding", (f"fsdp shards a run over its workers, and pretraining_workers is {workers}: give 2 or more "
-                           "workers, or sharding: ddp")
     if resources.cpus_per_worker == 0 and worker_gpus == 0:
         yield "cpus_per_worker", "a pretraining worker needs some CPU or GPU"
     default = next(f.default for f in fields(resources) if f.name == "gpu_memory_gb")
