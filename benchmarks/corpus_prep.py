@@ -32,7 +32,7 @@ def peaks(read_log: Path) -> dict[int, int]:
 
 def ray_prep(source: Path, tokenizer: str, out: Path, workers: int) -> tuple[float, dict, int]:
     """(seconds, meta, worst worker peak KiB) of one preparation by the Ray Data job."""
-    from sweeper.spec.configs import CorpusConfig
+    from sweeper.contract.configs import CorpusConfig
     from trainables.corpus_prep import prepare_corpus
 
     log = out.with_suffix(".log")
@@ -47,7 +47,7 @@ def datasets_map(source: Path, tokenizer_dir: str) -> tuple[float, int]:
     import datasets
     from transformers import AutoTokenizer
 
-    from sweeper.run.corpus_source import resolve_files
+    from sweeper.contract.text_sources import resolve_files
 
     tokenizer = AutoTokenizer.from_pretrained(tokenizer_dir)
     files = resolve_files(str(source))

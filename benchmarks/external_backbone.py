@@ -85,7 +85,7 @@ def own_folder(work: Path, vocab_size: int, tokenizer_dir: str) -> str:
 
 
 def prepared(task: str, tokenizer_dir: str, out: Path, max_length: int) -> str:
-    from sweeper.spec.registry import family_of, get_task
+    from sweeper.contract.registry import family_of, get_task
     from trainables.tasks.data import prepare_task_data
 
     info = get_task(task)
@@ -95,8 +95,8 @@ def prepared(task: str, tokenizer_dir: str, out: Path, max_length: int) -> str:
 
 
 def trial(checkpoint: str, task: str, data_dir: str, lr: float, seed: int, steps: int):
-    from sweeper.spec.configs import AdamWConfig, FinetuneProtocol, TrialConfig, TrialRuntime
-    from sweeper.spec.registry import family_of, get_task
+    from sweeper.contract.configs import AdamWConfig, FinetuneProtocol, TrialConfig, TrialRuntime
+    from sweeper.contract.registry import family_of, get_task
 
     info = get_task(task)
     protocol = FinetuneProtocol(learning_rate=lr, batch_size=32, max_steps=steps, epochs=1.0, max_length=128,

@@ -121,7 +121,7 @@ def hf_trial(config_path: str, out_path: str) -> None:
 
     started, cpu_started = time.perf_counter(), time.process_time()
     set_seed(trial.seed)
-    from sweeper.spec.registry import resolve
+    from sweeper.contract.registry import resolve
 
     family = resolve(trial.family)
     model = TrainerModel(family.build(AutoModel.from_pretrained(trial.checkpoint_path), meta))

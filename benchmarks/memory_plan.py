@@ -26,7 +26,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 from sweeper.plan.memory import GB, MemorySetup, estimate_peak  # noqa: E402
-from sweeper.spec.catalog import MODEL_PRESETS  # noqa: E402
+from sweeper.contract.catalog import MODEL_PRESETS  # noqa: E402
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)

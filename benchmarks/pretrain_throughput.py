@@ -71,8 +71,8 @@ def sweeper_loop(corpus_dir: str, model_config: dict, objective: str, steps: int
     from ray.train import RunConfig, ScalingConfig
     from ray.train.torch import TorchTrainer
 
-    from sweeper.spec.configs import AdamWConfig, InitSource, PhaseConfig, PretrainConfig
-    from sweeper.spec.registry import objective_of
+    from sweeper.contract.configs import AdamWConfig, InitSource, PhaseConfig, PretrainConfig
+    from sweeper.contract.registry import objective_of
     from trainables.pretrain_loop import train_loop_per_worker
 
     run_dir.mkdir(parents=True)
@@ -114,8 +114,8 @@ def main() -> None:
 
     import torch
 
-    from sweeper.spec.catalog import MODEL_PRESETS
-    from sweeper.spec.configs import CorpusConfig
+    from sweeper.contract.catalog import MODEL_PRESETS
+    from sweeper.contract.configs import CorpusConfig
     from trainables.corpus_prep import prepare_corpus
 
     torch.set_num_threads(args.threads)

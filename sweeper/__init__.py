@@ -1,10 +1,9 @@
 """Driver side of the sweeper, in stages (each package's docstring says what it owns):
 
-    cli ─► run ─► report ─► plan ─► spec ─► store
+    cli ─► run ─► report ─► plan ─► spec ─► contract ─► store
 
 a stage imports only the stages to its right (tests/test_architecture.py checks it); `cli.py`
 and `__main__.py` sit on top. Never imports torch: the worker side (`trainables`) runs inside
-Ray tasks and trials, and imports only the torch- and Ray-free `spec` and `store` modules and
-`run.tracking` / `run.corpus_source`.
+Ray tasks and trials, and imports only the torch- and Ray-free `contract` and `store` stages.
 """
 __version__ = "0.1.0"

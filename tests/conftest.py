@@ -178,7 +178,7 @@ def submit_job(dashboard: str, *entrypoint: str, agent_wait_s: float = 180.0) ->
 @pytest.fixture(scope="session")
 def wordpiece_dir(tmp_path_factory) -> str:
     """A small WordPiece tokenizer trained on the built-in corpus (for task-data tests)."""
-    from sweeper.spec.configs import CorpusConfig
+    from sweeper.contract.configs import CorpusConfig
     from trainables.corpus_prep import prepare_corpus
 
     out = tmp_path_factory.mktemp("corpus") / "corpus"

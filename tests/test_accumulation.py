@@ -12,8 +12,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from safetensors.torch import load_file
 
-from sweeper.spec.configs import AdamWConfig, InitSource, PhaseConfig, PretrainConfig
-from sweeper.spec.registry import objective_of
+from sweeper.contract.configs import AdamWConfig, InitSource, PhaseConfig, PretrainConfig
+from sweeper.contract.registry import objective_of
 from trainables.corpus import document_layout
 from trainables.model import LlamaEncoderConfig, build_model
 from trainables.objectives import (

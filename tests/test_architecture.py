@@ -1,7 +1,7 @@
 """The driver's architecture, checked on the source (stdlib `ast`, nothing imported):
 
-    cli ─► run ─► report ─► plan ─► spec ─► store        (sweeper/, a stage imports only to its right)
-            └─► trainables ─► spec, store, run.tracking, run.corpus_source   (the worker side)
+    cli ─► run ─► report ─► plan ─► spec ─► contract ─► store   (sweeper/, a stage imports only to its right)
+            └─► trainables ─► contract, store                     (the worker side)
 
 Every import counts, at module level and inside functions (and under `if TYPE_CHECKING:`):
 no import cycle in sweeper/ or trainables/, no import against the stage order, no Ray or torch
@@ -15,12 +15,12 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 PACKAGES = ("sweeper", "trainables")
-STAGES = ("store", "spec", "plan", "report", "run", "cli")
+STAGES = ("store", "contract", "spec", "plan", "report", "run", "cli")
 """sweeper's stages, lowest first: a module imports from its own stage and the ones before it."""
-RAY_FREE = ("store", "spec", "plan", "report")
+RAY_FREE = ("store", "contract", "spec", "plan", "report")
 """Stages that import neither Ray nor torch (`sweeper plan`, `status`, `report` run without them)."""
-WORKER_SHARED_RUN = ("sweeper.run.tracking", "sweeper.run.corpus_source")
-"""The Ray-free modules of the run stage that the worker side imports (W&B, reading the source)."""
+WORKER_STAGES = ("contract", "store")
+"""The stages the worker side imports: the contract both sides share, and the store."""
 MAX_LINES = 400
 LAYOUT_BUILDERS = ("sweeper.cli", "sweeper.store.layout")
 """The modules that build a `StudyLayout`: the CLI, from the location it resolves (`--storage`, the
@@ -112,10 +112,9 @@ def stage_violations(graph: dict[str, set[str]]) -> list[str]:
                 problems.append(f"{module} ({stage}) -> {target} ({target_stage}): against the stage order")
             elif stage and target.startswith("trainables") and stage != "run":
                 problems.append(f"{module} ({stage}) -> {target}: only the run stage launches worker code")
-            elif module.startswith("trainables") and target_stage and not (
-                    target_stage in ("spec", "store") or target in WORKER_SHARED_RUN):
-                problems.append(f"{module} -> {target} ({target_stage}): the worker side imports only spec, store "
-                                f"and {', '.join(WORKER_SHARED_RUN)}")
+            elif module.startswith("trainables") and target_stage and target_stage not in WORKER_STAGES:
+                problems.append(f"{module} -> {target} ({target_stage}): the worker side imports only "
+                                f"{' and '.join(WORKER_STAGES)}")
     return problems
 
 
@@ -210,8 +209,7 @@ def test_the_checks_catch_a_cycle_a_stage_breach_ray_in_a_ray_free_stage_and_a_l
     assert find_cycle(graph) == ["sweeper.plan.b", "sweeper.spec.a", "sweeper.plan.b"]
     assert stage_violations(graph) == [
         "sweeper.spec.a (spec) -> sweeper.plan.b (plan): against the stage order",
-        "trainables.w -> sweeper.run.runner (run): the worker side imports only spec, store and "
-        "sweeper.run.tracking, sweeper.run.corpus_source"]
+        "trainables.w -> sweeper.run.runner (run): the worker side imports only contract and store"]
     assert heavy_imports(files) == ["sweeper.plan.b: torch", "sweeper.store.c: ray"]
     assert long_modules(files) == [f"sweeper.store.c: {MAX_LINES + 1} lines"]
 
@@ -229,3 +227,38 @@ def test_the_layout_check_catches_a_layout_built_below_the_cli(tmp_path):
     })
     assert layout_constructions(files) == ["sweeper.report.writer:4", "sweeper.run.shards:2",
                                            "sweeper.store.results:2", "trainables.loop:2"]
+
+
+def package_of(module: str) -> str:
+    """The package a module belongs to: a stage of sweeper/ (`sweeper.run`, `sweeper.cli` for the
+    modules at its top), `sweeper` for the package's own __init__ (its version), `trainables` or one
+    of its sub-packages (`trainables.tasks`)."""
+    stage = stage_of(module)
+    if stage:
+        return f"sweeper.{stage}"
+    if module == "sweeper":
+        return "sweeper"
+    parts = module.split(".")
+    package = ".".join(parts[:2]) if len(parts) > 1 and (ROOT / parts[0] / parts[1]).is_dir() else parts[0]
+    return package
+
+
+def package_graph(graph: dict[str, set[str]]) -> dict[str, set[str]]:
+    packages: dict[str, set[str]] = {}
+    for module, targets in graph.items():
+        edges = packages.setdefault(package_of(module), set())
+        edges.update(package_of(target) for target in targets)
+    return {package: targets - {package} for package, targets in packages.items()}
+
+
+def test_no_import_cycle_between_packages_trainables_included():
+    packages = package_graph(import_graph())
+    assert {"sweeper.contract", "trainables", "trainables.tasks"} <= set(packages)
+    cycle = find_cycle(packages)
+    assert cycle is None, "package-level import cycle: " + " -> ".join(cycle)
+
+
+def test_the_package_check_catches_the_worker_importing_the_run_stage(tmp_path):
+    files = fake_tree(tmp_path, {"sweeper.run.runner": "import trainables.loop\n",
+                                 "trainables.loop": "from sweeper.run import runner\n"})
+    assert find_cycle(package_graph(import_graph(files))) == ["sweeper.run", "trainables", "sweeper.run"]

@@ -17,8 +17,8 @@ import pytest
 import torch
 from transformers import AutoModel
 
-from sweeper.spec.configs import TrialConfig, TrialRuntime
-from sweeper.spec.registry import family_of, get_task, resolve
+from sweeper.contract.configs import TrialConfig, TrialRuntime
+from sweeper.contract.registry import family_of, get_task, resolve
 from trainables import finetune_loop
 from trainables.backbones import HuggingFaceBackbone, load_backbone
 from trainables.finetune_loop import cached_task_data, run_trial

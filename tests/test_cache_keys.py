@@ -14,8 +14,8 @@ from conftest import ROOT, nano_study, run_sweeper
 from sweeper.plan.load import load_spec
 from sweeper.plan.study_plan import finetune_protocol
 from sweeper.run import corpora, task_prep
-from sweeper.spec import registry
-from sweeper.spec.configs import CorpusConfig
+from sweeper.contract import registry
+from sweeper.contract.configs import CorpusConfig
 from sweeper.store.cache_keys import checkpoint_tokenizer_digest, tokenizer_digest
 from sweeper.store.layout import StudyLayout
 from sweeper.store.results import read_trials

@@ -15,7 +15,7 @@ import pytest
 from sweeper.plan.load import load_spec
 from sweeper.plan.study_plan import plan_study
 from sweeper.run.corpora import ORDER_BLOCK_WINDOWS as DRIVER_BLOCK, corpus_config, corpus_dir, effective_max_tokens
-from sweeper.spec.configs import CorpusConfig
+from sweeper.contract.configs import CorpusConfig
 from sweeper.store.layout import StudyLayout
 from trainables.corpus import ORDER_BLOCK_WINDOWS, PackedCorpus
 from trainables.corpus_prep import prepare_corpus
@@ -42,7 +42,7 @@ def prepared(source: Path, out: Path, **config) -> str:
 def test_wordpiece_stream_equals_the_tokenizer_call(tmp_path):
     from transformers import AutoTokenizer
 
-    from trainables.text_sources import iter_corpus_texts
+    from sweeper.contract.text_sources import iter_corpus_texts
 
     out = tmp_path / "c"
     meta = prepare_corpus(CorpusConfig(source="wordnet", vocab_size=512, max_documents=300), str(out), workers=0,

@@ -24,7 +24,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
-from sweeper.spec.configs import CorpusConfig
+from sweeper.contract.configs import CorpusConfig
 
 from conftest import ROOT
 
@@ -32,7 +32,7 @@ SPECIALS = ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]"]
 WORD_TOKENIZER = "wordlevel-tokenizer"
 PREP_SCRIPT = """
 import json, sys, ray
-from sweeper.spec.configs import CorpusConfig
+from sweeper.contract.configs import CorpusConfig
 from trainables.corpus_prep import peak_rss_kib, prepare_corpus
 args = json.loads(sys.argv[1])
 ray.init(address=args["address"], log_to_driver=False)
@@ -130,7 +130,7 @@ def prepare_in_subprocess(address: str, config: CorpusConfig, out: Path, *, work
 
 
 def documents_of(folder: Path):
-    from sweeper.run.corpus_source import read_documents, resolve_files
+    from sweeper.contract.text_sources import read_documents, resolve_files
 
     for file in resolve_files(str(folder)):
         yield from read_documents(file, "text")

@@ -16,8 +16,8 @@ from sweeper.plan.cost import (
 )
 from sweeper.plan.load import load_spec
 from sweeper.plan.study_plan import plan_study
-from sweeper.spec.catalog import PAPER_TASK_STATISTICS
-from sweeper.spec.registry import get_task, task_statistics
+from sweeper.contract.catalog import PAPER_TASK_STATISTICS
+from sweeper.contract.registry import get_task, task_statistics
 
 
 @pytest.fixture(scope="module")

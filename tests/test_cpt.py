@@ -15,7 +15,7 @@ from sweeper.store import folders, storage
 from sweeper.store.layout import StudyLayout
 from sweeper.store.results import TRIALS, read_table
 import trainables  # noqa: F401
-from trainables.text_sources import iter_corpus_texts
+from sweeper.contract.text_sources import iter_corpus_texts
 
 from conftest import ROOT, run_sweeper
 

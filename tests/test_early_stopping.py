@@ -218,8 +218,8 @@ def test_a_point_whose_seed_mean_is_high_runs_on_with_all_its_seeds_though_one_s
 # -- the worker ----------------------------------------------------------------------------------
 
 def test_the_trial_hands_each_curve_point_to_the_callback_and_ends_where_tune_stops_it(tmp_path, wordpiece_dir):
-    from sweeper.spec.configs import AdamWConfig, FinetuneProtocol, TrialConfig, TrialRuntime
-    from sweeper.spec.registry import family_of, get_task
+    from sweeper.contract.configs import AdamWConfig, FinetuneProtocol, TrialConfig, TrialRuntime
+    from sweeper.contract.registry import family_of, get_task
     from trainables.finetune_loop import run_trial
     from trainables.tasks import data as task_data
 

@@ -17,7 +17,7 @@ import yaml
 
 from sweeper.plan.load import load_spec
 from sweeper.plan.study_plan import plan_study
-from sweeper.spec import registry
+from sweeper.contract import registry
 from sweeper.spec.reading import SpecError
 
 from conftest import ROOT, run_sweeper

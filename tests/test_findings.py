@@ -14,8 +14,8 @@ from sweeper.report.figures import clipped_interval, score_ranges
 from sweeper.report.findings import check_findings
 from sweeper.report.statistics import CANNOT_TELL, CONTRADICTS, SUPPORTS, holm, paired_t
 from sweeper.report.verdict_text import findings_section
-from sweeper.spec import registry
-from sweeper.spec.registry import FamilyInfo
+from sweeper.contract import registry
+from sweeper.contract.registry import FamilyInfo
 from test_verdict_calibration import synthetic_study
 
 

@@ -29,7 +29,7 @@ import pytest
 import torch
 import torch.distributed as dist
 
-from sweeper.spec.registry import resolve
+from sweeper.contract.registry import resolve
 from sweeper.store.layout import TRAINING_STATE
 from trainables.lr_schedule import wsd_lr
 from trainables.objectives import LossContext, RowDraws

@@ -12,7 +12,7 @@ import pytest
 from conftest import ROOT
 from sweeper.plan.cost import parameter_count
 from sweeper.plan.memory import MemorySetup, ModelSizes, block_bytes_per_token, estimate_peak
-from sweeper.spec.catalog import MODEL_PRESETS
+from sweeper.contract.catalog import MODEL_PRESETS
 
 NANO = {**MODEL_PRESETS["nano"], "vocab_size": 1000}
 ONE_B = {**MODEL_PRESETS["1b"], "vocab_size": 128_257}

@@ -8,8 +8,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from sweeper.plan.runs import switch_step
-from sweeper.spec.configs import AdamWConfig, InitSource, PhaseConfig, PretrainConfig
-from sweeper.spec.registry import current, objective_of, resolve
+from sweeper.contract.configs import AdamWConfig, InitSource, PhaseConfig, PretrainConfig
+from sweeper.contract.registry import current, objective_of, resolve
 from trainables.corpus import document_layout
 from trainables.model import LlamaEncoderConfig, build_model
 from trainables.objectives import (

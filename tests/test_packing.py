@@ -16,8 +16,8 @@ import torch
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from sweeper.spec.configs import AdamWConfig, FinetuneProtocol, TrialConfig, TrialRuntime
-from sweeper.spec.registry import family_of, get_task, resolve
+from sweeper.contract.configs import AdamWConfig, FinetuneProtocol, TrialConfig, TrialRuntime
+from sweeper.contract.registry import family_of, get_task, resolve
 from trainables.finetune_loop import cached_task_data, run_trial
 from trainables.model import LlamaEncoderConfig, LlamaEncoderModel
 from trainables.tasks import data as task_data

@@ -7,7 +7,7 @@ import pytest
 from sweeper.plan.load import load_spec
 from sweeper.plan.run_names import format_steps, run_name
 from sweeper.plan.study_plan import plan_study
-from sweeper.spec.configs import PhaseConfig
+from sweeper.contract.configs import PhaseConfig
 from sweeper.spec.reading import SpecError
 
 SPECS = Path(__file__).parent.parent / "search_spaces"

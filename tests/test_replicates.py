@@ -17,7 +17,7 @@ from sweeper.plan.replicates import init_seed
 from sweeper.plan.study_plan import EvaluatedCheckpoint, plan_study, run_count_text
 from sweeper.run.pretraining import pretrain_config
 from sweeper.run.recording import trial_row
-from sweeper.spec.configs import SEED_LIMIT
+from sweeper.contract.configs import SEED_LIMIT
 from sweeper.store.layout import CORPUS_MARKER, StudyLayout
 from sweeper.store.results import PRETRAINING, TRIAL_SCHEMA, TRIALS, compact, read_table, read_trials, write_rows
 from trainables.corpus import ORDER_BLOCK_WINDOWS, PackedCorpus

@@ -9,7 +9,7 @@ import sys
 
 import pytest
 
-from sweeper.run import tracking
+from sweeper.contract import tracking
 from sweeper.store import folders, storage
 from sweeper.store.layout import StudyLayout
 

@@ -22,8 +22,8 @@ import yaml
 from sweeper.plan.load import load_spec
 from sweeper.plan.study_plan import finetune_protocol, plan_study
 from sweeper.run.shards import trial_runtime
-from sweeper.spec.configs import CompanionSet, TrialConfig
-from sweeper.spec.registry import family_of, get_task
+from sweeper.contract.configs import CompanionSet, TrialConfig
+from sweeper.contract.registry import family_of, get_task
 from sweeper.store.layout import StudyLayout
 from sweeper.store.results import read_trials
 from trainables.finetune_loop import run_trial

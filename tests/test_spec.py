@@ -233,7 +233,7 @@ def test_model_fields_match_the_model_config():
     pytest.importorskip("torch")
     from trainables.model import LlamaEncoderConfig
 
-    from sweeper.spec.catalog import MODEL_FIELDS, MODEL_PRESETS
+    from sweeper.contract.catalog import MODEL_FIELDS, MODEL_PRESETS
     from sweeper.spec.pretraining import ModelSpec
 
     parameters = {name: p for name, p in inspect.signature(LlamaEncoderConfig.__init__).parameters.items()
@@ -338,7 +338,7 @@ def test_the_room_a_name_leaves_is_what_the_layout_appends():
     checkpoint's name in a folder name of its own: the longest such folder name is 255 bytes."""
     import time
 
-    from sweeper.spec.configs import stable_key
+    from sweeper.contract.configs import stable_key
     from sweeper.spec.names import EXTERNAL_SUFFIX_BYTES, RUN_SUFFIX_BYTES, external_name_problem, run_name_problem
     from sweeper.store import storage
     from sweeper.store.layout import StudyLayout

@@ -16,7 +16,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from sweeper.spec import registry
+from sweeper.contract import registry
 from sweeper.store.layout import StudyLayout
 from sweeper.store.results import TRIALS, read_table, read_trials
 

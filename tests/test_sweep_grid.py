@@ -111,7 +111,7 @@ def test_task_data_is_prepared_once_per_length_and_stride_a_trial_reads(tmp_path
 
 def test_the_trial_config_carries_the_point(tmp_path):
     from sweeper.run.shards import EvaluationSets, trial_config
-    from sweeper.spec.configs import TrialRuntime
+    from sweeper.contract.configs import TrialRuntime
 
     spec = load_spec(smoke_with(tmp_path, WD_GRID))
     plan = plan_study(spec)

@@ -14,15 +14,15 @@ import numpy as np
 import pytest
 from transformers import AutoTokenizer
 
-from sweeper.spec import registry
-from sweeper.spec.configs import TaskInfo
-from sweeper.spec.registry import current, get_task, resolve
+from sweeper.contract import registry
+from sweeper.contract.configs import TaskInfo
+from sweeper.contract.registry import current, get_task, resolve
 from trainables.tasks.adapters import retrieval_split
 from trainables.tasks.data import load_task_splits
 from trainables.tasks.family import TaskFamily
 from trainables.tasks.metrics import normalize_answer
 from trainables.tasks.qa import best_answers, encode_examples
-from trainables.text_sources import iter_rows
+from sweeper.contract.text_sources import iter_rows
 
 from conftest import ROOT
 

@@ -5,8 +5,8 @@ import pytest
 
 from dataclasses import replace
 
-from sweeper.spec.configs import AdamWConfig, FinetuneProtocol, TrialConfig, TrialRuntime
-from sweeper.spec.registry import family_of, get_task
+from sweeper.contract.configs import AdamWConfig, FinetuneProtocol, TrialConfig, TrialRuntime
+from sweeper.contract.registry import family_of, get_task
 from trainables.finetune_loop import run_trial
 from trainables.tasks import data as task_data
 

@@ -51,7 +51,7 @@ TEMPLATES = {  # what the tokenizer adds around one text (None: nothing)
 
 @lru_cache(maxsize=1)
 def training_texts() -> tuple[str, ...]:
-    from trainables.text_sources import iter_corpus_texts
+    from sweeper.contract.text_sources import iter_corpus_texts
 
     return tuple(iter_corpus_texts("wordnet", "text", TRAINING_DOCUMENTS))
 

@@ -50,8 +50,8 @@ from pathlib import Path
 
 import numpy as np
 
-from sweeper.run.corpus_source import read_documents, resolve_files
-from sweeper.spec.configs import CorpusConfig
+from sweeper.contract.text_sources import read_documents, resolve_files
+from sweeper.contract.configs import CorpusConfig
 from sweeper.store import folders, storage
 from sweeper.store.cache_keys import tokenizer_digest
 from sweeper.store.layout import CORPUS_MARKER

@@ -21,8 +21,8 @@ from functools import lru_cache
 import numpy as np
 import torch
 
-from sweeper.spec.configs import TrialConfig
-from sweeper.spec.registry import resolve
+from sweeper.contract.configs import TrialConfig
+from sweeper.contract.registry import resolve
 from sweeper.store import storage
 from sweeper.store.cache_keys import checkpoint_tokenizer_digest
 from trainables.backbones import load_backbone

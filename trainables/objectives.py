@@ -3,7 +3,7 @@
 A batch is a `TokenBatch` of packed windows; document boundaries come from the corpus packing,
 so no objective lets attention or a target cross documents. Which loss a step uses is the run's
 business (`PretrainConfig.phase_at`); a loss is named by `module:function` in
-`sweeper.spec.registry.OBJECTIVES` and resolved on the worker, so a new objective is a function with
+`sweeper.contract.registry.OBJECTIVES` and resolved on the worker, so a new objective is a function with
 this signature plus one registration line.
 
 Randomness is counter-based (`RowDraws`): a draw is a hash of (seed, step, row of the global

@@ -50,9 +50,9 @@ from pathlib import Path
 
 import torch
 
-from sweeper.run.tracking import start_wandb
-from sweeper.spec.configs import PretrainConfig
-from sweeper.spec.registry import resolve
+from sweeper.contract.tracking import start_wandb
+from sweeper.contract.configs import PretrainConfig
+from sweeper.contract.registry import resolve
 from sweeper.store import folders, storage
 from sweeper.store.layout import (
     CHECKPOINT_MARKER,

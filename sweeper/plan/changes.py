@@ -20,8 +20,8 @@ from dataclasses import asdict, dataclass, field
 
 from sweeper.plan.study_plan import StudyPlan, finetune_protocol, task_overrides
 from sweeper.spec import space
-from sweeper.spec.registry import get_task
-from sweeper.spec.configs import params_text
+from sweeper.contract.registry import get_task
+from sweeper.contract.configs import params_text
 from sweeper.spec.reading import SpecError
 from sweeper.spec.study import StudySpec
 from sweeper.store import folders, storage

@@ -6,8 +6,8 @@ head; fine-tuning drops it (the task heads are a few thousand weights). GPU-hour
 (peak TFLOP/s x utilisation x 3600).
 
 Fine-tuning counts real tokens, from each task's published sizes and mean lengths
-(`sweeper.spec.registry.task_statistics`), each length capped at `finetuning.max_length`, as the
-task's family declares them (`FamilyInfo.estimate`, sweeper.spec.estimates; this module names no
+(`sweeper.contract.registry.task_statistics`), each length capped at `finetuning.max_length`, as the
+task's family declares them (`FamilyInfo.estimate`, sweeper.contract.estimates; this module names no
 family):
 - training: min(max_steps, ceil(epochs x train examples x rows per example / batch)) steps of
   `batch_size` rows, as the worker loop runs them (an extractive-QA example is its windows, a
@@ -30,9 +30,9 @@ from dataclasses import dataclass
 from sweeper.plan.external import PACKING_TESTED, ExternalCheckpoint
 from sweeper.plan.runs import PretrainingRun
 from sweeper.plan.study_plan import StudyPlan, finetune_protocol, protocol_text
-from sweeper.spec.configs import FinetuneProtocol
-from sweeper.spec.estimates import RowShape
-from sweeper.spec.registry import family_of, get_task, task_statistics
+from sweeper.contract.configs import FinetuneProtocol
+from sweeper.contract.estimates import RowShape
+from sweeper.contract.registry import family_of, get_task, task_statistics
 from sweeper.spec.study import StudySpec
 from sweeper.store import storage
 

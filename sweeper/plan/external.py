@@ -23,7 +23,7 @@ from functools import lru_cache
 from pathlib import Path
 
 from sweeper.spec.checkpoints import HUB_PREFIX, CheckpointMeta, ExternalCheckpointSpec
-from sweeper.spec.configs import stable_key
+from sweeper.contract.configs import stable_key
 from sweeper.store import storage
 from sweeper.store.cache_keys import TOKENIZER_FILES, file_digest
 

@@ -12,7 +12,7 @@ from pathlib import Path
 
 from sweeper.plan.external import SourceProblem, resolve_all
 from sweeper.plan.runs import RunNameProblem, expand_base_runs, expand_runs
-from sweeper.spec import registry
+from sweeper.contract import registry
 from sweeper.spec.parsing import build_dataclass
 from sweeper.spec.reading import load_yaml, shown, suggestion
 from sweeper.spec.study import StudySpec

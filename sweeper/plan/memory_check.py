@@ -15,7 +15,7 @@ from sweeper.plan.host_memory import host_line, host_refusal
 from sweeper.plan.memory import (FIT_SHARE, GB, Device, MemoryEstimate, MemorySetup, estimate_peak,
                                  estimate_trial_peak)
 from sweeper.plan.study_plan import task_points
-from sweeper.spec.registry import family_of, get_task
+from sweeper.contract.registry import family_of, get_task
 from sweeper.spec.parsing import values_of
 
 

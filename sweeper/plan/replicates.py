@@ -17,7 +17,7 @@ from __future__ import annotations
 
 from dataclasses import replace
 
-from sweeper.spec.configs import SEED_LIMIT, stable_key
+from sweeper.contract.configs import SEED_LIMIT, stable_key
 from sweeper.spec.study import StudySpec
 
 SEED_STRIDE = 1_000_003

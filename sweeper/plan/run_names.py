@@ -1,14 +1,14 @@
 """Run names: the authors' scheme (`610m-mlm40-42k`, `610m-clm-10k-mlm40-42k`) and the tags a
 swept field adds (`610m-mlm40-42k-lr1e-3`, `tiny-mlm40-600-layers2`).
 
-Each phase contributes its objective's tag (sweeper.spec.registry) and its end step; a swept run
+Each phase contributes its objective's tag (sweeper.contract.registry) and its end step; a swept run
 field whose value differs from its base adds one tag, in the order of AXIS_TAGS (model overrides
 first). Continued-pretraining names (`cpt_name`) are sweeper.plan.runs'.
 """
 from __future__ import annotations
 
-from sweeper.spec import registry
-from sweeper.spec.configs import PhaseConfig
+from sweeper.contract import registry
+from sweeper.contract.configs import PhaseConfig
 
 
 def format_steps(steps: int) -> str:

@@ -36,9 +36,9 @@ from dataclasses import asdict, dataclass, field, replace
 
 from sweeper.plan.replicates import arm_name, by_replicate, replicate_name, replicated
 from sweeper.plan.run_names import AXIS_TAGS, format_steps, run_name, tag
-from sweeper.spec import registry
-from sweeper.spec.catalog import MODEL_PRESETS
-from sweeper.spec.configs import AdamWConfig, PhaseConfig, stable_key
+from sweeper.contract import registry
+from sweeper.contract.catalog import MODEL_PRESETS
+from sweeper.contract.configs import AdamWConfig, PhaseConfig, stable_key
 from sweeper.spec.names import run_name_problem
 from sweeper.spec.parsing import values_of
 from sweeper.spec.pretraining import RunGridSpec

@@ -3,7 +3,7 @@
 Every run and trial carries a stable key: a hash of its resolved configuration (never of a
 timestamp or of its position in the grid), so a rerun or an extended spec maps each cell to
 the same key and the results store can say what is already done. Runs come from
-`sweeper.plan.runs`; a trial's settings are one `FinetuneProtocol` (sweeper.spec.configs), resolved per
+`sweeper.plan.runs`; a trial's settings are one `FinetuneProtocol` (sweeper.contract.configs), resolved per
 task: its budget and its family's own settings applied, so editing QA's stride changes QA's
 trial keys only.
 
@@ -34,9 +34,10 @@ from dataclasses import asdict, dataclass, field, fields, replace
 
 from sweeper.plan.external import ExternalCheckpoint, resolve_all
 from sweeper.plan.runs import PretrainingRun, expand_runs
-from sweeper.spec import registry, space
-from sweeper.spec.registry import get_task
-from sweeper.spec.configs import AdamWConfig, FinetuneProtocol, stable_key, trial_identity
+from sweeper.contract import registry
+from sweeper.spec import space
+from sweeper.contract.registry import get_task
+from sweeper.contract.configs import AdamWConfig, FinetuneProtocol, stable_key, trial_identity
 from sweeper.spec.parsing import Distribution
 from sweeper.spec.study import StudySpec
 

@@ -25,7 +25,7 @@ import numpy as np
 import pandas as pd
 from scipy import stats
 
-from sweeper.spec import registry
+from sweeper.contract import registry
 
 RUN_COLUMNS = ["checkpoint_id", "run_name", "objective", "clm_fraction", "mask_ratio", "checkpoint_step",
                "total_steps", "tokens_seen", "init_from", "steps_before", "source", "parameters", "arm", "replicate"]

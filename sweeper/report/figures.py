@@ -24,7 +24,7 @@ import pandas as pd  # noqa: E402
 
 from sweeper.report import analysis  # noqa: E402
 from sweeper.report.analysis import ordered_categories  # noqa: E402
-from sweeper.spec import registry  # noqa: E402
+from sweeper.contract import registry  # noqa: E402
 
 UNREGISTERED_RANGE = (-100.0, 100.0)
 """Score range of a category no registered family reports (a plugin's study reported without its

@@ -15,8 +15,8 @@ from pathlib import Path
 
 from sweeper.plan.study_plan import StudyPlan
 from sweeper.plan.external import SourceProblem, resolve_hub_revision
-from sweeper.run.corpus_source import source_identity, source_problem
-from sweeper.spec.configs import CorpusConfig, stable_key
+from sweeper.contract.text_sources import source_identity, source_problem
+from sweeper.contract.configs import CorpusConfig, stable_key
 from sweeper.spec.reading import SpecError
 from sweeper.spec.study import StudySpec
 from sweeper.store import storage

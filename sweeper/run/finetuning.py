@@ -37,9 +37,9 @@ from sweeper.run.recording import FINAL, ResultsRecorder
 from sweeper.run.search import SEARCH_METRIC, search_score
 from sweeper.run.shards import EvaluationSets, Shard, study_shards
 from sweeper.run.task_prep import corpus_tokenizers, prepare_tasks
-from sweeper.run.tracking import start_wandb
+from sweeper.contract.tracking import start_wandb
 from sweeper.run.version import code_version
-from sweeper.spec.registry import get_task
+from sweeper.contract.registry import get_task
 from sweeper.spec.study import StudySpec
 from sweeper.store import storage
 from sweeper.store.layout import CHECKPOINT_MARKER, StudyLayout

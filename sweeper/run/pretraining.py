@@ -6,7 +6,7 @@ process (no worker-group start, ~40 s saved per run on a laptop); with N workers
 worker group (DDP) and persists checkpoints to `storage_path/<run name>`, deleting the
 superseded resume-only ones itself (`keep_resume_checkpoints`). Either way the run's
 checkpoints land in the run's folder (sweeper.store.layout), and Train resumes a rerun of the same
-name from the latest one. The loop receives a typed `PretrainConfig` (sweeper.spec.configs). The
+name from the latest one. The loop receives a typed `PretrainConfig` (sweeper.contract.configs). The
 study may live in an object store: Train is handed the store's pyarrow filesystem, and the
 run's markers are single objects (sweeper.store.storage).
 """
@@ -19,7 +19,7 @@ from dataclasses import asdict
 import ray
 
 from sweeper.plan.runs import PretrainingRun
-from sweeper.spec.configs import InitSource, PretrainConfig
+from sweeper.contract.configs import InitSource, PretrainConfig
 from sweeper.spec.study import StudySpec
 from sweeper.store import storage
 from sweeper.store.layout import TRAIN_LOG, StudyLayout

@@ -24,8 +24,8 @@ from ray import tune
 from sweeper.plan.cost import parameter_count
 from sweeper.plan.study_plan import EvaluatedCheckpoint, Trial
 from sweeper.run.progress import ProgressLine
-from sweeper.spec.registry import get_task
-from sweeper.spec.configs import params_text
+from sweeper.contract.registry import get_task
+from sweeper.contract.configs import params_text
 from sweeper.store import storage
 from sweeper.store.layout import StudyLayout
 from sweeper.store.results import EVAL_CURVES, PROTOCOL_COLUMNS, TRIALS, write_rows

@@ -23,8 +23,8 @@ from sweeper.run.pipeline import Pipeline
 from sweeper.run.pretraining import PretrainingGrid
 from sweeper.run.progress import format_duration
 from sweeper.run.ray_compat import route_worker_output, use_loopback_node
-from sweeper.spec import registry
-from sweeper.spec.configs import params_text
+from sweeper.contract import registry
+from sweeper.contract.configs import params_text
 from sweeper.spec.study import StudySpec
 from sweeper.store import storage
 from sweeper.store.layout import StudyLayout

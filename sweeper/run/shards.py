@@ -9,7 +9,7 @@ Tune keeps and rewrites every trial's config in its experiment state, so a trial
 only locates it in the call's work (~18 KB per trial saved on the paper's grid); the shard,
 holding that work (~1 MB for the paper's 18,000 trials), is shipped once to the workers by
 `tune.with_parameters` and turns that location into the trial's `TrialConfig`
-(sweeper.spec.configs). Two kinds, behind one small base class (`study_shards` picks per search mode):
+(sweeper.contract.configs). Two kinds, behind one small base class (`study_shards` picks per search mode):
 - `GridShard` (grid, random): up to `capacity` planned trials; the config is the trial's index
   (`GridSearcher`);
 - `OptunaShard`: up to `capacity` whole (checkpoint, task) cells searched by `CellSearcher`; the
@@ -27,10 +27,10 @@ from sweeper.plan.study_plan import StudyPlan, Trial, at_point
 from sweeper.run.pipeline import Pipeline
 from sweeper.run.search import CellSearch, CellSearcher, GridSearcher, ReadyQueue, search_score
 from sweeper.run.task_prep import task_data_dir
-from sweeper.spec import registry
+from sweeper.contract import registry
 from sweeper.spec import space as spaces
-from sweeper.spec.registry import get_task
-from sweeper.spec.configs import CompanionSet, TaskInfo, TrialConfig, TrialRuntime, params_text
+from sweeper.contract.registry import get_task
+from sweeper.contract.configs import CompanionSet, TaskInfo, TrialConfig, TrialRuntime, params_text
 from sweeper.spec.study import StudySpec
 from sweeper.store import storage
 from sweeper.store.layout import StudyLayout

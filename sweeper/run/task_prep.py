@@ -21,10 +21,10 @@ from pathlib import Path
 import ray
 
 from sweeper.plan.study_plan import task_points
-from sweeper.run.corpus_source import SHIPPED_FILES, builtin_path, hub_dataset_revision
-from sweeper.spec import registry
-from sweeper.spec.registry import get_task
-from sweeper.spec.configs import FinetuneProtocol, TaskInfo, stable_key
+from sweeper.contract.text_sources import SHIPPED_FILES, builtin_path, hub_dataset_revision
+from sweeper.contract import registry
+from sweeper.contract.registry import get_task
+from sweeper.contract.configs import FinetuneProtocol, TaskInfo, stable_key
 from sweeper.spec.study import StudySpec
 from sweeper.store import folders, storage
 from sweeper.store.cache_keys import TOKENIZER_FOLDER, content_digest, tokenizer_digest
@@ -65,7 +65,7 @@ def task_source_identity(task: TaskInfo) -> dict:
     path = Path(source)
     if path.is_file():
         return {"sha256": content_digest(str(path))}
-    if path.is_dir():  # a split per file at the top (trainables.text_sources.iter_rows)
+    if path.is_dir():  # a split per file at the top (sweeper.contract.text_sources.iter_rows)
         return {"files": {f.name: content_digest(str(f)) for f in sorted(path.iterdir()) if f.is_file()}}
     repo = source.partition(":")[0]
     return {"hub": source, "revision": hub_dataset_revision(repo)}

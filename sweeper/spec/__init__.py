@@ -4,8 +4,7 @@ Owns the spec types (`study`, `pretraining`, `finetuning`; `limits`: the plan's 
 the plan's size counted; `resources`: the layouts a cluster can run; `settings`: objective settings
 and overrides checked the same for a study and each phase; `names`: what a name may hold), reading a spec file within bounds (`reading`) and converting it field
 by field (`parsing`, with grids and distributions), a fine-tuning cell's search space (`space`),
-what a spec can name (`catalog`: the shipped tasks and model presets; `registry`: the `Registry`
-of task families, tasks and objectives), how a family's trials spend tokens and memory
-(`estimates`) and the typed configs that cross to the workers (`configs`). Imports only
-`sweeper.store` below it; no Ray, no torch.
+and what the spec's names resolve to through `sweeper.contract` (the registry, the catalog and
+the configs that cross to the workers). Imports only `sweeper.contract` and `sweeper.store` below
+it; no Ray, no torch.
 """

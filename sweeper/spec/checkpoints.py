@@ -12,7 +12,7 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass, field
 
-from sweeper.spec.configs import non_blank
+from sweeper.contract.configs import non_blank
 from sweeper.spec.names import external_name_problem, location_problem
 from sweeper.spec.reading import shown
 

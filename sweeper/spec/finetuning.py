@@ -3,7 +3,7 @@ typed dataclasses.
 
 Every field has a one-line docstring; the shipped YAML files repeat them as comments. A
 protocol field named in `FinetuningSpec.SEARCH_FIELDS` takes a value, a grid or a distribution
-(sweeper.spec.parsing); the AdamW settings are `sweeper.spec.configs.AdamWConfig`'s fields,
+(sweeper.spec.parsing); the AdamW settings are `sweeper.contract.configs.AdamWConfig`'s fields,
 given flat under `finetuning:`.
 """
 from __future__ import annotations
@@ -12,9 +12,9 @@ import itertools
 from dataclasses import dataclass, field, replace
 from typing import ClassVar, Literal
 
-from sweeper.spec import registry
+from sweeper.contract import registry
 from sweeper.spec.checkpoints import ExternalCheckpointSpec
-from sweeper.spec.configs import AdamWConfig, distinct, each_positive, non_empty, non_negative, positive, seeds
+from sweeper.contract.configs import AdamWConfig, distinct, each_positive, non_empty, non_negative, positive, seeds
 from sweeper.spec.parsing import Distribution, Grid
 from sweeper.spec.reading import key_text, shown, suggestion
 
@@ -123,7 +123,7 @@ class FinetuningSpec(AdamWConfig):
     AdamWConfig's fields, given flat under `finetuning:`."""
 
     tasks: list[str]
-    """Task names (the registry's: `sweeper.spec.catalog`'s shipped tasks and the plugins')."""
+    """Task names (the registry's: `sweeper.contract.catalog`'s shipped tasks and the plugins')."""
     checkpoints: list[ExternalCheckpointSpec] = field(default_factory=list)
     """Checkpoints the study did not train (hub, folder or object store), fine-tuned on the same
     grid as its own under their names (sweeper.spec.checkpoints)."""

@@ -18,8 +18,8 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
-from sweeper.spec import registry
-from sweeper.spec.configs import positive
+from sweeper.contract import registry
+from sweeper.contract.configs import positive
 from sweeper.spec.parsing import Distribution, Grid, values_of
 
 

@@ -4,7 +4,7 @@ phases, the optimizer), as typed dataclasses.
 Every field has a one-line docstring; the shipped YAML files repeat them as comments. Each
 dataclass checks its own values in `check()`, returning (key, reason) pairs, so an error names
 the exact key. A field named in a `GRID_FIELDS` takes a grid: one run per value
-(sweeper.plan.runs). The AdamW settings are `sweeper.spec.configs.AdamWConfig`'s fields.
+(sweeper.plan.runs). The AdamW settings are `sweeper.contract.configs.AdamWConfig`'s fields.
 """
 from __future__ import annotations
 
@@ -12,9 +12,9 @@ import itertools
 from dataclasses import asdict, dataclass, field, fields
 from typing import ClassVar, Literal
 
-from sweeper.spec import registry
-from sweeper.spec.catalog import MODEL_PRESETS
-from sweeper.spec.configs import (AdamWConfig, distinct, each_positive, non_blank, non_empty, non_negative, positive,
+from sweeper.contract import registry
+from sweeper.contract.catalog import MODEL_PRESETS
+from sweeper.contract.configs import (AdamWConfig, distinct, each_positive, non_blank, non_empty, non_negative, positive,
                                   seeds)
 from sweeper.spec.parsing import Grid, values_of
 from sweeper.spec.reading import key_text, shown, suggestion
@@ -117,7 +117,7 @@ class PhaseSpec:
     """One stretch of a run trained with one objective (the long form of a run's objectives)."""
 
     objective: str
-    """A registered objective: mlm, clm, or a plugin's (sweeper.spec.registry)."""
+    """A registered objective: mlm, clm, or a plugin's (sweeper.contract.registry)."""
     until: float | None = None
     """End of the phase as a share of the run's steps (of its pre-decay steps with
     clm_fraction_of: pre_decay), in (0, 1]; the last phase runs to the end (leave it out)."""

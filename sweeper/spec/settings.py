@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import math
 
-from sweeper.spec.catalog import MODEL_FIELDS
+from sweeper.contract.catalog import MODEL_FIELDS
 from sweeper.spec.parsing import FORMS
 from sweeper.spec.reading import MAX_INT, key_text, shown, suggestion, type_name
 

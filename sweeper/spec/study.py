@@ -5,7 +5,7 @@ sweeper.spec.finetuning: finetuning; resources, cost and tracking here) and does
 span them; the checks that need the planned runs (run names, continued-pretraining sources)
 are the plan's, made while the spec is loaded (sweeper.plan.load.load_spec). Every field has a
 one-line docstring; the shipped YAML files repeat them as comments. The spec is frozen: the plan
-(sweeper.plan.study_plan) and the worker configs (sweeper.spec.configs) are derived from it,
+(sweeper.plan.study_plan) and the worker configs (sweeper.contract.configs) are derived from it,
 never edited into it.
 """
 from __future__ import annotations
@@ -15,8 +15,8 @@ from dataclasses import dataclass, field
 from typing import Literal
 
 from sweeper.spec import names
-from sweeper.spec.catalog import MODEL_PRESETS
-from sweeper.spec.configs import TrackingConfig, non_negative, positive
+from sweeper.contract.catalog import MODEL_PRESETS
+from sweeper.contract.configs import TrackingConfig, non_negative, positive
 from sweeper.spec.finetuning import FinetuningSpec
 from sweeper.spec.limits import LimitsSpec, size_problems
 from sweeper.spec.parsing import values_of

@@ -10,8 +10,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from sweeper.spec.configs import TaskInfo
-from sweeper.spec.registry import FamilyInfo, register_family
+from sweeper.contract.configs import TaskInfo
+from sweeper.contract.registry import FamilyInfo, register_family
 from toy_regression import ESTIMATE, Regression
 
 DATA = Path(__file__).resolve().parent / "flaky-data"

@@ -20,10 +20,10 @@ import numpy as np
 import torch
 import torch.nn.functional as F
 
-from sweeper.spec.catalog import TaskStatistics
-from sweeper.spec.configs import TaskInfo
-from sweeper.spec.estimates import FamilyEstimate, one_row
-from sweeper.spec.registry import FamilyInfo, register_family
+from sweeper.contract.catalog import TaskStatistics
+from sweeper.contract.configs import TaskInfo
+from sweeper.contract.estimates import FamilyEstimate, one_row
+from sweeper.contract.registry import FamilyInfo, register_family
 from trainables.tasks.heads import LinearHead
 
 

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import torch
 
-from sweeper.spec.registry import ObjectiveInfo, register_objective
+from sweeper.contract.registry import ObjectiveInfo, register_objective
 from trainables.objectives import IGNORE, LossContext, RowDraws, TokenBatch, labelled_token_loss
 
 

@@ -12,7 +12,7 @@ import numpy as np
 import torch
 import torch.nn.functional as F
 
-from sweeper.spec.configs import FinetuneProtocol, TaskInfo
+from sweeper.contract.configs import FinetuneProtocol, TaskInfo
 from trainables.tasks.heads import LinearHead
 from trainables.tasks.metrics import accuracy, entity_f1
 

@@ -3,7 +3,7 @@
 Every trial of a task reads the same `.npz` files from the study's cache, so a grid of
 hundreds of trials tokenises each data set exactly once (the prepare step runs as one Ray task
 per task before the grid starts). The family (`trainables.tasks.family.TaskFamily`, named by
-`module:Class` in `sweeper.spec.registry.FAMILIES`) owns the encoding, the head, the loss and the score.
+`module:Class` in `sweeper.contract.registry.FAMILIES`) owns the encoding, the head, the loss and the score.
 """
 from __future__ import annotations
 
@@ -13,12 +13,12 @@ from pathlib import Path
 
 import numpy as np
 
-from sweeper.spec.configs import TaskInfo
-from sweeper.spec.registry import resolve
+from sweeper.contract.configs import TaskInfo
+from sweeper.contract.registry import resolve
 from sweeper.store import folders, storage
 from sweeper.store.layout import TASK_MARKER
 from trainables.tasks.family import TaskFamily
-from trainables.text_sources import iter_rows
+from sweeper.contract.text_sources import iter_rows
 
 VALIDATION_SHARE, VALIDATION_SEED = 0.05, 42
 SPLITS = ("train", "validation", "test")

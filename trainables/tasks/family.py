@@ -1,7 +1,7 @@
 """The contract of a task family: how a task is encoded, which head it trains, how it is scored.
 
 A family is a class used as a namespace (static or class methods, no instance state): the
-registry names it by `module:Class` (`sweeper.spec.registry.FamilyInfo.implementation`) and the worker
+registry names it by `module:Class` (`sweeper.contract.registry.FamilyInfo.implementation`) and the worker
 resolves it. Data flow: `encode` runs once per (task, tokenizer, max length) in the prepare
 step, its arrays are saved as `<split>.npz` and its meta as `meta.json`; every trial then loads
 those, `build`s the model on the backbone, trains it with `loss` for the steps `train_size`
@@ -15,7 +15,7 @@ import numpy as np
 import torch
 from torch import nn
 
-from sweeper.spec.configs import FinetuneProtocol, TaskInfo
+from sweeper.contract.configs import FinetuneProtocol, TaskInfo
 
 Split = dict[str, np.ndarray]
 """One prepared split: named arrays, as saved in `<split>.npz` (strings as numpy unicode arrays)."""

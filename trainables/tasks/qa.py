@@ -16,7 +16,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from sweeper.spec.configs import FinetuneProtocol, TaskInfo
+from sweeper.contract.configs import FinetuneProtocol, TaskInfo
 from trainables.tasks.adapters import qa_record
 from trainables.tasks.metrics import squad_scores
 

@@ -16,7 +16,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from sweeper.spec.configs import FinetuneProtocol, TaskInfo
+from sweeper.contract.configs import FinetuneProtocol, TaskInfo
 from trainables.tasks.adapters import retrieval_split
 from trainables.tasks.heads import mean_pool
 from trainables.tasks.metrics import ndcg_of_query

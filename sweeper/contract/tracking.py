@@ -14,7 +14,7 @@ from __future__ import annotations
 import contextlib
 import sys
 
-from sweeper.spec.configs import TrackingConfig
+from sweeper.contract.configs import TrackingConfig
 from sweeper.store import folders, storage
 
 

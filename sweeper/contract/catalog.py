@@ -1,8 +1,8 @@
 """What a spec can name: fine-tuning tasks and model presets (pure data, no torch).
 
-A task (`sweeper.spec.configs.TaskInfo`) travels to the workers inside each trial's config; its family
-(`sweeper.spec.registry`) names the worker-side implementation. The tasks listed here are the
-shipped ones; the registry in use (`sweeper.spec.registry.current()`) holds them with the plugins'.
+A task (`sweeper.contract.configs.TaskInfo`) travels to the workers inside each trial's config; its family
+(`sweeper.contract.registry`) names the worker-side implementation. The tasks listed here are the
+shipped ones; the registry in use (`sweeper.contract.registry.current()`) holds them with the plugins'.
 
 A task names where its rows come from and how their columns map onto the family's fields
 (`schema` picks the adapter for QA and retrieval sources); the family (sequence_classification,
@@ -21,7 +21,7 @@ from dataclasses import dataclass
 from functools import cache
 from pathlib import Path
 
-from sweeper.spec.configs import TaskInfo
+from sweeper.contract.configs import TaskInfo
 
 ONTONOTES5_TAGS = (
     "O", "B-CARDINAL", "B-DATE", "I-DATE", "B-PERSON", "I-PERSON", "B-NORP", "B-GPE", "I-GPE", "B-LAW", "I-LAW",
@@ -249,7 +249,7 @@ def json_field(value):
 
 def shipped_task_statistics(task: str) -> TaskStatistics | None:
     """The statistics of a shipped task, or None for any other (a plugin's family may count its
-    own: sweeper.spec.registry.task_statistics)."""
+    own: sweeper.contract.registry.task_statistics)."""
     if task in PAPER_TASK_STATISTICS:
         return PAPER_TASK_STATISTICS[task]
     if task in WORDNET_FILES:

@@ -1,6 +1,12 @@
-"""Where the pretraining text lies: a source string resolved to an ordered list of files, and a
-streaming reader of one file's documents (torch- and Ray-free: the driver checks a source with
-it before anything starts, the corpus preparation's workers read with it).
+"""Where text comes from, for the corpus and for the tasks (torch- and Ray-free: the driver checks a
+source with it before anything starts, the corpus preparation's workers and the task preparation
+read with it).
+
+Corpus text: a source string resolved to an ordered list of files, and a streaming reader of one
+file's documents (`resolve_files`, `read_documents`). Task rows (`iter_rows`): a built-in file, a
+local file or a folder with one file per split (`train.jsonl`, `validation.parquet`, ...: a hub
+data set copied to a disk keeps its schema and its task mapping), or a hub dataset id (`name` or
+`name:config`), which needs network access a cluster has and these machines do not.
 
 A source is one of:
 - `wordnet`: the shipped corpus (trainables/data_files/wordnet);
@@ -21,6 +27,7 @@ the corpus index records and what a resumed preparation skips to.
 from __future__ import annotations
 
 import importlib.util
+import gzip
 import io
 import json
 import re
@@ -46,7 +53,7 @@ SHIPPED_FILES = {
     "wordnet-definition-retrieval": ("wordnet", "definition_retrieval.jsonl.gz"),
 }
 """Built-in source names (the corpus and the tasks' data) -> file under trainables/data_files
-(found without importing trainables, which imports torch; trainables.text_sources reads this map)."""
+(found without importing trainables, which imports torch; sweeper.contract.text_sources reads this map)."""
 BUILTIN_CORPORA = ("wordnet",)
 """Built-in names that are corpora."""
 HUB_ID = re.compile(r"^[\w.-]+/[\w.-]+(:[\w.-]+)?$")
@@ -245,3 +252,58 @@ def source_problem(source: str, text_column: str) -> str | None:
     except (OSError, ValueError, UnicodeDecodeError) as error:
         return f"cannot read {storage.display(source)!r}: {storage.redact(str(error).splitlines()[0])}"
     return None
+
+
+# --- task rows ---------------------------------------------------------------------------
+
+SPLIT_FILE_SUFFIXES = (".jsonl", ".jsonl.gz", ".json", ".parquet")
+
+
+def read_jsonl(path: Path) -> Iterator[dict]:
+    opener = gzip.open if path.suffix == ".gz" else open
+    with opener(path, "rt", encoding="utf-8") as handle:
+        for line in handle:
+            if line.strip():
+                yield json.loads(line)
+
+
+def iter_rows(source: str, split: str | None = None, data_files: dict | None = None,
+              revision: str | None = None) -> Iterator[dict]:
+    """Rows of a built-in file, a local file or split directory, or a hub dataset split
+    (`data_files`: split -> files of the hub repository, for sources without a runnable builder;
+    `revision`: the hub commit to read, None for the latest)."""
+    path = builtin_path(source) if source in SHIPPED_FILES else Path(source)
+    if path.is_dir():
+        split = split or "train"
+        files = [path / f"{split}{suffix}" for suffix in SPLIT_FILE_SUFFIXES if (path / f"{split}{suffix}").exists()]
+        if not files:
+            raise FileNotFoundError(f"{path} has no file for split {split!r} ({split}.jsonl/.json/.parquet)")
+        path = files[0]
+    if path.exists():
+        if path.suffix == ".parquet":
+            import pyarrow.parquet as pq
+
+            yield from pq.read_table(path).to_pylist()
+        elif path.suffix == ".txt":
+            yield from ({"text": line.strip()} for line in path.read_text().splitlines() if line.strip())
+        else:
+            yield from read_jsonl(path)
+        return
+    import datasets
+
+    name, _, config = source.partition(":")
+    split = split or "train"
+    if data_files:
+        files = data_files[split]
+        at = f"@{revision}" if revision else ""
+        files = [f"hf://datasets/{name}{at}/{f}" for f in (files if isinstance(files, list) else [files])]
+        yield from datasets.load_dataset("json", data_files={split: files}, split=split, streaming=True)
+        return
+    yield from datasets.load_dataset(name, config or None, split=split, streaming=True, revision=revision)
+
+
+def iter_corpus_texts(source: str, text_column: str, max_documents: int | None) -> Iterator[str]:
+    for index, row in enumerate(iter_rows(source)):
+        if max_documents is not None and index >= max_documents:
+            return
+        yield row[text_column]

@@ -12,7 +12,7 @@ on the worker). Adding one is a new module with the implementation plus one regi
                                      settings={"mask_ratio": 0.3, "mean_span": 3.0}, tag="span{mask_ratio:.0%}"))
 
 Registrations go to the registry in use (`current()`, a `Registry`); the shipped entries are
-declared at the bottom of this file (the tasks in sweeper.spec.catalog). Modules outside the package register
+declared at the bottom of this file (the tasks in sweeper.contract.catalog). Modules outside the package register
 theirs when named in the `SWEEPER_PLUGINS` environment variable (comma-separated module names,
 imported by the driver before a spec is read); the worker imports `implementation` / `loss`
 itself, so the module must be importable there too (PYTHONPATH, or Ray's runtime_env).
@@ -29,9 +29,9 @@ from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import Callable, Iterable, Iterator
 
-from sweeper.spec.catalog import SHIPPED_TASKS, TaskStatistics, shipped_task_statistics
-from sweeper.spec.configs import TaskInfo, positive
-from sweeper.spec.estimates import EXTRACTIVE_QA, GENERIC, RETRIEVAL, FamilyEstimate
+from sweeper.contract.catalog import SHIPPED_TASKS, TaskStatistics, shipped_task_statistics
+from sweeper.contract.configs import TaskInfo, positive
+from sweeper.contract.estimates import EXTRACTIVE_QA, GENERIC, RETRIEVAL, FamilyEstimate
 
 PLUGINS_VARIABLE = "SWEEPER_PLUGINS"
 
@@ -57,7 +57,7 @@ class FamilyInfo:
     """(lowest, highest) score its metric can give; the report's figures clip intervals to it
     (accuracy, F1, NDCG x 100 lie in 0-100; a correlation x 100 in -100..100)."""
     estimate: FamilyEstimate = GENERIC
-    """How its trials spend tokens and memory, for `sweeper plan` (sweeper.spec.estimates)."""
+    """How its trials spend tokens and memory, for `sweeper plan` (sweeper.contract.estimates)."""
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
@@ -119,7 +119,7 @@ class Registry:
 
 
 def shipped() -> Registry:
-    """A new registry holding what ships: the four families with their tasks (sweeper.spec.catalog),
+    """A new registry holding what ships: the four families with their tasks (sweeper.contract.catalog),
     MLM and CLM."""
     shipped_registry = Registry()
     tasks_of = {family: [task for task in SHIPPED_TASKS.values() if task.family == family] for family in SHIPPED_FAMILIES}

@@ -153,7 +153,7 @@ class PhaseConfig:
     """One stretch of a run's steps trained with one objective."""
 
     objective: str
-    """A registered objective (sweeper.spec.registry)."""
+    """A registered objective (sweeper.contract.registry)."""
     loss: str
     """`module:function` of its loss on the worker side (resolved there, so a plugin objective
     needs no registration in the worker process)."""
@@ -283,7 +283,7 @@ class TaskInfo:
 
     name: str
     family: str
-    """A registered task family (sweeper.spec.registry)."""
+    """A registered task family (sweeper.contract.registry)."""
     category: str
     """Report category: SC, TC, QA, IR, or a plugin family's own."""
     source: str
