@@ -10,7 +10,7 @@ worker calls; no Ray here, so only the trial's own work is timed).
 
 The two models are sized alike: a tiny random BERT (tests/tiny_checkpoints.py: hidden 128, 4
 layers, feed-forward 512, two matrices) brought in as `finetuning.checkpoints` would bring it
-(planned, then imported into a study folder: sweeper.run.external), and a `llama_encoder` of hidden
+(planned, then imported into a study folder: sweeper.run.checkpoint_import), and a `llama_encoder` of hidden
 128, 4 layers and a gated feed-forward of 341 (3 x 341 ~ 2 x 512 weights per layer), saved as a
 pretraining run saves it. Both read the same task data, tokenised once with the BERT tokenizer
 (the llama_encoder's vocabulary is sized to it), so the figures differ only by the backbone path.
@@ -50,7 +50,7 @@ def external_folder(work: Path) -> tuple[str, object]:
 
     from sweeper.plan.load import load_spec
     from sweeper.plan.study_plan import plan_study
-    from sweeper.run.external import import_external_checkpoints
+    from sweeper.run.checkpoint_import import import_external_checkpoints
     from sweeper.store.layout import StudyLayout
 
     source = build_tiny_checkpoint("bert", work / "bert-source", hidden_size=HIDDEN, layers=LAYERS)

@@ -5,7 +5,7 @@ The same trials (sequence classification `wordnet-supersense-cls`, token classif
 checkpoint, examples, learning rates, seeds, steps, batch size and schedule), run two ways in one
 invocation, `--slots` trials at a time, one thread each; by default the paper's cell per task (6
 learning rates x 5 seeds: 60 trials):
-- the sweeper: one Ray Tune run of the grid (`sweeper.run.finetuning.run_shards`, reused actors),
+- the sweeper: one Ray Tune run of the grid (`sweeper.run.tune_grid.run_shards`, reused actors),
   each trial `trainables.finetune_loop.run_trial` with packing on (`TrialRuntime.packing`);
 - the baseline: a fresh Python process per trial, the way the paper's evaluation code runs a
   trial: start, imports, model build, `transformers.Trainer.train()` with `DataCollatorWithPadding`
@@ -187,7 +187,7 @@ def hf_grid(configs: list, slots: int, work: Path) -> tuple[float, list[dict]]:
 # --- the sweeper ---------------------------------------------------------------------------------
 
 def counted_trainable(config: dict, shard, out_dir: str) -> None:
-    """`sweeper.run.finetuning.finetune_trainable`, plus the trial's token counts written to `out_dir`
+    """`sweeper.run.tune_grid.finetune_trainable`, plus the trial's token counts written to `out_dir`
     (they live in the worker process: `TOKEN_COUNTS` is per process, reset per trial here)."""
     called = time.time()  # before the imports: a worker's first trial pays them
     from ray import tune
@@ -215,7 +215,7 @@ def sweeper_grid(spec, plan, layout, task_dirs: dict, runtime, work: Path) -> tu
     its (start, end) in epoch seconds, the clock the trials' own times are on)."""
     import shutil
 
-    from sweeper.run.finetuning import run_shards
+    from sweeper.run.tune_grid import run_shards
     from sweeper.run.shards import EvaluationSets, grid_shards
 
     out = work / f"sweeper-{'packed' if runtime.packing else 'padded'}"

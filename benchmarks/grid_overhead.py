@@ -49,7 +49,7 @@ def plain_tune_trainable(config: dict) -> None:
 
 
 def sweeper_run(spec, trials, layout, seconds: float) -> float:
-    from sweeper.run.finetuning import run_shards
+    from sweeper.run.tune_grid import run_shards
     from sweeper.run.shards import grid_shards
 
     fake_dirs = {(t.checkpoint.tokenizer, t.task): "unused" for t in trials}

@@ -66,7 +66,8 @@ def main() -> None:
     parser.add_argument("--trials", type=int, default=18_000)
     args = parser.parse_args()
     from sweeper.store.layout import StudyLayout
-    from sweeper.store.local_s3 import local_s3
+    sys.path.insert(0, str(ROOT / "tests"))  # the loopback S3 server lives with the tests
+    from local_s3 import local_s3
 
     rows = trial_rows(args.trials)
     with local_s3("bench") as s3:

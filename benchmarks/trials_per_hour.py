@@ -55,7 +55,7 @@ def fake_checkpoint(layout, plan, corpus: str) -> None:
 
 def packed_run(spec, plan, layout, task_dirs: dict, per_device: int, device: str) -> float:
     """Trials/hour with `per_device` trials sharing one device."""
-    from sweeper.run.finetuning import run_shards
+    from sweeper.run.tune_grid import run_shards
     from sweeper.run.shards import EvaluationSets, grid_shards, trial_runtime
 
     share = 1.0 / per_device

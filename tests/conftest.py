@@ -50,7 +50,7 @@ os.environ["AWS_SECRET_ACCESS_KEY"] = "testing"
 os.environ["AWS_EC2_METADATA_DISABLED"] = "true"
 os.environ.pop("AWS_SESSION_TOKEN", None)
 
-from sweeper.store.local_s3 import free_port  # noqa: E402
+from local_s3 import free_port  # noqa: E402
 
 
 def ray_cli(*args: str, env=None, timeout: float = 600, new_session: bool = False) -> subprocess.CompletedProcess:
@@ -192,7 +192,7 @@ def object_store():
     """moto's S3 server on 127.0.0.1 with one bucket; yields `uri(name)` -> a fresh
     `s3://testing:testing@...?endpoint_override=...` location in it. The driver uses the URI's
     credentials; workers get it without them and use the environment set above."""
-    from sweeper.store.local_s3 import local_s3
+    from local_s3 import local_s3
 
     prefix = uuid.uuid4().hex[:8]
     with local_s3("sweeper-tests") as s3:

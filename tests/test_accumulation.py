@@ -197,7 +197,7 @@ def test_two_ddp_workers_in_micro_batches_train_like_one_process_and_keep_only_w
     checkpoints only (the final one is the newest resume point), step 3 without optimizer state."""
     import ray
 
-    from sweeper.run.pretraining import fit_run
+    from sweeper.run.train_grid import fit_run
 
     corpus_dir = str(Path(wordpiece_dir).parent)
     runs = {name: planned_run(6, checkpoint_steps=(3,), run_dir=str(tmp_path / name), corpus_dir=corpus_dir,
@@ -236,7 +236,7 @@ def test_a_run_resumed_at_its_final_checkpoint_applies_the_retention_it_missed(r
     same run keeps 1 (Train's local mode, in this process)."""
     import ray
 
-    from sweeper.run.pretraining import fit_run
+    from sweeper.run.train_grid import fit_run
 
     run_dir = tmp_path / "run"
     runs = [planned_run(6, checkpoint_steps=(3,), run_dir=str(run_dir), corpus_dir=str(Path(wordpiece_dir).parent),

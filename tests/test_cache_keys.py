@@ -264,9 +264,9 @@ CHECKPOINT = {"config.json": json.dumps({"model_type": "bert", "hidden_size": 8}
 
 @pytest.mark.parametrize("changed", ["config.json", "model.safetensors", "tokenizer.json"])
 def test_an_imported_checkpoint_is_keyed_by_its_files_content(tmp_path, changed):
-    """Already keyed by content (sweeper.plan.external): the same files at another path are the
+    """Already keyed by content (sweeper.plan.checkpoint_sources): the same files at another path are the
     same checkpoint, one file edited is another."""
-    from sweeper.plan.external import resolve_external
+    from sweeper.plan.checkpoint_sources import resolve_external
     from sweeper.spec.checkpoints import ExternalCheckpointSpec
 
     def folder_of(source: Path) -> str:

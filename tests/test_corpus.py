@@ -113,7 +113,7 @@ def test_new_data_fields_leave_run_keys_alone_and_the_corpus_key_follows_the_str
 def test_a_changed_vocabulary_trains_on_a_new_corpus(tmp_path):
     """--recompute-changed: the runs' keys change (data enters them), and their new config reads
     a corpus prepared for the new vocabulary, beside the old one."""
-    from sweeper.run.pretraining import pretrain_config
+    from sweeper.run.train_grid import pretrain_config
 
     spec = load_spec(PIPELINE_SPEC)
     layout = StudyLayout(str(tmp_path / "study"))

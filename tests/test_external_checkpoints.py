@@ -165,7 +165,7 @@ def test_plan_prints_external_checkpoints_without_loading_weights(tmp_path, tiny
 
 def test_an_object_store_source_is_planned_and_imported(tmp_path, tiny, object_store):
     from sweeper.plan.study_plan import plan_study as plan_of
-    from sweeper.run.external import import_external_checkpoints
+    from sweeper.run.checkpoint_import import import_external_checkpoints
     from sweeper.store import storage
     from sweeper.store.folders import publish_tree
     from sweeper.store.layout import CHECKPOINT_MARKER, StudyLayout
@@ -188,7 +188,7 @@ def test_an_object_store_source_is_planned_and_imported(tmp_path, tiny, object_s
 
 
 def test_weights_edited_after_planning_are_refused_at_import(tmp_path, tiny):
-    from sweeper.run.external import SourceChanged, import_external_checkpoints
+    from sweeper.run.checkpoint_import import SourceChanged, import_external_checkpoints
     from sweeper.store.layout import StudyLayout
 
     source = tmp_path / "bert"
@@ -274,7 +274,7 @@ def test_edited_weights_are_a_change_named_by_the_checkpoint_in_every_search_mod
 
 def test_a_checkpoint_with_another_tokenizer_imports_that_tokenizer(tmp_path, tiny):
     """Its own tokenizer files are not part of its key, so they do not count as a change at import."""
-    from sweeper.run.external import import_external_checkpoints
+    from sweeper.run.checkpoint_import import import_external_checkpoints
     from sweeper.store.layout import StudyLayout
 
     plan = plan_study(load_spec(external_spec(tmp_path, entry("m", tiny["llama"],

@@ -15,7 +15,7 @@ import pytest
 from sweeper.plan.load import load_spec
 from sweeper.plan.replicates import init_seed
 from sweeper.plan.study_plan import EvaluatedCheckpoint, plan_study, run_count_text
-from sweeper.run.pretraining import pretrain_config
+from sweeper.run.train_grid import pretrain_config
 from sweeper.run.recording import trial_row
 from sweeper.contract.configs import SEED_LIMIT
 from sweeper.store.layout import CORPUS_MARKER, StudyLayout
@@ -178,7 +178,7 @@ def test_two_replicates_trained_for_real_write_different_weights(ray_head, wordp
     import torch
     from safetensors.torch import load_file
 
-    from sweeper.run.pretraining import fit_run, record_finished_run
+    from sweeper.run.train_grid import fit_run, record_finished_run
 
     spec_file = tmp_path / "rep.yaml"
     spec_file.write_text(

@@ -107,7 +107,7 @@ def test_a_grid_expands_every_entry_as_a_product_and_runs_carry_their_values(tmp
 
 
 def test_the_worker_config_trains_with_the_runs_values(tmp_path):
-    from sweeper.run.pretraining import pretrain_config
+    from sweeper.run.train_grid import pretrain_config
     from sweeper.store.layout import StudyLayout
 
     plan = plan_study(load_spec(write(tmp_path, PEAK_LR_GRID)))

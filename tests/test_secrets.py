@@ -77,7 +77,7 @@ def planned_fsdp_study():
 def test_worker_payloads_hold_no_credentials():
     import cloudpickle
 
-    from sweeper.run.pretraining import pretrain_config
+    from sweeper.run.train_grid import pretrain_config
     from sweeper.run.shards import EvaluationSets, grid_shards, trial_runtime
 
     spec, plan = planned_fsdp_study()

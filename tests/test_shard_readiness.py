@@ -157,7 +157,7 @@ def instant_trainable(config: dict, shard) -> None:
 @pytest.mark.e2e
 def test_the_last_shards_ready_checkpoint_is_recorded_before_any_trial_of_an_unwritten_one(ray_head, tmp_path,
                                                                                           capsys):
-    from sweeper.run.finetuning import run_shards
+    from sweeper.run.tune_grid import run_shards
 
     spec = one_task_spec(trials_per_shard=2)
     *earlier, last = plan_study(spec).checkpoints[:3]
@@ -203,7 +203,7 @@ import sys
 sys.path.insert(0, {root!r})
 from sweeper.plan.load import load_spec
 from sweeper.plan.study_plan import plan_study
-from sweeper.run.finetuning import run_shards  # noqa: F401 (the driver's imports: Ray Tune included)
+from sweeper.run.tune_grid import run_shards  # noqa: F401 (the driver's imports: Ray Tune included)
 from sweeper.run.pipeline import Pipeline
 from sweeper.run.shards import EvaluationSets, grid_shards, trial_runtime
 from sweeper.store.layout import StudyLayout

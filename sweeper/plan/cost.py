@@ -27,7 +27,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
-from sweeper.plan.external import PACKING_TESTED, ExternalCheckpoint
+from sweeper.plan.checkpoint_sources import PACKING_TESTED, ExternalCheckpoint
 from sweeper.plan.runs import PretrainingRun
 from sweeper.plan.study_plan import StudyPlan, finetune_protocol, protocol_text
 from sweeper.contract.configs import FinetuneProtocol

@@ -1,6 +1,6 @@
 """`sweeper plan`'s host-memory check: the fine-tuning actors of one node against its memory.
 
-Fine-tuning trials run in reused Ray actors (sweeper.run.finetuning: `reuse_actors=True`), and
+Fine-tuning trials run in reused Ray actors (sweeper.run.tune_grid: `reuse_actors=True`), and
 each actor keeps the backbones it loaded in host memory (`trainables.backbones.cached_backbone`,
 an LRU of CACHED_BACKBONES states, fp32 whatever dtype was saved, without the LM head) so that
 the next trial of a checkpoint skips the load. A starting trial deep-copies its cached backbone

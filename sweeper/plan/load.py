@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from sweeper.plan.external import SourceProblem, resolve_all
+from sweeper.plan.checkpoint_sources import SourceProblem, resolve_all
 from sweeper.plan.runs import RunNameProblem, expand_base_runs, expand_runs
 from sweeper.contract import registry
 from sweeper.spec.parsing import build_dataclass
@@ -58,7 +58,7 @@ def run_problems(spec: StudySpec):
 
 def external_problems(spec: StudySpec, runs):
     """(key, reason): a checkpoint from elsewhere named like one the study trains, or a source
-    that cannot be read (sweeper.plan.external)."""
+    that cannot be read (sweeper.plan.checkpoint_sources)."""
     own = {run.name for run in runs} | {f"{run.name}-{step}" for run in runs for step in run.checkpoint_steps}
     for i, entry in enumerate(spec.finetuning.checkpoints):
         if entry.name in own:

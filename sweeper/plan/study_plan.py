@@ -32,7 +32,7 @@ import itertools
 import json
 from dataclasses import asdict, dataclass, field, fields, replace
 
-from sweeper.plan.external import ExternalCheckpoint, resolve_all
+from sweeper.plan.checkpoint_sources import ExternalCheckpoint, resolve_all
 from sweeper.plan.runs import PretrainingRun, expand_runs
 from sweeper.contract import registry
 from sweeper.spec import space
@@ -281,7 +281,7 @@ def trial_count_text(spec: StudySpec, plan: StudyPlan) -> str:
 
 
 def external_checkpoints(spec: StudySpec) -> list[EvaluatedCheckpoint]:
-    """The `finetuning.checkpoints` entries, resolved (sweeper.plan.external), after the study's own."""
+    """The `finetuning.checkpoints` entries, resolved (sweeper.plan.checkpoint_sources), after the study's own."""
     return [EvaluatedCheckpoint(checkpoint_id=external.name, run=None, step=0, tokens_seen=external.meta.tokens_seen,
                                 external=external)
             for external in resolve_all(spec.finetuning.checkpoints)]

@@ -14,7 +14,7 @@ import pandas as pd
 
 from sweeper.report import analysis, data_problems, figure_set, figures, findings, importance, provenance, robustness
 from sweeper.report.figure_set import FigureSet
-from sweeper.report.record import study_record
+from sweeper.report.study_history import study_record
 from sweeper.report.tables import fmt, markdown_table
 from sweeper.report.verdict_text import findings_section, outcomes_section
 from sweeper.store import storage

@@ -14,7 +14,7 @@ import re
 from pathlib import Path
 
 from sweeper.plan.study_plan import StudyPlan
-from sweeper.plan.external import SourceProblem, resolve_hub_revision
+from sweeper.plan.checkpoint_sources import SourceProblem, resolve_hub_revision
 from sweeper.contract.text_sources import source_identity, source_problem
 from sweeper.contract.configs import CorpusConfig, stable_key
 from sweeper.spec.reading import SpecError

@@ -1,7 +1,7 @@
 """Early stopping: the Tune trial scheduler of a fine-tuning search (ASHA, median stopping).
 
 A trial under a scheduler reports each point of its validation curve (every
-`finetuning.eval_every` steps) to Tune, then its final result (sweeper.run.finetuning); the
+`finetuning.eval_every` steps) to Tune, then its final result (sweeper.run.tune_grid); the
 scheduler may stop it at any curve point, and it is recorded as `stopped` with its last point
 (sweeper.run.recording). Grid mode never has a scheduler (the spec refuses one).
 

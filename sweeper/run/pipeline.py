@@ -18,7 +18,7 @@ import threading
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 
-from sweeper.run.pretraining import PretrainingGrid
+from sweeper.run.train_grid import PretrainingGrid
 
 
 @dataclass(frozen=True, slots=True)

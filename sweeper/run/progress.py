@@ -28,7 +28,7 @@ class ProgressLine:
     `work` (optional) is the plan's estimate: group -> (items, planned work of one item), the
     work in any unit proportional to an item's run time (fine-tuning: a trial's FLOPs from the
     plan's cost model, grouped by task). The caller tells `begin(item)` and `end(item, group)`
-    as items start and finish (Tune's callbacks: sweeper.run.finetuning.TrialClock), then
+    as items start and finish (Tune's callbacks: sweeper.run.tune_grid.TrialClock), then
     `advance(outcome)`. How `seconds_left` uses them is in its docstring."""
 
     def __init__(self, stage: str, total: int, unit: str, interval: float = 5.0,

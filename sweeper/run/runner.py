@@ -18,9 +18,9 @@ from sweeper.plan.study_plan import StudyPlan
 from sweeper.report.writer import write_report
 from sweeper.run.console import Console
 from sweeper.run.corpora import check_corpus_source, prepare_corpora
-from sweeper.run.finetuning import run_finetuning, trials_and_rows
+from sweeper.run.tune_grid import run_finetuning, trials_and_rows
 from sweeper.run.pipeline import Pipeline
-from sweeper.run.pretraining import PretrainingGrid
+from sweeper.run.train_grid import PretrainingGrid
 from sweeper.run.progress import format_duration
 from sweeper.run.ray_compat import route_worker_output, use_loopback_node
 from sweeper.contract import registry
@@ -28,7 +28,7 @@ from sweeper.contract.configs import params_text
 from sweeper.spec.study import StudySpec
 from sweeper.store import storage
 from sweeper.store.layout import StudyLayout
-from sweeper.store.spec_record import keep_spec
+from sweeper.store.spec_history import keep_spec
 
 
 def plugin_runtime_env() -> dict | None:
@@ -82,7 +82,7 @@ def plan_record(plan: StudyPlan) -> dict:
 
 def record_spec(spec: StudySpec, spec_path: Path, plan: StudyPlan, layout: StudyLayout) -> None:
     """`spec.yaml` (the latest spec), `plan.json`, and the spec kept with its plan and settings
-    in the study's record (`specs/`, sweeper.store.spec_record). No copy holds credentials (a
+    in the study's spec history (`specs/`, sweeper.store.spec_history). No copy holds credentials (a
     spec's `storage: s3://KEY:SECRET@...`: sweeper.store.storage)."""
     text, record = storage.redact(Path(spec_path).read_text()), plan_record(plan)
     storage.write_text(layout.spec, text)

@@ -39,7 +39,7 @@ def prepare_task(task: TaskInfo, family: str, tokenizer_folder: tuple[str, str],
                  max_train, max_eval, settings: dict, keyed: dict | None = None) -> dict:
     """Ray task: tokenise one task with the tokenizer in the `tokenizer/` sub-folder of the
     complete folder `tokenizer_folder` = (location, its marker): a prepared corpus, or an
-    imported checkpoint (sweeper.run.external). `keyed`: the tokenizer's content hash and the
+    imported checkpoint (sweeper.run.checkpoint_import). `keyed`: the tokenizer's content hash and the
     source the folder's key was made from (`task_data_identity`), checked against the tokenizer
     read here and recorded in the folder's meta."""
     from trainables.tasks.data import prepare_task_data

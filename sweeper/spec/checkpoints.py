@@ -4,7 +4,7 @@ Each entry is fine-tuned like the study's own checkpoints: the same tasks, learn
 seeds, swept fields and search. Its source is a Hugging Face hub id (`hf:org/model`), a local
 folder or an object-store prefix (`s3://bucket/path`, `gs://...`) holding a `config.json`, the
 weights and (unless `tokenizer` says otherwise) the tokenizer. The values are checked here;
-whether the source can be read is the plan's question (sweeper.plan.external), asked when the
+whether the source can be read is the plan's question (sweeper.plan.checkpoint_sources), asked when the
 spec is loaded.
 """
 from __future__ import annotations

@@ -1,7 +1,7 @@
 """Resource layouts no cluster can run as written: `resources` checked against how the trainables
 use what Ray gives them, before anything starts (`StudySpec.check`, exit 2 naming the key).
 
-How the resources are used (sweeper.run.pretraining, sweeper.run.finetuning, trainables):
+How the resources are used (sweeper.run.train_grid, sweeper.run.tune_grid, trainables):
 - a pretraining run is one Ray task (`pretraining_workers: 0`, local mode) or a Ray Train worker
   group of `pretraining_workers` workers, each taking `cpus_per_worker` CPUs and
   `gpus_per_worker` GPUs and training on ONE device (cuda:0 of what Ray makes visible), its

@@ -2,6 +2,6 @@
 
 Owns locations and their files on disks and object stores (`storage`), whole folders published
 with their marker and copied to a node's cache (`folders`), the name of every file and folder
-of a study (`layout`), the Parquet results store (`results`, its tables' schemas in `schemas`) and a loopback S3 server for tests
-and benchmarks (`local_s3`). Imports no other stage: every stage above reads and writes through it.
+of a study (`layout`), the Parquet results store (`results`, its tables' schemas in `schemas`), the specs a study ran
+(`spec_history`). Imports no other stage: every stage above reads and writes through it.
 """

@@ -153,7 +153,7 @@ class StudyLayout:
 
     @property
     def specs(self) -> str:
-        """Every spec the study ran, kept (sweeper.store.spec_record); `spec` is the latest's copy."""
+        """Every spec the study ran, kept (sweeper.store.spec_history); `spec` is the latest's copy."""
         return self.path("specs")
 
     def spec_copy(self, entry: str) -> str:
@@ -222,7 +222,7 @@ class StudyLayout:
         return self.path("cache", "corpus" if key is None else f"corpus-{key}")
 
     def external_checkpoint(self, name: str, key: str) -> str:
-        """A checkpoint from elsewhere as the study imported it (sweeper.run.external): its weights
+        """A checkpoint from elsewhere as the study imported it (sweeper.run.checkpoint_import): its weights
         and tokenizer, under the name and key that say which they are."""
         return self.path("cache", "checkpoints", f"{name}-{key}")
 

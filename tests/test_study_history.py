@@ -20,7 +20,7 @@ import yaml
 
 from sweeper.plan.changes import cell_id, trial_cell
 from sweeper.report.writer import build_report
-from sweeper.store import spec_record
+from sweeper.store import spec_history
 from sweeper.store.layout import StudyLayout
 from sweeper.store.results import TRIALS, write_rows
 
@@ -58,8 +58,8 @@ def recompute_record(tmp_path) -> StudyLayout:
     second = [row("sc1", 1e-4, seed, "v2") for seed in range(3)]
     write_rows(layout, TRIALS, first + second)
     changed = {**RESOLVED, "task_protocol": {"sc1": {"max_steps": 12}}, "tasks": {"sc1": {"name": "sc1"}}}
-    spec_record.keep_spec(layout, "study: record\n# first\n", planned(first, RESOLVED))
-    spec_record.keep_spec(layout, "study: record\n# second\n", planned(second, changed))
+    spec_history.keep_spec(layout, "study: record\n# first\n", planned(first, RESOLVED))
+    spec_history.keep_spec(layout, "study: record\n# second\n", planned(second, changed))
     Path(layout.plan).write_text(json.dumps({k: v for k, v in planned(second, changed).items() if k != "resolved"}))
     return layout
 
@@ -74,7 +74,7 @@ def test_superseded_kept_and_other_settings_rows(recompute_record):
     text, _ = build_report(recompute_record)
     assert "9 trials recorded (9 ok)" in text, "3 of the current spec + 6 kept tc1 trials"
     assert "It leaves out 6 recorded trial(s): 3 superseded, 3 recorded under other settings" in text
-    record = section(text, "Study record")
+    record = section(text, "Study history")
     assert "`specs/001-" in record and "`specs/002-" in record and "(= `spec.yaml`)" in record
     assert "**Kept, not in the current spec** (6 trials" in record and "m-mlm40-100 / tc1: 6 trial(s)" in record
     superseded = record.split("**Superseded**")[1].split("**Other settings**")[0]
@@ -95,7 +95,7 @@ def test_a_study_from_before_the_record_keeps_what_it_cannot_compare(recompute_r
     text, _ = build_report(recompute_record)
     assert "12 trials recorded (12 ok)" in text and "3 superseded" in text, "cells of the recorded current rows"
     assert "9 recorded before the study kept its specs, not compared" in text
-    assert "the study kept no earlier ones" in section(text, "Study record")
+    assert "the study kept no earlier ones" in section(text, "Study history")
 
 
 def files_below(folder: Path) -> dict[str, float]:

@@ -1,5 +1,5 @@
 """A real S3 API on the loopback (moto's server) for tests, benchmarks and trying object-store
-studies offline. Needs the `test` extra (`moto[server]`); nothing else imports this module.
+studies offline. Needs the `test` extra (`moto[server]`); lives with the tests, out of the installed packages.
 
     with local_s3("my-bucket") as s3:
         location = s3.uri("studies/x")   # s3://testing:testing@my-bucket/studies/x?endpoint_override=...

@@ -17,7 +17,7 @@ from pathlib import Path
 
 import pyarrow.fs as pafs
 
-from sweeper.plan.external import (
+from sweeper.plan.checkpoint_sources import (
     CONFIG_FILE,
     HUB_PREFIX,
     TOKENIZER_FILES,

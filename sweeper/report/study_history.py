@@ -1,4 +1,4 @@
-"""Which recorded trials the report reads, and `## Study record`: the specs the study ran and the
+"""Which recorded trials the report reads, and `## Study history`: the specs the study ran and the
 recorded cells the report leaves out, with why.
 
 The store keeps every trial the study ever recorded, whichever spec planned it. The report reads:
@@ -15,7 +15,7 @@ It leaves out, and says so:
 - trials of a cell the current spec does not plan, recorded under settings that differ from the
   current spec's (a changed protocol the study would otherwise mix with the new one).
 
-Which spec planned a trial comes from the study's record of specs (sweeper.store.spec_record);
+Which spec planned a trial comes from the study's spec history (sweeper.store.spec_history);
 a trial no kept spec planned was recorded before the study kept its specs, and is kept.
 """
 from __future__ import annotations
@@ -25,7 +25,7 @@ from dataclasses import dataclass, field
 import pandas as pd
 
 from sweeper.plan.changes import cell_id, cell_text, differences, trial_cell
-from sweeper.store import spec_record, storage
+from sweeper.store import spec_history, storage
 from sweeper.store.layout import StudyLayout
 
 LISTED = 12
@@ -43,7 +43,7 @@ class Record:
     summary: list[str] = field(default_factory=list)
     """Lines under the coverage line: what the report reads besides the current spec's trials."""
     section: list[str] = field(default_factory=list)
-    """`## Study record`."""
+    """`## Study history`."""
 
 
 def row_cell(row: dict) -> tuple:
@@ -84,7 +84,7 @@ def study_record(layout: StudyLayout, trials: pd.DataFrame, damaged: dict[str, s
     if plan and not (isinstance(keys, list) and all(isinstance(k, str) for k in keys)):
         damaged[layout.plan] = "its trial_keys are not a list of trial keys"
         plan, keys = {}, None
-    entries = spec_record.entries(layout, damaged=damaged.__setitem__)
+    entries = spec_history.entries(layout, damaged=damaged.__setitem__)
     if not isinstance(keys, list):
         return Record(trials, section=specs_section(entries, trials, trials))
     planned = set(keys)
@@ -129,7 +129,7 @@ def study_record(layout: StudyLayout, trials: pd.DataFrame, damaged: dict[str, s
     left = int(superseded.sum() + other_settings.sum())
     if left:
         summary.append(f"It leaves out {left} recorded trial(s): {int(superseded.sum())} superseded, "
-                       f"{int(other_settings.sum())} recorded under other settings (see `## Study record`).")
+                       f"{int(other_settings.sum())} recorded under other settings (see `## Study history`).")
     section = specs_section(entries, trials, read)
     if len(kept):
         section += [f"- **Kept, not in the current spec** ({len(kept)} trials, read by this report):",
@@ -145,9 +145,9 @@ def study_record(layout: StudyLayout, trials: pd.DataFrame, damaged: dict[str, s
     return Record(read, len(keys), missing, summary, section + [""])
 
 
-def specs_section(entries: list[spec_record.SpecEntry], trials: pd.DataFrame, read: pd.DataFrame) -> list[str]:
-    """`## Study record`'s table: every spec the study ran, with its trials."""
-    out = ["## Study record", ""]
+def specs_section(entries: list[spec_history.SpecEntry], trials: pd.DataFrame, read: pd.DataFrame) -> list[str]:
+    """`## Study history`'s table: every spec the study ran, with its trials."""
+    out = ["## Study history", ""]
     if not entries:
         return out + ["`spec.yaml` is the spec the study last ran with; the study kept no earlier ones (it was run "
                       "before `specs/` was kept).", ""]

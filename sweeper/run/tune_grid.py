@@ -30,7 +30,7 @@ from ray import tune
 from sweeper.plan.cost import trial_flops
 from sweeper.plan.study_plan import StudyPlan, protocol_text
 from sweeper.run.early_stopping import make_scheduler
-from sweeper.run.external import import_external_checkpoints
+from sweeper.run.checkpoint_import import import_external_checkpoints
 from sweeper.run.pipeline import Pipeline
 from sweeper.run.progress import ProgressLine
 from sweeper.run.recording import FINAL, ResultsRecorder

@@ -1,4 +1,4 @@
-"""The study's record of specs: every spec the study ran, kept, never overwritten.
+"""The study's spec history: every spec the study ran, kept, never overwritten.
 
 `sweeper run` keeps the spec it runs as `specs/<n>-<hash>.yaml` (credentials left out, as
 `spec.yaml`, which stays the latest's copy) with what it planned beside it,
@@ -6,7 +6,7 @@
 and when it first ran. `<n>` counts the specs in the order they ran; `<hash>` is the spec text's.
 Running the spec that ran last again (a resume) adds nothing; running an earlier one again
 adds it anew, as the latest. The report reads the record to say which spec produced each
-recorded trial (sweeper.report.record).
+recorded trial (sweeper.report.study_history).
 """
 from __future__ import annotations
 
