@@ -99,6 +99,25 @@ def evaluate(model, family: TaskFamily, split: dict, meta: dict, trial: TrialCon
     return score
 
 
+def backward_batch(family: TaskFamily, model, split: dict, indices: np.ndarray, micro: int, device,
+                   protocol, autocast) -> float:
+    """Backpropagate the mean loss of one optimizer step's batch `indices`, `micro` units a
+    forward pass; returns its value. A family whose loss couples the examples of a batch
+    (retrieval's in-batch negatives) does it itself (`backward`: gradient caching); any other
+    accumulates the gradients of its micro-batches' mean losses, each weighted by its share."""
+    own = getattr(family, "backward", None)
+    if own is not None:
+        return own(model, split, indices, micro, device, protocol, autocast)
+    total = 0.0
+    for start in range(0, len(indices), micro):  # gradient accumulation to the effective batch
+        chunk = indices[start:start + micro]
+        with autocast:
+            loss = family.loss(model, split, chunk, device, protocol)
+        (loss * len(chunk) / len(indices)).backward()
+        total += loss.item() * len(chunk) / len(indices)
+    return total
+
+
 CurvePointCallback = Callable[[int, float, float], None]
 """Called at each curve point with (optimizer step, train loss, validation score)."""
 
@@ -152,14 +171,8 @@ def train_and_score(trial: TrialConfig, on_curve_point: CurvePointCallback | Non
             group["lr"] = linear_warmup_decay_lr(
                 step, peak_lr=trial.learning_rate, total_steps=steps, warmup_ratio=protocol.warmup_ratio
             )
-        indices = order[step * batch:(step + 1) * batch]
-        total = 0.0
-        for start in range(0, batch, micro):  # gradient accumulation to the effective batch
-            chunk = indices[start:start + micro]
-            with autocast:
-                loss = family.loss(model, train, chunk, device, protocol)
-            (loss * len(chunk) / len(indices)).backward()
-            total += loss.item() * len(chunk) / len(indices)
+        total = backward_batch(family, model, train, order[step * batch:(step + 1) * batch], micro, device,
+                               protocol, autocast)
         if not math.isfinite(total):
             status = "diverged"  # stop early, keep the last finite loss; the grid goes on
             break
