@@ -181,3 +181,46 @@ def test_the_step_leaves_the_generator_where_the_first_pass_left_it():
     torch.manual_seed(3)
     cached(model, split, rows, 8)
     assert torch.equal(torch.get_rng_state(), after_first_pass)
+
+
+@pytest.fixture(scope="module")
+def retrieval_task_data(tmp_path_factory, wordpiece_dir):
+    from sweeper.contract.registry import family_of, get_task
+    from trainables.tasks import data as task_data
+
+    task = get_task("wordnet-usage-retrieval")
+    folder = tmp_path_factory.mktemp("retrieval")
+    task_data.prepare_task_data(task, family_of(task.family).implementation, wordpiece_dir, 48, str(folder), 64, 32, {})
+    return str(folder)
+
+
+def test_a_retrieval_trial_at_micro_batch_2_trains_the_weights_of_one_pass_of_8(retrieval_task_data):
+    """The loop's path (`backward_batch` -> `Retrieval.backward`) for whole trials, packed, in
+    float64 weights (AdamW turns rounding into updates up to lr / eps: tests/test_packing.py);
+    the embeddings and the loss are float32 either way (BiEncoder), so the losses agree to float32
+    rounding x the temperature's 20, and the scores, which move by >~ 1e-2 per changed rank, exactly."""
+    from dataclasses import replace
+
+    from sweeper.contract.configs import TrialConfig, TrialRuntime
+    from sweeper.contract.registry import family_of, get_task
+    from trainables.finetune_loop import run_trial
+
+    task = get_task("wordnet-usage-retrieval")
+    config = dict(vocab_size=512, hidden_size=32, intermediate_size=64, num_hidden_layers=2, num_attention_heads=4,
+                  num_key_value_heads=2)
+    protocol = replace(PROTOCOL, batch_size=8, max_steps=4, max_length=48, learning_rate=3e-3)
+    dtype = torch.get_default_dtype()
+    torch.set_default_dtype(torch.float64)
+    try:
+        results = {micro: run_trial(TrialConfig(
+            trial_key=f"micro-{micro}", task=task, family=family_of(task.family).implementation, seed=3,
+            checkpoint_path=None, protocol=protocol, task_data_dir=retrieval_task_data,
+            runtime=TrialRuntime(micro_batch_size=micro, eval_batch_size=16), random_init_config=config))
+            for micro in (2, 8)}
+    finally:
+        torch.set_default_dtype(dtype)
+    cached, one_pass = results[2], results[8]
+    assert cached["status"] == one_pass["status"] == "ok" and cached["train_steps"] == 4
+    assert cached["train_loss"] == pytest.approx(one_pass["train_loss"], rel=1e-5)
+    for key in ("validation_score", "test_score"):
+        assert cached[key] == pytest.approx(one_pass[key], abs=1e-4), key

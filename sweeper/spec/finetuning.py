@@ -159,6 +159,12 @@ class FinetuningSpec(AdamWConfig):
     """Retrieval: temperature of the in-batch InfoNCE loss over cosine similarities."""
     warmup_ratio: float = 0.1
     """Share of the steps with linear warmup; then linear decay to 0."""
+    precision: Literal["fp32", "bf16"] = "fp32"
+    """fp32: float32 weights and AdamW state, forward passes under bf16 autocast on a GPU (float32
+    on a CPU); bf16: the weights and AdamW state in bfloat16 (as EncodEval appears to load models)."""
+    weight_decay_exempt: Literal["none", "bias_and_norm"] = "none"
+    """Parameters AdamW does not decay: none; bias_and_norm: biases and LayerNorm/RMSNorm weights,
+    as the Hugging Face Trainer (the authors') does."""
     eval_batch_size: int = 128
     """Examples per forward pass when scoring."""
     eval_every: int = 0
