@@ -161,7 +161,8 @@ class FinetuningSpec(AdamWConfig):
     """Share of the steps with linear warmup; then linear decay to 0."""
     precision: Literal["fp32", "bf16"] = "fp32"
     """fp32: float32 weights and AdamW state, forward passes under bf16 autocast on a GPU (float32
-    on a CPU); bf16: the weights and AdamW state in bfloat16 (as EncodEval appears to load models)."""
+    on a CPU); bf16: the weights and AdamW state in bfloat16 (the authors': EncodEval casts each model
+    to its config's `dtype: torch.bfloat16` before the Trainer's `bf16: true`)."""
     weight_decay_exempt: Literal["none", "bias_and_norm"] = "none"
     """Parameters AdamW does not decay: none; bias_and_norm: biases and LayerNorm/RMSNorm weights,
     as the Hugging Face Trainer (the authors') does."""
