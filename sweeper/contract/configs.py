@@ -297,7 +297,8 @@ class TrialRuntime:
     """How a trial runs, not what it computes: never part of a key."""
 
     micro_batch_size: int = 32
-    """Examples per forward pass (gradient accumulation to batch_size)."""
+    """Examples per forward pass (gradient accumulation to batch_size; retrieval's loss is
+    gradient-cached, so its in-batch negatives are the whole batch's either way)."""
     eval_batch_size: int = 128
     eval_every: int = 0
     """Validation every this many steps (the eval-curve table); 0: final weights only."""

@@ -144,7 +144,7 @@ class FinetuningSpec(AdamWConfig):
     batch_size: int = 32
     """Effective batch size (gradient accumulation makes up what micro_batch_size cannot hold)."""
     micro_batch_size: int = 32
-    """Examples per forward pass."""
+    """Examples per forward pass (retrieval: gradient-cached, each query still sees the whole batch)."""
     max_steps: int = 1000
     """At most this many optimizer steps per trial."""
     epochs: float = 1.0
