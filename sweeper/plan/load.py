@@ -45,11 +45,9 @@ class LoadedStudy:
     """Each pretraining run's memory estimate (sweeper.plan.memory_check), in plan order."""
     trial_memory: list[TrialMemory]
     """The fine-tuning trials' memory estimates."""
-
-    @property
-    def refusal(self) -> str | None:
-        """Why the study cannot run on its resources (a run or trial that cannot fit), else None."""
-        return refusal(self.spec, self.run_memory, self.plan.runs) or trial_refusal(self.spec, self.trial_memory)
+    refusal: str | None
+    """Why the study cannot run on its resources (a run or trial that cannot fit), else None:
+    `plan` prints it, `run` refuses with it, before anything starts."""
 
 
 def load_study(path: str | Path, overrides: list[str] | tuple[str, ...] = ()) -> LoadedStudy:
@@ -64,9 +62,10 @@ def load_study(path: str | Path, overrides: list[str] | tuple[str, ...] = ()) ->
     externals = _resolved_externals(spec, runs, context)
     raise_all(context.errors)
     plan = plan_study(spec, runs=runs, externals=externals)
+    run_memory, trial_memory = check_runs(spec, plan.runs), check_trials(spec, plan.checkpoints)
     return LoadedStudy(spec=spec, plan=plan, file=str(path), text=effective_text(context.text, data, tuple(overrides)),
-                       overrides=tuple(overrides), run_memory=check_runs(spec, plan.runs),
-                       trial_memory=check_trials(spec, plan.checkpoints))
+                       overrides=tuple(overrides), run_memory=run_memory, trial_memory=trial_memory,
+                       refusal=refusal(spec, run_memory, plan.runs) or trial_refusal(spec, trial_memory))
 
 
 def _checked_runs(spec: StudySpec, context: Context) -> list[PretrainingRun] | None:

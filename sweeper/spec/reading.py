@@ -53,8 +53,8 @@ class SpecError(Exception):
 
 class SpecErrors(SpecError):
     """Several independent spec mistakes at once (sweeper.spec.parsing says which are independent),
-    one `file:line: key.path: reason` a line: the file's in line order, then the command line's
-    overrides in the order given. Its file, key path, reason and line are the first one's."""
+    one `file:line: key.path: reason` a line: the file's in line order, then those of the command
+    line's overrides. Its file, key path, reason and line are the first one's."""
 
     def __init__(self, errors: list[SpecError]):
         self.errors = sorted(errors, key=lambda e: (e.file.startswith(OVERRIDE), e.line or 0))
