@@ -15,7 +15,7 @@ from pathlib import Path
 from sweeper.plan import load as loading
 from sweeper.run.lease import EXIT_LEASE, LeaseHeld, hold_lease
 from sweeper.spec.names import location_problem
-from sweeper.spec.reading import SpecError
+from sweeper.spec.reading import SpecError, SpecErrors
 from sweeper.store import storage
 from sweeper.store.layout import StudyLayout
 
@@ -183,8 +183,9 @@ def main(argv: list[str] | None = None) -> int:
     try:
         return args.handler(args)
     except SpecError as error:
-        errors = getattr(error, "errors", [error])  # SpecErrors: every independent mistake, one a line
-        print("\n".join(f"spec error: {e}" for e in errors), file=sys.stderr)
+        # SpecErrors: every independent mistake, one a line
+        print("\n".join(error.lines("spec error: ") if isinstance(error, SpecErrors) else [f"spec error: {error}"]),
+              file=sys.stderr)
         return EXIT_SPEC_ERROR
     except BrokenPipeError:  # `sweeper plan X | head -1`: the reader left; quiet, as other commands are
         devnull = os.open(os.devnull, os.O_WRONLY)

@@ -52,3 +52,10 @@ def test_plan_and_run_report_three_independent_mistakes_at_once_in_line_order(tm
         assert all(line.startswith(f"spec error: {spec}:") for line in lines)
         assert [int(line.split(": ")[1].rsplit(":", 1)[1]) for line in lines] == [5, 14, 32]
     assert not (tmp_path / "never").exists()
+
+
+def test_a_list_of_many_bad_values_names_the_first_fifty_then_a_count(tmp_path, capsys):
+    spec = edited_spec(tmp_path, ("  seeds: [0, 1] ", "  seeds: [" + ", ".join(["x"] * 120) + "] "))
+    assert cli.main(["plan", str(spec)]) == 2
+    lines = capsys.readouterr().err.splitlines()
+    assert len(lines) == 51 and lines[-1] == "spec error: ... and 70 more", lines[-2:]

@@ -56,11 +56,19 @@ class SpecErrors(SpecError):
     one `file:line: key.path: reason` a line: the file's in line order, then those of the command
     line's overrides. Its file, key path, reason and line are the first one's."""
 
+    LISTED = 50
+    """Errors named one by one (a list of 10,000 bad values is one mistake repeated), then a count."""
+
     def __init__(self, errors: list[SpecError]):
         self.errors = sorted(errors, key=lambda e: (e.file.startswith(OVERRIDE), e.line or 0))
         first = self.errors[0]
         self.file, self.key_path, self.reason, self.line = first.file, first.key_path, first.reason, first.line
-        Exception.__init__(self, "\n".join(str(error) for error in self.errors))
+        Exception.__init__(self, "\n".join(self.lines()))
+
+    def lines(self, prefix: str = "") -> list[str]:
+        more = len(self.errors) - self.LISTED
+        return ([f"{prefix}{error}" for error in self.errors[:self.LISTED]]
+                + ([f"{prefix}... and {more} more"] if more > 0 else []))
 
 
 def raise_all(errors: list[SpecError]) -> None:
