@@ -228,11 +228,11 @@ def left_out_section(trials: pd.DataFrame) -> list[str]:
 def study_space(layout: StudyLayout) -> dict | None:
     """The searched space of the study's own spec copy (learning rate and distributions), for the
     importances' bounds; None when the copy is absent or no longer reads (a removed plugin)."""
-    from sweeper.plan.load import load_spec
+    from sweeper.plan import load as loading
     from sweeper.spec.space import LEARNING_RATE, log_range
 
     try:
-        ft = load_spec(layout.spec).finetuning
+        ft = loading.load_study(layout.spec).spec.finetuning
     except Exception:  # noqa: BLE001 - a report is written from the store whatever the spec says now
         return None
     section = ft.optuna if ft.search == "optuna" else ft.random

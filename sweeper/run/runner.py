@@ -14,6 +14,7 @@ from pathlib import Path
 import ray
 
 from sweeper.plan.changes import cell_id, resolved_settings, trial_cell
+from sweeper.plan.load import LoadedStudy
 from sweeper.plan.study_plan import StudyPlan
 from sweeper.report.writer import write_report
 from sweeper.run.console import Console
@@ -80,14 +81,16 @@ def plan_record(plan: StudyPlan) -> dict:
             "runs": {run.name: run.run_key for run in plan.runs}}
 
 
-def record_spec(spec: StudySpec, spec_path: Path, plan: StudyPlan, layout: StudyLayout) -> None:
-    """`spec.yaml` (the latest spec), `plan.json`, and the spec kept with its plan and settings
-    in the study's spec history (`specs/`, sweeper.store.spec_history). No copy holds credentials (a
-    spec's `storage: s3://KEY:SECRET@...`: sweeper.store.storage)."""
-    text, record = storage.redact(Path(spec_path).read_text()), plan_record(plan)
+def record_spec(study: LoadedStudy, layout: StudyLayout) -> None:
+    """`spec.yaml` (the latest effective spec: the file with its command-line overrides applied),
+    `plan.json`, and the spec kept with its plan, overrides and settings in the study's spec
+    history (`specs/`, sweeper.store.spec_history). No copy holds credentials (a spec's
+    `storage: s3://KEY:SECRET@...`: sweeper.store.storage)."""
+    text, record = storage.redact(study.text), plan_record(study.plan)
     storage.write_text(layout.spec, text)
     storage.write_json(layout.plan, record, indent=None)
-    keep_spec(layout, text, {**record, "resolved": resolved_settings(spec, plan)})
+    overrides = {"overrides": [storage.redact(o) for o in study.overrides]} if study.overrides else {}
+    keep_spec(layout, text, {**record, **overrides, "resolved": resolved_settings(study.spec, study.plan)})
 
 
 def run_stages(spec: StudySpec, plan: StudyPlan, layout: StudyLayout, retry_failed: bool) -> tuple[dict, list[str]]:
@@ -103,15 +106,15 @@ def run_stages(spec: StudySpec, plan: StudyPlan, layout: StudyLayout, retry_fail
     return tally, pipeline.wait()
 
 
-def run_study(spec: StudySpec, spec_path: Path, plan: StudyPlan, layout: StudyLayout, *,
-              retry_failed: bool = False) -> int:
-    """Run or resume the study at `layout` (its root a path or an object-store URI); returns the
-    exit status (1 if any run or trial failed)."""
+def run_study(study: LoadedStudy, layout: StudyLayout, *, retry_failed: bool = False) -> int:
+    """Run or resume the loaded study (sweeper.plan.load) at `layout` (its root a path or an
+    object-store URI); returns the exit status (1 if any run or trial failed)."""
     started = time.time()
+    spec, plan = study.spec, study.plan
     if plan.runs:  # an evaluation-only study reads no corpus
-        check_corpus_source(spec, spec_path)  # before anything is written or started: exit 2
+        check_corpus_source(spec, Path(study.file))  # before anything is written or started: exit 2
     storage.make_dirs(layout.root)
-    record_spec(spec, spec_path, plan, layout)
+    record_spec(study, layout)
     console = Console(layout)  # Ray's and Tune's notices to the debug log, no colour in a file
     console.start()
     print(f"[study] {spec.study}: {len(plan.runs)} pretraining runs, {len(plan.checkpoints)} checkpoints, "
