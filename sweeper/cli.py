@@ -80,6 +80,10 @@ def command_plan(args) -> int:
             extra = f", from {run.init_from}" if run.init_from else ""
             print(f"    {run.name}  ({run.objective}, {run.total_steps:,} steps, {size}{extra}, "
                   f"checkpoints {list(run.checkpoint_steps)}, {run_figure(run_memory)})")
+    from sweeper.plan.departures import protocol_lines
+
+    if lines := protocol_lines(spec, plan, args.verbose):  # departures from a claimed protocol (#36)
+        print("\n".join(lines))
     if problem := refusal(spec, memory, plan.runs) or trial_refusal(spec, trial_memory):
         print(f"error: {problem}", file=sys.stderr)
         return EXIT_SPEC_ERROR
