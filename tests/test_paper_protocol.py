@@ -9,27 +9,20 @@ from dataclasses import replace
 
 import pytest
 
-from sweeper.contract.configs import FinetuneProtocol
 from sweeper.plan.departures import departures, markdown_table, protocol_lines
-from sweeper.plan.load import load_spec
+from sweeper.plan.load import load_study
 from sweeper.plan.protocol import PAPER_PROTOCOL, retrieval_negatives
 from sweeper.plan.study_plan import plan_study
-from sweeper.spec.finetuning import FinetuningSpec
 from sweeper.spec.reading import SpecError
 
 from conftest import ROOT
 
 PAPER = ROOT / "search_spaces" / "paper.yaml"
-GRADCACHE_ITEMS = {  # the other half of issue #36: rows that hold once its settings exist on this branch
-    "fine-tuning weights": "precision" not in FinetuningSpec.__dataclass_fields__,
-    "parameters without weight decay": "weight_decay_exempt" not in FinetuningSpec.__dataclass_fields__,
-    "retrieval negatives per query": not hasattr(FinetuneProtocol, "in_batch_negatives"),
-}
 
 
 @pytest.fixture(scope="module")
 def paper():
-    spec = load_spec(PAPER)
+    spec = load_study(PAPER).spec
     return spec, plan_study(spec)
 
 
@@ -43,8 +36,7 @@ def test_paper_yaml_departs_only_where_the_table_says_deliberately(paper):
     spec, plan = paper
     assert spec.protocol == "paper"
     undeclared = {d.item.item for d in departures(spec, plan) if not d.item.deliberate}
-    pending = {item for item, still in GRADCACHE_ITEMS.items() if still}
-    assert undeclared <= pending, undeclared - pending
+    assert not undeclared, undeclared
     deliberate = {d.item.item for d in departures(spec, plan) if d.item.deliberate}
     assert deliberate == {"vocabulary", "models / evaluated checkpoints", "NQ's 50/50 draw",
                           "CPT schedule (re-warmup, decay)"}
@@ -79,7 +71,7 @@ def test_retrieval_negatives_are_the_effective_batch_less_one(paper):
     spec, _ = paper
     whole = replace(spec, finetuning=replace(spec.finetuning, micro_batch_size=32))
     assert retrieval_negatives(whole) == 31
-    assert retrieval_negatives(spec) == (3 if GRADCACHE_ITEMS["retrieval negatives per query"] else 31)
+    assert retrieval_negatives(spec) == 31  # micro batch 4: gradient-cached
     no_retrieval = replace(spec, finetuning=replace(spec.finetuning, tasks=["sst2"]))
     assert retrieval_negatives(no_retrieval) is None
 
@@ -91,15 +83,13 @@ def test_sweeper_plan_prints_the_departures_and_the_negatives():
     out = result.stdout
     assert "departures from the paper (docs/paper-protocol.md):" in out
     assert "vocabulary: 128,257 here, 128,256 in the paper (Llama-3 tokenizer); deliberate: Llama-3 has no mask" in out
-    negatives = 3 if GRADCACHE_ITEMS["retrieval negatives per query"] else 31
-    assert f"  retrieval negatives per query: {negatives} (" in out
-    if not any(GRADCACHE_ITEMS.values()):
-        assert "departures from the paper (docs/paper-protocol.md): none but 4 deliberate" in out
+    assert "  retrieval negatives per query: 31 (" in out
+    assert "departures from the paper (docs/paper-protocol.md): none but 4 deliberate" in out
 
 
 def test_an_unknown_protocol_is_a_spec_error(tmp_path):
     path = tmp_path / "paper.yaml"
     path.write_text(PAPER.read_text().replace("protocol: paper ", "protocol: papr "))
     with pytest.raises(SpecError) as error:
-        load_spec(path)
+        load_study(path)
     assert "protocol" in str(error.value) and "'paper'" in str(error.value)

@@ -6,8 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from sweeper.plan.load import load_spec
-from sweeper.plan.study_plan import plan_study
+from sweeper.plan.load import load_study
 from sweeper.spec.reading import SpecError
 
 SPECS = Path(__file__).parent.parent / "search_spaces"
@@ -22,12 +21,12 @@ def with_runs(tmp_path, runs_yaml: str):
 
 
 def test_a_stated_switch_is_the_switch_and_keys_like_the_share_that_gives_it(tmp_path):
-    smoke = {r.name: r for r in plan_study(load_spec(SPECS / "smoke.yaml")).runs}
+    smoke = {r.name: r for r in load_study(SPECS / "smoke.yaml").plan.runs}
     by_share = smoke["nano-clm-20-mlm40-40"]  # clm_fraction 0.5 of 40 steps
-    plan = plan_study(load_spec(with_runs(tmp_path, (
+    plan = load_study(with_runs(tmp_path, (
         "    - objective: clm-mlm\n"
         "      switch_steps: [20, 13]\n"
-        "      clm_fraction: [0.5, 0.33]\n"))))
+        "      clm_fraction: [0.5, 0.33]\n"))).plan
     first, second = plan.runs
     assert (first.name, first.run_key, first.clm_fraction) == (by_share.name, by_share.run_key, 0.5)
     assert second.name == "nano-clm-13-mlm40-40" and second.switch_step == 13 and second.clm_fraction == 0.33
@@ -35,12 +34,12 @@ def test_a_stated_switch_is_the_switch_and_keys_like_the_share_that_gives_it(tmp
 
 
 def test_without_labels_the_share_is_switch_over_steps(tmp_path):
-    plan = plan_study(load_spec(with_runs(tmp_path, "    - {objective: clm-mlm, switch_steps: [10], steps: [40]}\n")))
+    plan = load_study(with_runs(tmp_path, "    - {objective: clm-mlm, switch_steps: [10], steps: [40]}\n")).plan
     assert [(r.switch_step, r.clm_fraction) for r in plan.runs] == [(10, 0.25)]
 
 
 def test_the_papers_switch_steps_are_planned_as_its_tables_list_them():
-    runs = {r.name: r for r in plan_study(load_spec(SPECS / "paper.yaml")).runs}
+    runs = {r.name: r for r in load_study(SPECS / "paper.yaml").plan.runs}
     tables = {12_000: (3000, 6000, 9000), 22_000: (5000, 11_000, 17_000), 42_000: (10_000, 21_000, 32_000)}
     for budget, switches in tables.items():
         planned = sorted((r.switch_step, r.clm_fraction) for r in runs.values()
@@ -61,5 +60,5 @@ def test_the_papers_switch_steps_are_planned_as_its_tables_list_them():
 ])
 def test_a_bad_switch_step_names_its_key(tmp_path, runs_yaml, key, reason):
     with pytest.raises(SpecError) as error:
-        load_spec(with_runs(tmp_path, runs_yaml))
+        load_study(with_runs(tmp_path, runs_yaml))
     assert key in str(error.value) and reason in str(error.value), str(error.value)

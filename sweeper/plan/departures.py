@@ -113,11 +113,10 @@ def paper_table() -> str:
     """The table for search_spaces/paper.yaml, as docs/paper-protocol.md holds it."""
     from pathlib import Path
 
-    from sweeper.plan.load import load_spec
-    from sweeper.plan.study_plan import plan_study
+    from sweeper.plan.load import load_study
 
-    spec = load_spec(Path(__file__).resolve().parents[2] / "search_spaces" / "paper.yaml")
-    return markdown_table(spec, plan_study(spec))
+    study = load_study(Path(__file__).resolve().parents[2] / "search_spaces" / "paper.yaml")
+    return markdown_table(study.spec, study.plan)
 
 
 if __name__ == "__main__":  # python -m sweeper.plan.departures: the table to paste into docs/paper-protocol.md

@@ -95,18 +95,14 @@ def budget_of(spec, task: str) -> str:
 
 def retrieval_negatives(spec) -> int | None:
     """Negatives each query is scored against in the retrieval loss: every other pair of the
-    effective retrieval batch (None: the spec trains no retrieval task). With gradient caching
-    (`FinetuneProtocol.in_batch_negatives`) the batch is the optimizer step's; before it, the
-    micro batch's."""
+    effective retrieval batch, the optimizer step's (the loss is gradient-cached:
+    `FinetuneProtocol.in_batch_negatives`); None when the spec trains no retrieval task."""
     from sweeper.plan.study_plan import finetune_protocol
 
     tasks = [t for t in spec.finetuning.tasks if get_task(t).family == "retrieval" and not get_task(t).train_task]
     if not tasks:
         return None
-    protocol = finetune_protocol(spec, tasks[0])
-    if hasattr(protocol, "in_batch_negatives"):
-        return protocol.in_batch_negatives
-    return min(spec.finetuning.at({}).micro_batch_size, protocol.batch_size) - 1
+    return finetune_protocol(spec, tasks[0]).in_batch_negatives
 
 
 def first(value):
