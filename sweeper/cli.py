@@ -41,12 +41,21 @@ def study_layout_for(spec, flag: str | None, spec_file: str = "spec") -> StudyLa
     return StudyLayout(location)
 
 
+def warn_unread(spec, spec_file: str) -> None:
+    """A warning per setting no task of the study reads (sweeper.spec.ignored: harmless, named)."""
+    from sweeper.spec.ignored import unread_family_settings
+
+    for key, note in unread_family_settings(spec.finetuning):
+        print(f"warning: {spec_file}: {key}: {note}", file=sys.stderr)
+
+
 def command_plan(args) -> int:
     from sweeper.plan.cost import describe_external, finetuning_cost, parameter_count, pretraining_cost
     from sweeper.plan.memory_check import check_runs, refusal, run_figure, summary
     from sweeper.plan.study_plan import plan_study, run_count_text, trial_count_text
 
     spec = load_spec(args.spec)
+    warn_unread(spec, args.spec)
     plan = plan_study(spec)
     memory = check_runs(spec, plan.runs)
     final = sum(1 for c in plan.checkpoints if c.run is not None and c.step == c.run.total_steps)
@@ -91,6 +100,7 @@ def command_run(args) -> int:
     from sweeper.plan.study_plan import plan_study
 
     spec = load_spec(args.spec)
+    warn_unread(spec, args.spec)
     plan = plan_study(spec)
     # A run or trial that cannot fit its GPUs would fail hours in: refuse before any folder or Ray exists.
     if problem := (refusal(spec, check_runs(spec, plan.runs), plan.runs)
