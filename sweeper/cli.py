@@ -6,6 +6,7 @@ process starts (Ray is imported only once the spec is known to be good).
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 from pathlib import Path
 
@@ -50,7 +51,8 @@ def warn_unread(spec, spec_file: str) -> None:
 
 
 def command_plan(args) -> int:
-    from sweeper.plan.cost import describe_external, finetuning_cost, parameter_count, pretraining_cost
+    from sweeper.plan.cost import (describe_external, finetuning_cost, parameter_count, parameters_text,
+                                   pretraining_cost, wall_time_lines)
     from sweeper.plan.memory_check import check_runs, refusal, run_figure, summary
     from sweeper.plan.study_plan import plan_study, run_count_text, trial_count_text
 
@@ -68,6 +70,8 @@ def command_plan(args) -> int:
         if checkpoint.external is not None:
             print(f"    from elsewhere: {describe_external(checkpoint.external)}")
     print(f"  fine-tuning trials:     {trial_count_text(spec, plan)}")
+    for line in wall_time_lines(spec, plan, len(os.sched_getaffinity(0))):  # a CPU study: its duration here
+        print(line)
     pre_cost, ft_cost = pretraining_cost(spec, plan.runs), finetuning_cost(spec, plan)
     print(f"  estimated GPU-hours at {spec.cost.gpu_peak_tflops:g} TFLOP/s x {spec.cost.utilization:.0%} utilisation "
           "(6 x parameters x tokens):")
@@ -84,7 +88,7 @@ def command_plan(args) -> int:
     if args.verbose:
         print("  runs:")
         for run, run_memory in zip(plan.runs, memory):
-            size = f"{parameter_count(run.model_config, include_embedding=True) / 1e6:,.0f}M params" \
+            size = parameters_text(parameter_count(run.model_config, include_embedding=True)) \
                 if run.model_config else "size from its source"
             extra = f", from {run.init_from}" if run.init_from else ""
             print(f"    {run.name}  ({run.objective}, {run.total_steps:,} steps, {size}{extra}, "
