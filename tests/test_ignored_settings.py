@@ -1,7 +1,8 @@
 """Nothing ignored in silence: a setting the spec's mode does not read is a spec error naming the
 key and what would read it (`sweeper.spec.ignored`), through `sweeper plan` (no Ray started);
 and the defaults a spec leaves out cannot contradict each other (doc_stride from max_length,
-warmup and decay from steps, CPU budgets for CPU presets)."""
+warmup and decay from steps, CPU budgets for CPU presets), keeping the former fixed defaults
+wherever they fitted (the keys of specs that planned before stay)."""
 import subprocess
 import sys
 import textwrap
@@ -160,7 +161,7 @@ def test_settings_written_at_their_harmless_defaults_plan(tmp_path):
     assert spec.finetuning.optuna.samples == 3
 
 
-@pytest.mark.parametrize("max_length,stride", [(48, 12), (128, 32), (384, 96), (2027, 128)])
+@pytest.mark.parametrize("max_length,stride", [(48, 12), (128, 32), (256, 64), (258, 128), (384, 128), (2027, 128)])
 def test_doc_stride_follows_max_length_unless_set(tmp_path, max_length, stride):
     text = BASE.replace("[wordnet-supersense-cls]", "[wordnet-supersense-qa]").replace("max_length: 48",
                                                                                       f"max_length: {max_length}")
@@ -188,6 +189,14 @@ def test_budget_defaults_follow_the_scale_of_the_presets(tmp_path, preset, steps
 def test_a_short_budget_derives_a_schedule_that_fits_it(tmp_path):
     pre = loaded(tmp_path, BASE.replace("  global_batch_size: 8\n", "")).pretraining
     assert (pre.warmup_steps, pre.decay_steps) == (2, 2) and pre.global_batch_size == 16
+
+
+def test_a_budget_the_former_defaults_fit_keeps_them(tmp_path):
+    """The paper's 2,000 + 2,000 wherever they fit: a spec that planned before keeps its run keys."""
+    pre = loaded(tmp_path, BASE.replace("  steps: 40\n", "  steps: 4000\n")).pretraining
+    assert (pre.warmup_steps, pre.decay_steps) == (2000, 2000)
+    pre = loaded(tmp_path, BASE.replace("  steps: 40\n", "  steps: 3999\n")).pretraining
+    assert (pre.warmup_steps, pre.decay_steps) == (199, 199)
 
 
 def test_a_schedule_too_long_for_a_budget_names_the_keys_to_set(tmp_path):

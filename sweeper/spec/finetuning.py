@@ -126,13 +126,15 @@ PAPER_LEARNING_RATES = (1e-5, 2e-5, 5e-5, 1e-4, 2e-4, 5e-4)
 """The paper's fine-tuning learning rates: `learning_rates` when the spec leaves it out."""
 
 
-MAX_DERIVED_DOC_STRIDE = 128
-"""The derived doc_stride's cap: the paper's (and Hugging Face's SQuAD scripts') stride."""
+PAPER_DOC_STRIDE = 128
+"""The paper's (and Hugging Face's SQuAD scripts') stride: the default wherever it fits."""
 
 
 def derived_doc_stride(max_length) -> int | None:
-    """doc_stride when the spec leaves it out: a quarter of max_length (of its smallest value when
-    swept), at most MAX_DERIVED_DOC_STRIDE, so always below max_length / 2 as QA requires."""
+    """doc_stride when the spec leaves it out: PAPER_DOC_STRIDE where it is below max_length / 2
+    (so every spec that planned with the former fixed default keeps its trial keys), else a
+    quarter of max_length; of its smallest value when swept. Always below max_length / 2, as QA
+    requires."""
     if isinstance(max_length, Grid):
         lengths = max_length.values
     elif isinstance(max_length, Distribution):
@@ -141,7 +143,8 @@ def derived_doc_stride(max_length) -> int | None:
         lengths = (max_length,)
     if not all(isinstance(n, int) and not isinstance(n, bool) for n in lengths):
         return None  # a probe value (sweeper.plan.study_plan.reaches): nothing to derive from
-    return min(MAX_DERIVED_DOC_STRIDE, min(lengths) // 4)
+    shortest = min(lengths)
+    return PAPER_DOC_STRIDE if PAPER_DOC_STRIDE < shortest // 2 else shortest // 4
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
@@ -182,7 +185,8 @@ class FinetuningSpec(AdamWConfig):
     """Tokens per example after truncation (per window for extractive QA)."""
     doc_stride: int | None = None
     """Extractive QA: tokens shared by consecutive windows of a context longer than max_length
-    (None: a quarter of max_length, at most 128; of the smallest max_length when it is swept)."""
+    (None: the paper's 128 where it is below max_length / 2, else a quarter of max_length; of the
+    smallest max_length when it is swept)."""
     retrieval_temperature: float = 0.05
     """Retrieval: temperature of the in-batch InfoNCE loss over cosine similarities."""
     warmup_ratio: float = 0.1

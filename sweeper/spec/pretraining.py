@@ -247,9 +247,10 @@ class PretrainingSpec:
     """Sequences per optimizer step, over all workers (None: 16 for CPU presets, the paper's 2,304
     otherwise)."""
     warmup_steps: int | None = None
-    """Linear warmup steps of the warmup-stable-decay schedule (None: 5 % of steps, at most 2,000)."""
+    """Linear warmup steps of the warmup-stable-decay schedule (None: the paper's 2,000 where
+    warmup and decay fit in steps, else 5 % of steps)."""
     decay_steps: int | None = None
-    """Final linear decay-to-zero steps (None: 5 % of steps, at most 2,000)."""
+    """Final linear decay-to-zero steps (None: as warmup_steps)."""
     optimizer: OptimizerSpec = field(default_factory=OptimizerSpec)
     """AdamW settings and peak learning rate; each may be a grid (one run per value)."""
     GRID_FIELDS: ClassVar = ("global_batch_size", "warmup_steps", "decay_steps")
@@ -306,7 +307,7 @@ class PretrainingSpec:
         `presets` (the runs' model presets: catalog.scale_of), warmup and decay derived from steps."""
         defaults = SCALE_DEFAULTS[scale_of(presets)]
         steps = defaults["steps"] if self.steps is None else self.steps
-        derived = min(MAX_DERIVED_SCHEDULE_STEPS, steps // 20)
+        derived = PAPER_SCHEDULE_STEPS if 2 * PAPER_SCHEDULE_STEPS <= steps else steps // 20
         return replace(self, steps=steps, global_batch_size=(defaults["global_batch_size"] if self.global_batch_size is None
                                                              else self.global_batch_size),
                        warmup_steps=derived if self.warmup_steps is None else self.warmup_steps,
@@ -350,8 +351,10 @@ class PretrainingSpec:
         return registry.objective_settings(objective, {**defaults, **given})
 
 
-MAX_DERIVED_SCHEDULE_STEPS = 2000
-"""Cap on derived warmup and decay steps: the paper's 2,000 of 42,000 (5 % of steps below 40,000)."""
+PAPER_SCHEDULE_STEPS = 2000
+"""The paper's warmup and decay steps (of 42,000): each one's default wherever both fit in
+pretraining.steps (so a spec that planned with the former fixed defaults keeps its run keys),
+else 5 % of the steps."""
 
 MAX_REPLICATES = 1000
 """Each replicate is a whole pretraining run: more is a typo, not a plan."""
