@@ -98,6 +98,11 @@ CASES = [
             "pretraining.random_replace", "MLM"),
     Ignored("clm_fraction_of without a switching run", (at("  steps: 40\n", "  steps: 40\n  clm_fraction_of: pre_decay\n"),),
             "pretraining.clm_fraction_of", "clm-mlm"),
+    Ignored("resume checkpoints kept where none is saved",
+            (at("  steps: 40\n", "  steps: 40\n  save_every: 0\n  keep_resume_checkpoints: 3\n"),),
+            "pretraining.keep_resume_checkpoints", "save_every: 0"),
+    Ignored("FSDP without a worker group", (at("study: ignored\n", "study: ignored\nresources: {sharding: fsdp}\n"),),
+            "resources.sharding", "pretraining_workers: 0"),
     Ignored("tokenizer sample size with a hub tokenizer",
             (at("data: {vocab_size: 1024,", "data: {tokenizer: bert-base-uncased, tokenizer_sample_documents: 10, "
                                             "vocab_size: 1024,"),),

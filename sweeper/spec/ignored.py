@@ -32,6 +32,11 @@ SCHEDULER_SETTINGS = {"grace_period": ("asha", "median"), "reduction_factor": ("
 """Each scheduler setting and the scheduler kinds that read it."""
 
 
+def default_of(cls, name: str):
+    """A dataclass field's default value (None for a field without one, or no such field)."""
+    return next((f.default for f in fields(cls) if f.name == name), None)
+
+
 def ignored_settings(spec) -> Problems:
     """(key, reason) for each setting the spec gives that nothing in its mode reads."""
     yield from search_settings(spec.finetuning)
@@ -67,13 +72,12 @@ def unread_family_settings(ft: FinetuningSpec) -> Problems:
     the QA tasks are commented out is expected to be harmless, and it is)."""
     known = registry.current()
     families = {known.tasks[t].family for t in ft.tasks if t in known.tasks}
-    defaults = {f.name: f.default for f in fields(FinetuningSpec)}
     for family in known.families.values():
         if family.name in families:
             continue
         for name in family.settings:
             value = getattr(ft, name, None)
-            default = derived_doc_stride(ft.max_length) if name == "doc_stride" else defaults.get(name)
+            default = derived_doc_stride(ft.max_length) if name == "doc_stride" else default_of(FinetuningSpec, name)
             if value is not None and value != default:
                 tasks = sorted(t for t, info in known.tasks.items() if info.family == family.name and not info.train_task)
                 listed = ", ".join(tasks[:4]) + (", ..." if len(tasks) > 4 else "")
@@ -113,6 +117,9 @@ def run_settings(pre: PretrainingSpec) -> Problems:
             if getattr(pre, name) != 0.0:
                 yield f"pretraining.{name}", (f"has no effect: no run of the study has an MLM phase, and {name} "
                                               "is an MLM setting; remove it, or add an MLM run")
+    if pre.save_every == 0 and pre.keep_resume_checkpoints != default_of(PretrainingSpec, "keep_resume_checkpoints"):
+        yield "pretraining.keep_resume_checkpoints", ("has no effect with save_every: 0, which saves no resume-only "
+                                                      "checkpoint to keep; set save_every, or remove it")
     switching = any(run.objective == "clm-mlm" or len(run.phases or ()) > 1 for run in pre.runs)
     if pre.clm_fraction_of != "total" and not switching:
         yield "pretraining.clm_fraction_of", ("has no effect: no run switches objective (clm-mlm, or several "
@@ -120,13 +127,18 @@ def run_settings(pre: PretrainingSpec) -> Problems:
 
 
 def study_settings(spec) -> Problems:
-    """Sections that shape only the study's own runs, given when it trains none; the tokenizer's
-    sample size with a tokenizer from elsewhere; tracking settings with tracking off."""
+    """Sections that shape only the study's own runs, given when it trains none; sharding without
+    a worker group; the tokenizer's sample size with a tokenizer from elsewhere; tracking settings
+    with tracking off."""
     if not spec.pretraining.runs:
         for name, default in (("model", ModelSpec()), ("data", DataSpec())):
             if getattr(spec, name) != default:
                 yield name, (f"has no effect: the study trains no pretraining runs (it fine-tunes "
                              f"finetuning.checkpoints only), and {name} shapes only those; remove the section")
+    if spec.resources.sharding != "ddp" and spec.pretraining.runs and spec.resources.pretraining_workers < 2:
+        yield "resources.sharding", (f"has no effect with pretraining_workers: {spec.resources.pretraining_workers}: "
+                                     f"{spec.resources.sharding} shards a run over a worker group of 2 or more; "
+                                     "one process holds the whole model (set pretraining_workers, or remove sharding)")
     trained_here = DataSpec().tokenizer
     if spec.data.tokenizer != trained_here and spec.data.tokenizer_sample_documents != DataSpec().tokenizer_sample_documents:
         yield "data.tokenizer_sample_documents", (
