@@ -40,10 +40,12 @@ def test_more_cpus_take_less_time_down_to_the_longest_chain(micro):
     assert chain.seconds > 45, "a continued run waits for its source: never all at once"
 
 
-def test_a_gpu_study_has_no_cpu_wall_time(micro):
+def test_a_gpu_study_is_timed_on_one_node_of_its_gpus(micro):
     spec, plan = micro
     on_gpus = replace(spec, resources=replace(spec.resources, gpus_per_trial=1))
-    assert cpu_wall_time(on_gpus, plan, 2) is None and wall_time_lines(on_gpus, plan, 2) == []
+    assert cpu_wall_time(on_gpus, plan, 2) is None
+    (line,) = wall_time_lines(on_gpus, plan, 2)
+    assert line.startswith("  estimated wall time on one node of 8 GPUs"), line
 
 
 def test_a_longer_study_is_estimated_longer(micro):

@@ -286,10 +286,13 @@ def duration_text(seconds: float) -> str:
 
 
 def wall_time_lines(spec: StudySpec, plan: StudyPlan, cpus: int) -> list[str]:
-    """`sweeper plan`'s wall-time lines for a CPU study (none for a GPU study)."""
+    """`sweeper plan`'s wall-time lines: a CPU study's on `cpus` CPUs, a GPU study's on one node."""
     estimate = cpu_wall_time(spec, plan, cpus)
-    if estimate is None:
-        return []
+    if estimate is None:  # a GPU study: its GPU-hours over one node's GPUs, every GPU busy
+        gpus = spec.resources.gpus_per_node
+        hours = pretraining_cost(spec, plan.runs).gpu_hours + finetuning_cost(spec, plan).gpu_hours
+        return [f"  estimated wall time on one node of {gpus} GPUs (resources.gpus_per_node): "
+                f"~{duration_text(hours * 3600 / gpus)} (the GPU-hours below over its GPUs, every GPU busy)"]
     extra = f" (+ {estimate.unknown} runs or trials sized at run time)" if estimate.unknown else ""
     return [f"  estimated wall time on {cpus} CPU{'s' if cpus != 1 else ''} (this machine's): "
             f"~{duration_text(estimate.seconds)}{extra}",
