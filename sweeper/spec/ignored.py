@@ -59,7 +59,7 @@ def search_settings(ft: FinetuningSpec) -> Problems:
             f"{ft.search}.lr_max]: learning_rates is the grid's (search: grid); remove it, or set that range")
     if ft.scheduler is not DEFAULT_SCHEDULER:
         for name, kinds in SCHEDULER_SETTINGS.items():
-            if getattr(ft.scheduler, name) != getattr(SchedulerSpec(), name) and ft.scheduler.kind not in kinds:
+            if getattr(ft.scheduler, name) != default_of(SchedulerSpec, name) and ft.scheduler.kind not in kinds:
                 readers = " or ".join(kinds)
                 yield f"finetuning.scheduler.{name}", (
                     f"has no effect with scheduler.kind: {ft.scheduler.kind}: {name} is read by the {readers} "
