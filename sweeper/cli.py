@@ -44,10 +44,19 @@ def study_layout_for(spec, flag: str | None, spec_file: str = "spec") -> StudyLa
     return StudyLayout(location)
 
 
+def warn_unread(spec, spec_file: str) -> None:
+    """A warning per setting no task of the study reads (sweeper.spec.ignored: harmless, named)."""
+    from sweeper.spec.ignored import unread_family_settings
+
+    for key, note in unread_family_settings(spec.finetuning):
+        print(f"warning: {spec_file}: {key}: {note}", file=sys.stderr)
+
+
 def command_plan(args) -> int:
     from sweeper.plan.plan_text import plan_lines
 
     study = loading.load_study(args.spec, args.overrides)
+    warn_unread(study.spec, args.spec)
     print("\n".join(plan_lines(study, args.verbose)))
     if args.storage is not None:
         from sweeper.plan.preview import preview_lines
@@ -64,6 +73,7 @@ def command_plan(args) -> int:
 
 def command_run(args) -> int:
     study = loading.load_study(args.spec, args.overrides)
+    warn_unread(study.spec, args.spec)
     # A run or trial that cannot fit its GPUs would fail hours in: refuse before any folder or Ray exists.
     if study.refusal:
         print(f"error: {study.refusal}\nNothing was started (`sweeper plan -v` shows every run's estimate).",

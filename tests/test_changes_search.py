@@ -26,9 +26,9 @@ from sweeper.store.results import TRIALS, write_rows
 MODES = {
     "grid": ("  learning_rates: [0.001] ", "  learning_rates: [0.001, 0.002]\n  weight_decay: [0.1, 0.0] "),
     "optuna": ("  learning_rates: [0.001] ", "  search: optuna\n  optuna: {samples: 2}\n"
-                                             "  weight_decay: {uniform: [0.0, 0.2]}\n  learning_rates: [0.001] "),
+                                             "  weight_decay: {uniform: [0.0, 0.2]} "),  # no grid of learning rates
     "random": ("  learning_rates: [0.001] ", "  search: random\n  random: {samples: 2}\n"
-                                             "  weight_decay: {uniform: [0.0, 0.2]}\n  learning_rates: [0.001] "),
+                                             "  weight_decay: {uniform: [0.0, 0.2]} "),
 }
 MORE = {  # one more value / sample per cell
     "grid": ("[0.001, 0.002]", "[0.001, 0.002, 0.004]"),

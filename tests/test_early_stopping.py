@@ -122,8 +122,8 @@ def test_no_scheduler_in_the_spec_is_none_and_grid_mode_refuses_one(tmp_path):
 
 @pytest.mark.parametrize("kind", ["asha", "median"])
 def test_make_scheduler_judges_search_score_at_optimizer_steps_with_the_grace_in_curve_points(tmp_path, kind):
-    text = ES_SPEC.replace("{kind: asha, grace_period: 1}",
-                           f"{{kind: {kind}, grace_period: 3, reduction_factor: 2, min_samples_required: 4}}")
+    own = "reduction_factor: 2" if kind == "asha" else "min_samples_required: 4"  # each kind's own setting
+    text = ES_SPEC.replace("{kind: asha, grace_period: 1}", f"{{kind: {kind}, grace_period: 3, {own}}}")
     ft = load_study(es_spec(tmp_path, text)).spec.finetuning
     scheduler = make_scheduler(ft, cell_of=lambda config: config["cell"])
     assert isinstance(scheduler, CellScheduler) and scheduler.metric == SEARCH_METRIC

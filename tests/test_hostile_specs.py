@@ -70,7 +70,7 @@ class Case:
 
 def searched(line: str) -> str:
     """GOOD searching at random, with `line` added to finetuning (a distribution)."""
-    return change("  learning_rates: [0.001] ", f"  search: random\n  {line}\n  learning_rates: [0.001] ")
+    return change("  learning_rates: [0.001] ", f"  search: random\n  {line} ")  # a search draws the learning rate
 
 
 def resources(*lines: str) -> str:

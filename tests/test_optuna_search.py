@@ -31,7 +31,7 @@ from sweeper.store.layout import StudyLayout
 from sweeper.store.results import TRIALS, read_table, read_trials, write_rows
 
 RANDOM = ("  learning_rates: [0.001] ", "  search: random\n  random: {samples: 3, lr_min: 1.0e-4, lr_max: 1.0e-2}\n"
-                                        "  weight_decay: {uniform: [0.0, 0.2]}\n  learning_rates: [0.001] ")
+                                        "  weight_decay: {uniform: [0.0, 0.2]} ")
 BATCH_CHOICE = ("  batch_size: 16 ", "  batch_size: {choice: [8, 16]} ")
 
 
@@ -131,7 +131,7 @@ def test_draws_follow_tunes_semantics_and_map_onto_optuna():
 # --- search: optuna, a cell's study and the store -----------------------------------------------
 
 OPTUNA = ("  learning_rates: [0.001] ", "  search: optuna\n  optuna: {samples: 4, startup_samples: 2}\n"
-                                        "  weight_decay: {uniform: [0.0, 0.2]}\n  learning_rates: [0.001] ")
+                                        "  weight_decay: {uniform: [0.0, 0.2]} ")
 
 
 def journal(study: Path):

@@ -139,6 +139,7 @@ def test_a_continued_replicate_continues_its_sources_replicate_when_there_is_one
 
 def test_random_search_draws_the_same_points_for_every_replicate_of_a_checkpoint(tmp_path):
     _, plan = plan_of(tmp_path, GLOBAL, ("  seeds: [0, 1]", "  seeds: [0, 1]\n  search: random\n  random: {samples: 2}"),
+                      ("  learning_rates: [0.001] ", "  "),
                       name="random.yaml")
     points = {}
     for trial in plan.trials:

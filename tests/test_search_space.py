@@ -187,8 +187,8 @@ def test_every_form_of_tunes_vocabulary_is_read(tmp_path):
     assert convert_space("1e-5", float, "k", context, True) == 1e-5
 
 
-OPTUNA = ("  learning_rates: [0.001] ", "  search: optuna\n  learning_rates: [0.001] ")
-RANDOM = ("  learning_rates: [0.001] ", "  search: random\n  learning_rates: [0.001] ")
+OPTUNA = ("  learning_rates: [0.001] ", "  search: optuna ")  # a search draws the learning rate: no grid of them
+RANDOM = ("  learning_rates: [0.001] ", "  search: random ")
 
 MALFORMED_FORMS = [
     # (name, (old, new) in smoke.yaml, key path, reason)
@@ -256,14 +256,13 @@ MALFORMED_FORMS = [
                                 "{choice: [0.0, 0.1]}"),
     ("grid_search in random mode", (RANDOM, ("  max_steps: 8 ", "  max_steps: 8\n  weight_decay: {grid_search: [0.0, 0.1]} ")),
      "finetuning.weight_decay.grid_search", "a grid goes with search: grid; search: random samples"),
-    ("random mode without samples", (("  learning_rates: [0.001] ", "  search: random\n  random: {samples: 0}\n  "
-                                                                    "learning_rates: [0.001] "),),
+    ("random mode without samples", (("  learning_rates: [0.001] ", "  search: random\n  random: {samples: 0} "),),
      "finetuning.random.samples", "must be positive, got 0"),
     ("optuna samples given twice", (("  learning_rates: [0.001] ", "  search: optuna\n  optuna: {samples: 4, "
-                                                                   "learning_rates_per_cell: 6}\n  learning_rates: [0.001] "),),
+                                                                   "learning_rates_per_cell: 6} "),),
      "finetuning.optuna.samples", "give samples or learning_rates_per_cell (its former name), not both"),
     ("random learning-rate range inverted", (("  learning_rates: [0.001] ", "  search: random\n  random: {lr_min: 0.1, "
-                                                                           "lr_max: 0.01}\n  learning_rates: [0.001] "),),
+                                                                           "lr_max: 0.01} "),),
      "finetuning.random.lr_min", "need 0 < lr_min < lr_max"),
     ("unknown search mode", ("  learning_rates: [0.001] ", "  search: bayes\n  learning_rates: [0.001] "),
      "finetuning.search", "'bayes' is not one of 'grid', 'optuna', 'random'"),

@@ -306,6 +306,23 @@ MODEL_PRESETS: dict[str, dict] = {
 }
 
 
+CPU_PRESETS = ("nano", "tiny", "mini")
+"""Presets sized for a CPU (a study in minutes); the others are the paper's (Table 1)."""
+
+SCALE_DEFAULTS: dict[str, dict] = {
+    "cpu": dict(steps=600, global_batch_size=16),
+    "paper": dict(steps=42_000, global_batch_size=2304),
+}
+"""`pretraining.steps` and `global_batch_size` when a spec leaves them out, by the scale of its
+runs' presets: a CPU study's (search_spaces/micro.yaml: 600 steps of 16 x 128 tokens) or the
+paper's (42,000 steps of 2,304 x 1,024 tokens, ~100B tokens)."""
+
+
+def scale_of(presets) -> str:
+    """'cpu' when every preset named is a CPU preset (none named: cpu), else 'paper'."""
+    return "cpu" if all(preset in CPU_PRESETS for preset in presets) else "paper"
+
+
 # The LlamaEncoderConfig fields `model.overrides` may set, with their types: kept here so the
 # driver checks overrides without importing torch (tests/test_spec.py compares this table with
 # trainables.model.LlamaEncoderConfig's constructor, so the two cannot drift apart).

@@ -199,3 +199,107 @@ def describe_external(external: ExternalCheckpoint) -> str:
     pinned = f" at {external.revision[:12]}" if external.revision else ""
     return (f"{external.name}: {external.model_type or 'unknown architecture'}, {size}, "
             f"{storage.redact(external.source)}{pinned}; {packing}")
+
+
+# --- wall time on CPUs: the cost model calibrated on measured CPU throughput -----------------
+
+CPU_CALIBRATION = {
+    "pretrain_token_s": {"mlm": 7.38e-06, "clm": 2.90e-05},
+    "pretrain_flops_per_s": {"mlm": 6.82e10, "clm": 7.58e10},
+    "pretrain_run_s": 0.23,
+    "trial_s": 0.20,
+    "trial_flops_per_s": 2.09e10,
+}
+"""CPU seconds on one thread, fitted by benchmarks/wall_time.py (docs/benchmarks.md, section 13):
+a pretraining token costs pretrain_token_s + 6 x parameters / pretrain_flops_per_s (per
+objective: MLM scores only the masked positions), a run pretrain_run_s more (start, final
+checkpoint); a fine-tuning trial trial_s (backbone load, data, scoring set-up) + its FLOPs
+(`trial_flops`) / trial_flops_per_s."""
+STUDY_SETUP_S = 45.0
+"""Seconds of a study before and after its work: Ray's start, the corpus and task data prepared,
+the report written (an estimate from the default study's logs, not fitted)."""
+
+
+@dataclass(frozen=True, slots=True)
+class WallTime:
+    """`sweeper plan`'s estimate of a CPU study's duration on `cpus` CPUs."""
+
+    seconds: float
+    pretraining_cpu_s: float
+    """CPU seconds of every run (one thread each CPU a run takes)."""
+    finetuning_cpu_s: float
+    cpus: int
+    unknown: int
+    """Runs and trials sized only at run time (a Hugging Face source): not in the figure."""
+
+
+def run_cpu_seconds(run: PretrainingRun) -> float | None:
+    """CPU seconds of one pretraining run, or None when its size is known only at run time."""
+    if not run.model_config:
+        return None
+    flops_per_token = 6 * parameter_count(run.model_config)
+    seconds = CPU_CALIBRATION["pretrain_run_s"]
+    for phase in run.phases:
+        kind = "mlm" if phase.objective == "mlm" else "clm"  # another objective: full logits, as CLM
+        per_token = CPU_CALIBRATION["pretrain_token_s"][kind] + flops_per_token / CPU_CALIBRATION["pretrain_flops_per_s"][kind]
+        seconds += (phase.end_step - phase.start_step) * run.tokens_per_step * per_token
+    return seconds
+
+
+def cpu_wall_time(spec: StudySpec, plan: StudyPlan, cpus: int) -> WallTime | None:
+    """How long the study takes on `cpus` CPUs, or None when it uses GPUs (its figure is the
+    GPU-hours). Runs and trials share the CPUs as `sweeper run` schedules them (pretraining
+    beside fine-tuning), so the work is their CPU seconds over the CPUs, and no less than its
+    longest chain: a run, the continued run from it, then one trial."""
+    res = spec.resources
+    if res.gpus_per_worker or res.gpus_per_trial:
+        return None
+    unknown, chain, runs = 0, {}, {run.name: run for run in plan.runs}
+    for run in plan.runs:  # sources before the runs continued from them (plan order)
+        seconds = run_cpu_seconds(run)
+        if seconds is None:
+            unknown += 1
+            continue
+        chain[run.name] = seconds / max(res.cpus_per_worker, 1) + chain.get(run.init_from_run, 0.0)
+    pretraining = sum(run_cpu_seconds(run) or 0.0 for run in runs.values())
+    finetuning, longest_trial = 0.0, 0.0
+    for trial in plan.trials:
+        if get_task(trial.task).train_task:
+            continue  # scored by its training task's trial
+        flops = trial_flops(spec, trial)
+        if flops is None:
+            unknown += 1
+            continue
+        seconds = CPU_CALIBRATION["trial_s"] + flops / CPU_CALIBRATION["trial_flops_per_s"]
+        finetuning += seconds
+        longest_trial = max(longest_trial, seconds)
+    work = (pretraining + finetuning) / max(cpus, 1)
+    longest = max(chain.values(), default=0.0) + longest_trial
+    return WallTime(STUDY_SETUP_S + max(work, longest), pretraining, finetuning, cpus, unknown)
+
+
+def duration_text(seconds: float) -> str:
+    """`14 min`, `2.5 h`, `3.1 days`: a rough figure in the unit a reader plans with."""
+    if seconds < 5400:
+        return f"{seconds / 60:.0f} min"
+    return f"{seconds / 3600:.1f} h" if seconds < 72 * 3600 else f"{seconds / 86400:.1f} days"
+
+
+def wall_time_lines(spec: StudySpec, plan: StudyPlan, cpus: int) -> list[str]:
+    """`sweeper plan`'s wall-time lines: a CPU study's on `cpus` CPUs, a GPU study's on one node."""
+    estimate = cpu_wall_time(spec, plan, cpus)
+    if estimate is None:  # a GPU study: its GPU-hours over one node's GPUs, every GPU busy
+        gpus = spec.resources.gpus_per_node
+        hours = pretraining_cost(spec, plan.runs).gpu_hours + finetuning_cost(spec, plan).gpu_hours
+        return [f"  estimated wall time on one node of {gpus} GPUs (resources.gpus_per_node): "
+                f"~{duration_text(hours * 3600 / gpus)} (the GPU-hours below over its GPUs, every GPU busy)"]
+    extra = f" (+ {estimate.unknown} runs or trials sized at run time)" if estimate.unknown else ""
+    return [f"  estimated wall time on {cpus} CPU{'s' if cpus != 1 else ''} (this machine's): "
+            f"~{duration_text(estimate.seconds)}{extra}",
+            f"    {estimate.pretraining_cpu_s / 60:,.1f} CPU-min of pretraining + {estimate.finetuning_cpu_s / 60:,.1f} "
+            f"of fine-tuning over the CPUs, + {STUDY_SETUP_S:.0f} s of set-up (benchmarks/wall_time.py)"]
+
+
+def parameters_text(count: int) -> str:
+    """`410k params`, `1.2M params`, `610M params`."""
+    return f"{count / 1e3:,.0f}k params" if count < 1e6 else f"{count / 1e6:,.{1 if count < 1e7 else 0}f}M params"

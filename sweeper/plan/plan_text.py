@@ -3,7 +3,10 @@ memory estimates (sweeper.plan.cost, sweeper.plan.memory_check), with `-v` every
 spec that claims the paper's protocol every departure from it (sweeper.plan.departures)."""
 from __future__ import annotations
 
-from sweeper.plan.cost import describe_external, finetuning_comparison, finetuning_cost, parameter_count, pretraining_cost
+import os
+
+from sweeper.plan.cost import (describe_external, finetuning_comparison, finetuning_cost, parameter_count,
+                               parameters_text, pretraining_cost, wall_time_lines)
 from sweeper.plan.departures import protocol_lines
 from sweeper.plan.load import LoadedStudy
 from sweeper.plan.memory_check import run_figure, summary, trial_summary
@@ -22,6 +25,7 @@ def plan_lines(study: LoadedStudy, verbose: bool = False) -> list[str]:
               f"{len(plan.checkpoints) - final - external} intermediate" + (f" + {external} from elsewhere)" if external else ")")]
     lines += [f"    from elsewhere: {describe_external(c.external)}" for c in plan.checkpoints if c.external is not None]
     lines.append(f"  fine-tuning trials:     {trial_count_text(spec, plan)}")
+    lines += wall_time_lines(spec, plan, len(os.sched_getaffinity(0)))  # a CPU study: its duration here
     pre_cost, ft_cost = pretraining_cost(spec, plan.runs), finetuning_cost(spec, plan)
     lines.append(f"  estimated GPU-hours at {spec.cost.gpu_peak_tflops:g} TFLOP/s x {spec.cost.utilization:.0%} utilisation "
                  "(6 x parameters x tokens):")
@@ -35,7 +39,7 @@ def plan_lines(study: LoadedStudy, verbose: bool = False) -> list[str]:
     if verbose:
         lines.append("  runs:")
         for run, run_memory in zip(plan.runs, study.run_memory):
-            size = f"{parameter_count(run.model_config, include_embedding=True) / 1e6:,.0f}M params" \
+            size = parameters_text(parameter_count(run.model_config, include_embedding=True)) \
                 if run.model_config else "size from its source"
             extra = f", from {run.init_from}" if run.init_from else ""
             lines.append(f"    {run.name}  ({run.objective}, {run.total_steps:,} steps, {size}{extra}, "

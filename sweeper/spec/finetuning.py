@@ -17,6 +17,7 @@ from sweeper.spec.checkpoints import ExternalCheckpointSpec
 from sweeper.contract.configs import AdamWConfig, distinct, each_positive, non_empty, non_negative, positive, seeds
 from sweeper.spec.parsing import Distribution, Grid
 from sweeper.spec.reading import key_text, shown, suggestion
+from sweeper.spec.settings import DefaultList
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
@@ -117,6 +118,35 @@ class TaskBudgetSpec:
         yield from positive(self, "max_steps", "epochs")
 
 
+DEFAULT_OPTUNA, DEFAULT_RANDOM, DEFAULT_SCHEDULER = OptunaSpec(), RandomSpec(), SchedulerSpec()
+"""The sections' defaults: a spec that gives a section builds its own instance, so `is` tells a
+section given (even empty, or at its defaults) from one left out (sweeper.spec.ignored)."""
+
+PAPER_LEARNING_RATES = (1e-5, 2e-5, 5e-5, 1e-4, 2e-4, 5e-4)
+"""The paper's fine-tuning learning rates: `learning_rates` when the spec leaves it out."""
+
+
+PAPER_DOC_STRIDE = 128
+"""The paper's (and Hugging Face's SQuAD scripts') stride: the default wherever it fits."""
+
+
+def derived_doc_stride(max_length) -> int | None:
+    """doc_stride when the spec leaves it out: PAPER_DOC_STRIDE where it is below max_length / 2
+    (so every spec that planned with the former fixed default keeps its trial keys), else a
+    quarter of max_length; of its smallest value when swept. Always below max_length / 2, as QA
+    requires."""
+    if isinstance(max_length, Grid):
+        lengths = max_length.values
+    elif isinstance(max_length, Distribution):
+        lengths = max_length.args if max_length.kind == "choice" else max_length.args[:1]
+    else:
+        lengths = (max_length,)
+    if not all(isinstance(n, int) and not isinstance(n, bool) for n in lengths):
+        return None  # a probe value (sweeper.plan.study_plan.reaches): nothing to derive from
+    shortest = min(lengths)
+    return PAPER_DOC_STRIDE if PAPER_DOC_STRIDE < shortest // 2 else shortest // 4
+
+
 @dataclass(frozen=True, kw_only=True, slots=True)
 class FinetuningSpec(AdamWConfig):
     """The fine-tuning protocol; its AdamW settings (betas, eps, weight_decay, grad_clip) are
@@ -131,13 +161,13 @@ class FinetuningSpec(AdamWConfig):
     """grid: every learning rate x seed x combination of the swept protocol fields; optuna: TPE per
     cell over the learning rate and the fields given as distributions, seeds as repeats, objective =
     seed-averaged validation score; random: points drawn per cell from the same space (Tune's sampler)."""
-    learning_rates: list[float] = field(default_factory=lambda: [1e-5, 2e-5, 5e-5, 1e-4, 2e-4, 5e-4])
+    learning_rates: list[float] = field(default_factory=lambda: DefaultList(PAPER_LEARNING_RATES))
     """Peak learning rates of the grid (search: grid)."""
-    optuna: OptunaSpec = field(default_factory=OptunaSpec)
+    optuna: OptunaSpec = DEFAULT_OPTUNA
     """TPE search per cell (search: optuna)."""
-    random: RandomSpec = field(default_factory=RandomSpec)
+    random: RandomSpec = DEFAULT_RANDOM
     """Random search per cell (search: random)."""
-    scheduler: SchedulerSpec = field(default_factory=SchedulerSpec)
+    scheduler: SchedulerSpec = DEFAULT_SCHEDULER
     """Early stopping on the validation curve (search: optuna or random; needs eval_every)."""
     seeds: list[int] = field(default_factory=lambda: [0, 1, 2, 3, 4])
     """Fine-tuning seeds of the grid."""
@@ -153,8 +183,10 @@ class FinetuningSpec(AdamWConfig):
     """Per-task max_steps / epochs replacing the ones above (the paper: one epoch for CoNLL and UNER)."""
     max_length: int = 128
     """Tokens per example after truncation (per window for extractive QA)."""
-    doc_stride: int = 128
-    """Extractive QA: tokens shared by consecutive windows of a context longer than max_length."""
+    doc_stride: int | None = None
+    """Extractive QA: tokens shared by consecutive windows of a context longer than max_length
+    (None: the paper's 128 where it is below max_length / 2, else a quarter of max_length; of the
+    smallest max_length when it is swept)."""
     retrieval_temperature: float = 0.05
     """Retrieval: temperature of the in-batch InfoNCE loss over cosine similarities."""
     warmup_ratio: float = 0.1
@@ -181,6 +213,10 @@ class FinetuningSpec(AdamWConfig):
     (sweeper.spec.parsing.FORMS); each form is checked against the field's own bounds. With search: grid,
     a grid plans one trial per combination of values (`points`, sweeper.plan.study_plan.task_points); with
     search: optuna or random, a distribution is searched per cell with the learning rate."""
+
+    def __post_init__(self):
+        if self.doc_stride is None:  # derived: a default that fits every max_length (dataclass frozen)
+            object.__setattr__(self, "doc_stride", derived_doc_stride(self.max_length))
 
     def swept(self) -> dict[str, tuple]:
         """The protocol fields given as a grid, each with its values in the order given."""

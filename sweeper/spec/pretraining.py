@@ -9,17 +9,17 @@ the exact key. A field named in a `GRID_FIELDS` takes a grid: one run per value
 from __future__ import annotations
 
 import itertools
-from dataclasses import asdict, dataclass, field, fields
+from dataclasses import asdict, dataclass, field, fields, replace
 from typing import ClassVar, Literal
 
 from sweeper.contract import registry
-from sweeper.contract.catalog import MODEL_PRESETS
+from sweeper.contract.catalog import MODEL_PRESETS, SCALE_DEFAULTS, scale_of
 from sweeper.contract.configs import (AdamWConfig, distinct, each_positive, non_blank, non_empty, non_negative, positive,
                                   seeds)
 from sweeper.spec.parsing import Grid, values_of
 from sweeper.spec.reading import key_text, shown, suggestion
-from sweeper.spec.settings import (MASKING_SHARES, masking_share_problem, override_items, override_problems,
-                                   setting_problem)
+from sweeper.spec.settings import (MASKING_SHARES, DefaultList, masking_share_problem, override_items,
+                                   override_problems, setting_problem)
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
@@ -164,7 +164,7 @@ class RunGridSpec:
     phases: list[PhaseSpec] | None = None
     """The long form: objectives in step order, e.g. [{objective: clm, until: 0.25},
     {objective: mlm, mask_ratio: 0.4}] (plans the same run, under the same key, as clm-mlm 0.25)."""
-    mask_ratio: list[float] = field(default_factory=lambda: [0.4])
+    mask_ratio: list[float] = field(default_factory=lambda: DefaultList([0.4]))
     """MLM masking ratios, each in (0, 1); one run per value."""
     clm_fraction: list[float] | None = None
     """clm-mlm only: share of the steps trained with CLM, each in [0, 1] (default [0.25]); with
@@ -257,14 +257,17 @@ class RunGridSpec:
 class PretrainingSpec:
     runs: list[RunGridSpec]
     """Run grids; each entry expands over its list-valued fields."""
-    steps: int = 42_000
-    """Default step budget of a run."""
-    global_batch_size: int = 2304
-    """Sequences per optimizer step, over all workers."""
-    warmup_steps: int = 2000
-    """Linear warmup steps of the warmup-stable-decay schedule."""
-    decay_steps: int = 2000
-    """Final linear decay-to-zero steps."""
+    steps: int | None = None
+    """Default step budget of a run (None: the presets' scale: 600 for CPU presets, the paper's
+    42,000 otherwise; catalog.SCALE_DEFAULTS)."""
+    global_batch_size: int | None = None
+    """Sequences per optimizer step, over all workers (None: 16 for CPU presets, the paper's 2,304
+    otherwise)."""
+    warmup_steps: int | None = None
+    """Linear warmup steps of the warmup-stable-decay schedule (None: the paper's 2,000 where
+    warmup and decay fit in steps, else 5 % of steps)."""
+    decay_steps: int | None = None
+    """Final linear decay-to-zero steps (None: as warmup_steps)."""
     optimizer: OptimizerSpec = field(default_factory=OptimizerSpec)
     """AdamW settings and peak learning rate; each may be a grid (one run per value)."""
     GRID_FIELDS: ClassVar = ("global_batch_size", "warmup_steps", "decay_steps")
@@ -315,6 +318,23 @@ class PretrainingSpec:
                 if problem := masking_share_problem(self.phase_settings(phase.objective, phase.given_settings()), True):
                     given = [key for key in MASKING_SHARES if key in phase.settings]
                     yield f"runs[{i}].phases[{j}]" + (f".settings.{given[0]}" if given else ""), problem
+
+    def for_presets(self, presets: set[str]) -> PretrainingSpec:
+        """This section with each budget field the spec leaves out at its default for the scale of
+        `presets` (the runs' model presets: catalog.scale_of), warmup and decay derived from steps."""
+        defaults = SCALE_DEFAULTS[scale_of(presets)]
+        steps = defaults["steps"] if self.steps is None else self.steps
+        derived = PAPER_SCHEDULE_STEPS if 2 * PAPER_SCHEDULE_STEPS <= steps else steps // 20
+        return replace(self, steps=steps, global_batch_size=(defaults["global_batch_size"] if self.global_batch_size is None
+                                                             else self.global_batch_size),
+                       warmup_steps=derived if self.warmup_steps is None else self.warmup_steps,
+                       decay_steps=derived if self.decay_steps is None else self.decay_steps)
+
+    def budget_problems(self):
+        """(key, reason) for each run entry whose schedule does not fit it: a checkpoint step at or
+        past its budget, warmup + decay longer than a budget (checked once the defaults are resolved:
+        `for_presets`)."""
+        for i, run in enumerate(self.runs):
             budgets = run.steps or [self.steps]
             for j, step in enumerate(run.checkpoint_steps):
                 if step >= min(budgets):
@@ -332,8 +352,13 @@ class PretrainingSpec:
                 j = next(j for j, warmup in enumerate(warmups) if warmup + max(decays) > budget)
                 k = next(k for k, decay in enumerate(decays) if warmups[j] + decay > budget)
                 key = (f"runs[{i}].warmup_steps[{j}]" if isinstance(run.warmup_steps, Grid) and j else
-                       f"runs[{i}].decay_steps[{k}]" if isinstance(run.decay_steps, Grid) and k else f"runs[{i}].steps")
-                yield key, f"budget {budget} is shorter than warmup + decay steps ({warmups[j]} + {decays[k]})"
+                       f"runs[{i}].decay_steps[{k}]" if isinstance(run.decay_steps, Grid) and k else
+                       f"warmup_steps[{j}]" if run.warmup_steps is None and isinstance(self.warmup_steps, Grid) and j else
+                       f"decay_steps[{k}]" if run.decay_steps is None and isinstance(self.decay_steps, Grid) and k else
+                       f"runs[{i}].steps")
+                owner = f"pretraining.runs[{i}]." if (run.warmup_steps, run.decay_steps) != (None, None) else "pretraining."
+                yield key, (f"budget {budget} is shorter than warmup + decay steps ({warmups[j]} + {decays[k]}): "
+                            f"set {owner}warmup_steps and {owner}decay_steps to fit (or a longer steps)")
 
     def replicates_of(self, entry: RunGridSpec) -> int:
         """How many times the runs of `entry` are trained: its own count, else the study's."""
@@ -345,6 +370,11 @@ class PretrainingSpec:
         defaults = {key: getattr(self, key) for key in MASKING_SHARES} if objective == "mlm" else {}
         return registry.objective_settings(objective, {**defaults, **given})
 
+
+PAPER_SCHEDULE_STEPS = 2000
+"""The paper's warmup and decay steps (of 42,000): each one's default wherever both fit in
+pretraining.steps (so a spec that planned with the former fixed defaults keeps its run keys),
+else 5 % of the steps."""
 
 MAX_REPLICATES = 1000
 """Each replicate is a whole pretraining run: more is a typo, not a plan."""

@@ -16,6 +16,18 @@ from sweeper.spec.parsing import FORMS
 from sweeper.spec.reading import MAX_INT, key_text, shown, suggestion, type_name
 
 
+class DefaultList(list):
+    """A list field's default (its `default_factory` makes one): equal to the same values given
+    in the spec, told apart from them by type, so a check can say a list given in a mode that does
+    not read it is ignored (sweeper.spec.ignored)."""
+
+
+def given(value) -> bool:
+    """Whether a list field holds a value the spec gave (not its DefaultList default, nor None:
+    a field whose default is derived, as clm_fraction's from switch_steps)."""
+    return value is not None and not isinstance(value, DefaultList)
+
+
 def number_problem(value, integer: bool) -> str | None:
     """Why `value` (from an untyped mapping: model overrides, objective settings) is not a finite
     number, or not an integer when `integer`, or None."""

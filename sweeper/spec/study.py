@@ -18,6 +18,7 @@ from sweeper.spec import names
 from sweeper.contract.catalog import MODEL_PRESETS
 from sweeper.contract.configs import TrackingConfig, non_negative, positive
 from sweeper.spec.finetuning import FinetuningSpec
+from sweeper.spec.ignored import ignored_settings
 from sweeper.spec.limits import LimitsSpec, size_problems
 from sweeper.spec.parsing import values_of
 from sweeper.spec.pretraining import DataSpec, ModelSpec, PretrainingSpec
@@ -124,6 +125,10 @@ class StudySpec:
     """The published protocol this spec claims to follow (`paper`: arXiv 2507.00994, the table of
     docs/paper-protocol.md): `sweeper plan` then lists every setting that departs from it."""
 
+    def __post_init__(self):  # the budget defaults follow the runs' presets (frozen: set once, here)
+        presets = {preset for grid in self.pretraining.runs for preset in grid.preset or [self.model.preset]}
+        object.__setattr__(self, "pretraining", self.pretraining.for_presets(presets))
+
     def check(self):
         if oversized := list(size_problems(self)):  # counted, not expanded: before any check below expands a grid
             yield from oversized
@@ -137,6 +142,7 @@ class StudySpec:
             yield "storage", problem
         if problem := folder_name_problem(self.tracking.project):  # W&B keeps a project as a folder too
             yield "tracking.project", problem
+        yield from ((f"pretraining.{key}", reason) for key, reason in self.pretraining.budget_problems())
         yield from ((f"resources.{key}", reason) for key, reason in layout_problems(self.resources))
         workers = self.resources.pretraining_workers
         for global_batch in values_of(self.pretraining.global_batch_size):
@@ -156,3 +162,4 @@ class StudySpec:
                     yield ("model.overrides" if self.model.overrides else "model.preset"), f"preset {preset}{swept}: {problem}"
                     break
         yield from self.finetuning.sweep_problems()
+        yield from ignored_settings(self)  # last: a setting no mode of the spec reads (sweeper.spec.ignored)
