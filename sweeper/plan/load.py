@@ -11,6 +11,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from sweeper.plan.checkpoint_sources import SourceProblem, resolve_all
+from sweeper.plan.hf_init import HfSourceProblem, resolve_hf_init
 from sweeper.plan.runs import RunNameProblem, expand_base_runs, expand_runs
 from sweeper.contract import registry
 from sweeper.spec.parsing import build_dataclass
@@ -53,7 +54,28 @@ def run_problems(spec: StudySpec):
     except RunNameProblem as clash:
         yield clash.key, clash.reason
         return
+    hf_problems = [problem for i, grid in enumerate(spec.pretraining.runs)
+                   for j, source in enumerate(grid.init_from or []) if source.startswith("hf:")
+                   for problem in [hf_problem(spec, grid, source, f"pretraining.runs[{i}]", j)] if problem]
+    if hf_problems:
+        yield from hf_problems
+        return
     yield from external_problems(spec, runs)
+
+
+def hf_problem(spec: StudySpec, grid, source: str, entry: str, j: int) -> tuple[str, str] | None:
+    """(key, reason) when the Hugging Face source `init_from[j]` of `entry` cannot be continued as
+    the entry asks (sweeper.plan.hf_init), or None."""
+    try:
+        init = resolve_hf_init(source[3:], grid.hf_init)
+    except HfSourceProblem as problem:
+        at_fault = "hf_init" if grid.hf_init == "convert" and "converted" in str(problem) else f"init_from[{j}]"
+        return f"{entry}.{at_fault}", str(problem)
+    resources = spec.resources
+    if init.mode == "native" and resources.sharding == "fsdp" and resources.pretraining_workers >= 2:
+        return "resources.sharding", (f"{source} is continued as its own model (hf_init: native), which "
+                                      "trains with DDP, not FSDP2: set sharding: ddp")
+    return None
 
 
 def external_problems(spec: StudySpec, runs):
