@@ -6,14 +6,19 @@ local mode trained. The sources are tiny random checkpoints (tests/tiny_causal_l
 tokenizer has no mask token."""
 from __future__ import annotations
 
+import os
+import signal
+
 import pytest
+from safetensors.torch import load_file
 from transformers import AutoModel, AutoTokenizer
 
 from sweeper.store import storage
-from sweeper.store.layout import StudyLayout
+from sweeper.store.layout import RunLayout, StudyLayout
 from sweeper.store.results import TRIALS, read_table
 
 from conftest import run_sweeper
+from test_resume import start_sweeper, wait_for
 from tiny_causal_lms import CAUSAL_KINDS, build_tiny_causal_lm
 
 pytestmark = pytest.mark.e2e
@@ -101,3 +106,37 @@ def test_four_families_continue_mlm_natively_and_fine_tune_on_every_task_family(
     assert [row["step"] for row in group_log] == [row["step"] for row in local_log]
     assert all(abs(g["loss"] - l["loss"]) <= 1e-4 * l["loss"] for g, l in zip(group_log, local_log)), \
         (group_log, local_log)
+
+
+def test_a_native_run_killed_mid_run_resumes_to_the_uninterrupted_weights(ray_head, tmp_path):
+    """As the study's own runs (tests/test_resume.py, local mode): the training process is
+    SIGKILLed after a resume checkpoint, Ray retries the task, the loop resumes from the newest
+    checkpoint (the family's own save_pretrained folder + AdamW state), and the final weights
+    are bit for bit those of a run never stopped."""
+    source = build_tiny_causal_lm("gemma3", tmp_path / "tiny-gemma3")
+    text = SPEC.format(study="{study}", sources=f'"hf:{source}"', tasks="wordnet-supersense-cls", workers=0)
+    text = text.replace("steps: 12", "steps: 24").replace("save_every: 0", "save_every: 4")
+    finals = {}
+    for study in ("whole", "killed"):
+        spec = tmp_path / f"{study}.yaml"
+        spec.write_text(text.replace("{study}", f"native-{study}"))
+        folder = tmp_path / study
+        run_dir = str(folder / "pretraining" / "hf-tiny-gemma3-mlm40-24")
+        driver = start_sweeper("run", str(spec), "--storage", str(folder), address=ray_head[0])
+        if study == "killed":
+            def saved():
+                progress = storage.read_json(storage.join(run_dir, "progress.json"))
+                newest = RunLayout(run_dir).latest_resumable()
+                return progress if progress and newest and newest[0] >= 8 else None
+            progress = wait_for(saved, timeout=600, what="step 8's checkpoint", process=driver, poll_s=0.05)
+            os.kill(progress["pid"], signal.SIGKILL)  # the process running the training loop
+        output, _ = driver.communicate(timeout=900)
+        assert driver.returncode == 0, output[-5000:]
+        final = storage.read_json(storage.join(run_dir, "progress.json"))
+        assert final["step"] == 24
+        if study == "killed":
+            assert final["pid"] != progress["pid"] and final["started_from"] >= 8, final
+        finals[study] = load_file(str(folder / "pretraining" / "hf-tiny-gemma3-mlm40-24" / "step-24"
+                                      / "model.safetensors"))
+    assert finals["whole"].keys() == finals["killed"].keys()
+    assert all(finals["whole"][key].equal(value) for key, value in finals["killed"].items())
