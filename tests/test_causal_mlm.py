@@ -237,3 +237,13 @@ def test_activation_checkpointing_recomputes_the_same_gradients(sources):
         grads.append({name: p.grad.clone() for name, p in model.named_parameters()})
     # The same float32 ops recomputed: equal up to kernel-level reordering (none expected on CPU).
     assert all(torch.allclose(grads[1][name], grad, atol=1e-6, rtol=1e-5) for name, grad in grads[0].items())
+
+
+def test_auto_converts_only_where_the_conversion_is_exact(tmp_path):
+    from test_convert import tiny_llama
+
+    tiny_llama(tmp_path / "exact")
+    tiny_llama(tmp_path / "biased", attention_bias=True)
+    tiny_llama(tmp_path / "scaled", rope_parameters={"rope_type": "linear", "factor": 2.0, "rope_theta": 10000.0})
+    modes = {name: resolve_hf_init(str(tmp_path / name)).mode for name in ("exact", "biased", "scaled")}
+    assert modes == {"exact": "convert", "biased": "native", "scaled": "native"}

@@ -176,7 +176,7 @@ class RunGridSpec:
     """Model presets of this entry, one run each (default: model.preset)."""
     init_from: list[str] | None = None
     """Continued pretraining: start from the decayed final checkpoint of these runs of the study
-    (run names) or from Hugging Face Llama-family causal LMs (`hf:<path or name>`); steps are then
+    (run names) or from Hugging Face causal LMs (`hf:<path or name>`, see hf_init); steps are then
     the added steps."""
     warmup_steps: int | None = None
     """Warmup of this entry's schedule (default: pretraining.warmup_steps); the re-warmup of a CPT
