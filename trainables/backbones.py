@@ -119,15 +119,17 @@ def model_type_of(folder: Path) -> str:
     return json.loads((folder / "config.json").read_text())["model_type"]
 
 
-def load_hugging_face_model(folder: Path, dtype: torch.dtype) -> nn.Module:
-    """`AutoModel` in `dtype` with the first attention implementation of
+def load_hugging_face_model(folder: Path, dtype: torch.dtype, auto_class: str = "AutoModel") -> nn.Module:
+    """`auto_class` (AutoModel; AutoModelForCausalLM for continued MLM pretraining,
+    trainables.causal_mlm) in `dtype` with the first attention implementation of
     ATTENTION_IMPLEMENTATIONS the family supports."""
-    from transformers import AutoModel
+    import transformers
 
     refusals = []
     for implementation in ATTENTION_IMPLEMENTATIONS:
         try:
-            return AutoModel.from_pretrained(folder, dtype=dtype, attn_implementation=implementation)
+            return getattr(transformers, auto_class).from_pretrained(folder, dtype=dtype,
+                                                                     attn_implementation=implementation)
         except ValueError as refused:  # the family does not support this implementation
             refusals.append(f"{implementation}: {refused}")
     raise ValueError(f"{folder}: no attention implementation that reads a 4-D mask; " + "; ".join(refusals))

@@ -4,7 +4,9 @@ The encoder's parameter names are Llama's, so the weights map one to one; what c
 attention (bidirectional for MLM and fine-tuning, a forward argument here) and the vocabulary,
 which grows by the [MASK] token a causal tokenizer lacks (new rows start at the mean embedding).
 Anything the encoder cannot reproduce exactly (biases, another head size, scaled RoPE) is
-refused rather than silently approximated.
+refused rather than silently approximated. Every other causal LM (and these, under `hf_init:
+native`) is continued as its own model instead: trainables.causal_mlm, chosen at plan time
+(sweeper.plan.hf_init).
 """
 from __future__ import annotations
 

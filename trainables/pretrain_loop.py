@@ -142,16 +142,24 @@ def sharded(run: PretrainConfig, world: int) -> bool:
     return world > 1 and run.sharding == "fsdp"
 
 
-def configure(model: LlamaEncoderForMaskedLM, run: PretrainConfig) -> None:
-    """What precedes DDP or sharding: training mode, activation checkpointing, compilation."""
+def configure(model, run: PretrainConfig) -> None:
+    """What precedes DDP or sharding: training mode, activation checkpointing, compilation.
+    `model`: a `LlamaEncoderForMaskedLM` or a `trainables.causal_mlm.CausalLMForMaskedLM`."""
     model.train()  # from_pretrained returns eval mode; checkpointing acts in training mode only
     if run.activation_checkpointing:
-        model.activation_checkpointing_enable({"use_reentrant": False})
+        if model.activation_checkpointing_enable({"use_reentrant": False}) is False:
+            print(f"[pretrain {run.name}] activation checkpointing: {type(model.config).__name__} does not "
+                  "support it; training without", flush=True)
     if run.compile:
         # In place, block by block: state-dict names stay Hugging Face's, and FSDP2 then
         # shards compiled blocks (its recommended order).
-        for block in model.model.layers:
+        for block in (model.blocks() if native(run) else model.model.layers):
             block.compile()
+
+
+def native(run: PretrainConfig) -> bool:
+    """A Hugging Face causal LM trained as its own model (trainables.causal_mlm), not converted."""
+    return run.init.kind == "hf-native"
 
 
 def prepared_model(resume: Path | None, run: PretrainConfig, vocab_size: int, world: int, device: torch.device):
@@ -159,11 +167,23 @@ def prepared_model(resume: Path | None, run: PretrainConfig, vocab_size: int, wo
     ones, on `device`; alone, replicated by DDP (Ray's `prepare_model`), or sharded by FSDP2,
     where only rank 0 reads them (`trainables.sharding`)."""
     def load_full() -> LlamaEncoderForMaskedLM:
+        if resume and native(run):
+            from trainables.causal_mlm import masked_lm_from_checkpoint
+
+            return masked_lm_from_checkpoint(resume)
         return LlamaEncoderForMaskedLM.from_pretrained(resume) if resume else initial_model(run, vocab_size)
 
     if sharded(run, world):
+        if native(run):
+            raise ValueError(f"{run.name}: a causal LM trained as its own model (hf_init: native) is not sharded "
+                             "by FSDP2: use sharding: ddp")
         return sharding.sharded_model(load_full, device, lambda model: configure(model, run))
     model = load_full().to(device)
+    if native(run):
+        from trainables.causal_mlm import attention_check
+
+        # Every rank probes the same weights the same way: all reach the same verdict.
+        print(f"[pretrain {run.name}] {attention_check(model, device)}", flush=True)
     configure(model, run)
     if world <= 1:
         return model
@@ -192,7 +212,9 @@ def save_hf(model, directory: Path, state: dict | None) -> None:
     (FSDP2 renames the module's class, which would leak into config.json's `architectures`), so
     both branches write the same files."""
     if state is None:
-        unwrap(model).save_pretrained(directory)
+        model = unwrap(model)
+        # A natively continued causal LM saves as its own family (trainables.causal_mlm).
+        getattr(model, "causal_lm", model).save_pretrained(directory)
         return
     with torch.device("meta"):
         plain = LlamaEncoderForMaskedLM(model.config)
@@ -207,6 +229,7 @@ def checkpoint_marker(run: PretrainConfig, step: int, metrics: dict) -> dict:
         "objective": run.objective, "phase": metrics["phase"], "clm_fraction": run.clm_fraction,
         "mask_ratio": run.mask_ratio, "switch_step": run.switch_step, "total_steps": run.total_steps,
         "loss": metrics["loss"], "phases": [asdict(phase) for phase in run.phases],
+        **({"attention": metrics["attention"]} if "attention" in metrics else {}),
     }
 
 
@@ -333,6 +356,10 @@ def initial_model(run: PretrainConfig, vocab_size: int) -> LlamaEncoderForMasked
         from trainables.convert import encoder_from_causal_lm
 
         return encoder_from_causal_lm(run.init.location, vocab_size)
+    if native(run):
+        from trainables.causal_mlm import masked_lm_from_causal_lm
+
+        return masked_lm_from_causal_lm(run.init.location, vocab_size)
     return build_model(LlamaEncoderConfig(**run.model_config), run.seed)
 
 
@@ -410,7 +437,8 @@ def train_loop_per_worker(loop_config: dict) -> None:
         if saving:
             save_checkpoint(model, optimizer, run, done, log,
                             {"step": done, "phase": phase.objective, "loss": log[-1]["loss"],
-                             RETENTION_METRIC: retention_priority(run, done)})
+                             RETENTION_METRIC: retention_priority(run, done),
+                             **({"attention": unwrap(model).attention} if native(run) else {})})
             if rank == 0:  # the newer checkpoint is persisted: Ray's report returns after the upload
                 apply_retention(run, done)
     if tracker is not None:

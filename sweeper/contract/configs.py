@@ -108,7 +108,8 @@ class InitSource:
 
     kind: str
     """`scratch` (seeded random weights), `study` (a checkpoint folder of this study, weights
-    only) or `hf` (a Hugging Face causal LM, converted to the encoder)."""
+    only), `hf` (a Hugging Face causal LM, converted to the encoder) or `hf-native` (a Hugging
+    Face causal LM trained as its own model, bidirectionally: trainables.causal_mlm)."""
     location: str | None = None
     """The checkpoint location (`study`) or the model path or name (`hf`)."""
 

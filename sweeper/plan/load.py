@@ -20,6 +20,7 @@ from pathlib import Path
 
 from sweeper.contract import registry
 from sweeper.plan.checkpoint_sources import ExternalCheckpoint, SourceProblem, resolve_all
+from sweeper.plan.hf_init import HfSourceProblem, resolve_hf_init
 from sweeper.plan.memory_check import RunMemory, TrialMemory, check_runs, check_trials, refusal, trial_refusal
 from sweeper.plan.runs import PretrainingRun, RunNameProblem, expand_base_runs, expand_runs
 from sweeper.plan.study_plan import StudyPlan, plan_study
@@ -88,10 +89,31 @@ def _checked_runs(spec: StudySpec, context: Context) -> list[PretrainingRun] | N
     if unknown:
         return None
     try:
-        return expand_runs(spec)
+        runs = expand_runs(spec)
     except RunNameProblem as clash:
         context.note(clash.key, clash.reason)
         return None
+    hf_problems = [problem for i, grid in enumerate(spec.pretraining.runs)
+                   for j, source in enumerate(grid.init_from or []) if source.startswith("hf:")
+                   for problem in [_hf_problem(spec, grid, source, f"pretraining.runs[{i}]", j)] if problem]
+    for key, reason in hf_problems:
+        context.note(key, reason)
+    return None if hf_problems else runs
+
+
+def _hf_problem(spec: StudySpec, grid, source: str, entry: str, j: int) -> tuple[str, str] | None:
+    """(key, reason) when the Hugging Face source `init_from[j]` of `entry` cannot be continued as
+    the entry asks (sweeper.plan.hf_init), or None."""
+    try:
+        init = resolve_hf_init(source[3:], grid.hf_init)
+    except HfSourceProblem as problem:
+        at_fault = "hf_init" if grid.hf_init == "convert" and "converted" in str(problem) else f"init_from[{j}]"
+        return f"{entry}.{at_fault}", str(problem)
+    resources = spec.resources
+    if init.mode == "native" and resources.sharding == "fsdp" and resources.pretraining_workers >= 2:
+        return "resources.sharding", (f"{source} is continued as its own model (hf_init: native), which "
+                                      "trains with DDP, not FSDP2: set sharding: ddp")
+    return None
 
 
 def _resolved_externals(spec: StudySpec, runs: list[PretrainingRun] | None,

@@ -20,13 +20,10 @@ override the preset's own value (`610m-mlm40-42k-lr1e-3`, `tiny-mlm40-600-layers
 planned before a field was swept keeps its name, its key and its folder. The resolved values
 travel on the run (`PretrainingRun.peak_lr`, `.optimizer`, ...; the swept ones in `params`):
 nothing downstream of the plan reads them from the spec.
-
 Each run is trained `replicates` times (sweeper.plan.replicates): replicate 0 is the run above,
-replicate r >= 1 `<name>-rep<r>`; the plan lists the replicates 0 first (of the runs from
-scratch, then of the continued ones), then the replicates 1, ...
-
-Names are made in sweeper.plan.run_names; the checks that need the planned runs (a name planned
-twice, an unknown CPT source) run while the spec is loaded (sweeper.plan.load).
+replicate r >= 1 `<name>-rep<r>`; the plan lists the replicates 0 first (from scratch, then
+continued), then the replicates 1, ... Names: sweeper.plan.run_names; Hugging Face sources:
+sweeper.plan.hf_init; checks that need the planned runs: sweeper.plan.load.
 """
 from __future__ import annotations
 
@@ -34,6 +31,7 @@ import itertools
 import re
 from dataclasses import asdict, dataclass, field, replace
 
+from sweeper.plan.hf_init import planned_hf_init
 from sweeper.plan.phases import (describe, leading_clm_share, long_form_phases, masking_defaults, phase,
                                  short_form_phases, switch_choices, switch_step)
 from sweeper.plan.replicates import arm_name, by_replicate, replicate_name, replicated
@@ -73,6 +71,8 @@ class PretrainingRun:
     """Continued pretraining from this study run's final (decayed) checkpoint."""
     init_from_hf: str | None = None
     """Continued pretraining from this Hugging Face causal LM (path or name)."""
+    hf_init: str | None = None
+    """How it is continued: `convert` (to the encoder) or `native` (sweeper.plan.hf_init)."""
     steps_before: int = 0
     """Steps the starting checkpoint had already trained (its data is not seen again)."""
     identity: dict = field(compare=False, repr=False, default_factory=dict)
@@ -325,12 +325,12 @@ def continued_run(spec: StudySpec, grid: RunGridSpec, source: str, base: dict, s
                   checkpoint_steps=checkpoints)
     schedule = {"objective": "mlm", "mask_ratio": ratio, "steps": steps, "warmup_steps": warmup, "decay_steps": decay}
     if source.startswith("hf:"):
-        path = source[3:]
-        identity = {"init_from_hf": path, **schedule, "model_overrides": spec.model.overrides,
-                    **shared_identity(spec, settings)}
+        path, init = source[3:], planned_hf_init(source[3:], grid.hf_init)  # native: keyed; convert: as before
+        identity = {"init_from_hf": path, **({"hf_init": "native"} if init.mode == "native" else {}), **schedule,
+                    "model_overrides": spec.model.overrides, **shared_identity(spec, settings)}
         return PretrainingRun(name=tagged(cpt_name(path, ratio, steps), settings), run_key=stable_key(identity),
-                              preset="hf", model_config={}, init_from_hf=path, identity=identity, **common,
-                              **resolved(settings))
+                              preset="hf", model_config=init.sizes, init_from_hf=path, hf_init=init.mode,
+                              identity=identity, **common, **resolved(settings))
     origin = base[source]
     settings = replace(settings, global_batch_size=origin.global_batch_size, seq_len=origin.seq_len,
                        params={k: v for k, v in settings.params.items() if k not in ("global_batch_size", "seq_len")},

@@ -341,9 +341,15 @@ def finding_5(scores: SeedScores, config: VerdictConfig) -> list[Part]:
                                                         "checkpoint with these steps"))
             continue
         parts.append(pair_part(scores, from_clm[0], from_mlm[0], f"{where}: from CLM beats from MLM", None, config))
-    if not parts:
-        parts.append(Part(comparison="continued pretraining", missing=(
-            "needs continued-pretraining runs from a CLM and an MLM checkpoint with the same added steps")))
+    if not parts:  # causal LMs from elsewhere (init_from: hf:...), named, else the runs it needs
+        parts = [Part(comparison=f"from {row.init_from} (a causal LM from elsewhere), +{budget(row.total_steps)} "
+                                 f"MLM {ratio_text(row.mask_ratio)} steps",
+                      missing="needs a continued run from an MLM checkpoint with the same added steps to compare "
+                              "against (its scores are in the continued-pretraining table)")
+                 for row in cpt[cpt["init_from"].map(lambda s: str(s).startswith("hf:"))]
+                 .drop_duplicates("init_from").itertuples()]
+        parts = parts or [Part(comparison="continued pretraining", missing=(
+            "needs continued-pretraining runs from a CLM and an MLM checkpoint with the same added steps"))]
     return parts
 
 

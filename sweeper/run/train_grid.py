@@ -37,7 +37,7 @@ def pretrain_config(run: PretrainingRun, spec: StudySpec, layout: StudyLayout, c
         init = InitSource(kind="study",
                           location=storage.strip_credentials(layout.checkpoint(source.name, source.total_steps)))
     elif run.init_from_hf:
-        init = InitSource(kind="hf", location=run.init_from_hf)
+        init = InitSource(kind="hf-native" if run.hf_init == "native" else "hf", location=run.init_from_hf)
     else:
         init = InitSource(kind="scratch")
     return PretrainConfig(

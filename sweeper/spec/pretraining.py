@@ -182,7 +182,7 @@ class RunGridSpec:
     """Model presets of this entry, one run each (default: model.preset)."""
     init_from: list[str] | None = None
     """Continued pretraining: start from the decayed final checkpoint of these runs of the study
-    (run names) or from Hugging Face Llama-family causal LMs (`hf:<path or name>`); steps are then
+    (run names) or from Hugging Face causal LMs (`hf:<path or name>`, see hf_init); steps are then
     the added steps."""
     warmup_steps: int | None = None
     """Warmup of this entry's schedule (default: pretraining.warmup_steps); the re-warmup of a CPT
@@ -192,6 +192,10 @@ class RunGridSpec:
     replicates: int | None = None
     """Times each run of this entry is trained, each with its own initialisation and data order
     (default: pretraining.replicates)."""
+    hf_init: Literal["auto", "convert", "native"] = "auto"
+    """How an `hf:` source is continued: `convert` into the study's encoder (Llama, Mistral),
+    `native` as its own model run bidirectionally (any causal LM transformers ships), `auto`
+    converting where that is exact, else native."""
     GRID_FIELDS: ClassVar = ("warmup_steps", "decay_steps")
 
     def check(self):
@@ -211,6 +215,8 @@ class RunGridSpec:
         for i, source in enumerate(self.init_from or []):
             if source.startswith("hf:") and len(source) == 3:
                 yield f"init_from[{i}]", "give a path or model name after 'hf:'"
+        if self.hf_init != "auto" and not any(source.startswith("hf:") for source in self.init_from or []):
+            yield "hf_init", "applies to hf: sources in init_from; this entry has none"
         for i, preset in enumerate(self.preset or []):
             if preset not in MODEL_PRESETS:
                 yield f"preset[{i}]", f"unknown preset {shown(preset)}{suggestion(preset, list(MODEL_PRESETS))}"
