@@ -18,7 +18,7 @@ from sweeper.plan.load import load_spec
 from sweeper.plan.study_plan import plan_study
 from sweeper.report import data_problems
 from sweeper.report.analysis import STATUSES
-from sweeper.store import storage
+from sweeper.store import environments, storage
 from sweeper.store.layout import StudyLayout
 from sweeper.store.quarantine import quarantined, relative
 from sweeper.store.results import read_trials
@@ -104,6 +104,7 @@ def study_status(layout: StudyLayout) -> dict:
             "unclassified_trials": [f"{r['checkpoint_id']} / {r['task']} / seed {r['seed']} (trial {r['trial_key']}): "
                                     f"status {r['status']!r}" for r in unclassified.to_dict("records")],
             "non_finite": data_problems.non_finite_text(recorded),
+            "environment": environments.summary(layout, damaged.__setitem__),
             "quarantined": quarantined(layout),
             "unreadable": {relative(layout, location): why for location, why in sorted(unreadable.items())},
             "damaged_markers": {relative(layout, location): why for location, why in sorted(damaged.items())}}
@@ -133,6 +134,8 @@ def print_status(layout: StudyLayout) -> None:
         print(f"    ... and {len(listed) - UNCLASSIFIED_LISTED} more unclassified trials")
     if status["non_finite"]:
         print(f"  data problem: {status['non_finite']}")
+    for line in status["environment"]:
+        print(f"  {line}")
     for line in damage_lines(status):
         print(line)
 

@@ -17,7 +17,7 @@ from sweeper.report.figure_set import FigureSet
 from sweeper.report.study_history import study_record
 from sweeper.report.tables import fmt, markdown_table
 from sweeper.report.verdict_text import findings_section, outcomes_section
-from sweeper.store import storage
+from sweeper.store import environments, storage
 from sweeper.store.layout import StudyLayout
 from sweeper.store.quarantine import quarantined, relative
 from sweeper.store.results import read_trials
@@ -294,6 +294,7 @@ def report_and_figures(layout: StudyLayout, lr_range: tuple[float, float]) -> tu
     unreadable: dict[str, str] = {}  # store parts not read, left in place: a report moves nothing
     # Every recorded trial but the superseded ones and those recorded under other settings (named).
     record = study_record(layout, read_trials(layout, noted=unreadable).to_pandas(), damaged)
+    environment = ["## Environment", "", *environments.summary(layout, damaged.__setitem__), ""]
     problems = data_problems.non_finite(record.trials)  # scores that are not numbers: named, never averaged
     trials = record.trials[~problems]
     study = record.trials["study"].iloc[0] if not record.trials.empty else storage.name(layout.root)
@@ -305,7 +306,8 @@ def report_and_figures(layout: StudyLayout, lr_range: tuple[float, float]) -> tu
     out += origins_section(trials) + padding_section(trials)
     best = analysis.best_params_table(trials)
     if best.empty:
-        return "\n".join(out + ["No finished trials yet.", ""] + record.section) + "\n", FigureSet.for_study(layout)
+        return "\n".join(out + ["No finished trials yet.", ""] + record.section + environment) + "\n", \
+            FigureSet.for_study(layout)
     categories = analysis.category_scores(trials, best)
     final = analysis.final_only(categories)
     stability, used_range = analysis.stability(trials, lr_range)
@@ -373,7 +375,7 @@ def report_and_figures(layout: StudyLayout, lr_range: tuple[float, float]) -> tu
                            "no scores", figure_set.swept_caption(name))
     out += importance_section(trials, searched or None)
     out += ["## Per task", ""] + task_sections(best, trials)
-    return "\n".join(out + record.section + shown.not_drawn()) + "\n", shown
+    return "\n".join(out + record.section + environment + shown.not_drawn()) + "\n", shown
 
 
 def write_report(layout: StudyLayout, lr_range: tuple[float, float] = (1e-5, 1e-4)) -> str:

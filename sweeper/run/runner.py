@@ -18,6 +18,7 @@ from sweeper.plan.study_plan import StudyPlan
 from sweeper.report.writer import write_report
 from sweeper.run.console import Console
 from sweeper.run.corpora import check_corpus_source, prepare_corpora
+from sweeper.run.environment import record_environment
 from sweeper.run.tune_grid import run_finetuning, trials_and_rows
 from sweeper.run.pipeline import Pipeline
 from sweeper.run.train_grid import PretrainingGrid
@@ -80,14 +81,14 @@ def plan_record(plan: StudyPlan) -> dict:
             "runs": {run.name: run.run_key for run in plan.runs}}
 
 
-def record_spec(spec: StudySpec, spec_path: Path, plan: StudyPlan, layout: StudyLayout) -> None:
+def record_spec(spec: StudySpec, spec_path: Path, plan: StudyPlan, layout: StudyLayout) -> str:
     """`spec.yaml` (the latest spec), `plan.json`, and the spec kept with its plan and settings
     in the study's spec history (`specs/`, sweeper.store.spec_history). No copy holds credentials (a
-    spec's `storage: s3://KEY:SECRET@...`: sweeper.store.storage)."""
+    spec's `storage: s3://KEY:SECRET@...`: sweeper.store.storage). Returns the kept spec's name."""
     text, record = storage.redact(Path(spec_path).read_text()), plan_record(plan)
     storage.write_text(layout.spec, text)
     storage.write_json(layout.plan, record, indent=None)
-    keep_spec(layout, text, {**record, "resolved": resolved_settings(spec, plan)})
+    return keep_spec(layout, text, {**record, "resolved": resolved_settings(spec, plan)})
 
 
 def run_stages(spec: StudySpec, plan: StudyPlan, layout: StudyLayout, retry_failed: bool) -> tuple[dict, list[str]]:
@@ -111,7 +112,7 @@ def run_study(spec: StudySpec, spec_path: Path, plan: StudyPlan, layout: StudyLa
     if plan.runs:  # an evaluation-only study reads no corpus
         check_corpus_source(spec, spec_path)  # before anything is written or started: exit 2
     storage.make_dirs(layout.root)
-    record_spec(spec, spec_path, plan, layout)
+    spec_entry = record_spec(spec, spec_path, plan, layout)
     console = Console(layout)  # Ray's and Tune's notices to the debug log, no colour in a file
     console.start()
     print(f"[study] {spec.study}: {len(plan.runs)} pretraining runs, {len(plan.checkpoints)} checkpoints, "
@@ -120,6 +121,7 @@ def run_study(spec: StudySpec, spec_path: Path, plan: StudyPlan, layout: StudyLa
     try:
         connect_ray()
         route_worker_output(console.route)
+        record_environment(spec, layout, spec_entry)
         tally, failed_runs = run_stages(spec, plan, layout, retry_failed)
         report = write_report(layout)
         print(f"[study] finished in {format_duration(time.time() - started)}; report: {storage.display(report)}",
