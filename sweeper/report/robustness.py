@@ -37,6 +37,8 @@ class Variant:
     verdicts: list[Verdict]
     flips: dict[str, str]
     undecidable: dict[str, str] = field(default_factory=dict)
+    floors: dict[int, float] = field(default_factory=dict)
+    """Sample sizes of the parts it tested at which its test cannot reach alpha -> its smallest p there."""
 
 
 @functools.lru_cache(maxsize=64)
@@ -96,9 +98,14 @@ def robustness_card(grid: TrialGrid, runs: pd.DataFrame, baseline: list[Verdict]
         parts = named_parts(verdicts)
         undecidable = {name: why for name, part in parts.items() if name in before and before[name] != CANNOT_TELL
                        and part.verdict == CANNOT_TELL and (why := cannot_decide(part, variant_config))}
-        flips = {name: f"{before[name]} -> {parts[name].verdict if name in parts else 'not tested'}" for name in before
-                 if name not in undecidable and (parts[name].verdict if name in parts else "not tested") != before[name]}
-        card.append(Variant(name=name, verdicts=verdicts, flips=flips, undecidable=undecidable))
+        after = {name: parts[name].verdict if name in parts and not parts[name].missing else "not tested"
+                 for name in before}
+        # Undecided before and after (cannot tell, or no longer tested) is no change of conclusion.
+        flips = {name: f"{before[name]} -> {after[name]}" for name in before if name not in undecidable
+                 and after[name] != before[name] and not (before[name] == CANNOT_TELL and after[name] == "not tested")}
+        floors = {part.units: smallest_p(variant_config.test, part.units) for part in parts.values()
+                  if cannot_decide(part, variant_config)}
+        card.append(Variant(name=name, verdicts=verdicts, flips=flips, undecidable=undecidable, floors=floors))
     return card
 
 
@@ -124,11 +131,12 @@ def robustness_lines(card: list[Variant], baseline: list[Verdict]) -> list[str]:
            "listed below is fragile: its verdict rests on the choice named. *Cannot decide*: decided parts that "
            "an alternative's test cannot decide at the part's sample size whatever the scores (an exact rank "
            "test over a few units cannot reach p < alpha); those are not flips.", ""] + rows + [""]
-    could = [v.name for v in card if not v.undecidable]
-    could_not = [v.name for v in card if v.undecidable]
+    could = [v.name for v in card if not v.floors]
+    could_not = [v.name for v in card if v.floors]
     if could_not:
-        out += [f"Could decide every decided part at this study's sample sizes: {', '.join(could) or 'none'}. "
-                f"Could not decide some: {', '.join(could_not)} (their bold verdicts say nothing about fragility).", ""]
+        out += [f"Could decide at this study's sample sizes: {', '.join(could) or 'none'}. "
+                f"Could not decide every part: {', '.join(could_not)} (its *cannot tell* says nothing about "
+                "fragility).", ""]
     if fragile:
         out += ["Parts whose verdict flips:", ""] + [f"- {part}: " + "; ".join(why) for part, why in sorted(fragile.items())]
     else:
@@ -137,10 +145,10 @@ def robustness_lines(card: list[Variant], baseline: list[Verdict]) -> list[str]:
 
 
 def undecidable_cell(variant: Variant) -> str:
-    """`7 parts: cannot decide at n = 3, 5 (smallest p 0.250, 0.062)`, or empty."""
-    if not variant.undecidable:
+    """`7 decided part(s) not counted: cannot decide at n = 3, 5 (smallest p 0.250, 0.062)`, or empty."""
+    if not variant.floors:
         return ""
-    found = sorted({(int(m.group(1)), m.group(2)) for why in variant.undecidable.values()
-                    if (m := re.search(r"n = (\d+) \(its smallest p is ([^,]+),", why))})
-    return (f"{len(variant.undecidable)} part(s): cannot decide at n = {', '.join(str(n) for n, _ in found)} "
-            f"(smallest p {', '.join(p for _, p in found)})")
+    sizes = sorted(variant.floors)
+    counted = f"{len(variant.undecidable)} decided part(s) not counted: " if variant.undecidable else ""
+    return (f"{counted}cannot decide at n = {', '.join(map(str, sizes))} "
+            f"(smallest p {', '.join(p_text(variant.floors[n]) for n in sizes)})")
