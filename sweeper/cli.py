@@ -44,7 +44,7 @@ def study_layout_for(spec, flag: str | None, spec_file: str = "spec") -> StudyLa
 def command_plan(args) -> int:
     from sweeper.plan.cost import describe_external, finetuning_cost, parameter_count, pretraining_cost
     from sweeper.plan.memory_check import check_runs, refusal, run_figure, summary
-    from sweeper.plan.study_plan import plan_study, run_count_text, trial_count_text
+    from sweeper.plan.study_plan import plan_study, run_count_text, trained_trials, trial_count_text
 
     spec = load_spec(args.spec)
     plan = plan_study(spec)
@@ -58,7 +58,10 @@ def command_plan(args) -> int:
     for checkpoint in plan.checkpoints:
         if checkpoint.external is not None:
             print(f"    from elsewhere: {describe_external(checkpoint.external)}")
-    print(f"  fine-tuning trials:     {trial_count_text(spec, plan)}")
+    trained, also = trained_trials(plan)
+    if also:  # a trial writes a result row per set it scores: the factors below count rows
+        print(f"  fine-tuning trials:     {trained:,} ({also})")
+    print(f"  {('result rows' if also else 'fine-tuning trials') + ':':<24}{trial_count_text(spec, plan)}")
     pre_cost, ft_cost = pretraining_cost(spec, plan.runs), finetuning_cost(spec, plan)
     print(f"  estimated GPU-hours at {spec.cost.gpu_peak_tflops:g} TFLOP/s x {spec.cost.utilization:.0%} utilisation "
           "(6 x parameters x tokens):")

@@ -128,7 +128,7 @@ def test_non_finite_scores_are_named_and_kept_out_of_means_and_figures(damaged_s
     study, _, _, results = damaged_study
     assert "data problem: 2 recorded trial(s) have scores that are not finite" in results["status"].stdout
     text = (study / "report.md").read_text()
-    assert "40 trials recorded (40 ok); 2 of them with scores that are not finite, left out" in text
+    assert "40 result rows recorded (40 ok); 2 of them with scores that are not finite, left out" in text
     assert "nano-clm-40 / wordnet-supersense-cls / seed 0" in text and "test inf" in text and "test nan" in text
     tables = [line for line in text.splitlines() if line.startswith("|")]
     assert not [line for line in tables if re.search(r"\b(inf|nan)\b", line)], "no mean is infinite or NaN"

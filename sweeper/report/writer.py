@@ -52,12 +52,13 @@ importances` covers them. A choice keeps its section: a few values, each sampled
 
 
 def coverage(trials: pd.DataFrame, planned: int | None, missing: int = 0) -> str:
-    """The trials the report reads, by status, and how many the current spec plans that have no row."""
+    """The result rows the report reads, by status, and how many the current spec plans that have no row
+    (a row per trial and data set it scored: a retrieval trial also writes its evaluation-only sets' rows)."""
     counts = trials["status"].value_counts().to_dict() if not trials.empty else {}
     parts = [f"{n} {status}" for status, n in sorted(counts.items())]
-    line = f"{len(trials)} trials recorded ({', '.join(parts) or 'none'})"
+    line = f"{len(trials)} result rows recorded ({', '.join(parts) or 'none'})"
     if planned is not None and missing:
-        line += (f"; **{missing} of {planned} planned trials are missing** (study incomplete: "
+        line += (f"; **{missing} of {planned} planned result rows are missing** (study incomplete: "
                  "tables show what is recorded)")
     return line
 

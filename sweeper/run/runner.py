@@ -14,12 +14,12 @@ from pathlib import Path
 import ray
 
 from sweeper.plan.changes import cell_id, resolved_settings, trial_cell
-from sweeper.plan.study_plan import StudyPlan
+from sweeper.plan.study_plan import StudyPlan, trials_and_rows
 from sweeper.report.writer import write_report
 from sweeper.run.console import Console
 from sweeper.run.corpora import check_corpus_source, prepare_corpora
 from sweeper.run.environment import record_environment
-from sweeper.run.tune_grid import run_finetuning, trials_and_rows
+from sweeper.run.tune_grid import run_finetuning
 from sweeper.run.pipeline import Pipeline
 from sweeper.run.train_grid import PretrainingGrid
 from sweeper.run.progress import format_duration
