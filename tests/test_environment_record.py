@@ -54,6 +54,7 @@ def test_status_and_report_show_the_environment(tmp_path, capsys):
     print_status(layout)
     shown = capsys.readouterr().out
     assert "environment: torch " in shown and "CPU path AVX512, 3 torch thread(s)" in shown
+    assert "fine-tuning: 40 result rows (32 trials): 0 ok" in shown, "rows and trials, each by its own word"
     text, _ = build_report(layout)
     section = text.split("## Environment", 1)[1]
     assert "CPU path AVX512, 3 torch thread(s)" in section and "transformers " in section

@@ -15,7 +15,7 @@ import time
 from collections import Counter
 
 from sweeper.plan.load import load_spec
-from sweeper.plan.study_plan import plan_study
+from sweeper.plan.study_plan import plan_study, trained_trials
 from sweeper.report import data_problems
 from sweeper.report.analysis import STATUSES
 from sweeper.store import environments, storage
@@ -95,7 +95,7 @@ def study_status(layout: StudyLayout) -> dict:
     # rest as running (the heartbeat's count, at most what is unrecorded) or pending.
     unrecorded = len(planned) - len(recorded)
     running = min(running, unrecorded)
-    return {"study": spec.study, "runs": runs, "trials": {"planned": len(planned), "ok": counts["ok"],
+    return {"study": spec.study, "runs": runs, "trained": trained_trials(plan)[0], "trials": {"planned": len(planned), "ok": counts["ok"],
             "stopped": counts["stopped"], "diverged": counts["diverged"], "failed": counts["failed"],
             "unclassified": len(unclassified), "running": running, "pending": unrecorded - running},
             "early_stopping": spec.finetuning.scheduler.kind != "none",
@@ -122,7 +122,9 @@ def print_status(layout: StudyLayout) -> None:
     # `stopped` (early, by the trial scheduler) is shown where a scheduler ran or left rows.
     shown = ("ok", "stopped") if status["early_stopping"] or trials["stopped"] else ("ok",)
     shown += ("running", "pending", "diverged", "failed") + (("unclassified",) if trials["unclassified"] else ())
-    print(f"  fine-tuning: {trials['planned']} trials: " + ", ".join(f"{trials[k]} {k}" for k in shown))
+    counted = (f"{trials['planned']} result rows ({status['trained']} trials)" if status["trained"] != trials["planned"]
+               else f"{trials['planned']} trials")  # an evaluation-only set's rows ride along with a trial
+    print(f"  fine-tuning: {counted}: " + ", ".join(f"{trials[k]} {k}" for k in shown))
     for row in status["failed_trials"][:10]:
         last_line = (row["error"] or "").strip().splitlines()[-1:] or [""]
         print(f"    failed   {row['checkpoint_id']} / {row['task']} / lr {row['learning_rate']:g} / "
