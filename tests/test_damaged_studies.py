@@ -188,7 +188,7 @@ def test_status_names_what_it_cannot_read_and_accounts_for_every_planned_trial(r
     status = sweeper_cli("status", str(study))
     assert status.returncode == 0 and "Traceback" not in output(status), output(status)
     out = status.stdout
-    assert f"40 trials: 32 ok, 0 running, 4 pending, 0 diverged, 0 failed, 4 unclassified" in out
+    assert f"40 result rows (32 trials): 32 ok, 0 running, 4 pending, 0 diverged, 0 failed, 4 unclassified" in out
     assert f"results/trials/{CLS}/{parts[0].name}: rows without status" in out
     assert out.count("unclassified nano-") == 4 and "status 'weird'" in out
     assert "pretraining/nano-clm-40/sweeper_done.json: a folder, not a file" in out
