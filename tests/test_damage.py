@@ -93,7 +93,7 @@ def test_a_damaged_part_and_markers_are_named_set_aside_and_the_rest_is_reported
     assert "live.json: empty file" in out
     assert "pretraining/nano-clm-40/sweeper_done.json: not JSON" in out
     assert "2 done" in out and "pending  nano-clm-40" in out  # a damaged done marker: not done
-    assert "40 trials: 36 ok, 0 running, 4 pending" in out
+    assert "40 result rows (32 trials): 36 ok, 0 running, 4 pending" in out
 
     assert "left in place" in out and part.exists(), "a read-only command moves nothing"
 
@@ -101,7 +101,7 @@ def test_a_damaged_part_and_markers_are_named_set_aside_and_the_rest_is_reported
     assert report.returncode == 0, report.stdout + report.stderr
     assert f"results/trials/{CLS}/{part.name}" in report.stdout
     text = (study / "report.md").read_text()
-    assert "4 of 40 planned trials are missing" in text and f"`results/trials/{CLS}/{part.name}`" in text
+    assert "4 of 40 planned result rows are missing" in text and f"`results/trials/{CLS}/{part.name}`" in text
     assert "| nano-mlm40-40 |" in text, "the other parts are reported"
     assert part.exists() and not (study / "quarantine").exists()
 

@@ -128,7 +128,7 @@ def test_non_finite_scores_are_named_and_kept_out_of_means_and_figures(damaged_s
     study, _, _, results = damaged_study
     assert "data problem: 2 recorded trial(s) have scores that are not finite" in results["status"].stdout
     text = (study / "report.md").read_text()
-    assert "40 trials recorded (40 ok); 2 of them with scores that are not finite, left out" in text
+    assert "40 result rows recorded (40 ok); 2 of them with scores that are not finite, left out" in text
     assert "nano-clm-40 / wordnet-supersense-cls / seed 0" in text and "test inf" in text and "test nan" in text
     tables = [line for line in text.splitlines() if line.startswith("|")]
     assert not [line for line in tables if re.search(r"\b(inf|nan)\b", line)], "no mean is infinite or NaN"
@@ -188,7 +188,7 @@ def test_status_names_what_it_cannot_read_and_accounts_for_every_planned_trial(r
     status = sweeper_cli("status", str(study))
     assert status.returncode == 0 and "Traceback" not in output(status), output(status)
     out = status.stdout
-    assert f"40 trials: 32 ok, 0 running, 4 pending, 0 diverged, 0 failed, 4 unclassified" in out
+    assert f"40 result rows (32 trials): 32 ok, 0 running, 4 pending, 0 diverged, 0 failed, 4 unclassified" in out
     assert f"results/trials/{CLS}/{parts[0].name}: rows without status" in out
     assert out.count("unclassified nano-") == 4 and "status 'weird'" in out
     assert "pretraining/nano-clm-40/sweeper_done.json: a folder, not a file" in out

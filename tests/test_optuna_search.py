@@ -95,7 +95,7 @@ def test_random_mode_prints_its_plan_without_ray(tmp_path):
     result = subprocess.run([sys.executable, "-c", code, str(path)], capture_output=True, text=True, cwd=ROOT,
                             timeout=300)
     assert result.returncode == 0, result.stderr
-    assert re.search(r"fine-tuning trials:\s+120 = 4 checkpoints x 5 datasets x 3 random samples", result.stdout)
+    assert re.search(r"result rows:\s+120 = 4 checkpoints x 5 datasets x 3 random samples", result.stdout)
     assert result.stdout.strip().endswith("no ray")
 
 

@@ -121,7 +121,7 @@ def test_report_works_on_partial_results_and_says_what_is_missing(clear_study):
     Path(clear_study.plan).write_text(json.dumps({"trials": len(keys) + 30, "trial_keys": keys + [
         f"missing-{i}" for i in range(30)]}))
     text, figures = build_report(clear_study)
-    assert "30 of 150 planned trials are missing" in text
+    assert "30 of 150 planned result rows are missing" in text
     assert "| m-mlm40-100 | mlm |" in text and len(figures) >= 3
 
 
@@ -154,7 +154,7 @@ def test_a_damaged_plan_reads_as_absent_and_is_named(clear_study):
     Path(clear_study.plan).write_text('{"trials": 150, "trial_ke')  # cut short
     text, _ = build_report(clear_study)
     assert "- `plan.json`: not JSON" in text and "| m-mlm40-100 | mlm |" in text
-    assert "planned trials are missing" not in text, "no plan: nothing is said missing"
+    assert "planned result rows are missing" not in text, "no plan: nothing is said missing"
 
 
 def test_a_one_rate_report_explains_its_verdicts_and_clips_no_interval(tmp_path):

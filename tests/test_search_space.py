@@ -65,7 +65,7 @@ def test_plan_of_a_pretraining_peak_lr_grid_prints_counts_and_names(tmp_path):
     assert result.returncode == 0, result.stderr
     assert re.search(r"pretraining runs:\s+9\n", result.stdout)
     assert re.search(r"evaluated checkpoints:\s+12 \(9 final \+ 3 intermediate\)", result.stdout)
-    assert re.search(r"fine-tuning trials:\s+120 = 12 checkpoints", result.stdout)
+    assert re.search(r"result rows:\s+120 = 12 checkpoints", result.stdout)
     assert planned_names(result.stdout) == [
         "nano-mlm40-40", "nano-mlm40-40-lr1e-3", "nano-mlm40-40-lr5e-4",
         "nano-clm-40", "nano-clm-40-lr1e-3", "nano-clm-40-lr5e-4",
@@ -343,14 +343,14 @@ def test_distributions_plan_in_optuna_and_random_mode_and_the_plan_names_the_spa
     random_spec = smoke_with(RANDOM, ("  batch_size: 16 ", "  batch_size: {choice: [8, 16]} "))
     result = plan_cli(write(tmp_path, random_spec, "random.yaml"))
     assert result.returncode == 0, result.stderr
-    assert re.search(r"fine-tuning trials:\s+240 = 4 checkpoints x 5 datasets x 6 random samples x 2 seeds; "
+    assert re.search(r"result rows:\s+240 = 4 checkpoints x 5 datasets x 6 random samples x 2 seeds; "
                      r"drawn per cell from learning_rate loguniform \[1e-05, 0\.0005\], batch_size choice \[8, 16\]",
                      result.stdout), result.stdout
     optuna_spec = smoke_with(OPTUNA, ("  max_steps: 8 ", "  max_steps: 8\n  optuna: {samples: 3}\n  "
                                                          "weight_decay: {uniform: [0.0, 0.2]} "))
     result = plan_cli(write(tmp_path, optuna_spec, "optuna.yaml"))
     assert result.returncode == 0, result.stderr
-    assert ("fine-tuning trials:     120 = 4 checkpoints x 5 datasets x 3 Optuna samples x 2 seeds; TPE per cell over "
+    assert ("result rows:            120 = 4 checkpoints x 5 datasets x 3 Optuna samples x 2 seeds; TPE per cell over "
             "learning_rate loguniform [1e-05, 0.0005], weight_decay uniform [0.0, 0.2]; searched fields budgeted at "
             "their largest values") in result.stdout, result.stdout
     spec = load_study(write(tmp_path, optuna_spec, "optuna.yaml")).spec

@@ -72,7 +72,7 @@ def section(text: str, title: str) -> str:
 
 def test_superseded_kept_and_other_settings_rows(recompute_record):
     text, _ = build_report(recompute_record)
-    assert "9 trials recorded (9 ok)" in text, "3 of the current spec + 6 kept tc1 trials"
+    assert "9 result rows recorded (9 ok)" in text, "3 of the current spec + 6 kept tc1 trials"
     assert "It leaves out 6 recorded trial(s): 3 superseded, 3 recorded under other settings" in text
     record = section(text, "Study history")
     assert "`specs/001-" in record and "`specs/002-" in record and "(= `spec.yaml`)" in record
@@ -93,7 +93,7 @@ def test_a_study_from_before_the_record_keeps_what_it_cannot_compare(recompute_r
     plan = json.loads(Path(recompute_record.plan).read_text())
     Path(recompute_record.plan).write_text(json.dumps({k: v for k, v in plan.items() if k != "trial_cells"}))
     text, _ = build_report(recompute_record)
-    assert "12 trials recorded (12 ok)" in text and "3 superseded" in text, "cells of the recorded current rows"
+    assert "12 result rows recorded (12 ok)" in text and "3 superseded" in text, "cells of the recorded current rows"
     assert "9 recorded before the study kept its specs, not compared" in text
     assert "the study kept no earlier ones" in section(text, "Study history")
 
@@ -132,7 +132,7 @@ def test_an_extension_keeps_the_first_spec_and_its_findings(ray_head, tmp_path):
     assert "2 trials: 1 already recorded, 0 blocked by failed runs, 1 to run" in second.stdout
 
     report = (study / "report.md").read_text()
-    assert "5 trials recorded (5 ok)" in report, "the 4 of the first spec and the new one"
+    assert "5 result rows recorded (5 ok)" in report, "the 4 of the first spec and the new one"
     assert "It also reads 3 trial(s) of earlier specs that the current one does not plan" in report
     assert report.split("### wordnet-supersense-tag")[1].split("\n## ")[0] == tag_section, "tag's numbers as before"
     assert tc_row.split("|")[4] in report, "the TC average as before"

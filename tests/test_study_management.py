@@ -48,7 +48,7 @@ def raw_rows(study: Path):
 
 
 def coverage_line(study: Path) -> str:
-    return next(line for line in (study / "report.md").read_text().splitlines() if "trials recorded" in line)
+    return next(line for line in (study / "report.md").read_text().splitlines() if "result rows recorded" in line)
 
 
 @pytest.fixture(scope="module")
@@ -104,7 +104,7 @@ def test_changed_cells_are_refused_then_recomputed_alone(ray_head, changed_study
     # The old tag rows stay in the store, with their 2 steps, and leave the report.
     superseded = after[after["trial_key"].isin(old_tag_keys)]
     assert len(superseded) == 2 and set(superseded["train_steps"]) == {2}
-    assert coverage_line(study) == "4 trials recorded (4 ok)"
+    assert coverage_line(study) == "4 result rows recorded (4 ok)"
 
 
 @pytest.fixture
@@ -153,4 +153,4 @@ def test_failed_trials_stay_failed_until_retried_then_are_recorded_once(ray_head
     assert recorded.loc[recorded["task"] == "flaky-word-count", "test_score"].between(-100, 100).all()
     raw = raw_rows(study)
     assert len(raw) == 2 and raw["trial_key"].value_counts().eq(1).all() and set(raw["status"]) == {"ok"}
-    assert coverage_line(study) == "2 trials recorded (2 ok)"
+    assert coverage_line(study) == "2 result rows recorded (2 ok)"

@@ -120,8 +120,10 @@ class TrackingConfig:
     """Also log pretraining curves and trial results to Weights & Biases (the Parquet store stays the record)."""
     project: str = "sweeper"
     """W&B project."""
-    mode: Literal["online", "offline"] = "offline"
-    """W&B mode; offline writes runs locally for `wandb sync`."""
+    entity: str | None = None
+    """W&B entity (a user or team name); None: the logged-in user's default entity."""
+    mode: Literal["online", "offline", "disabled"] = "offline"
+    """W&B mode: online (needs `wandb login`), offline (files for `wandb sync`) or disabled (no-op)."""
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)

@@ -210,7 +210,7 @@ CPU_CALIBRATION = {
     "trial_s": 0.20,
     "trial_flops_per_s": 2.09e10,
 }
-"""CPU seconds on one thread, fitted by benchmarks/wall_time.py (docs/benchmarks.md, section 13):
+"""CPU seconds on one thread, fitted by benchmarks/wall_time.py (docs/benchmarks.md, section 14):
 a pretraining token costs pretrain_token_s + 6 x parameters / pretrain_flops_per_s (per
 objective: MLM scores only the masked positions), a run pretrain_run_s more (start, final
 checkpoint); a fine-tuning trial trial_s (backbone load, data, scoring set-up) + its FLOPs

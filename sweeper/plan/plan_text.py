@@ -10,7 +10,7 @@ from sweeper.plan.cost import (describe_external, finetuning_comparison, finetun
 from sweeper.plan.departures import protocol_lines
 from sweeper.plan.load import LoadedStudy
 from sweeper.plan.memory_check import run_figure, summary, trial_summary
-from sweeper.plan.study_plan import run_count_text, trial_count_text
+from sweeper.plan.study_plan import run_count_text, trained_trials, trial_count_text
 
 
 def plan_lines(study: LoadedStudy, verbose: bool = False) -> list[str]:
@@ -24,7 +24,10 @@ def plan_lines(study: LoadedStudy, verbose: bool = False) -> list[str]:
               f"  evaluated checkpoints:  {len(plan.checkpoints)} ({final} final + "
               f"{len(plan.checkpoints) - final - external} intermediate" + (f" + {external} from elsewhere)" if external else ")")]
     lines += [f"    from elsewhere: {describe_external(c.external)}" for c in plan.checkpoints if c.external is not None]
-    lines.append(f"  fine-tuning trials:     {trial_count_text(spec, plan)}")
+    trained, also = trained_trials(plan)
+    if also:  # a trial writes a result row per set it scores: the factors below count rows
+        lines.append(f"  fine-tuning trials:     {trained:,} ({also})")
+    lines.append(f"  {('result rows' if also else 'fine-tuning trials') + ':':<24}{trial_count_text(spec, plan)}")
     lines += wall_time_lines(spec, plan, len(os.sched_getaffinity(0)))  # a CPU study: its duration here
     pre_cost, ft_cost = pretraining_cost(spec, plan.runs), finetuning_cost(spec, plan)
     lines.append(f"  estimated GPU-hours at {spec.cost.gpu_peak_tflops:g} TFLOP/s x {spec.cost.utilization:.0%} utilisation "

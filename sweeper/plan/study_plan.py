@@ -295,6 +295,27 @@ def trial_count_text(spec: StudySpec, plan: StudyPlan) -> str:
             f"{len(ft.learning_rates)} learning rates x {len(ft.seeds)} seeds; points over {values}")
 
 
+def trained_trials(plan: StudyPlan) -> tuple[int, str]:
+    """The planned trials that train a model (the unit progress lines count), and what the other
+    result rows are: an evaluation-only set's rows, written by the trial of its training task
+    with the same weights ('' when there are none). `plan.trials` counts result rows."""
+    scored: dict[str, set[str]] = {}
+    for trial in plan.trials:
+        if (train_task := get_task(trial.task).train_task) is not None:
+            scored.setdefault(train_task, set()).add(trial.task)
+    extra = sum(1 for trial in plan.trials if get_task(trial.task).train_task is not None)
+    also = "; ".join(f"each {task} trial is also scored on {' and '.join(sorted(sets))}"
+                     for task, sets in sorted(scored.items()))
+    return len(plan.trials) - extra, also
+
+
+def trials_and_rows(plan: StudyPlan) -> str:
+    """`340 fine-tuning trials, 425 result rows (each ... trial is also scored on ...)`."""
+    trained, also = trained_trials(plan)
+    text = f"{trained:,} fine-tuning trials"
+    return f"{text}, {len(plan.trials):,} result rows ({also})" if also else text
+
+
 def external_checkpoints(externals: list[ExternalCheckpoint]) -> list[EvaluatedCheckpoint]:
     """The `finetuning.checkpoints` entries as resolved (sweeper.plan.checkpoint_sources), after the study's own."""
     return [EvaluatedCheckpoint(checkpoint_id=external.name, run=None, step=0, tokens_seen=external.meta.tokens_seen,

@@ -6,26 +6,58 @@ holds under all of them; the card says which parts are fragile, without choosing
 alternatives (the report's verdicts stay those of the pre-registered analysis). Each variant is
 one `findings.judge_grid` call on the study's dense grid (`grid.TrialGrid`), so the card costs a
 few dozen judgements: seconds on an 18,000-row store (benchmarks/robustness_card.py).
+
+An alternative whose test cannot reach the decision threshold at a part's sample size (the exact
+Wilcoxon signed-rank test's smallest two-sided p is 0.25 over 3 units, 0.0625 over 5) turns every
+decided part into *cannot tell* whatever the data say: that is no fragility. Such a part is shown
+as "cannot decide at n = N" and not counted as a flip, and the card says which alternatives could
+have decided at the study's sample sizes.
 """
 from __future__ import annotations
 
+import functools
 import re
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 
+import numpy as np
 import pandas as pd
+from scipy import stats
 
 from sweeper.report.findings import Verdict, judge_grid
 from sweeper.report.grid import TrialGrid
-from sweeper.report.statistics import VerdictConfig
+from sweeper.report.statistics import CANNOT_TELL, Part, VerdictConfig, p_text
 
 
 @dataclass
 class Variant:
-    """One alternative analysis: its name, its verdicts, and the parts whose verdict differs from
-    the report's (comparison -> 'report's verdict -> this one's')."""
+    """One alternative analysis: its name, its verdicts, the parts whose verdict differs from the
+    report's (comparison -> 'report's verdict -> this one's), and the decided parts it could not
+    decide at their sample size (comparison -> why), which are not flips."""
     name: str
     verdicts: list[Verdict]
     flips: dict[str, str]
+    undecidable: dict[str, str] = field(default_factory=dict)
+    floors: dict[int, float] = field(default_factory=dict)
+    """Sample sizes of the parts it tested at which its test cannot reach alpha -> its smallest p there."""
+
+
+@functools.lru_cache(maxsize=64)
+def smallest_p(test: str, units: int) -> float:
+    """The smallest p-value a part's test can give over `units` paired units, both directions tried
+    (twice the smaller one-sided p, as `statistics.Part.p_value`): 0 for the t-test (continuous);
+    for the Wilcoxon signed-rank test, scipy's exact test on units that all point one way."""
+    if test == "t" or units < 1:
+        return 0.0
+    one_sided = stats.wilcoxon(np.arange(1.0, units + 1), alternative="greater", method="exact").pvalue
+    return min(1.0, 2 * float(one_sided))
+
+
+def cannot_decide(part: Part, config: VerdictConfig) -> str | None:
+    """Why the part's test could not reach `config.alpha` at its sample size, or None when it could."""
+    floor = smallest_p(config.test, part.units)
+    if part.missing or not part.units or floor < config.alpha:
+        return None
+    return f"cannot decide at n = {part.units} (its smallest p is {p_text(floor)}, not below {config.alpha:g})"
 
 
 def variants(grid: TrialGrid, config: VerdictConfig, replicated: bool):
@@ -47,7 +79,11 @@ def variants(grid: TrialGrid, config: VerdictConfig, replicated: bool):
 
 def part_verdicts(verdicts: list[Verdict]) -> dict[str, str]:
     """Per part (its finding and comparison, the margin's size left out of its name), its verdict."""
-    return {f"{v.number}. " + re.sub(r"[\d.]+-point margin", "margin", part.comparison): part.verdict
+    return {name: part.verdict for name, part in named_parts(verdicts).items()}
+
+
+def named_parts(verdicts: list[Verdict]) -> dict[str, Part]:
+    return {f"{v.number}. " + re.sub(r"[\d.]+-point margin", "margin", part.comparison): part
             for v in verdicts for part in v.parts}
 
 
@@ -59,10 +95,17 @@ def robustness_card(grid: TrialGrid, runs: pd.DataFrame, baseline: list[Verdict]
     card = []
     for name, variant_grid, variant_config in variants(grid, config, replicated):
         verdicts = judge_grid(variant_grid, runs, lr_range, variant_config)
-        after = part_verdicts(verdicts)
-        flips = {part: f"{before[part]} -> {after.get(part, 'not tested')}" for part in before
-                 if after.get(part, "not tested") != before[part]}
-        card.append(Variant(name=name, verdicts=verdicts, flips=flips))
+        parts = named_parts(verdicts)
+        undecidable = {name: why for name, part in parts.items() if name in before and before[name] != CANNOT_TELL
+                       and part.verdict == CANNOT_TELL and (why := cannot_decide(part, variant_config))}
+        after = {name: parts[name].verdict if name in parts and not parts[name].missing else "not tested"
+                 for name in before}
+        # Undecided before and after (cannot tell, or no longer tested) is no change of conclusion.
+        flips = {name: f"{before[name]} -> {after[name]}" for name in before if name not in undecidable
+                 and after[name] != before[name] and not (before[name] == CANNOT_TELL and after[name] == "not tested")}
+        floors = {part.units: smallest_p(variant_config.test, part.units) for part in parts.values()
+                  if cannot_decide(part, variant_config)}
+        card.append(Variant(name=name, verdicts=verdicts, flips=flips, undecidable=undecidable, floors=floors))
     return card
 
 
@@ -71,12 +114,13 @@ def robustness_lines(card: list[Variant], baseline: list[Verdict]) -> list[str]:
     parts that flip and under which variants."""
     if not card:
         return []
-    head = "| analysis | " + " | ".join(str(v.number) for v in baseline) + " | parts that flip |"
-    rows = [head, "|" + "---|" * (len(baseline) + 2),
-            "| **the report's** | " + " | ".join(v.verdict for v in baseline) + " | |"]
+    head = "| analysis | " + " | ".join(str(v.number) for v in baseline) + " | parts that flip | cannot decide |"
+    rows = [head, "|" + "---|" * (len(baseline) + 3),
+            "| **the report's** | " + " | ".join(v.verdict for v in baseline) + " | | |"]
     for variant in card:
         cells = [v.verdict if v.verdict == b.verdict else f"**{v.verdict}**" for v, b in zip(variant.verdicts, baseline)]
-        rows.append(f"| {variant.name} | " + " | ".join(cells) + f" | {len(variant.flips) or ''} |")
+        rows.append(f"| {variant.name} | " + " | ".join(cells) + f" | {len(variant.flips) or ''} | "
+                    f"{undecidable_cell(variant)} |")
     fragile: dict[str, list[str]] = {}
     for variant in card:
         for part, change in variant.flips.items():
@@ -84,9 +128,27 @@ def robustness_lines(card: list[Variant], baseline: list[Verdict]) -> list[str]:
     out = ["## Robustness card", "",
            "The verdicts recomputed under other analysis choices (leave one seed or task out, another test, "
            "other margins, the splits swapped). Bold: a finding's verdict differs from the report's. A part "
-           "listed below is fragile: its verdict rests on the choice named.", ""] + rows + [""]
+           "listed below is fragile: its verdict rests on the choice named. *Cannot decide*: decided parts that "
+           "an alternative's test cannot decide at the part's sample size whatever the scores (an exact rank "
+           "test over a few units cannot reach p < alpha); those are not flips.", ""] + rows + [""]
+    could = [v.name for v in card if not v.floors]
+    could_not = [v.name for v in card if v.floors]
+    if could_not:
+        out += [f"Could decide at this study's sample sizes: {', '.join(could) or 'none'}. "
+                f"Could not decide every part: {', '.join(could_not)} (its *cannot tell* says nothing about "
+                "fragility).", ""]
     if fragile:
         out += ["Parts whose verdict flips:", ""] + [f"- {part}: " + "; ".join(why) for part, why in sorted(fragile.items())]
     else:
         out += ["No part's verdict flips under any of these choices."]
     return out + [""]
+
+
+def undecidable_cell(variant: Variant) -> str:
+    """`7 decided part(s) not counted: cannot decide at n = 3, 5 (smallest p 0.250, 0.062)`, or empty."""
+    if not variant.floors:
+        return ""
+    sizes = sorted(variant.floors)
+    counted = f"{len(variant.undecidable)} decided part(s) not counted: " if variant.undecidable else ""
+    return (f"{counted}cannot decide at n = {', '.join(map(str, sizes))} "
+            f"(smallest p {', '.join(p_text(variant.floors[n]) for n in sizes)})")

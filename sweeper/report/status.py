@@ -15,9 +15,10 @@ import time
 from collections import Counter
 
 from sweeper.plan.load import LoadedStudy
+from sweeper.plan.study_plan import trained_trials
 from sweeper.report import data_problems
 from sweeper.report.analysis import STATUSES
-from sweeper.store import storage
+from sweeper.store import environments, storage
 from sweeper.store.layout import StudyLayout
 from sweeper.store.quarantine import quarantined, relative
 from sweeper.store.results import read_trials
@@ -95,7 +96,7 @@ def study_status(layout: StudyLayout, study: LoadedStudy) -> dict:
     # rest as running (the heartbeat's count, at most what is unrecorded) or pending.
     unrecorded = len(planned) - len(recorded)
     running = min(running, unrecorded)
-    return {"study": spec.study, "runs": runs, "trials": {"planned": len(planned), "ok": counts["ok"],
+    return {"study": spec.study, "runs": runs, "trained": trained_trials(plan)[0], "trials": {"planned": len(planned), "ok": counts["ok"],
             "stopped": counts["stopped"], "diverged": counts["diverged"], "failed": counts["failed"],
             "unclassified": len(unclassified), "running": running, "pending": unrecorded - running},
             "early_stopping": spec.finetuning.scheduler.kind != "none",
@@ -104,6 +105,7 @@ def study_status(layout: StudyLayout, study: LoadedStudy) -> dict:
             "unclassified_trials": [f"{r['checkpoint_id']} / {r['task']} / seed {r['seed']} (trial {r['trial_key']}): "
                                     f"status {r['status']!r}" for r in unclassified.to_dict("records")],
             "non_finite": data_problems.non_finite_text(recorded),
+            "environment": environments.summary(layout, damaged.__setitem__),
             "quarantined": quarantined(layout),
             "overrides": latest_overrides(layout, damaged),
             "unreadable": {relative(layout, location): why for location, why in sorted(unreadable.items())},
@@ -131,7 +133,9 @@ def print_status(layout: StudyLayout, study: LoadedStudy) -> None:
     # `stopped` (early, by the trial scheduler) is shown where a scheduler ran or left rows.
     shown = ("ok", "stopped") if status["early_stopping"] or trials["stopped"] else ("ok",)
     shown += ("running", "pending", "diverged", "failed") + (("unclassified",) if trials["unclassified"] else ())
-    print(f"  fine-tuning: {trials['planned']} trials: " + ", ".join(f"{trials[k]} {k}" for k in shown))
+    counted = (f"{trials['planned']} result rows ({status['trained']} trials)" if status["trained"] != trials["planned"]
+               else f"{trials['planned']} trials")  # an evaluation-only set's rows ride along with a trial
+    print(f"  fine-tuning: {counted}: " + ", ".join(f"{trials[k]} {k}" for k in shown))
     for row in status["failed_trials"][:10]:
         last_line = (row["error"] or "").strip().splitlines()[-1:] or [""]
         print(f"    failed   {row['checkpoint_id']} / {row['task']} / lr {row['learning_rate']:g} / "
@@ -143,6 +147,8 @@ def print_status(layout: StudyLayout, study: LoadedStudy) -> None:
         print(f"    ... and {len(listed) - UNCLASSIFIED_LISTED} more unclassified trials")
     if status["non_finite"]:
         print(f"  data problem: {status['non_finite']}")
+    for line in status["environment"]:
+        print(f"  {line}")
     for line in damage_lines(status):
         print(line)
 

@@ -17,7 +17,7 @@ from sweeper.report.figure_set import FigureSet
 from sweeper.report.study_history import study_record
 from sweeper.report.tables import fmt, markdown_table
 from sweeper.report.verdict_text import findings_section, outcomes_section
-from sweeper.store import storage
+from sweeper.store import environments, storage
 from sweeper.store.layout import StudyLayout
 from sweeper.store.quarantine import quarantined, relative
 from sweeper.store.results import read_trials
@@ -52,12 +52,13 @@ importances` covers them. A choice keeps its section: a few values, each sampled
 
 
 def coverage(trials: pd.DataFrame, planned: int | None, missing: int = 0) -> str:
-    """The trials the report reads, by status, and how many the current spec plans that have no row."""
+    """The result rows the report reads, by status, and how many the current spec plans that have no row
+    (a row per trial and data set it scored: a retrieval trial also writes its evaluation-only sets' rows)."""
     counts = trials["status"].value_counts().to_dict() if not trials.empty else {}
     parts = [f"{n} {status}" for status, n in sorted(counts.items())]
-    line = f"{len(trials)} trials recorded ({', '.join(parts) or 'none'})"
+    line = f"{len(trials)} result rows recorded ({', '.join(parts) or 'none'})"
     if planned is not None and missing:
-        line += (f"; **{missing} of {planned} planned trials are missing** (study incomplete: "
+        line += (f"; **{missing} of {planned} planned result rows are missing** (study incomplete: "
                  "tables show what is recorded)")
     return line
 
@@ -294,6 +295,7 @@ def report_and_figures(layout: StudyLayout, lr_range: tuple[float, float]) -> tu
     unreadable: dict[str, str] = {}  # store parts not read, left in place: a report moves nothing
     # Every recorded trial but the superseded ones and those recorded under other settings (named).
     record = study_record(layout, read_trials(layout, noted=unreadable).to_pandas(), damaged)
+    environment = ["## Environment", "", *environments.summary(layout, damaged.__setitem__), ""]
     problems = data_problems.non_finite(record.trials)  # scores that are not numbers: named, never averaged
     trials = record.trials[~problems]
     study = record.trials["study"].iloc[0] if not record.trials.empty else storage.name(layout.root)
@@ -305,7 +307,8 @@ def report_and_figures(layout: StudyLayout, lr_range: tuple[float, float]) -> tu
     out += origins_section(trials) + padding_section(trials)
     best = analysis.best_params_table(trials)
     if best.empty:
-        return "\n".join(out + ["No finished trials yet.", ""] + record.section) + "\n", FigureSet.for_study(layout)
+        return "\n".join(out + ["No finished trials yet.", ""] + record.section + environment) + "\n", \
+            FigureSet.for_study(layout)
     categories = analysis.category_scores(trials, best)
     final = analysis.final_only(categories)
     stability, used_range = analysis.stability(trials, lr_range)
@@ -373,7 +376,7 @@ def report_and_figures(layout: StudyLayout, lr_range: tuple[float, float]) -> tu
                            "no scores", figure_set.swept_caption(name))
     out += importance_section(trials, searched or None)
     out += ["## Per task", ""] + task_sections(best, trials)
-    return "\n".join(out + record.section + shown.not_drawn()) + "\n", shown
+    return "\n".join(out + record.section + environment + shown.not_drawn()) + "\n", shown
 
 
 def write_report(layout: StudyLayout, lr_range: tuple[float, float] = (1e-5, 1e-4)) -> str:

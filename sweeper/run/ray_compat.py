@@ -26,10 +26,11 @@ def require_tested_ray() -> None:
 
     if not ray.__version__.startswith(TESTED_RAY_VERSIONS):
         raise RuntimeError(
-            f"Ray {ray.__version__} is installed; sweeper.run.ray_compat uses Ray's private API as Ray "
-            f"{', '.join(v + 'x' for v in TESTED_RAY_VERSIONS)} has it (the project pins ray==2.60.0 in "
-            "pyproject.toml): install that version, or run the e2e tests on this one and add it to "
-            "TESTED_RAY_VERSIONS")
+            f"Ray {ray.__version__} is installed; sweeper supports Ray "
+            f"{', '.join(v + 'x' for v in TESTED_RAY_VERSIONS)} (sweeper.run.ray_compat uses Ray's private API "
+            "as those releases have it; pyproject.toml pins ray==2.60.0): install a supported version "
+            "(pip install -c constraints.txt 'ray[default,train,tune]'), or run the e2e tests on this one and "
+            "add it to TESTED_RAY_VERSIONS")
 
 
 SINGLE_MACHINE_VARIABLE = "RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER"

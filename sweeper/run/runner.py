@@ -15,11 +15,12 @@ import ray
 
 from sweeper.plan.changes import cell_id, resolved_settings, trial_cell
 from sweeper.plan.load import LoadedStudy
-from sweeper.plan.study_plan import StudyPlan
+from sweeper.plan.study_plan import StudyPlan, trials_and_rows
 from sweeper.report.writer import write_report
 from sweeper.run.console import Console
 from sweeper.run.corpora import check_corpus_source, prepare_corpora
-from sweeper.run.tune_grid import run_finetuning, trials_and_rows
+from sweeper.run.environment import record_environment
+from sweeper.run.tune_grid import run_finetuning
 from sweeper.run.pipeline import Pipeline
 from sweeper.run.train_grid import PretrainingGrid
 from sweeper.run.progress import format_duration
@@ -81,16 +82,16 @@ def plan_record(plan: StudyPlan) -> dict:
             "runs": {run.name: run.run_key for run in plan.runs}}
 
 
-def record_spec(study: LoadedStudy, layout: StudyLayout) -> None:
+def record_spec(study: LoadedStudy, layout: StudyLayout) -> str:
     """`spec.yaml` (the latest effective spec: the file with its command-line overrides applied),
     `plan.json`, and the spec kept with its plan, overrides and settings in the study's spec
     history (`specs/`, sweeper.store.spec_history). No copy holds credentials (a spec's
-    `storage: s3://KEY:SECRET@...`: sweeper.store.storage)."""
+    `storage: s3://KEY:SECRET@...`: sweeper.store.storage). Returns the kept spec's name."""
     text, record = storage.redact(study.text), plan_record(study.plan)
     storage.write_text(layout.spec, text)
     storage.write_json(layout.plan, record, indent=None)
     overrides = {"overrides": [storage.redact(o) for o in study.overrides]} if study.overrides else {}
-    keep_spec(layout, text, {**record, **overrides, "resolved": resolved_settings(study.spec, study.plan)})
+    return keep_spec(layout, text, {**record, **overrides, "resolved": resolved_settings(study.spec, study.plan)})
 
 
 def run_stages(spec: StudySpec, plan: StudyPlan, layout: StudyLayout, retry_failed: bool) -> tuple[dict, list[str]]:
@@ -114,7 +115,7 @@ def run_study(study: LoadedStudy, layout: StudyLayout, *, retry_failed: bool = F
     if plan.runs:  # an evaluation-only study reads no corpus
         check_corpus_source(spec, Path(study.file))  # before anything is written or started: exit 2
     storage.make_dirs(layout.root)
-    record_spec(study, layout)
+    spec_entry = record_spec(study, layout)
     console = Console(layout)  # Ray's and Tune's notices to the debug log, no colour in a file
     console.start()
     print(f"[study] {spec.study}: {len(plan.runs)} pretraining runs, {len(plan.checkpoints)} checkpoints, "
@@ -123,6 +124,7 @@ def run_study(study: LoadedStudy, layout: StudyLayout, *, retry_failed: bool = F
     try:
         connect_ray()
         route_worker_output(console.route)
+        record_environment(spec, layout, spec_entry)
         tally, failed_runs = run_stages(spec, plan, layout, retry_failed)
         report = write_report(layout)
         print(f"[study] finished in {format_duration(time.time() - started)}; report: {storage.display(report)}",

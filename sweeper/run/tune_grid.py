@@ -39,7 +39,6 @@ from sweeper.run.shards import EvaluationSets, Shard, study_shards
 from sweeper.run.task_prep import corpus_tokenizers, prepare_tasks
 from sweeper.contract.tracking import start_wandb
 from sweeper.run.version import code_version
-from sweeper.contract.registry import get_task
 from sweeper.spec.study import StudySpec
 from sweeper.store import storage
 from sweeper.store.layout import CHECKPOINT_MARKER, StudyLayout
@@ -126,23 +125,6 @@ def run_finetuning(spec: StudySpec, plan: StudyPlan, layout: StudyLayout, corpus
     shards = study_shards(spec, plan, pending, done, layout, task_dirs, sets)
     tally = run_shards(spec, shards, layout, pipeline=pipeline, work=planned_work(spec, to_run))
     return {**tally, "failed": tally.get("failed", 0) + skipped_failures} if skipped_failures else tally
-
-
-def trials_and_rows(plan: StudyPlan) -> str:
-    """The plan's fine-tuning in trials, the unit every progress line counts (a trial trains one
-    model), and in result rows where an evaluation-only set makes more of them: a trial of its
-    training task scores it with the same weights, one row per set."""
-    trained = [t for t in plan.trials if not EvaluationSets.evaluation_only(t)]
-    text = f"{len(trained):,} fine-tuning trials"
-    if len(trained) == len(plan.trials):
-        return text
-    scored: dict[str, set[str]] = {}
-    for trial in plan.trials:
-        if EvaluationSets.evaluation_only(trial):
-            scored.setdefault(get_task(trial.task).train_task, set()).add(trial.task)
-    also = "; ".join(f"each {task} trial is also scored on {' and '.join(sorted(sets))}"
-                     for task, sets in sorted(scored.items()))
-    return f"{text}, {len(plan.trials):,} result rows ({also})"
 
 
 def planned_work(spec: StudySpec, trials: list) -> dict[str, tuple[int, float]]:

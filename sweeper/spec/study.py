@@ -143,6 +143,8 @@ class StudySpec:
         if problem := folder_name_problem(self.tracking.project):  # W&B keeps a project as a folder too
             yield "tracking.project", problem
         yield from ((f"pretraining.{key}", reason) for key, reason in self.pretraining.budget_problems())
+        if self.tracking.entity is not None and (problem := folder_name_problem(self.tracking.entity)):
+            yield "tracking.entity", problem
         yield from ((f"resources.{key}", reason) for key, reason in layout_problems(self.resources))
         workers = self.resources.pretraining_workers
         for global_batch in values_of(self.pretraining.global_batch_size):

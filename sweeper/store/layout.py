@@ -5,6 +5,7 @@
            specs/<n>-<hash>.plan.json      what that spec planned: trial keys and cells, runs, settings
            plan.json                       planned trial keys and run keys (reports, status)
            resolved.json                   resolved fine-tuning settings (change detection)
+           environments.json               the software and hardware each `sweeper run` ran on (store.environments)
            live.json                       the driver's heartbeat: pid, host, trials in flight
            lease.json                      the single-writer lease of the running driver (sweeper.run.lease)
            logs/ray-debug.log              Ray's and Tune's notices kept off the console (sweeper.run.console)
@@ -171,6 +172,11 @@ class StudyLayout:
     @property
     def resolved(self) -> str:
         return self.path("resolved.json")
+
+    @property
+    def environments(self) -> str:
+        """What each `sweeper run` of the study ran on (sweeper.store.environments)."""
+        return self.path("environments.json")
 
     @property
     def live(self) -> str:
