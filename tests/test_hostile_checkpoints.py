@@ -312,7 +312,8 @@ def test_a_hub_cache_folder_plans_under_the_limits_and_is_keyed_by_content(tmp_p
 def test_a_hub_cache_folder_is_fine_tuned_and_a_folder_failing_at_load_is_a_recorded_failure(
         ray_head, tmp_path, bert, outside):
     """One study: a hub-cache-shaped folder plans, imports and fine-tunes; a folder whose weights
-    pass the plan but do not load is recorded as a failed trial with one line of reason; `sweeper
+    pass the plan but do not load, and one whose tokenizer does not load (its task data cannot be
+    prepared), are recorded as failed trials with one line of reason each; `sweeper
     run` exits 1 with no traceback and no prompt, and the study holds no byte from outside its
     sources. Run again with a result part that links out of the study, it names what it sets aside."""
     import pyarrow.dataset as ds
@@ -321,7 +322,10 @@ def test_a_hub_cache_folder_is_fine_tuned_and_a_folder_failing_at_load_is_a_reco
     broken = tmp_path / "broken"
     shutil.copytree(bert, broken)
     (broken / "model.safetensors").write_bytes(b"\x08\x00\x00\x00\x00\x00\x00\x00{}garbage" * 64)
-    spec = spec_of(tmp_path, ("hub-tiny", snapshot), ("broken-tiny", broken))
+    untokenizable = tmp_path / "untokenizable"
+    shutil.copytree(bert, untokenizable)
+    (untokenizable / "tokenizer.json").write_text('{"version": "1.0", "model": {"type": "Nonsense"}}')
+    spec = spec_of(tmp_path, ("hub-tiny", snapshot), ("broken-tiny", broken), ("untokenizable", untokenizable))
     planned = plan(spec)
     assert planned.returncode == 0, planned.stderr[-3000:]
     study = tmp_path / "study"
@@ -332,9 +336,12 @@ def test_a_hub_cache_folder_is_fine_tuned_and_a_folder_failing_at_load_is_a_reco
     assert "[y/N]" not in output and "trust_remote_code" not in output
     rows = ds.dataset(study / "results" / "trials", format="parquet", partitioning="hive").to_table().to_pandas()
     status = dict(zip(rows["checkpoint_id"], rows["status"]))
-    assert status == {"hub-tiny": "ok", "broken-tiny": "failed"}, rows[["checkpoint_id", "status", "error"]]
-    (error,) = rows.loc[rows["checkpoint_id"] == "broken-tiny", "error"]
-    assert "does not load: SafetensorError" in error and "\n" not in error, error
+    assert status == {"hub-tiny": "ok", "broken-tiny": "failed", "untokenizable": "failed"}, \
+        rows[["checkpoint_id", "status", "error"]]
+    errors = dict(zip(rows["checkpoint_id"], rows["error"]))
+    assert "does not load: SafetensorError" in errors["broken-tiny"], errors
+    assert errors["untokenizable"].startswith("task data of wordnet-supersense-cls not prepared: "), errors
+    assert not any("\n" in errors[name] for name in ("broken-tiny", "untokenizable")), errors
     assert_no_secret(study)
 
     part = study / "results" / "trials" / "task=wordnet-supersense-cls" / "part-planted.parquet"
