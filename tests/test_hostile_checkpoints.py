@@ -36,10 +36,10 @@ def limited():
     resource.setrlimit(resource.RLIMIT_CPU, (CPU_SECONDS, CPU_SECONDS))
 
 
-def plan(spec: Path) -> subprocess.CompletedProcess:
+def plan(spec: Path, **env: str) -> subprocess.CompletedProcess:
     return subprocess.run([sys.executable, "-m", "sweeper", "plan", str(spec)], capture_output=True, text=True,
                           cwd=ROOT, preexec_fn=limited, timeout=120,
-                          env={**os.environ, "HF_HUB_OFFLINE": "1"})
+                          env={**os.environ, "HF_HUB_OFFLINE": "1", **env})
 
 
 class Payload:
@@ -306,6 +306,54 @@ def test_a_hub_cache_folder_plans_under_the_limits_and_is_keyed_by_content(tmp_p
     assert "from elsewhere: hub-tiny: bert, " in done.stdout and SECRET not in done.stdout
     keyed = plan_study(load_spec(spec)).checkpoints[0].external.key
     assert keyed == plan_study(load_spec(spec_of(tmp_path, ("hub-tiny", bert)))).checkpoints[0].external.key
+
+
+HUB_IMPORT = """
+import sys
+from sweeper.plan.load import load_spec
+from sweeper.plan.study_plan import plan_study
+from sweeper.run.checkpoint_import import import_external_checkpoints
+from sweeper.store.layout import StudyLayout
+failed = {}
+plan = plan_study(load_spec(sys.argv[1]))
+print(sorted(import_external_checkpoints(list(plan.checkpoints), StudyLayout(sys.argv[2]), failed)), failed)
+"""
+
+
+def test_a_hub_model_is_imported_from_its_cache_and_a_snapshot_linking_out_is_refused(tmp_path, bert, outside):
+    """`hf:org/tiny` at a pinned commit, offline, from a hub cache built here: its snapshot's links
+    into blobs/ are copied as files; the same cache with a weight linking out imports nothing."""
+    cache = tmp_path / "hf" / "hub"
+    snapshot = hub_cache_folder(cache, bert, outside)
+    spec = spec_of(tmp_path, ("hub-tiny", "hf:org/tiny"), extra=f"      revision: '{snapshot.name}'\n")
+    env = {**os.environ, "HF_HOME": str(tmp_path / "hf"), "HF_HUB_OFFLINE": "1", "PYTHONPATH": str(ROOT)}
+    study = tmp_path / "study"
+    done = subprocess.run([sys.executable, "-c", HUB_IMPORT, str(spec), str(study)], capture_output=True, text=True,
+                          cwd=ROOT, env=env, timeout=300)
+    assert done.returncode == 0 and "['hub-tiny'] {}" in done.stdout, done.stdout + done.stderr[-3000:]
+    (folder,) = (study / "cache" / "checkpoints").iterdir()
+    assert (folder / "model.safetensors").read_bytes() == (bert / "model.safetensors").read_bytes()
+    assert not any(p.is_symlink() for p in folder.rglob("*")) and not (folder / "README.md").exists()
+
+    link_out(snapshot, "model.safetensors", outside)
+    shutil.rmtree(study)
+    done = subprocess.run([sys.executable, "-c", HUB_IMPORT, str(spec), str(study)], capture_output=True, text=True,
+                          cwd=ROOT, env=env, timeout=300)
+    assert done.returncode == 0 and "[] {'hub-tiny': " in done.stdout, done.stdout + done.stderr[-3000:]
+    assert "not imported: OutsideSource: " in done.stdout
+    assert "resolves outside the source folder" in done.stdout
+    assert_no_secret(study)
+
+
+def test_a_hub_models_config_is_checked_as_a_folders_is(tmp_path, bert, outside):
+    cache = tmp_path / "hf" / "hub"
+    snapshot = hub_cache_folder(cache, bert, outside)
+    config = json.loads((snapshot / "config.json").read_text())
+    (snapshot / "config.json").unlink()
+    (snapshot / "config.json").write_text(json.dumps({**config, "num_attention_heads": 0}))
+    spec = spec_of(tmp_path, ("hub-tiny", "hf:org/tiny"), extra=f"      revision: '{snapshot.name}'\n")
+    assert_refused(plan(spec, HF_HOME=str(tmp_path / "hf")), spec, "finetuning.checkpoints[0].source",
+                   "hf:org/tiny at 0123456789ab: config.json: num_attention_heads: must lie in [1,")
 
 
 @pytest.mark.e2e
