@@ -248,6 +248,33 @@ def test_a_weights_only_pickle_passes_and_its_globals_are_read_not_run(tmp_path)
     assert not marker.exists()
 
 
+def test_the_workers_loads_refuse_a_folders_code_without_asking(tmp_path, bert, monkeypatch):
+    """What a folder that got past the plan meets on a worker: transformers refuses its code with an
+    error (trust_remote_code=False is passed), never prompts, never runs it."""
+    import builtins
+
+    import torch
+
+    from trainables.backbones import load_hugging_face_model
+    from trainables.tasks.data import task_tokenizer
+
+    asked = []
+    monkeypatch.setattr(builtins, "input", lambda *a: asked.append(a) or "y")
+    tokenizer, model, marker = tmp_path / "tok", tmp_path / "model", tmp_path / "payload-ran"
+    shutil.copytree(bert, tokenizer)
+    (tokenizer / "config.json").unlink()  # as an imported checkpoint's tokenizer/ folder holds it
+    custom_tokenizer(tokenizer, marker)
+    monkeypatch.syspath_prepend(str(tokenizer))  # were its module imported, the marker would appear
+    with pytest.raises(ValueError, match="custom code"):
+        task_tokenizer(str(tokenizer))
+    shutil.copytree(bert, model)
+    custom_model(model, marker)
+    monkeypatch.syspath_prepend(str(model))
+    with pytest.raises((ValueError, KeyError)):
+        load_hugging_face_model(model, torch.float32)
+    assert not asked and not marker.exists()
+
+
 def test_a_file_swapped_for_a_link_after_the_plan_is_refused_at_import(tmp_path, bert, outside):
     """The study's side of the rule: the import checks again, and copies nothing from outside."""
     from sweeper.plan.load import load_spec

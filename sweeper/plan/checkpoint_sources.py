@@ -11,7 +11,12 @@ Resolving an entry reads its `config.json` and names its weights, never loads th
 - its **sizes** (hidden size, layers, heads, vocabulary, a llama-equivalent intermediate size)
   for `sweeper plan`'s cost and memory, from config.json alone.
 A source that cannot be read is a spec problem (exit 2, naming the entry and the source); a hub
-source is resolved over the network unless its revision is already a full commit id.
+source is resolved over the network unless its revision is already a full commit id. A source's
+files are hostile input (docs/security.md, "Checkpoints from elsewhere"): each one the key hashes
+or the import copies must lie in the source's own tree (sweeper.plan.source_tree), and what would
+fail on the cluster (config sizes, architecture, shards, a `.bin`'s pickle, a tokenizer's own
+code) is refused here (sweeper.plan.checkpoint_checks). Names equal up to NFC and case, and two
+entries of one content key, are refused (`resolve_all`).
 """
 from __future__ import annotations
 
