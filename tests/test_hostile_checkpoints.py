@@ -119,6 +119,11 @@ def missing_shard(folder: Path, shard: str) -> None:
         "a": "model-00001-of-00002.safetensors", "b": shard}}))
 
 
+def truncate(path: Path) -> None:
+    with open(path, "r+b") as handle:
+        handle.truncate(path.stat().st_size // 2)
+
+
 def huge_config(folder: Path) -> None:
     with open(folder / "config.json", "r+b") as handle:
         handle.truncate(3 << 30)  # sparse: 3 GiB that occupy no disk
@@ -147,6 +152,10 @@ HOSTILE = {  # id -> (make(folder, outside, marker), the reason's words)
     "no model_type": (lambda f, o, m: edit_config(f, model_type=None), "model_type: missing"),
     "architecture needing its own code": (lambda f, o, m: custom_model(f, m),
                                           "model_type: 'evil_arch' is not an architecture the installed transformers"),
+    "safetensors cut short": (lambda f, o, m: truncate(f / "model.safetensors"),
+                              "model.safetensors: tensor 'embeddings."),
+    "safetensors of garbage": (lambda f, o, m: (f / "model.safetensors").write_bytes(b"\xff" * 4096),
+                               "model.safetensors: not a safetensors file"),
     "shard missing": (lambda f, o, m: missing_shard(f, "model-00002-of-00002.safetensors"),
                       "names shard 'model-00002-of-00002.safetensors', which the folder does not hold"),
     "shard out of the folder": (lambda f, o, m: missing_shard(f, "../elsewhere/secret.txt"),
@@ -387,7 +396,7 @@ def test_a_hub_models_config_is_checked_as_a_folders_is(tmp_path, bert, outside)
 def test_a_hub_cache_folder_is_fine_tuned_and_a_folder_failing_at_load_is_a_recorded_failure(
         ray_head, tmp_path, bert, outside):
     """One study: a hub-cache-shaped folder plans, imports and fine-tunes; a folder whose weights
-    pass the plan but do not load, and one whose tokenizer does not load (its task data cannot be
+    pass the plan but do not load (config.json's sizes are consistent, and not the weights'), and one whose tokenizer does not load (its task data cannot be
     prepared), are recorded as failed trials with one line of reason each; `sweeper
     run` exits 1 with no traceback and no prompt, and the study holds no byte from outside its
     sources. Run again with a result part that links out of the study, it names what it sets aside."""
@@ -396,7 +405,7 @@ def test_a_hub_cache_folder_is_fine_tuned_and_a_folder_failing_at_load_is_a_reco
     snapshot = hub_cache_folder(tmp_path / "hub", bert, outside)
     broken = tmp_path / "broken"
     shutil.copytree(bert, broken)
-    (broken / "model.safetensors").write_bytes(b"\x08\x00\x00\x00\x00\x00\x00\x00{}garbage" * 64)
+    edit_config(broken, hidden_size=128, intermediate_size=256)  # consistent sizes the weights do not have
     untokenizable = tmp_path / "untokenizable"
     shutil.copytree(bert, untokenizable)
     (untokenizable / "tokenizer.json").write_text('{"version": "1.0", "model": {"type": "Nonsense"}}')
@@ -414,7 +423,7 @@ def test_a_hub_cache_folder_is_fine_tuned_and_a_folder_failing_at_load_is_a_reco
     assert status == {"hub-tiny": "ok", "broken-tiny": "failed", "untokenizable": "failed"}, \
         rows[["checkpoint_id", "status", "error"]]
     errors = dict(zip(rows["checkpoint_id"], rows["error"]))
-    assert "does not load: SafetensorError" in errors["broken-tiny"], errors
+    assert "does not load: RuntimeError" in errors["broken-tiny"], errors
     assert errors["untokenizable"].startswith("task data of wordnet-supersense-cls not prepared: "), errors
     assert not any("\n" in errors[name] for name in ("broken-tiny", "untokenizable")), errors
     assert_no_secret(study)

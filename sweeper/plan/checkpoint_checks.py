@@ -9,6 +9,7 @@ folder's; each failure is one line naming the file and the field:
   `llama_encoder`): an architecture that needs the folder's own code (`auto_map`) is refused,
   as the study never runs it;
 - weights: every shard a `*.index.json` names is a plain file name present in the folder; a
+  `.safetensors` file's header describes the file (each tensor's byte range inside it); a
   `.bin` is a pickle that names only what PyTorch's weights-only loader accepts (its opcodes are
   read with `pickletools`, never executed);
 - the tokenizer loads without custom code: a tokenizer_config.json whose `auto_map` asks for an
@@ -31,7 +32,7 @@ import re
 import zipfile
 from functools import lru_cache
 
-from sweeper.plan.source_tree import open_inside, read_json
+from sweeper.plan.source_tree import open_inside, parse_json, read_json
 
 STUDY_MODEL_TYPE = "llama_encoder"
 """The study's own architecture (trainables.model.MODEL_TYPE), registered by `import trainables`."""
@@ -40,6 +41,8 @@ SIZE_FIELDS = ("hidden_size", "num_hidden_layers", "num_attention_heads", "num_k
 """config.json fields the plan's estimates read (where present)."""
 MAX_SIZE = 1 << 24
 """Largest size accepted in one of SIZE_FIELDS (16.7M: above any real vocabulary or width)."""
+MAX_SAFETENSORS_HEADER = 1 << 20
+"""Most bytes of a safetensors header read (a real one is some KiB: one short JSON entry a tensor)."""
 MAX_PICKLE_BYTES = 64 << 20
 """Most bytes of a `.bin`'s pickle read to list what it names (a real one is some 100 KiB)."""
 WEIGHTS_ONLY_GLOBALS = {"collections.OrderedDict", "collections.Counter", "torch.Size", "torch.Tensor", "torch.device",
@@ -103,6 +106,34 @@ def shard_problem(folder: str, index: str, files: set[str]) -> str | None:
             return f"{index}: names shard {shard[:120]!r}, not a file name of this folder"
         if shard not in files:
             return f"{index}: names shard {shard[:120]!r}, which the folder does not hold"
+    return None
+
+
+def safetensors_problem(folder: str, name: str) -> str | None:
+    """`<name>: reason` when a `.safetensors` file's header (an 8-byte length, then JSON naming
+    each tensor's byte range) does not describe the file: cut short, not safetensors, a range past
+    its end. Read bounded (MAX_SAFETENSORS_HEADER), the tensors themselves never read."""
+    try:
+        with open_inside(folder, name) as handle:
+            size = os.fstat(handle.fileno()).st_size
+            length = int.from_bytes(handle.read(8), "little")
+            if size < 8 or not 2 <= length <= min(MAX_SAFETENSORS_HEADER, size - 8):
+                return f"{name}: not a safetensors file (its header length {length:,} does not fit its {size:,} bytes)"
+            header = parse_json(handle.read(length))
+    except ValueError as error:  # OutsideSource among them
+        return f"{name}: not a safetensors file: {error}"
+    except OSError as error:
+        return f"{name}: cannot be read: {error.strerror or error}"
+    if not isinstance(header, dict):
+        return f"{name}: not a safetensors file (its header is not a mapping)"
+    data = size - 8 - length
+    for tensor, info in header.items():
+        offsets = info.get("data_offsets") if isinstance(info, dict) else None
+        if tensor == "__metadata__":
+            continue
+        if not (isinstance(offsets, list) and len(offsets) == 2 and all(isinstance(o, int) for o in offsets)
+                and 0 <= offsets[0] <= offsets[1] <= data):
+            return f"{name}: tensor {str(tensor)[:80]!r} lies outside the file (cut short, or not safetensors)"
     return None
 
 

@@ -31,6 +31,7 @@ from sweeper.plan.checkpoint_checks import (
     bin_problem,
     config_problem,
     model_type_problem,
+    safetensors_problem,
     shard_problem,
     tokenizer_problem,
 )
@@ -209,7 +210,7 @@ def check_local_files(key: str, location: str, files: dict[str, int], weights: l
     present = set(files)
     for name in weights:
         problem = (shard_problem(location, name, present) if name.endswith(".index.json")
-                   else bin_problem(location, name) if name.endswith(".bin") else None)
+                   else bin_problem(location, name) if name.endswith(".bin") else safetensors_problem(location, name))
         if problem:
             raise SourceProblem(key, f"{where}/{problem}")
     if tokenizer and (problem := tokenizer_problem(location, present)):
