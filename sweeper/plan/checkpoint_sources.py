@@ -35,7 +35,7 @@ from sweeper.plan.checkpoint_checks import (
     shard_problem,
     tokenizer_problem,
 )
-from sweeper.plan.source_tree import MAX_JSON_BYTES, OutsideSource, check_inside, parse_json, read_json
+from sweeper.plan.source_tree import MAX_JSON_BYTES, OutsideSource, check_inside, inside, parse_json, read_json
 from sweeper.spec.checkpoints import HUB_PREFIX, CheckpointMeta, ExternalCheckpointSpec
 from sweeper.contract.configs import stable_key
 from sweeper.store import storage
@@ -108,7 +108,9 @@ def llama_equivalent_sizes(config: dict) -> dict:
 def _folder_digest(folder: str, names: tuple[str, ...], stats: tuple) -> str:
     """SHA-256 over the named files' content (one process hashes a folder once per content:
     `stats`, each file's size and mtime, is in the cache key)."""
-    return stable_key({name: file_digest(os.path.join(folder, name)) for name in names})
+    # Each file hashed at its real path once checked to lie in the folder's tree (a link swapped in
+    # since the listing is refused, OutsideSource); the import hashes its copy again.
+    return stable_key({name: file_digest(inside(folder, name)) for name in names})
 
 
 def content_fingerprint(location: str, names: list[str]) -> dict:
@@ -121,6 +123,14 @@ def content_fingerprint(location: str, names: list[str]) -> dict:
     stats = tuple((name, stat.st_size, stat.st_mtime_ns)
                   for name in names for stat in [os.stat(os.path.join(location, name))])
     return {"sha256": _folder_digest(location, tuple(names), stats)}
+
+
+def fingerprint(key: str, location: str, names: list[str]) -> dict:
+    """`content_fingerprint` of an entry's folder; SourceProblem when a file left its tree meanwhile."""
+    try:
+        return content_fingerprint(location, names)
+    except OutsideSource as problem:
+        raise SourceProblem(key, str(problem)) from None
 
 
 def tokenizer_names(files: dict[str, int]) -> list[str]:
@@ -273,7 +283,7 @@ def resolve_external(entry: ExternalCheckpointSpec) -> ExternalCheckpoint:
         keyed = keyed_files(files, entry.tokenizer is None)
         if not storage.is_remote(entry.source):
             check_local_files("source", entry.source, files, weights, tokenizer=entry.tokenizer is None)
-        identity = {"weights": content_fingerprint(entry.source, keyed)}
+        identity = {"weights": fingerprint("source", entry.source, keyed)}
         revision = None
     if entry.tokenizer is None:
         tokenizer_identity = {"with": identity}
@@ -287,7 +297,7 @@ def resolve_external(entry: ExternalCheckpointSpec) -> ExternalCheckpoint:
                                              f"({', '.join(TOKENIZER_FILES[:3])}, ...)")
         if not storage.is_remote(entry.tokenizer):
             check_local_files("tokenizer", entry.tokenizer, files, [], tokenizer=True)
-        tokenizer_identity = {"tokenizer": content_fingerprint(entry.tokenizer, tokenizer_names(files))}
+        tokenizer_identity = {"tokenizer": fingerprint("tokenizer", entry.tokenizer, tokenizer_names(files))}
     identity = {**identity, **({"tokenizer": tokenizer_identity} if entry.tokenizer is not None else {})}
     return ExternalCheckpoint(
         name=entry.name, source=entry.source, tokenizer_source=tokenizer_source, revision=revision,
