@@ -303,6 +303,7 @@ def test_a_file_swapped_for_a_link_after_the_plan_is_refused_at_import(tmp_path,
     assert import_external_checkpoints(list(planned.checkpoints), StudyLayout(str(study)), failed) == {}
     assert "OutsideSource" in failed["m"] and "\n" not in failed["m"]
     assert_no_secret(study)
+    assert not any(p.is_file() for p in study.rglob("*")), "a half-copied checkpoint stayed in the study"
 
 
 def assert_no_secret(study: Path) -> None:

@@ -93,7 +93,16 @@ def source_names(source: str, tokenizer_only: bool = False) -> list[str]:
 
 
 def build_checkpoint_folder(external: ExternalCheckpoint, tmp: Path) -> None:
-    """config.json and weights into `tmp`, the tokenizer into `tmp/tokenizer`, then the marker."""
+    """config.json and weights into `tmp`, the tokenizer into `tmp/tokenizer`, then the marker;
+    `tmp` removed when that fails (nothing half-copied stays in the study)."""
+    try:
+        copy_checkpoint(external, tmp)
+    except BaseException:
+        shutil.rmtree(tmp, ignore_errors=True)
+        raise
+
+
+def copy_checkpoint(external: ExternalCheckpoint, tmp: Path) -> None:
     names = source_names(external.source)
     fetch_files(external.source, names, tmp, external.revision)
     if not external.source.startswith(HUB_PREFIX) and not storage.is_remote(external.source):
