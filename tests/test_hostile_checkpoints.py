@@ -397,10 +397,11 @@ def test_a_hub_models_config_is_checked_as_a_folders_is(tmp_path, bert, outside)
 def test_a_hub_cache_folder_is_fine_tuned_and_a_folder_failing_at_load_is_a_recorded_failure(
         ray_head, tmp_path, bert, outside):
     """One study: a hub-cache-shaped folder plans, imports and fine-tunes; a folder whose weights
-    pass the plan but do not load (config.json's sizes are consistent, and not the weights'), and one whose tokenizer does not load (its task data cannot be
-    prepared), are recorded as failed trials with one line of reason each; `sweeper
-    run` exits 1 with no traceback and no prompt, and the study holds no byte from outside its
-    sources. Run again with a result part that links out of the study, it names what it sets aside."""
+    pass the plan but do not load (config.json's sizes are consistent, and not the weights'), and
+    one whose tokenizer does not load (its task data cannot be prepared), are recorded as failed
+    trials with one line of reason each; `sweeper run` exits 1 with no traceback and no prompt,
+    and the study holds no byte from outside its sources. Run again with a result part that links
+    out of the study, it names what it sets aside."""
     import pyarrow.dataset as ds
 
     snapshot = hub_cache_folder(tmp_path / "hub", bert, outside)

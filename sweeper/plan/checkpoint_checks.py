@@ -198,13 +198,15 @@ def bin_problem(folder: str, name: str) -> str | None:
                         "torch.save, or as safetensors")
             handle.seek(0)
             with zipfile.ZipFile(handle) as archive:
-                pickles = [i for i in archive.infolist() if i.filename.endswith("/data.pkl") or i.filename == "data.pkl"]
+                pickles = [i for i in archive.infolist()
+                           if i.filename.endswith("/data.pkl") or i.filename == "data.pkl"]
                 if len(pickles) != 1:
                     return f"{name}: holds {len(pickles)} data.pkl, not the one of a torch.save archive"
                 with archive.open(pickles[0]) as member:
                     named = pickle_globals(Bounded(member, MAX_PICKLE_BYTES))
     except (OSError, ValueError, zipfile.BadZipFile, EOFError, RuntimeError) as error:  # ValueError: also OutsideSource
-        return f"{name}: cannot be read as weights: {str(error).splitlines()[0][:200] if str(error) else type(error).__name__}"
+        reason = str(error).splitlines()[0][:200] if str(error) else type(error).__name__
+        return f"{name}: cannot be read as weights: {reason}"
     refused = sorted({n for n in named if not weights_only_name(n)})
     if refused:
         return (f"{name}: its pickle names {', '.join(r[:80] for r in refused[:3])}, which PyTorch's weights-only "

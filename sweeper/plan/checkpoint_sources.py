@@ -187,7 +187,8 @@ def read_folder(key: str, location: str) -> tuple[dict, dict[str, int]]:
     try:
         if storage.is_remote(location):
             if files[CONFIG_FILE] > MAX_JSON_BYTES:
-                raise ValueError(f"is {files[CONFIG_FILE]:,} bytes, more than the {MAX_JSON_BYTES:,} read of such a file")
+                raise ValueError(f"is {files[CONFIG_FILE]:,} bytes, more than the {MAX_JSON_BYTES:,} read of such "
+                                 "a file")
             config = parse_json(storage.read_bytes(storage.join(location, CONFIG_FILE)))
         else:
             config = read_json(location, CONFIG_FILE)

@@ -79,7 +79,8 @@ def only_plain_files(tmp: Path) -> None:
         for name in folders_here + files:
             path = os.path.join(root, name)
             if os.path.islink(path) or not (os.path.isdir(path) or os.path.isfile(path)):
-                raise OutsideSource(f"{path} is not a plain file the import wrote{points_to(path)}: nothing is published")
+                raise OutsideSource(f"{path} is not a plain file the import wrote{points_to(path)}: "
+                                    "nothing is published")
 
 
 def source_names(source: str, tokenizer_only: bool = False) -> list[str]:

@@ -153,7 +153,8 @@ def record_unrunnable(spec: StudySpec, layout: StudyLayout, pending: list, not_i
         tokenizer, task = trial.checkpoint.tokenizer, trial.task
         reason = not_imported.get(trial.checkpoint.checkpoint_id)
         if reason is None:
-            tasks = (task, get_task(task).train_task, *(t for t in spec.finetuning.tasks if get_task(t).train_task == task))
+            tasks = (task, get_task(task).train_task,
+                     *(t for t in spec.finetuning.tasks if get_task(t).train_task == task))
             reason = next((f"task data of {t} not prepared: {not_prepared[(tokenizer, t)]}" for t in tasks
                            if (tokenizer, t) in not_prepared), None)
         else:
