@@ -115,6 +115,11 @@ class HuggingFaceBackbone(nn.Module):
             ~allowed, torch.finfo(dtype).min)
 
 
+class CheckpointUnloadable(RuntimeError):
+    """A checkpoint folder transformers cannot load (its one-line reason is the message): the
+    trial fails with it, recorded, and the study goes on (sweeper.run.tune_grid.finetune_trainable)."""
+
+
 def model_type_of(folder: Path) -> str:
     return json.loads((folder / "config.json").read_text())["model_type"]
 
@@ -128,8 +133,8 @@ def load_hugging_face_model(folder: Path, dtype: torch.dtype, auto_class: str = 
     refusals = []
     for implementation in ATTENTION_IMPLEMENTATIONS:
         try:
-            return getattr(transformers, auto_class).from_pretrained(folder, dtype=dtype,
-                                                                     attn_implementation=implementation)
+            return getattr(transformers, auto_class).from_pretrained(folder, dtype=dtype, attn_implementation=implementation,
+                                                                     trust_remote_code=False)
         except ValueError as refused:  # the family does not support this implementation
             refusals.append(f"{implementation}: {refused}")
     raise ValueError(f"{folder}: no attention implementation that reads a 4-D mask; " + "; ".join(refusals))
@@ -146,9 +151,15 @@ def cached_backbone(folder: str, dtype: torch.dtype) -> nn.Module:
     hf_logging.set_verbosity_error()
     hf_logging.disable_progress_bar()
     local = folders.local_copy(folder, CHECKPOINT_MARKER, skip=(TRAINING_STATE,))
-    if model_type_of(local) == MODEL_TYPE:
-        return AutoModel.from_pretrained(local, dtype=dtype)
-    return HuggingFaceBackbone(load_hugging_face_model(local, dtype))
+    try:
+        if model_type_of(local) == MODEL_TYPE:
+            return AutoModel.from_pretrained(local, dtype=dtype, trust_remote_code=False)
+        return HuggingFaceBackbone(load_hugging_face_model(local, dtype))
+    except (torch.cuda.OutOfMemoryError, MemoryError):
+        raise  # not the checkpoint's fault
+    except Exception as error:  # corrupt weights, shapes that disagree, a family that needs code: the folder's fault
+        text = " ".join(str(error).split())[:300]
+        raise CheckpointUnloadable(f"checkpoint {folder} does not load: {type(error).__name__}: {text}") from error
 
 
 def load_backbone(folder: str) -> nn.Module:

@@ -55,8 +55,8 @@ def encoder_from_causal_lm(source: str, vocab_size: int) -> LlamaEncoderForMaske
     """The causal LM at `source` (path or hub name) as an encoder with `vocab_size` rows."""
     from transformers import AutoConfig, AutoModelForCausalLM
 
-    config = encoder_config_from(AutoConfig.from_pretrained(source), vocab_size)
-    causal = AutoModelForCausalLM.from_pretrained(source, dtype=torch.float32)
+    config = encoder_config_from(AutoConfig.from_pretrained(source, trust_remote_code=False), vocab_size)
+    causal = AutoModelForCausalLM.from_pretrained(source, dtype=torch.float32, trust_remote_code=False)
     state = dict(causal.state_dict())
     state.setdefault("lm_head.weight", state["model.embed_tokens.weight"])  # tied embeddings
     for key in ("model.embed_tokens.weight", "lm_head.weight"):

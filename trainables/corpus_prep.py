@@ -168,8 +168,8 @@ def publish_tokenizer(config: CorpusConfig, files: list[str], out_dir: str):
     if storage.is_remote(location):
         local = Path(tempfile.mkdtemp(prefix="sweeper-tokenizer-"))
         folders.copy_tree_from(location, local)
-        return AutoTokenizer.from_pretrained(local)
-    return AutoTokenizer.from_pretrained(location)
+        return AutoTokenizer.from_pretrained(local, trust_remote_code=False)
+    return AutoTokenizer.from_pretrained(location, trust_remote_code=False)
 
 
 # --- reading and tokenising (Ray Data actors) ----------------------------------------------------

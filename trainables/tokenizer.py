@@ -45,7 +45,7 @@ def load_or_train_tokenizer(name: str, texts: Iterable[str], vocab_size: int):
         return train_wordpiece_tokenizer(texts, vocab_size)
     from transformers import AutoTokenizer
 
-    tokenizer = AutoTokenizer.from_pretrained(name)
+    tokenizer = AutoTokenizer.from_pretrained(name, trust_remote_code=False)
     if tokenizer.mask_token is None:  # causal-LM tokenizers (Llama-3) have none: add one
         tokenizer.add_special_tokens({"mask_token": "[MASK]"})
     if tokenizer.pad_token is None:

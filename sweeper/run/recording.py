@@ -176,7 +176,7 @@ class ResultsRecorder(tune.Callback):
         if result.get(FINAL) is False:  # stopped by the scheduler at its last curve point
             self.add_rows(trial.config, {**result, "curve": curve}, "stopped", None)
         else:
-            self.add_rows(trial.config, result, result.get("status", "failed"), None)
+            self.add_rows(trial.config, result, result.get("status", "failed"), result.get("error"))
 
     def on_trial_error(self, iteration, trials, trial, **info):
         self.curves.pop(trial.trial_id, None)

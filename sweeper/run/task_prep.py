@@ -20,6 +20,7 @@ from pathlib import Path
 import ray
 
 from sweeper.plan.study_plan import task_points
+from sweeper.run.checkpoint_import import one_line
 from sweeper.contract.text_sources import SHIPPED_FILES, builtin_path, hub_dataset_revision
 from sweeper.contract import registry
 from sweeper.contract.registry import get_task
@@ -113,13 +114,18 @@ def corpus_tokenizers(corpus_dirs: dict) -> dict:
     return {key: (folder, CORPUS_MARKER) for key, folder in corpus_dirs.items()}
 
 
-def prepare_tasks(spec: StudySpec, layout: StudyLayout, tokenizer_folders: dict) -> dict[tuple, str]:
+def prepare_tasks(spec: StudySpec, layout: StudyLayout, tokenizer_folders: dict,
+                  failed: dict[tuple, str] | None = None) -> dict[tuple, str]:
     """Tokenise each task once per tokenizer (tokenizer key -> (folder, marker) of the complete
     folder whose `tokenizer/` it is, `tokenizer_folders`) and data variant (max length, encoding
     settings: one unless swept), in parallel Ray tasks; return (tokenizer key, task, variant) ->
     prepared folder, and (tokenizer key, task) -> the folder of the task's first variant. The
     folders are named by the tokenizers' content, read here: the folders exist before the tasks
-    are prepared (a corpus is prepared, a checkpoint imported, before the fine-tuning starts)."""
+    are prepared (a corpus is prepared, a checkpoint imported, before the fine-tuning starts).
+
+    With `failed` given, a preparation that fails (a tokenizer that does not load, say) leaves
+    its folders out and puts (tokenizer key, task) -> one line of reason there, instead of
+    raising: the trials that would read it are recorded as failed by the caller."""
     ft = spec.finetuning
     variants = {task: {data_variant(task, protocol): protocol for _, protocol in task_points(spec, task)}
                 for task in ft.tasks}
@@ -135,15 +141,25 @@ def prepare_tasks(spec: StudySpec, layout: StudyLayout, tokenizer_folders: dict)
     remote = ray.remote(prepare_task).options(num_cpus=1)
     # One Ray task per folder: tokenizers of equal content (a checkpoint's and the corpus's) share it.
     jobs = {out: (tokenizer, task, variants[task][variant]) for (tokenizer, task, variant), out in dirs.items()}
-    metas = ray.get([
-        remote.remote(get_task(task), registry.family_of(get_task(task).family).implementation, tokenizer_folders[tokenizer],
-                      protocol.max_length, out, protocol.max_train_examples, protocol.max_eval_examples,
-                      encoding_settings(protocol, task),
-                      {"tokenizer": digests[tokenizer], "source": task_source_identity(get_task(task))})
-        for out, (tokenizer, task, protocol) in jobs.items()
-    ])
-    for meta in metas:
+    refs = {out: remote.remote(get_task(task), registry.family_of(get_task(task).family).implementation,
+                               tokenizer_folders[tokenizer], protocol.max_length, out, protocol.max_train_examples,
+                               protocol.max_eval_examples, encoding_settings(protocol, task),
+                               {"tokenizer": digests[tokenizer], "source": task_source_identity(get_task(task))})
+            for out, (tokenizer, task, protocol) in jobs.items()}
+    for out, ref in refs.items():
+        try:
+            meta = ray.get(ref)
+        except ray.exceptions.RayError as error:
+            if failed is None:
+                raise
+            tokenizer, task, _ = jobs[out]
+            failed[(tokenizer, task)] = reason = one_line(getattr(error, "cause", None) or error)
+            print(f"[finetune] task {task}: not prepared with tokenizer {tokenizer}: {reason}", flush=True)
+            continue
         print(f"[finetune] task {meta['task']}: {meta['sizes']} examples, {meta['summary']}", flush=True)
+    if failed:
+        dirs = {point: out for point, out in dirs.items() if point[:2] not in failed}
     first = {(tokenizer, task): dirs[(tokenizer, task, next(iter(variants[task])))]
-             for tokenizer in tokenizer_folders for task in ft.tasks}
+             for tokenizer in tokenizer_folders for task in ft.tasks if (tokenizer, task) not in (failed or {})}
     return {**dirs, **first}
+

@@ -33,7 +33,7 @@ from sweeper.run.early_stopping import make_scheduler
 from sweeper.run.checkpoint_import import import_external_checkpoints
 from sweeper.run.pipeline import Pipeline
 from sweeper.run.progress import ProgressLine
-from sweeper.run.recording import FINAL, ResultsRecorder
+from sweeper.run.recording import FINAL, ResultsRecorder, trial_row
 from sweeper.run.search import SEARCH_METRIC, search_score
 from sweeper.run.shards import EvaluationSets, Shard, study_shards
 from sweeper.run.task_prep import corpus_tokenizers, prepare_tasks
@@ -42,7 +42,7 @@ from sweeper.run.version import code_version
 from sweeper.spec.study import StudySpec
 from sweeper.store import storage
 from sweeper.store.layout import CHECKPOINT_MARKER, StudyLayout
-from sweeper.store.results import EVAL_CURVES, TRIALS, compact, finished_trial_keys
+from sweeper.store.results import EVAL_CURVES, TRIALS, compact, finished_trial_keys, write_rows
 
 
 def finetune_trainable(config: dict, shard: Shard, report_curve: bool = False) -> None:
@@ -51,7 +51,10 @@ def finetune_trainable(config: dict, shard: Shard, report_curve: bool = False) -
 
     With `report_curve` (a trial scheduler watches the shard) each curve point is reported as it
     is measured, marked not final, with what recording a stopped trial needs; Tune stops the
-    trial by raising SystemExit inside such a report. The final result is marked final."""
+    trial by raising SystemExit inside such a report. The final result is marked final. A
+    checkpoint that does not load (trainables.backbones.CheckpointUnloadable) ends the trial as
+    failed with that one line as its error, reported as its final result."""
+    from trainables.backbones import CheckpointUnloadable
     from trainables.finetune_loop import run_trial
 
     trial, started = shard.trial_config(config), time.time()
@@ -62,7 +65,11 @@ def finetune_trainable(config: dict, shard: Shard, report_curve: bool = False) -
                  "wall_time_s": time.time() - started, FINAL: False}
         tune.report({**point, SEARCH_METRIC: search_score(point)})
 
-    result = run_trial(trial, report_point if report_curve else None)
+    try:
+        result = run_trial(trial, report_point if report_curve else None)
+    except CheckpointUnloadable as error:  # one line in the trial's row, not a traceback on the console
+        result = {"trial_key": trial.trial_key, "learning_rate": trial.learning_rate, "status": "failed",
+                  "error": str(error), "wall_time_s": time.time() - started}
     tune.report({**result, SEARCH_METRIC: search_score(result), FINAL: True})
 
 
@@ -116,15 +123,45 @@ def run_finetuning(spec: StudySpec, plan: StudyPlan, layout: StudyLayout, corpus
     earlier = {"failed": skipped_failures} if skipped_failures else {}
     if not pending:
         return earlier
-    imported = import_external_checkpoints([t.checkpoint for t in pending], layout)
+    not_imported, not_prepared = {}, {}
+    imported = import_external_checkpoints([t.checkpoint for t in pending], layout, not_imported)
     tokenizers = {**corpus_tokenizers(corpus_dirs),
                   **{t.checkpoint.tokenizer: (imported[t.checkpoint.checkpoint_id], CHECKPOINT_MARKER)
-                     for t in pending if t.checkpoint.external is not None}}
-    needed = {t.checkpoint.tokenizer for t in pending}
-    task_dirs = prepare_tasks(spec, layout, {k: v for k, v in tokenizers.items() if k in needed})
-    shards = study_shards(spec, plan, pending, done, layout, task_dirs, sets)
-    tally = run_shards(spec, shards, layout, pipeline=pipeline, work=planned_work(spec, to_run))
+                     for t in pending if t.checkpoint.checkpoint_id in imported}}
+    needed = {t.checkpoint.tokenizer for t in pending if t.checkpoint.checkpoint_id not in not_imported}
+    task_dirs = prepare_tasks(spec, layout, {k: v for k, v in tokenizers.items() if k in needed}, not_prepared)
+    unrunnable = record_unrunnable(spec, layout, pending, not_imported, not_prepared)
+    if unrunnable:
+        pending = [t for t in pending if t.trial_key not in unrunnable]
+        to_run = [t for t in to_run if t.trial_key not in unrunnable]
+    shards = study_shards(spec, plan, pending, done, layout, task_dirs, sets) if pending else []
+    tally = run_shards(spec, shards, layout, pipeline=pipeline, work=planned_work(spec, to_run)) if shards else {}
+    if unrunnable:
+        failed = len(sets.training_trials(trained, [t for t in plan.trials if t.trial_key in unrunnable]))
+        tally = {**tally, "failed": tally.get("failed", 0) + failed}
     return {**tally, "failed": tally.get("failed", 0) + skipped_failures} if skipped_failures else tally
+
+
+def record_unrunnable(spec: StudySpec, layout: StudyLayout, pending: list, not_imported: dict[str, str],
+                      not_prepared: dict[tuple, str]) -> set[str]:
+    """Record as failed, with one line of reason, each pending trial whose checkpoint could not be
+    imported or whose task data (or that of a set it is scored on) could not be prepared; returns
+    their trial keys."""
+    rows = []
+    for trial in pending:
+        tokenizer, task = trial.checkpoint.tokenizer, trial.task
+        reason = not_imported.get(trial.checkpoint.checkpoint_id)
+        if reason is None:
+            tasks = (task, get_task(task).train_task,
+                     *(t for t in spec.finetuning.tasks if get_task(t).train_task == task))
+            reason = next((f"task data of {t} not prepared: {not_prepared[(tokenizer, t)]}" for t in tasks
+                           if (tokenizer, t) in not_prepared), None)
+        else:
+            reason = f"checkpoint {trial.checkpoint.checkpoint_id} not imported: {reason}"
+        if reason is not None:
+            rows.append(trial_row(spec.study, trial, None, "failed", reason))
+    write_rows(layout, TRIALS, rows)
+    return {row["trial_key"] for row in rows}
 
 
 def planned_work(spec: StudySpec, trials: list) -> dict[str, tuple[int, float]]:

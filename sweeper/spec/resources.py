@@ -30,8 +30,20 @@ resources).
 from __future__ import annotations
 
 import math
+import re
 from dataclasses import fields
 
+RAY_RESERVED = ("cpu", "gpu", "memory", "object_store_memory", "bundle", "tpu", "npu", "hpu", "neuron_cores",
+                "furiosa", "mblt", "rbln", "ttnpu")
+"""Resource names Ray gives meaning to, compared case-folded: CPU/GPU (`num_cpus`/`num_gpus`),
+memory, the object store, placement-group bundles, and the accelerators Ray 2.x detects itself
+(`ray._private.accelerators.get_all_accelerator_resource_names`: TPU, NPU, HPU, neuron_cores,
+...). tests/test_hostile_checkpoints.py checks the list against the installed Ray."""
+RAY_RESERVED_PREFIXES = ("node:", "accelerator_type:")
+"""Prefixes of resources Ray makes per node (`node:<ip>`, `node:__internal_head__`) and per
+accelerator model (`accelerator_type:A100`)."""
+PLACEMENT_GROUP_RESOURCE = re.compile(r"_group_(\d+_)?[0-9a-f]{16,}$")
+"""What Ray names a placement group's share of a resource (`CPU_group_<id>`, `bundle_group_0_<id>`)."""
 RAY_GRANULARITY = 0.0001
 """The smallest nonzero resource amount Ray accepts (ray_constants.MIN_RESOURCE_GRANULARITY)."""
 AMOUNTS = ("cpus_per_worker", "gpus_per_worker", "cpus_per_trial", "gpus_per_trial")
@@ -64,3 +76,15 @@ def layout_problems(resources):
     if resources.gpu_memory_gb != default and worker_gpus == 0 and trial_gpus == 0:
         yield "gpu_memory_gb", (f"{resources.gpu_memory_gb:g} GB per GPU, and no worker or trial uses a GPU "
                                 "(gpus_per_worker and gpus_per_trial are 0): give GPUs, or leave gpu_memory_gb out")
+
+
+def custom_resource_problem(name: str) -> str | None:
+    """Why `name` cannot be a custom resource of the spec (Ray reserves it), or None."""
+    folded = name.casefold()
+    if folded in ("cpu", "gpu"):
+        return f"{name} is not a custom resource: use the cpus_/gpus_ fields"
+    if folded in RAY_RESERVED or folded.startswith(RAY_RESERVED_PREFIXES) \
+            or PLACEMENT_GROUP_RESOURCE.search(folded):
+        return (f"{name} is a resource Ray reserves (its own CPU, GPU, memory, accelerators such as TPU, "
+                "node: and accelerator_type: names, placement-group bundles): name your own, e.g. trial_node")
+    return None

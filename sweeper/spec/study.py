@@ -23,12 +23,8 @@ from sweeper.spec.limits import LimitsSpec, size_problems
 from sweeper.spec.parsing import values_of
 from sweeper.spec.pretraining import DataSpec, ModelSpec, PretrainingSpec
 from sweeper.spec.reading import shown
-from sweeper.spec.resources import RAY_GRANULARITY, layout_problems
+from sweeper.spec.resources import RAY_GRANULARITY, custom_resource_problem, layout_problems
 from sweeper.store.storage import folder_name_problem
-
-
-BUILT_IN_RESOURCES = ("cpu", "gpu", "memory", "object_store_memory")
-"""Ray's own resource names, which the custom_resources_* fields may not name."""
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
@@ -75,8 +71,8 @@ class ResourcesSpec:
         yield from positive(self, "trials_per_shard", "max_concurrent_trials", "node_memory_gb", "gpus_per_node")
         for key in ("custom_resources_per_worker", "custom_resources_per_trial"):
             for name, amount in getattr(self, key).items():
-                if name.lower() in BUILT_IN_RESOURCES:
-                    yield f"{key}.{name}", f"{name} is not a custom resource: use the cpus_/gpus_ fields"
+                if problem := custom_resource_problem(name):
+                    yield f"{key}.{name}", problem
                 elif not amount >= 0:
                     yield f"{key}.{name}", f"must not be negative, got {amount}"
                 elif 0 < amount < RAY_GRANULARITY:

@@ -91,7 +91,7 @@ def task_tokenizer(tokenizer_dir: str):
     the tokenizer has none (Llama's: its EOS; the attention mask hides padding whatever its id)."""
     from transformers import AutoTokenizer
 
-    tokenizer = AutoTokenizer.from_pretrained(tokenizer_dir)
+    tokenizer = AutoTokenizer.from_pretrained(tokenizer_dir, trust_remote_code=False)  # never a prompt, never its code
     tokenizer.padding_side = "right"
     if tokenizer.pad_token is None:
         tokenizer.pad_token = tokenizer.eos_token or tokenizer.unk_token
