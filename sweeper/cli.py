@@ -66,6 +66,9 @@ def command_plan(args) -> int:
         extra = f" (+ {cost.unknown} items sized at run time)" if cost.unknown else ""
         print(f"    {stage:12s} {cost.gpu_hours:>12,.1f} GPU-h  ({cost.flops:.2e} FLOPs){extra}")
     print(f"    {'total':12s} {pre_cost.gpu_hours + ft_cost.gpu_hours:>12,.1f} GPU-h")
+    from sweeper.report.sequential_cost import plan_lines
+
+    print("\n".join(plan_lines(spec, plan)), end="\n" if spec.pretraining.sequential else "")
     from sweeper.plan.cost import finetuning_comparison
     from sweeper.plan.memory_check import check_trials, trial_refusal, trial_summary
 

@@ -30,6 +30,7 @@ from __future__ import annotations
 
 import itertools
 import json
+from collections.abc import Mapping
 from dataclasses import asdict, dataclass, field, fields, replace
 
 from sweeper.plan.checkpoint_sources import ExternalCheckpoint, resolve_all
@@ -308,8 +309,10 @@ def checkpoint_id(run_name: str, step: int, total_steps: int) -> str:
     return run_name if step == total_steps else f"{run_name}-{step}"
 
 
-def plan_study(spec: StudySpec) -> StudyPlan:
-    runs = expand_runs(spec)
+def plan_study(spec: StudySpec, replicate_counts: Mapping[str, int] | None = None) -> StudyPlan:
+    """The study's runs, checkpoints and trials; `replicate_counts` (by run name) where a sequential
+    plan's looks have set them (sweeper.report.sequential), else the spec's counts."""
+    runs = expand_runs(spec, counts=replicate_counts)
     checkpoints = [
         EvaluatedCheckpoint(
             checkpoint_id=checkpoint_id(run.name, step, run.total_steps),

@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pandas as pd
 
-from sweeper.report import analysis, data_problems, figure_set, figures, findings, importance, provenance, robustness
+from sweeper.report import analysis, data_problems, figure_set, figures, findings, importance, provenance, robustness, sequential
 from sweeper.report.figure_set import FigureSet
 from sweeper.report.study_history import study_record
 from sweeper.report.tables import fmt, markdown_table
@@ -270,16 +270,18 @@ def importance_section(trials: pd.DataFrame, space: dict | None) -> list[str]:
     return out
 
 
-def verdicts_sections(trials: pd.DataFrame, lr_range: tuple[float, float]) -> list[str]:
-    """The findings, the trials that did not finish, and the robustness card."""
+def verdicts_sections(trials: pd.DataFrame, lr_range: tuple[float, float], design=None) -> list[str]:
+    """The findings (a sequential plan's looks when `design`), the trials that did not finish, and
+    the robustness card."""
     study = findings.study_grid(trials)
     if study is None:
         return findings_section(findings.check_findings(trials, lr_range))
-    verdicts = findings.judge_grid(*study, lr_range)
+    looks = sequential.study_looks(trials, design, lr_range) if design is not None else None
+    verdicts = looks.verdicts if looks is not None else findings.judge_grid(*study, lr_range)
     replicated = bool((study[1]["replicate"].fillna(0) > 0).any())
     card = robustness.robustness_card(*study, verdicts, lr_range)
-    return (findings_section(verdicts, replicated) + outcomes_section(trials)
-            + robustness.robustness_lines(card, verdicts))
+    return (findings_section(verdicts, replicated) + (sequential.looks_section(looks) if looks else [])
+            + outcomes_section(trials) + robustness.robustness_lines(card, verdicts))
 
 
 def build_report(layout: StudyLayout, lr_range: tuple[float, float] = (1e-5, 1e-4)) -> tuple[str, list[Path]]:
@@ -314,7 +316,7 @@ def report_and_figures(layout: StudyLayout, lr_range: tuple[float, float]) -> tu
     at_best = "test score at the best point (learning rate, swept values)" if analysis.axes(best) else "best-LR test score"
     out += category_section(final, f"Category averages (final checkpoints; {at_best}, mean ± 95 % CI over seeds)")
     out += shown.place("category scores", "category_scores", figures.category_bars(final, ranges, families), "no scores")
-    out += verdicts_sections(trials, lr_range) + left_out_section(trials)
+    out += verdicts_sections(trials, lr_range, sequential.design_of(layout)) + left_out_section(trials)
     if not stability.empty:
         out += ["## Fine-tuning stability", "",
                 f"Test scores centred per (checkpoint, task), spread = std over seeds x learning rates {used_range}, "

@@ -18,6 +18,7 @@ from sweeper.contract.configs import (AdamWConfig, distinct, each_positive, non_
                                   seeds)
 from sweeper.spec.parsing import Grid, values_of
 from sweeper.spec.reading import key_text, shown, suggestion
+from sweeper.spec.sequential import SequentialSpec
 from sweeper.spec.settings import (MASKING_SHARES, masking_share_problem, override_items, override_problems,
                                    setting_problem)
 
@@ -282,6 +283,9 @@ class PretrainingSpec:
     """Times each run is trained, each with its own initialisation and data order: replicate 0
     is the run itself (`tiny-mlm40-600`), replicate r >= 1 `tiny-mlm40-600-rep<r>`. A run entry's
     `replicates` wins."""
+    sequential: SequentialSpec | None = None
+    """Replicates added in looks until each objective comparison is decided (sweeper.spec.sequential):
+    in place of a fixed `replicates`."""
 
     def check(self):
         if not self.runs:
@@ -291,6 +295,13 @@ class PretrainingSpec:
         yield from non_negative(self, "warmup_steps", "decay_steps", "save_every", "random_replace", "keep_original")
         yield from seeds(self, "seed")
         yield from replicate_count(self)
+        if self.sequential is not None:
+            if self.replicates != 1:
+                yield "replicates", "a sequential plan sets the replicates (pretraining.sequential): leave this out"
+            for i, run in enumerate(self.runs):
+                if run.replicates is not None:
+                    yield f"runs[{i}].replicates", ("a sequential plan sets the replicates (pretraining.sequential): "
+                                                    "leave this out")
         if problem := masking_share_problem(self.phase_settings("mlm", {}), of_phase=False):
             yield "random_replace", problem
         for i, run in enumerate(self.runs):
@@ -316,7 +327,10 @@ class PretrainingSpec:
                 yield key, f"budget {budget} is shorter than warmup + decay steps ({warmups[j]} + {decays[k]})"
 
     def replicates_of(self, entry: RunGridSpec) -> int:
-        """How many times the runs of `entry` are trained: its own count, else the study's."""
+        """How many times the runs of `entry` are trained: its own count, else the study's (a
+        sequential plan's first look: its later looks set each run's count)."""
+        if self.sequential is not None:
+            return self.sequential.first
         return self.replicates if entry.replicates is None else entry.replicates
 
     def phase_settings(self, objective: str, given: dict) -> dict:
