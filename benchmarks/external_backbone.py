@@ -48,7 +48,7 @@ def external_folder(work: Path) -> tuple[str, object]:
     """The tiny BERT, planned and imported as a `finetuning.checkpoints` entry is."""
     from tiny_checkpoints import build_tiny_checkpoint
 
-    from sweeper.plan.load import load_spec
+    from sweeper.plan.load import load_study
     from sweeper.plan.study_plan import plan_study
     from sweeper.run.checkpoint_import import import_external_checkpoints
     from sweeper.store.layout import StudyLayout
@@ -62,7 +62,7 @@ def external_folder(work: Path) -> tuple[str, object]:
     spec_path = work / "spec.yaml"
     spec_path.write_text(f"study: bench-external\nfinetuning:\n  tasks: [{TASKS[0]}]\n  checkpoints:\n"
                          f"    - name: bert\n      source: {source}\n")
-    plan = plan_study(load_spec(spec_path))
+    plan = plan_study(load_study(spec_path).spec)
     (folder,) = import_external_checkpoints(list(plan.checkpoints), StudyLayout(str(work / "study"))).values()
     return folder, config
 

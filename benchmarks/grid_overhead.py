@@ -73,11 +73,11 @@ def plain_tune_run(trials: int, seconds: float, storage: Path) -> float:
 def overhead(args) -> None:
     import ray
 
-    from sweeper.plan.load import load_spec
+    from sweeper.plan.load import load_study
     from sweeper.plan.study_plan import plan_study
     from sweeper.store.layout import StudyLayout
 
-    spec = load_spec(ROOT / "search_spaces" / "smoke.yaml")
+    spec = load_study(ROOT / "search_spaces" / "smoke.yaml").spec
     seeds = list(range(args.trials // (4 * 2) + 1))  # 4 checkpoints x 2 tasks x seeds >= trials
     spec = replace(spec, finetuning=replace(spec.finetuning, seeds=seeds))
     trials = plan_study(spec).trials[:args.trials]
@@ -95,11 +95,11 @@ def overhead(args) -> None:
 
 
 def paper(args) -> None:
-    from sweeper.plan.load import load_spec
+    from sweeper.plan.load import load_study
     from sweeper.plan.study_plan import plan_study
     from sweeper.store.layout import StudyLayout
 
-    spec = load_spec(ROOT / "search_spaces" / "paper.yaml")
+    spec = load_study(ROOT / "search_spaces" / "paper.yaml").spec
     spec = replace(spec, resources=replace(spec.resources, cpus_per_trial=1, gpus_per_trial=0))
     trials = plan_study(spec).trials[:args.trials]
     layout = StudyLayout(str(Path(tempfile.mkdtemp(prefix="bench-paper-")) / "study"))

@@ -29,11 +29,11 @@ SHARD_TRIALS = 2_000  # resources.trials_per_shard of paper.yaml
 
 
 def trial_rows(count: int) -> list[dict]:
-    from sweeper.plan.load import load_spec
+    from sweeper.plan.load import load_study
     from sweeper.plan.study_plan import plan_study
     from sweeper.run.recording import trial_row
 
-    trials = plan_study(load_spec(ROOT / "search_spaces" / "paper.yaml")).trials[:count]
+    trials = plan_study(load_study(ROOT / "search_spaces" / "paper.yaml").spec).trials[:count]
     now = datetime.now(timezone.utc)
     return [{**trial_row("paper", t, {"validation_score": 50.0, "test_score": 49.0, "train_loss": 0.5,
                                       "train_steps": 100, "wall_time_s": 60.0}, "ok", None), "finished_at": now}

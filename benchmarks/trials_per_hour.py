@@ -31,9 +31,9 @@ TASK = "wordnet-supersense-cls"
 
 def bench_spec(args):
     """micro.yaml narrowed to one checkpoint of `--preset` and one task, `--trials` seeds."""
-    from sweeper.plan.load import load_spec
+    from sweeper.plan.load import load_study
 
-    spec = load_spec(SPEC)
+    spec = load_study(SPEC).spec
     run = replace(spec.pretraining.runs[0], checkpoint_steps=[])
     return replace(
         spec, study="bench-trials", model=replace(spec.model, preset=args.preset),

@@ -15,7 +15,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from sweeper.plan.load import load_spec  # noqa: E402
+from sweeper.plan.load import load_study  # noqa: E402
 from sweeper.plan.study_plan import plan_study  # noqa: E402
 
 SPECS = {
@@ -34,7 +34,7 @@ def describe(trial) -> str:
 def keys_of(relative: str, how: str, replicates: int | None = None) -> dict:
     """The spec's keys as pinned; with `replicates`, those of replicate 0 of the spec planned
     with that many replicates of every run (which must be the pinned ones)."""
-    spec = load_spec(ROOT / relative)
+    spec = load_study(ROOT / relative).spec
     if replicates is not None:
         spec = replace(spec, pretraining=replace(spec.pretraining, replicates=replicates,
                                                  runs=[replace(entry, replicates=None) for entry in spec.pretraining.runs]))

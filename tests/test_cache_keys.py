@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 from conftest import ROOT, nano_study, run_sweeper
-from sweeper.plan.load import load_spec
+from sweeper.plan.load import load_study
 from sweeper.plan.study_plan import finetune_protocol
 from sweeper.run import corpora, task_prep
 from sweeper.contract import registry
@@ -73,7 +73,7 @@ def probe(tmp_path, monkeypatch):
     with registry.using(registry.shipped()):
         info = registry.register_task(replace(registry.get_task("wordnet-supersense-cls"), name="probe-cls",
                                               source=str(rows)))
-        yield {"info": info, "rows": rows, "protocol": finetune_protocol(load_spec(SMOKE), "wordnet-supersense-cls")}
+        yield {"info": info, "rows": rows, "protocol": finetune_protocol(load_study(SMOKE).spec, "wordnet-supersense-cls")}
 
 
 def edit_rows(probe, monkeypatch):
@@ -135,7 +135,7 @@ def test_each_input_of_task_data_names_a_new_folder(probe, monkeypatch, change):
 
 def test_an_encoding_setting_names_a_new_folder():
     qa = "wordnet-supersense-qa"
-    protocol = finetune_protocol(load_spec(SMOKE), qa)
+    protocol = finetune_protocol(load_study(SMOKE).spec, qa)
     other = replace(protocol, family_settings={**protocol.family_settings, "doc_stride": 4})
     assert task_prep.task_folder_name(qa, "a" * 16, protocol) != task_prep.task_folder_name(qa, "a" * 16, other)
 

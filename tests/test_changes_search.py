@@ -16,7 +16,7 @@ import pytest
 
 from conftest import ROOT, SMOKE_SPEC as SMOKE, edited_spec
 from sweeper.plan.changes import find_changes, record_settings
-from sweeper.plan.load import load_spec
+from sweeper.plan.load import load_study
 from sweeper.plan.study_plan import at_point, plan_study
 from sweeper.run.recording import trial_row
 from sweeper.store.layout import StudyLayout
@@ -50,7 +50,7 @@ def as_run(trial, number: int):
 
 
 def record(tmp_path: Path, mode: str, count: int = 6) -> tuple[StudyLayout, list]:
-    spec = load_spec(spec_file(tmp_path, mode))
+    spec = load_study(spec_file(tmp_path, mode)).spec
     plan = plan_study(spec)
     layout = StudyLayout(str(tmp_path / "study"))
     record_settings(spec, plan, layout)
@@ -63,15 +63,15 @@ def record(tmp_path: Path, mode: str, count: int = 6) -> tuple[StudyLayout, list
 @pytest.mark.parametrize("mode", list(MODES))
 def test_a_changed_fixed_value_lists_the_recorded_cells_and_more_samples_change_none(tmp_path, mode):
     layout, recorded = record(tmp_path, mode)
-    same = load_spec(spec_file(tmp_path, mode))
+    same = load_study(spec_file(tmp_path, mode)).spec
     assert not find_changes(same, plan_study(same), layout), "nothing changed"
 
-    more = load_spec(spec_file(tmp_path, mode, MORE[mode], name="more.yaml"))
+    more = load_study(spec_file(tmp_path, mode, MORE[mode], name="more.yaml")).spec
     more_plan = plan_study(more)
     assert not find_changes(more, more_plan, layout), "more values or samples add cells, change none"
     assert {t.trial_key for t in recorded} <= {t.trial_key for t in more_plan.trials}
 
-    changed = load_spec(spec_file(tmp_path, mode, CHANGED, name="changed.yaml"))
+    changed = load_study(spec_file(tmp_path, mode, CHANGED, name="changed.yaml")).spec
     found = find_changes(changed, plan_study(changed), layout)
     assert len(found.trials) == len(recorded), found.describe()
     cell, why = found.trials[0]
@@ -85,7 +85,7 @@ def test_a_changed_fixed_value_lists_the_recorded_cells_and_more_samples_change_
 @pytest.mark.parametrize("mode", ["optuna", "random"])
 def test_a_changed_search_space_lists_the_recorded_samples_with_why(tmp_path, mode):
     layout, recorded = record(tmp_path, mode)
-    changed = load_spec(spec_file(tmp_path, mode, ("{uniform: [0.0, 0.2]}", "{uniform: [0.0, 0.3]}"), name="wider.yaml"))
+    changed = load_study(spec_file(tmp_path, mode, ("{uniform: [0.0, 0.2]}", "{uniform: [0.0, 0.3]}"), name="wider.yaml")).spec
     found = find_changes(changed, plan_study(changed), layout)
     assert len(found.trials) == len(recorded)
     assert "search.space.weight_decay: ['uniform', [0.0, 0.2]] -> ['uniform', [0.0, 0.3]]" in found.trials[0][1], \

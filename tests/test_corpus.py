@@ -12,7 +12,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from sweeper.plan.load import load_spec
+from sweeper.plan.load import load_study
 from sweeper.plan.study_plan import plan_study
 from sweeper.run.corpora import ORDER_BLOCK_WINDOWS as DRIVER_BLOCK, corpus_config, corpus_dir, effective_max_tokens
 from sweeper.contract.configs import CorpusConfig
@@ -92,7 +92,7 @@ def test_a_shard_that_cannot_be_read_names_itself_and_the_corpus(numbers_corpus,
 
 
 def test_new_data_fields_leave_run_keys_alone_and_the_corpus_key_follows_the_stream():
-    spec = load_spec(PIPELINE_SPEC)
+    spec = load_study(PIPELINE_SPEC).spec
     plan = plan_study(spec)
     assert "max_tokens" not in spec.data.identity() and "tokenizer_sample_documents" not in spec.data.identity()
     assert replace(spec.data, max_tokens=10**9).identity()["max_tokens"] == 10**9
@@ -115,7 +115,7 @@ def test_a_changed_vocabulary_trains_on_a_new_corpus(tmp_path):
     a corpus prepared for the new vocabulary, beside the old one."""
     from sweeper.run.train_grid import pretrain_config
 
-    spec = load_spec(PIPELINE_SPEC)
+    spec = load_study(PIPELINE_SPEC).spec
     layout = StudyLayout(str(tmp_path / "study"))
     small = replace(spec, data=replace(spec.data, max_documents=200, vocab_size=300))
     large = replace(small, data=replace(small.data, vocab_size=600))

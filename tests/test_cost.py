@@ -14,7 +14,7 @@ from sweeper.plan.cost import (
     padded_finetuning_cost,
     trial_tokens,
 )
-from sweeper.plan.load import load_spec
+from sweeper.plan.load import load_study
 from sweeper.plan.study_plan import plan_study
 from sweeper.contract.catalog import PAPER_TASK_STATISTICS
 from sweeper.contract.registry import get_task, task_statistics
@@ -22,7 +22,7 @@ from sweeper.contract.registry import get_task, task_statistics
 
 @pytest.fixture(scope="module")
 def paper():
-    spec = load_spec(ROOT / "search_spaces" / "paper.yaml")
+    spec = load_study(ROOT / "search_spaces" / "paper.yaml").spec
     return spec, plan_study(spec)
 
 

@@ -12,7 +12,7 @@ from pathlib import Path
 import pyarrow.parquet as pq
 import pytest
 
-from sweeper.plan.load import load_spec
+from sweeper.plan.load import load_study
 from sweeper.plan.study_plan import plan_study
 from sweeper.run.recording import trial_row
 from sweeper.store import folders, storage
@@ -52,7 +52,7 @@ def record_study(study: Path, checkpoints: bool = False):
     """`recorded_study`'s study at `study`; with `checkpoints`, an (empty) complete folder for each
     planned checkpoint too, so `sweeper run` finds nothing to do (one Ray start, ~30 s)."""
     layout = StudyLayout(str(study))
-    spec = load_spec(SMOKE)
+    spec = load_study(SMOKE).spec
     plan = plan_study(spec)
     storage.write_text(layout.spec, SMOKE.read_text())
     storage.write_json(layout.plan, {"trials": len(plan.trials), "trial_keys": [t.trial_key for t in plan.trials]})
@@ -120,7 +120,7 @@ def test_a_damaged_part_and_markers_are_named_set_aside_and_the_rest_is_reported
 
 def test_compaction_sets_a_damaged_part_aside_and_merges_the_rest(tmp_path):
     study = StudyLayout(str(tmp_path))
-    plan = plan_study(load_spec(SMOKE))
+    plan = plan_study(load_study(SMOKE).spec)
     trials = [t for t in plan.trials if t.task == "wordnet-supersense-cls"]
     for trial in trials:  # one part per trial
         write_rows(study, TRIALS, rows_for([trial], "smoke"))
@@ -135,7 +135,7 @@ def test_compaction_sets_a_damaged_part_aside_and_merges_the_rest(tmp_path):
 def test_a_damaged_part_in_an_object_store_is_set_aside_there(object_store, monkeypatch, tmp_path):
     monkeypatch.setenv("SWEEPER_CACHE", str(tmp_path / "cache"))
     study = StudyLayout(object_store("damage/study"))
-    plan = plan_study(load_spec(SMOKE))
+    plan = plan_study(load_study(SMOKE).spec)
     write_rows(study, TRIALS, rows_for([t for t in plan.trials if t.seed == 0], "smoke"))
     bad = write_rows(study, TRIALS, rows_for([t for t in plan.trials if t.seed == 1 and t.task.endswith("cls")],
                                              "smoke"))[0]
@@ -179,7 +179,7 @@ def test_write_json_fsyncs_the_file_then_its_folder(tmp_path, synced):
 
 @pytest.mark.skipif(not Path("/proc/self/fd").exists(), reason="needs /proc to name a file descriptor")
 def test_write_rows_fsyncs_each_part_then_its_folder(tmp_path, synced):
-    plan = plan_study(load_spec(SMOKE))
+    plan = plan_study(load_study(SMOKE).spec)
     files = write_rows(StudyLayout(str(tmp_path)), TRIALS, rows_for(plan.trials[:2], "smoke"))
     assert len(files) == 1 and len(synced) == 2
     folder = str(Path(files[0]).parent)

@@ -265,7 +265,7 @@ def test_a_garbage_journal_is_rebuilt_from_the_store_when_a_search_starts(tmp_pa
     import optuna
     import test_optuna_search as search_tests
 
-    from sweeper.plan.load import load_spec
+    from sweeper.plan.load import load_study
     from sweeper.plan.study_plan import plan_study
     from sweeper.run.recording import trial_row
     from sweeper.store.results import write_rows
@@ -273,7 +273,7 @@ def test_a_garbage_journal_is_rebuilt_from_the_store_when_a_search_starts(tmp_pa
     text = search_tests.re.sub(r"  tasks: .*?\]\n", "  tasks: [wordnet-supersense-cls]\n",
                                search_tests.SMOKE.replace(*search_tests.OPTUNA, 1), count=1, flags=search_tests.re.S)
     (tmp_path / "spec.yaml").write_text(text)
-    spec = load_spec(tmp_path / "spec.yaml")
+    spec = load_study(tmp_path / "spec.yaml").spec
     plan = plan_study(spec)
     layout = StudyLayout(str(tmp_path / "study"))
     shard, searcher = search_tests.start_search(spec, plan, layout)

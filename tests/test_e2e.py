@@ -10,7 +10,7 @@ import yaml
 import torch
 from transformers import AutoConfig, AutoModel, AutoModelForMaskedLM
 
-from sweeper.plan.load import load_spec
+from sweeper.plan.load import load_study
 from sweeper.plan.study_plan import plan_study
 from sweeper.store import folders, storage
 from sweeper.store.layout import StudyLayout
@@ -25,7 +25,7 @@ SMOKE = ROOT / "search_spaces" / "smoke.yaml"
 
 def test_submitted_smoke_study_writes_one_row_per_planned_trial(smoke_study):
     study_dir, output = smoke_study
-    plan = plan_study(load_spec(SMOKE))
+    plan = plan_study(load_study(SMOKE).spec)
     table = ds.dataset(study_dir / "results" / "trials", format="parquet").to_table()
     assert table.num_rows == len(plan.trials) == 4 * 5 * 2
     assert sorted(table.column("trial_key").to_pylist()) == sorted(t.trial_key for t in plan.trials)
@@ -33,7 +33,7 @@ def test_submitted_smoke_study_writes_one_row_per_planned_trial(smoke_study):
     scores = table.column("validation_score").to_pylist() + table.column("test_score").to_pylist()
     assert all(0.0 <= s <= 100.0 for s in scores)
     report = (study_dir / "report.md").read_text()
-    assert all(task in report for task in load_spec(SMOKE).finetuning.tasks)
+    assert all(task in report for task in load_study(SMOKE).spec.finetuning.tasks)
     rows = ds.dataset(study_dir / "results" / "trials", format="parquet", partitioning="hive").to_table().to_pandas()
     assert set(rows["task_category"]) == {"SC", "TC", "QA", "IR"}
     # One bi-encoder per (checkpoint, LR, seed), scored on both retrieval sets without retraining:
@@ -125,7 +125,7 @@ def test_a_damaged_part_and_markers_are_set_aside_and_the_rerun_redoes_exactly_t
     import pyarrow.parquet as pq
 
     study_dir, _ = smoke_study
-    planned = {t.trial_key for t in plan_study(load_spec(SMOKE)).trials}
+    planned = {t.trial_key for t in plan_study(load_study(SMOKE).spec).trials}
     (part,) = (study_dir / "results" / "trials" / "task=wordnet-supersense-cls").glob("part-*.parquet")
     lost = set(pq.read_table(part).column("trial_key").to_pylist())
     assert 0 < len(lost) < len(planned)
@@ -139,7 +139,7 @@ def test_a_damaged_part_and_markers_are_set_aside_and_the_rerun_redoes_exactly_t
     assert status.returncode == 0 and part.name in status.stdout + status.stderr, status.stdout + status.stderr
     rerun = run_sweeper("run", str(SMOKE), "--storage", str(study_dir), address=ray_head[0])
     assert rerun.returncode == 0, rerun.stdout[-4000:] + rerun.stderr[-3000:]
-    trained = [t for t in plan_study(load_spec(SMOKE)).trials if t.task != "wordnet-definition-retrieval"]
+    trained = [t for t in plan_study(load_study(SMOKE).spec).trials if t.task != "wordnet-definition-retrieval"]
     assert f"{len(trained)} trials: {len(trained) - len(lost)} already recorded" in rerun.stdout  # SC: a row a trial
     rows = read_table(StudyLayout(str(study_dir)), TRIALS).to_pandas()  # every row written, none deduplicated
     assert rows["trial_key"].is_unique and set(rows["trial_key"]) == planned

@@ -18,7 +18,7 @@ from ray.tune.schedulers import ASHAScheduler, MedianStoppingRule, TrialSchedule
 from ray.tune.search import Searcher
 
 from conftest import ROOT, nano_study
-from sweeper.plan.load import load_spec
+from sweeper.plan.load import load_study
 from sweeper.plan.study_plan import plan_study
 from sweeper.report import analysis
 from sweeper.run.early_stopping import TIME_ATTR, CellScheduler, make_scheduler
@@ -94,7 +94,7 @@ class FakeController:
 def seeded_scheduler(tmp_path):
     """ASHA (first rung at step 2, rf 3) judging points, with a first point whose seeds both
     score 80 at the rung: the bar the next point is measured against."""
-    ft = load_spec(es_spec(tmp_path)).finetuning
+    ft = load_study(es_spec(tmp_path)).spec.finetuning
     scheduler = make_scheduler(ft, cell_of=lambda config: config["cell"], point_of=lambda config: config["point"])
     controller = FakeController(scheduler)
     first = [fake_trial(f"p0-s{i}", "A", "p0") for i in range(2)]
@@ -111,20 +111,20 @@ def seeded_scheduler(tmp_path):
 def test_no_scheduler_in_the_spec_is_none_and_grid_mode_refuses_one(tmp_path):
     from sweeper.spec.reading import SpecError
 
-    spec = load_spec(es_spec(tmp_path, ES_SPEC.replace("  scheduler: {kind: asha, grace_period: 1}\n", "")))
+    spec = load_study(es_spec(tmp_path, ES_SPEC.replace("  scheduler: {kind: asha, grace_period: 1}\n", ""))).spec
     assert make_scheduler(spec.finetuning) is None
     grid = ES_SPEC.replace("  search: optuna\n", "  learning_rates: [0.001]\n")
     with pytest.raises(SpecError, match="scheduler.kind"):
-        load_spec(es_spec(tmp_path, grid))
+        load_study(es_spec(tmp_path, grid)).spec
     with pytest.raises(SpecError, match="eval_every"):
-        load_spec(es_spec(tmp_path, ES_SPEC.replace("  eval_every: 2\n", "")))
+        load_study(es_spec(tmp_path, ES_SPEC.replace("  eval_every: 2\n", ""))).spec
 
 
 @pytest.mark.parametrize("kind", ["asha", "median"])
 def test_make_scheduler_judges_search_score_at_optimizer_steps_with_the_grace_in_curve_points(tmp_path, kind):
     text = ES_SPEC.replace("{kind: asha, grace_period: 1}",
                            f"{{kind: {kind}, grace_period: 3, reduction_factor: 2, min_samples_required: 4}}")
-    ft = load_spec(es_spec(tmp_path, text)).finetuning
+    ft = load_study(es_spec(tmp_path, text)).spec.finetuning
     scheduler = make_scheduler(ft, cell_of=lambda config: config["cell"])
     assert isinstance(scheduler, CellScheduler) and scheduler.metric == SEARCH_METRIC
     assert isinstance(scheduler.build(), ASHAScheduler if kind == "asha" else MedianStoppingRule)
@@ -139,7 +139,7 @@ def test_make_scheduler_judges_search_score_at_optimizer_steps_with_the_grace_in
 
 
 def test_asha_compares_trials_within_their_cell_only(tmp_path):
-    ft = load_spec(es_spec(tmp_path)).finetuning  # asha, grace 1 curve point = 2 steps, rf 3
+    ft = load_study(es_spec(tmp_path)).spec.finetuning  # asha, grace 1 curve point = 2 steps, rf 3
     scheduler = make_scheduler(ft, cell_of=lambda config: config["cell"])
     good, bad, other = fake_trial("a1", "A"), fake_trial("a2", "A"), fake_trial("b1", "B")
     for trial in (good, bad, other):
@@ -160,7 +160,7 @@ def test_median_stopping_never_pauses_a_trial(tmp_path):
     """A function trainable has no checkpoint: a paused trial would start over. With too few
     other trials to compare with, the median rule yields to waiting trials by pausing; not here."""
     text = ES_SPEC.replace("{kind: asha, grace_period: 1}", "{kind: median, grace_period: 1, min_samples_required: 2}")
-    scheduler = make_scheduler(load_spec(es_spec(tmp_path, text)).finetuning)
+    scheduler = make_scheduler(load_study(es_spec(tmp_path, text)).spec.finetuning)
     waiting = SimpleNamespace(get_live_trials=lambda: [SimpleNamespace(status="PENDING")])
     first, second, third = (fake_trial(f"t{i}", "A") for i in range(3))
     for trial in (first, second, third):
@@ -251,7 +251,7 @@ def test_the_trial_hands_each_curve_point_to_the_callback_and_ends_where_tune_st
 # -- recording -------------------------------------------------------------------------------------
 
 def smoke_shard(tmp_path, n: int = 3):
-    trials = list(plan_study(load_spec(ROOT / "search_spaces" / "smoke.yaml")).trials[:n])
+    trials = list(plan_study(load_study(ROOT / "search_spaces" / "smoke.yaml").spec).trials[:n])
     layout = StudyLayout(str(tmp_path))
     return trials, layout, GridShard(trials, layout, {(None, t.task): "unused" for t in trials})
 
@@ -392,7 +392,7 @@ def test_tune_stops_a_points_seeds_together_and_hands_their_last_point_to_the_se
 
     monkeypatch.setattr(early_stopping, "resume_held_trial", counted)
     trials, layout, shard = smoke_shard(tmp_path, 8)
-    ft = load_spec(es_spec(tmp_path)).finetuning
+    ft = load_study(es_spec(tmp_path)).spec.finetuning
     searcher = ListSearcher([50.0, 60.0, 10.0, 70.0], started=str(tmp_path / "seed-1-started"))
     ray.init(address=ray_head[0], log_to_driver=False, runtime_env={"env_vars": {"PYTHONPATH": str(ROOT / "tests")}})
     try:

@@ -15,7 +15,7 @@ import pytest
 import torch
 import yaml
 
-from sweeper.plan.load import load_spec
+from sweeper.plan.load import load_study
 from sweeper.plan.study_plan import plan_study
 from sweeper.contract import registry
 from sweeper.spec.reading import SpecError
@@ -50,7 +50,7 @@ def toy_spec(folder) -> str:
 
 
 def test_plugins_plan_named_and_keyed_runs_and_trials(plugins, tmp_path):
-    plan = plan_study(load_spec(toy_spec(tmp_path)))
+    plan = plan_study(load_study(toy_spec(tmp_path)).spec)
     assert [run.name for run in plan.runs] == ["nano-mlm40-40", "nano-span30x3-40", "nano-clm-20-span30x2-40"]
     span = plan.runs[2]
     assert [(p.objective, p.start_step, p.end_step) for p in span.phases] == [("clm", 0, 20), ("span-mlm", 20, 40)]
@@ -64,7 +64,7 @@ def test_without_the_plugin_its_names_are_spec_errors(tmp_path, plugins, monkeyp
     path = toy_spec(tmp_path)
     monkeypatch.setenv(registry.PLUGINS_VARIABLE, "")
     with registry.using(registry.shipped()), pytest.raises(SpecError) as caught:
-        load_spec(path)
+        load_study(path).spec
     assert "pretraining.runs[1].objective" in str(caught.value) and "unknown objective 'span-mlm'" in str(caught.value)
 
 
@@ -132,7 +132,7 @@ def test_plan_costs_and_sizes_a_plugin_family_by_its_own_estimate(plugins, tmp_p
                              cwd=ROOT, env=env)
     assert printed.returncode == 0, printed.stderr
 
-    loaded = load_spec(path)  # the same spec in this process, with the plugin in this test's registry
+    loaded = load_study(path).spec  # the same spec in this process, with the plugin in this test's registry
     plan, ft = plan_study(loaded), loaded.finetuning
     config = plan.runs[0].model_config
     # The family's estimate by hand: one sentence per row, capped at max_length; 5 % of train validates.

@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 from conftest import ROOT, nano_study, run_sweeper
 
-from sweeper.plan.load import load_spec
+from sweeper.plan.load import load_study
 from sweeper.plan.study_plan import plan_study
 from sweeper.spec.reading import SpecError
 
@@ -46,11 +46,11 @@ def entry(name: str, source, extra: str = "") -> str:
 
 
 def trial_keys(path: Path) -> set[str]:
-    return {t.trial_key for t in plan_study(load_spec(path)).trials}
+    return {t.trial_key for t in plan_study(load_study(path).spec).trials}
 
 
 def test_an_external_checkpoint_is_planned_like_a_study_run(tmp_path, tiny):
-    plan = plan_study(load_spec(external_spec(tmp_path, entry("bert-tiny", tiny["bert"]), pretraining=True)))
+    plan = plan_study(load_study(external_spec(tmp_path, entry("bert-tiny", tiny["bert"]), pretraining=True)).spec)
     own = [c for c in plan.checkpoints if c.run is not None]
     external = [c for c in plan.checkpoints if c.external is not None]
     assert len(own) == 1 and [c.checkpoint_id for c in external] == ["bert-tiny"]
@@ -92,7 +92,7 @@ def test_an_unusable_folder_is_a_spec_error(tmp_path, tiny, problem, make, key, 
             (tmp_path / name / extra).unlink()
     path = external_spec(tmp_path, entry("m", make(tiny, tmp_path)))
     with pytest.raises(SpecError) as caught:
-        load_spec(path)
+        load_study(path).spec
     assert f"finetuning.checkpoints[0].{key}" in str(caught.value) and reason in str(caught.value)
     assert str(path) in str(caught.value)
 
@@ -111,8 +111,8 @@ def test_a_pinned_hub_commit_plans_offline_and_is_sized_at_run_time(tmp_path, mo
     monkeypatch.setenv("HF_HUB_OFFLINE", "1")
     monkeypatch.setenv("HF_HOME", str(tmp_path / "hf"))
     commit = "0123456789abcdef0123456789abcdef01234567"
-    plan = plan_study(load_spec(external_spec(tmp_path, entry("mb", "hf:answerdotai/ModernBERT-base",
-                                                                f"      revision: '{commit}'\n"))))
+    plan = plan_study(load_study(external_spec(tmp_path, entry("mb", "hf:answerdotai/ModernBERT-base",
+                                                                f"      revision: '{commit}'\n"))).spec)
     (checkpoint,) = plan.checkpoints
     assert checkpoint.external.revision == commit and checkpoint.model_config == {}
 
@@ -129,20 +129,20 @@ def test_a_pinned_hub_commit_plans_offline_and_is_sized_at_run_time(tmp_path, mo
 def test_malformed_entries_name_key_and_reason(tmp_path, text, key, reason):
     path = external_spec(tmp_path, text)
     with pytest.raises(SpecError) as caught:
-        load_spec(path)
+        load_study(path).spec
     assert f"finetuning.{key}" in str(caught.value) and reason in str(caught.value), str(caught.value)
 
 
 def test_an_external_name_may_not_be_a_study_checkpoint(tmp_path, tiny):
     with pytest.raises(SpecError, match=r"finetuning.checkpoints\[0\].name: 'nano-mlm40-12' names a checkpoint"):
-        load_spec(external_spec(tmp_path, entry("nano-mlm40-12", tiny["bert"]), pretraining=True))
+        load_study(external_spec(tmp_path, entry("nano-mlm40-12", tiny["bert"]), pretraining=True)).spec
 
 
 def test_a_study_needs_something_to_fine_tune(tmp_path):
     path = tmp_path / "empty.yaml"
     path.write_text("study: x\nfinetuning: {tasks: [wordnet-supersense-cls]}\n")
     with pytest.raises(SpecError, match="nothing to fine-tune"):
-        load_spec(path)
+        load_study(path).spec
 
 
 def test_plan_prints_external_checkpoints_without_loading_weights(tmp_path, tiny):
@@ -176,7 +176,7 @@ def test_an_object_store_source_is_planned_and_imported(tmp_path, tiny, object_s
     (staged / "uploaded").write_text("marker of this upload")
     publish_tree(staged, remote, "uploaded")
     # A spec names no credentials (sweeper.spec.names): the source as a spec gives it, keys in the environment.
-    plan = plan_of(load_spec(external_spec(tmp_path, entry("bert-s3", storage.strip_credentials(remote)))))
+    plan = plan_of(load_study(external_spec(tmp_path, entry("bert-s3", storage.strip_credentials(remote)))).spec)
     (checkpoint,) = plan.checkpoints
     assert set(checkpoint.external.identity["weights"]["files"]) == {"config.json", "model.safetensors",
                                                                      "tokenizer.json", "tokenizer_config.json"}
@@ -193,7 +193,7 @@ def test_weights_edited_after_planning_are_refused_at_import(tmp_path, tiny):
 
     source = tmp_path / "bert"
     shutil.copytree(tiny["bert"], source)
-    plan = plan_study(load_spec(external_spec(tmp_path, entry("m", source))))
+    plan = plan_study(load_study(external_spec(tmp_path, entry("m", source))).spec)
     data = bytearray((source / "model.safetensors").read_bytes())
     data[-1] ^= 1
     (source / "model.safetensors").write_bytes(bytes(data))
@@ -255,7 +255,7 @@ def test_edited_weights_are_a_change_named_by_the_checkpoint_in_every_search_mod
                                       "  optuna: {samples: 2}\n" if mode == "optuna" else "")
     path = external_spec(tmp_path, entry("m", source))
     path.write_text(path.read_text().replace("finetuning:\n", "finetuning:\n" + search, 1))
-    spec = load_spec(path)
+    spec = load_study(path).spec
     plan = plan_study(spec)
     assert {t.search_mode for t in plan.trials} == {mode} and len(plan.trials) == (2 if mode == "grid" else 4)
     layout = StudyLayout(str(tmp_path / "study"))
@@ -266,7 +266,7 @@ def test_edited_weights_are_a_change_named_by_the_checkpoint_in_every_search_mod
     data = bytearray((source / "model.safetensors").read_bytes())
     data[-1] ^= 1
     (source / "model.safetensors").write_bytes(bytes(data))
-    edited = load_spec(path)
+    edited = load_study(path).spec
     found = find_changes(edited, plan_study(edited), layout)
     assert len(found.trials) == len(plan.trials)
     assert all(why and all(reason.startswith("checkpoints.m.weights") for reason in why) for _, why in found.trials)
@@ -277,7 +277,7 @@ def test_a_checkpoint_with_another_tokenizer_imports_that_tokenizer(tmp_path, ti
     from sweeper.run.checkpoint_import import import_external_checkpoints
     from sweeper.store.layout import StudyLayout
 
-    plan = plan_study(load_spec(external_spec(tmp_path, entry("m", tiny["llama"],
-                                                               f"      tokenizer: {tiny['qwen3']}\n"))))
+    plan = plan_study(load_study(external_spec(tmp_path, entry("m", tiny["llama"],
+                                                               f"      tokenizer: {tiny['qwen3']}\n"))).spec)
     (folder,) = import_external_checkpoints(list(plan.checkpoints), StudyLayout(str(tmp_path / "study"))).values()
     assert Path(folder, "tokenizer", "tokenizer.json").read_bytes() == (tiny["qwen3"] / "tokenizer.json").read_bytes()

@@ -5,7 +5,7 @@ import pytest
 import ray
 from ray import tune
 
-from sweeper.plan.load import load_spec
+from sweeper.plan.load import load_study
 from sweeper.plan.study_plan import plan_study
 from sweeper.run.progress import ProgressLine
 from sweeper.run.recording import ResultsRecorder
@@ -25,7 +25,7 @@ def flaky_trainable(config):
 
 @pytest.mark.e2e
 def test_failed_trials_are_recorded_with_their_error_and_the_grid_goes_on(ray_head, tmp_path, capsys):
-    trials = list(plan_study(load_spec(ROOT / "search_spaces" / "smoke.yaml")).trials[:3])
+    trials = list(plan_study(load_study(ROOT / "search_spaces" / "smoke.yaml").spec).trials[:3])
     # Workers import this test module by name to find the trainable.
     ray.init(address=ray_head[0], log_to_driver=False,
              runtime_env={"env_vars": {"PYTHONPATH": str(ROOT / "tests")}})
@@ -70,7 +70,7 @@ def waiting_trainable(config):
 
 @pytest.mark.e2e
 def test_a_finished_trial_is_written_within_the_flush_interval_while_others_still_run(ray_head, tmp_path):
-    trials = list(plan_study(load_spec(ROOT / "search_spaces" / "smoke.yaml")).trials[:2])
+    trials = list(plan_study(load_study(ROOT / "search_spaces" / "smoke.yaml").spec).trials[:2])
     ray.init(address=ray_head[0], log_to_driver=False,
              runtime_env={"env_vars": {"PYTHONPATH": str(ROOT / "tests")}})
     try:

@@ -12,7 +12,7 @@ import sys
 
 import pytest
 
-from sweeper.plan.load import load_spec
+from sweeper.plan.load import load_study
 from sweeper.plan.study_plan import plan_study
 from sweeper.spec.reading import SpecError
 from sweeper.store import storage
@@ -49,7 +49,7 @@ def test_smoke_study_on_nodes_that_share_no_folder(node_cluster, object_store, t
     assert result.returncode == 0, result.stdout[-5000:] + result.stderr[-5000:]
 
     layout = StudyLayout(storage.normalize(study))
-    plan = plan_study(load_spec(spec))
+    plan = plan_study(load_study(spec).spec)
     rows = read_table(layout, TRIALS).to_pandas()
     assert sorted(rows["trial_key"]) == sorted(t.trial_key for t in plan.trials), "one row per planned trial"
     assert (rows["status"] == "ok").all(), rows[rows["status"] != "ok"][["trial_key", "status"]]
@@ -85,7 +85,7 @@ def test_smoke_study_on_nodes_that_share_no_folder(node_cluster, object_store, t
 
 
 def test_placement_resources_are_read_and_checked(tmp_path):
-    resources = load_spec(edited_spec(tmp_path, PLACEMENT)).resources
+    resources = load_study(edited_spec(tmp_path, PLACEMENT)).spec.resources
     assert resources.custom_resources_per_worker == {"pretrain_node": 1.0}
     assert resources.custom_resources_per_trial == {"trial_node": 1.0}
     for wrong, key, reason in (("{CPU: 1}", "custom_resources_per_trial.CPU", "not a custom resource"),
@@ -96,7 +96,7 @@ def test_placement_resources_are_read_and_checked(tmp_path):
         spec = edited_spec(tmp_path, (PLACEMENT[0], PLACEMENT[1].replace("{trial_node: 1}", wrong)))
         line = 1 + next(i for i, text in enumerate(spec.read_text().splitlines()) if "custom_resources_per_trial" in text)
         with pytest.raises(SpecError) as error:
-            load_spec(spec)
+            load_study(spec).spec
         assert f"{spec}:{line}: resources.{key}: " in str(error.value) and reason in str(error.value), str(error.value)
 
 

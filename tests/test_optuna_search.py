@@ -20,7 +20,7 @@ import pyarrow.parquet as pq
 import pytest
 
 from conftest import ROOT, SMOKE_SPEC as SMOKE, edited_spec, nano_study
-from sweeper.plan.load import load_spec
+from sweeper.plan.load import load_study
 from sweeper.plan.study_plan import plan_study, trial_count_text
 from sweeper.run.recording import trial_row
 from sweeper.run.pipeline import Pipeline
@@ -48,7 +48,7 @@ def points(plan) -> dict[tuple, tuple]:
 # --- search: random ---------------------------------------------------------------------------
 
 def test_random_mode_plans_each_cells_samples_deterministically_and_extends_them(tmp_path):
-    spec = load_spec(edited_spec(tmp_path, RANDOM, BATCH_CHOICE))
+    spec = load_study(edited_spec(tmp_path, RANDOM, BATCH_CHOICE)).spec
     plan = plan_study(spec)
     ft = spec.finetuning
     assert len(plan.trials) == len(plan.checkpoints) * len(ft.tasks) * 3 * len(ft.seeds) == 120
@@ -67,18 +67,18 @@ def test_random_mode_plans_each_cells_samples_deterministically_and_extends_them
     for (checkpoint, task, sample), point in drawn.items():
         if task == "wordnet-definition-retrieval":
             assert point == drawn[(checkpoint, "wordnet-usage-retrieval", sample)]
-    assert points(plan_study(load_spec(edited_spec(tmp_path, RANDOM, BATCH_CHOICE, name="again.yaml")))) == drawn
+    assert points(plan_study(load_study(edited_spec(tmp_path, RANDOM, BATCH_CHOICE, name="again.yaml")).spec)) == drawn
 
-    more = plan_study(load_spec(edited_spec(tmp_path, (RANDOM[0], RANDOM[1].replace("samples: 3", "samples: 5")),
-                                          BATCH_CHOICE, name="more.yaml")))
+    more = plan_study(load_study(edited_spec(tmp_path, (RANDOM[0], RANDOM[1].replace("samples: 3", "samples: 5")),
+                                          BATCH_CHOICE, name="more.yaml")).spec)
     assert {k: v for k, v in points(more).items() if k[2] < 3} == drawn, "more samples keep the first ones"
     keys = {t.trial_key for t in plan.trials}
     assert keys < {t.trial_key for t in more.trials}
 
     # A checkpoint added to a run leaves every other cell's points as they were.
-    added = plan_study(load_spec(edited_spec(tmp_path, RANDOM, BATCH_CHOICE, ("checkpoint_steps: [20]",
+    added = plan_study(load_study(edited_spec(tmp_path, RANDOM, BATCH_CHOICE, ("checkpoint_steps: [20]",
                                                                             "checkpoint_steps: [10, 20]"),
-                                           name="checkpoint.yaml")))
+                                           name="checkpoint.yaml")).spec)
     new_points = points(added)
     assert {k[0] for k in new_points} - {k[0] for k in drawn} == {"nano-mlm40-40-10"}
     assert {k: v for k, v in new_points.items() if k[0] != "nano-mlm40-40-10"} == drawn
@@ -163,7 +163,7 @@ def test_a_resumed_search_reconciles_the_cells_study_with_the_store(tmp_path):
                   flags=re.S)
     assert "  tasks: [wordnet-supersense-cls]\n" in text
     (tmp_path / "spec.yaml").write_text(text)
-    spec = load_spec(tmp_path / "spec.yaml")
+    spec = load_study(tmp_path / "spec.yaml").spec
     plan = plan_study(spec)
     layout = StudyLayout(str(tmp_path / "study"))
     shard, searcher = start_search(spec, plan, layout)

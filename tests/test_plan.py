@@ -4,7 +4,7 @@ from pathlib import Path
 
 import pytest
 
-from sweeper.plan.load import load_spec
+from sweeper.plan.load import load_study
 from sweeper.plan.run_names import format_steps, run_name
 from sweeper.plan.study_plan import plan_study
 from sweeper.contract.configs import PhaseConfig
@@ -26,7 +26,7 @@ def test_run_names_follow_the_authors_scheme():
 
 
 def test_micro_plan_counts_and_names():
-    plan = plan_study(load_spec(SPECS / "micro.yaml"))
+    plan = plan_study(load_study(SPECS / "micro.yaml").spec)
     names = [run.name for run in plan.runs]
     assert names == ["nano-mlm40-600", "nano-mlm20-600", "nano-clm-600", "nano-clm-150-mlm40-600", "nano-clm-300-mlm40-600",
                      "nano-mlm40-600-rep1", "nano-clm-600-rep1", "nano-mlm40-600-rep2", "nano-clm-600-rep2",
@@ -39,9 +39,9 @@ def test_micro_plan_counts_and_names():
 
 
 def test_keys_are_stable_and_extending_a_grid_keeps_existing_keys():
-    spec = load_spec(SPECS / "micro.yaml")
+    spec = load_study(SPECS / "micro.yaml").spec
     first = {t.trial_key for t in plan_study(spec).trials}
-    assert first == {t.trial_key for t in plan_study(load_spec(SPECS / "micro.yaml")).trials}
+    assert first == {t.trial_key for t in plan_study(load_study(SPECS / "micro.yaml").spec).trials}
     more_seeds = replace(spec, finetuning=replace(spec.finetuning, seeds=[*spec.finetuning.seeds, 5]))
     extended = {t.trial_key for t in plan_study(more_seeds).trials}
     assert first < extended and len(extended - first) == 17 * 5 * 1
@@ -58,7 +58,7 @@ def test_keys_are_stable_and_extending_a_grid_keeps_existing_keys():
 
 
 def test_pure_splits_of_a_biphasic_grid_collapse_into_pure_runs():
-    spec = load_spec(SPECS / "micro.yaml")
+    spec = load_study(SPECS / "micro.yaml").spec
     grid = replace(spec.pretraining.runs[3], clm_fraction=[0.0, 0.25, 1.0])
     plan = plan_study(replace(spec, pretraining=replace(spec.pretraining, runs=[grid])))
     assert [r.name for r in plan.runs] == ["nano-mlm40-600", "nano-clm-150-mlm40-600", "nano-clm-600"]
@@ -80,7 +80,7 @@ def test_paper_plan_counts_runs_checkpoints_and_trials():
     for name in ("610m-mlm40-42k", "610m-clm-42k", "610m-clm-10k-mlm40-42k", "610m-clm-40k-mlm20-42k",
                  "610m-clm-dec42k-mlm40-64k", "610m-mlm40-dec42k-mlm40-44k", "1b-clm-30k-mlm40-42k"):
         assert f"    {name}  (" in out, name
-    plan = plan_study(load_spec(SPECS / "paper.yaml"))
+    plan = plan_study(load_study(SPECS / "paper.yaml").spec)
     assert "610m-mlm40-42k-1000" in {c.checkpoint_id for c in plan.checkpoints}
     cpt = next(r for r in plan.runs if r.name == "610m-clm-dec42k-mlm40-64k")
     assert cpt.init_from_run == "610m-clm-42k" and cpt.steps_before == 42_000 and cpt.total_steps == 22_000
@@ -89,7 +89,7 @@ def test_paper_plan_counts_runs_checkpoints_and_trials():
 def test_gpu_hour_estimate_follows_the_documented_cost_model():
     from sweeper.plan.cost import parameter_count, pretraining_cost
 
-    spec = load_spec(SPECS / "paper.yaml")
+    spec = load_study(SPECS / "paper.yaml").spec
     run = next(r for r in plan_study(spec).runs if r.name == "210m-mlm40-42k")
     n = parameter_count(run.model_config)
     # 12 layers x (4 x 768^2 attention + 3 x 768 x 3072 MLP + 2 x 768 norms) + norm + LM head 128,257 x 768
@@ -104,11 +104,11 @@ def spec_with_runs(tmp_path, runs_yaml: str):
     start, end = text.index("  runs:"), text.index("finetuning:")
     path = tmp_path / "phases.yaml"
     path.write_text(text[:start] + "  runs:\n" + runs_yaml + text[end:])
-    return load_spec(path)
+    return load_study(path).spec
 
 
 def test_the_long_form_plans_the_short_forms_runs_under_the_same_keys(tmp_path):
-    short = {r.name: r.run_key for r in plan_study(load_spec(SPECS / "smoke.yaml")).runs}
+    short = {r.name: r.run_key for r in plan_study(load_study(SPECS / "smoke.yaml").spec).runs}
     long = plan_study(spec_with_runs(tmp_path, (
         "    - phases: [{objective: mlm, mask_ratio: 0.4}]\n"
         "      checkpoint_steps: [20]\n"
@@ -128,7 +128,7 @@ def test_other_phase_lists_get_their_own_names_and_keys(tmp_path):
     three, bert = plan.runs
     assert three.objective == "clm-mlm-clm" and three.mask_ratio == 0.3
     assert "phases" in three.identity and "phases" in bert.identity, "not one of the paper's shapes: phases are hashed"
-    smoke_mlm = next(r for r in plan_study(load_spec(SPECS / "smoke.yaml")).runs if r.name == "nano-mlm40-40")
+    smoke_mlm = next(r for r in plan_study(load_study(SPECS / "smoke.yaml").spec).runs if r.name == "nano-mlm40-40")
     assert bert.name == smoke_mlm.name and bert.run_key != smoke_mlm.run_key, "80/10/10 masking is another run"
 
 

@@ -19,7 +19,7 @@ import pytest
 
 from conftest import ROOT, SMOKE_SPEC
 from sweeper.plan.divisors import divisors, largest_fitting, prime_factors
-from sweeper.plan.load import load_spec
+from sweeper.plan.load import load_study
 from sweeper.plan.study_plan import plan_study
 from sweeper.spec import limits
 
@@ -183,7 +183,7 @@ def test_raising_max_trials_passes_the_check_at_20_more_than_the_default(tmp_pat
     refused = sweeper("plan", str(spec))
     assert refused.returncode == 2 and "plans 200,020 fine-tuning trials" in refused.stderr, refused.stderr
     spec.write_text(text + "limits: {max_trials: 200020}\n")
-    assert load_spec(spec).limits.max_trials == 200_020
+    assert load_study(spec).spec.limits.max_trials == 200_020
 
 
 def test_a_spec_may_not_set_a_limit_to_nothing(tmp_path):
@@ -197,7 +197,7 @@ def test_a_spec_may_not_set_a_limit_to_nothing(tmp_path):
 def test_the_counts_are_the_sizes_of_the_shipped_plans(name):
     """What the limits are checked against is what the plan holds: exactly, but for paper.yaml,
     whose entries plan two runs twice (counted per entry, planned once)."""
-    spec = load_spec(ROOT / "search_spaces" / f"{name}.yaml")
+    spec = load_study(ROOT / "search_spaces" / f"{name}.yaml").spec
     plan = plan_study(spec)
     runs = sum(limits.entry_runs(spec, i, entry).total for i, entry in enumerate(spec.pretraining.runs))
     assert runs == len(plan.runs) + (2 if name == "paper" else 0)

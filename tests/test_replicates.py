@@ -12,7 +12,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
-from sweeper.plan.load import load_spec
+from sweeper.plan.load import load_study
 from sweeper.plan.replicates import init_seed
 from sweeper.plan.study_plan import EvaluatedCheckpoint, plan_study, run_count_text
 from sweeper.run.train_grid import pretrain_config
@@ -33,7 +33,7 @@ CPT = ("    - objective: clm ", "    - objective: clm\n      replicates: 2\n    
 
 
 def plan_of(tmp_path, *changes, name="spec.yaml"):
-    spec = load_spec(edited_spec(tmp_path, *changes, name=name))
+    spec = load_study(edited_spec(tmp_path, *changes, name=name)).spec
     return spec, plan_study(spec)
 
 
@@ -134,7 +134,7 @@ def test_a_continued_replicate_continues_its_sources_replicate_when_there_is_one
     assert run_count_text(spec, plan) == "7 (4 configurations; replicates: runs[1] x2, runs[2] x3)"
     missing = edited_spec(tmp_path, CPT, ("init_from: [nano-clm-40]", "init_from: [nano-clm-40-rep1]"), name="m.yaml")
     with pytest.raises(Exception, match="no run named 'nano-clm-40-rep1'"):
-        load_spec(missing)  # a continued entry names a configuration; its replicates pair up by themselves
+        load_study(missing).spec  # a continued entry names a configuration; its replicates pair up by themselves
 
 
 def test_random_search_draws_the_same_points_for_every_replicate_of_a_checkpoint(tmp_path):
@@ -185,7 +185,7 @@ def test_two_replicates_trained_for_real_write_different_weights(ray_head, wordp
         "study: rep\nmodel: {preset: nano}\ndata: {vocab_size: 512, seq_len: 32}\n"
         "pretraining:\n  steps: 6\n  global_batch_size: 4\n  warmup_steps: 1\n  decay_steps: 2\n  log_every: 3\n"
         "  replicates: 2\n  runs:\n    - {objective: mlm}\nfinetuning: {tasks: [wordnet-supersense-cls]}\n")
-    spec = load_spec(spec_file)
+    spec = load_study(spec_file).spec
     plan = plan_study(spec)
     layout = StudyLayout(str(tmp_path / "study"))
     by_name = {run.name: run for run in plan.runs}

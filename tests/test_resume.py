@@ -14,7 +14,7 @@ import pyarrow.dataset as ds
 import pyarrow.parquet as pq
 import pytest
 
-from sweeper.plan.load import load_spec
+from sweeper.plan.load import load_study
 from sweeper.plan.study_plan import plan_study
 from sweeper.store import storage
 from sweeper.store.layout import RunLayout, StudyLayout
@@ -53,7 +53,7 @@ def test_driver_killed_mid_grid_then_rerun_loses_and_duplicates_nothing(ray_head
     """Also the single-writer lease: a second driver on the running study is refused, naming the
     first; after the first is SIGKILLed, the next driver takes its stale lease over."""
     study_dir, spec = tmp_path / "study", SPECS / "resume.yaml"
-    plan = plan_study(load_spec(spec))
+    plan = plan_study(load_study(spec).spec)
     lease_file, table = study_dir / "lease.json", Path(table_dir(StudyLayout(str(study_dir)), TRIALS))
     driver = start_sweeper("run", str(spec), "--storage", str(study_dir), address=ray_head[0])
     try:
@@ -94,7 +94,7 @@ def test_driver_killed_mid_grid_then_rerun_loses_and_duplicates_nothing(ray_head
     more.write_text(spec.read_text().replace("seeds: [0, 1, 2, 3]", "seeds: [0, 1, 2, 3, 4]"))
     extended = run_sweeper("run", str(more), "--storage", str(study_dir), address=ray_head[0])
     assert extended.returncode == 0, extended.stdout[-4000:] + extended.stderr[-3000:]
-    new_trials = len(plan_study(load_spec(more)).trials) - len(plan.trials)
+    new_trials = len(plan_study(load_study(more).spec).trials) - len(plan.trials)
     assert new_trials == 6
     assert f"{len(plan.trials)} already recorded, 0 blocked by failed runs, {new_trials} to run" in extended.stdout
     final = raw_trials(study_dir)

@@ -19,7 +19,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from sweeper.plan.load import load_spec
+from sweeper.plan.load import load_study
 from sweeper.plan.run_names import short_number
 from sweeper.plan.study_plan import plan_study
 from sweeper.spec.parsing import Distribution, Grid
@@ -80,7 +80,7 @@ def test_plan_of_a_depth_ablation_prints_counts_and_names(tmp_path):
     assert re.search(r"pretraining runs:\s+9\n", result.stdout)
     names = planned_names(result.stdout)
     assert names[:3] == ["nano-mlm40-40", "nano-mlm40-40-layers4", "nano-mlm40-40-layers6"]
-    plan = plan_study(load_spec(write(tmp_path, spec)))
+    plan = plan_study(load_study(write(tmp_path, spec)).spec)
     depth = {run.name: run.model_config["num_hidden_layers"] for run in plan.runs}
     assert depth["nano-clm-40"] == 2 and depth["nano-clm-40-layers4"] == 4 and depth["nano-clm-40-layers6"] == 6
     assert {run.params["model.num_hidden_layers"] for run in plan.runs} == {2, 4, 6}
@@ -91,7 +91,7 @@ def test_a_grid_expands_every_entry_as_a_product_and_runs_carry_their_values(tmp
                       ("  global_batch_size: 8 ", "  global_batch_size: [8, 16] "),
                       ("  seq_len: 64 ", "  seq_len: [64, 32] "),
                       ("  warmup_steps: 4 ", "  warmup_steps: [4, 2] "))
-    plan = plan_study(load_spec(write(tmp_path, spec)))
+    plan = plan_study(load_study(write(tmp_path, spec)).spec)
     assert len(plan.runs) == 3 * 2 ** 5
     assert len({run.name for run in plan.runs}) == len({run.run_key for run in plan.runs}) == len(plan.runs)
     run = next(r for r in plan.runs if r.name == "nano-mlm40-40-seq32-bs16-lr4e-3-wd0-warmup2")
@@ -110,9 +110,9 @@ def test_the_worker_config_trains_with_the_runs_values(tmp_path):
     from sweeper.run.train_grid import pretrain_config
     from sweeper.store.layout import StudyLayout
 
-    plan = plan_study(load_spec(write(tmp_path, PEAK_LR_GRID)))
+    plan = plan_study(load_study(write(tmp_path, PEAK_LR_GRID)).spec)
     runs = {run.name: run for run in plan.runs}
-    config = pretrain_config(runs["nano-clm-40-lr5e-4"], load_spec(write(tmp_path, PEAK_LR_GRID)),
+    config = pretrain_config(runs["nano-clm-40-lr5e-4"], load_study(write(tmp_path, PEAK_LR_GRID)).spec,
                              StudyLayout(str(tmp_path / "study")), str(tmp_path / "corpus"), runs)
     assert config.peak_lr == 5e-4 and config.global_batch_size == 8 and config.seq_len == 64
 
@@ -120,25 +120,25 @@ def test_the_worker_config_trains_with_the_runs_values(tmp_path):
 def test_sweeping_a_field_from_its_current_value_keeps_the_planned_runs(tmp_path):
     """Adding values after the current one adds runs; the runs planned before keep their names
     and keys (so their folders and results), whatever field is swept."""
-    before = {run.name: run.run_key for run in plan_study(load_spec(write(tmp_path, SMOKE, "a.yaml"))).runs}
+    before = {run.name: run.run_key for run in plan_study(load_study(write(tmp_path, SMOKE, "a.yaml")).spec).runs}
     for changed in [("    peak_lr: 0.002", "    peak_lr: [0.002, 0.001]"),
                     ("  global_batch_size: 8 ", "  global_batch_size: {grid_search: [8, 16]} "),
                     ("  decay_steps: 8 ", "  decay_steps: [8, 16] "),
                     ("  preset: nano ", "  preset: nano\n  overrides: {num_hidden_layers: [2, 3]}\n ")]:
-        after = {run.name: run.run_key for run in plan_study(load_spec(write(tmp_path, smoke_with(changed)))).runs}
+        after = {run.name: run.run_key for run in plan_study(load_study(write(tmp_path, smoke_with(changed))).spec).runs}
         assert len(after) == 2 * len(before), changed
         assert {name: after[name] for name in before} == before, changed
 
 
 def test_a_one_value_list_is_the_value(tmp_path):
-    spec = load_spec(write(tmp_path, smoke_with(("    peak_lr: 0.002", "    peak_lr: [0.002]"))))
+    spec = load_study(write(tmp_path, smoke_with(("    peak_lr: 0.002", "    peak_lr: [0.002]")))).spec
     assert spec.pretraining.optimizer.peak_lr == 0.002
     assert [run.name for run in plan_study(spec).runs] == ["nano-mlm40-40", "nano-clm-40", "nano-clm-20-mlm40-40"]
 
 
 def test_betas_take_a_grid_of_pairs(tmp_path):
-    spec = load_spec(write(tmp_path, smoke_with(("    peak_lr: 0.002",
-                                                 "    peak_lr: 0.002\n    betas: [[0.9, 0.95], [0.9, 0.98]]"))))
+    spec = load_study(write(tmp_path, smoke_with(("    peak_lr: 0.002",
+                                                 "    peak_lr: 0.002\n    betas: [[0.9, 0.95], [0.9, 0.98]]")))).spec
     assert spec.pretraining.optimizer.betas == Grid(((0.9, 0.95), (0.9, 0.98)))
     names = [run.name for run in plan_study(spec).runs]
     assert names[:2] == ["nano-mlm40-40", "nano-mlm40-40-betas0.9-0.98"]
@@ -146,7 +146,7 @@ def test_betas_take_a_grid_of_pairs(tmp_path):
 
 def test_an_entrys_warmup_grid_expands_that_entry_only(tmp_path):
     spec = smoke_with(("    - objective: clm ", "    - objective: clm\n      warmup_steps: [4, 8]\n     "))
-    names = [run.name for run in plan_study(load_spec(write(tmp_path, spec))).runs]
+    names = [run.name for run in plan_study(load_study(write(tmp_path, spec)).spec).runs]
     assert names == ["nano-mlm40-40", "nano-clm-40", "nano-clm-40-warmup8", "nano-clm-20-mlm40-40"]
 
 
@@ -161,7 +161,7 @@ def test_name_tags_write_values_short(value, text):
 def test_a_peak_lr_grid_names_every_run_once_and_the_first_value_plainly(tmp_path_factory, lrs):
     path = tmp_path_factory.mktemp("grid") / "spec.yaml"
     path.write_text(smoke_with(("    peak_lr: 0.002", f"    peak_lr: {json.dumps(lrs)}")))
-    runs = plan_study(load_spec(path)).runs
+    runs = plan_study(load_study(path).spec).runs
     assert len({run.name for run in runs}) == len(runs) == 3 * len(lrs)
     assert [run.name for run in runs if run.peak_lr == lrs[0]] == ["nano-mlm40-40", "nano-clm-40",
                                                                     "nano-clm-20-mlm40-40"]
@@ -289,7 +289,7 @@ MALFORMED_FORMS = [
 def test_a_malformed_form_names_file_line_key_and_reason(tmp_path, name, change, key, reason):
     path = write(tmp_path, smoke_with(change))
     with pytest.raises(SpecError) as caught:
-        load_spec(path)
+        load_study(path).spec
     error = caught.value
     assert error.key_path == key and reason in error.reason, str(error)
     assert error.line is not None and f"{path}:{error.line}:" in str(error)
@@ -354,15 +354,15 @@ def test_distributions_plan_in_optuna_and_random_mode_and_the_plan_names_the_spa
     assert ("fine-tuning trials:     120 = 4 checkpoints x 5 datasets x 3 Optuna samples x 2 seeds; TPE per cell over "
             "learning_rate loguniform [1e-05, 0.0005], weight_decay uniform [0.0, 0.2]; searched fields budgeted at "
             "their largest values") in result.stdout, result.stdout
-    spec = load_spec(write(tmp_path, optuna_spec, "optuna.yaml"))
+    spec = load_study(write(tmp_path, optuna_spec, "optuna.yaml")).spec
     assert spec.finetuning.searched() == {"weight_decay": Distribution("uniform", (0.0, 0.2))}
     assert spec.finetuning.optuna.samples_per_cell == 3
 
 
 def test_the_former_sample_count_name_keeps_working(tmp_path):
-    old = load_spec(write(tmp_path, smoke_with(OPTUNA, ("  max_steps: 8 ", "  max_steps: 8\n  optuna: "
-                                                                            "{learning_rates_per_cell: 4} ")), "old.yaml"))
-    new = load_spec(write(tmp_path, smoke_with(OPTUNA, ("  max_steps: 8 ", "  max_steps: 8\n  optuna: {samples: 4} ")),
-                          "new.yaml"))
+    old = load_study(write(tmp_path, smoke_with(OPTUNA, ("  max_steps: 8 ", "  max_steps: 8\n  optuna: "
+                                                                            "{learning_rates_per_cell: 4} ")), "old.yaml")).spec
+    new = load_study(write(tmp_path, smoke_with(OPTUNA, ("  max_steps: 8 ", "  max_steps: 8\n  optuna: {samples: 4} ")),
+                          "new.yaml")).spec
     assert old.finetuning.optuna.samples_per_cell == new.finetuning.optuna.samples_per_cell == 4
     assert [t.trial_key for t in plan_study(old).trials] == [t.trial_key for t in plan_study(new).trials]

@@ -67,10 +67,10 @@ def test_the_filesystem_object_holds_no_credentials():
 
 
 def planned_fsdp_study():
-    from sweeper.plan.load import load_spec
+    from sweeper.plan.load import load_study
     from sweeper.plan.study_plan import plan_study
 
-    spec = load_spec(ROOT / "tests" / "specs" / "fsdp.yaml")
+    spec = load_study(ROOT / "tests" / "specs" / "fsdp.yaml").spec
     return spec, plan_study(spec)
 
 

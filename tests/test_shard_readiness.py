@@ -16,7 +16,7 @@ import ray
 from ray import tune
 from ray.tune.search import Searcher
 
-from sweeper.plan.load import load_spec
+from sweeper.plan.load import load_study
 from sweeper.plan.study_plan import plan_study
 from sweeper.run.pipeline import Pipeline
 from sweeper.run.shards import EvaluationSets, grid_shards, optuna_shards
@@ -29,7 +29,7 @@ from conftest import ROOT
 def one_task_spec(trials_per_shard: int):
     """The smoke study's 4 checkpoints, one task, 2 seeds: 2 trials per checkpoint, one shard each
     when `trials_per_shard` is 2."""
-    spec = load_spec(ROOT / "search_spaces" / "smoke.yaml")
+    spec = load_study(ROOT / "search_spaces" / "smoke.yaml").spec
     return replace(spec, finetuning=replace(spec.finetuning, tasks=["wordnet-supersense-cls"]),
                    resources=replace(spec.resources, trials_per_shard=trials_per_shard))
 
@@ -97,7 +97,7 @@ def test_a_grid_shard_takes_the_trials_of_the_checkpoint_written_first_whatever_
 
 
 def test_an_optuna_shard_takes_a_ready_cell_whatever_its_plan_position(tmp_path):
-    spec = load_spec(ROOT / "tests" / "specs" / "optuna.yaml")
+    spec = load_study(ROOT / "tests" / "specs" / "optuna.yaml").spec
     spec = replace(spec, resources=replace(spec.resources, trials_per_shard=4))  # one cell (2 samples x 2 seeds)
     plan = plan_study(spec)
     layout = StudyLayout(str(tmp_path))
@@ -114,7 +114,7 @@ def test_an_optuna_shard_takes_a_ready_cell_whatever_its_plan_position(tmp_path)
     config = searcher.suggest("t0")
     trial = shards[0].trial(config)
     assert (trial.checkpoint, trial.task, trial.sample) == (late, tasks[0], 0)
-    assert 1e-4 <= config["learning_rate"] <= 1e-2
+    assert 1e-4 <= trial.learning_rate <= 1e-2 and "learning_rate" not in config  # the point travels once
     second = shards[0].trial(searcher.suggest("t1"))  # the sample's other seed, same cell
     assert (second.checkpoint, second.task, second.sample, second.seed) == (late, tasks[0], 0, 1)
     assert searcher.suggest("t2") is None  # sample 1 waits for sample 0's results, no other cell taken
@@ -201,14 +201,14 @@ def test_the_last_shards_ready_checkpoint_is_recorded_before_any_trial_of_an_unw
 MEMORY_SCRIPT = """
 import sys
 sys.path.insert(0, {root!r})
-from sweeper.plan.load import load_spec
+from sweeper.plan.load import load_study
 from sweeper.plan.study_plan import plan_study
 from sweeper.run.tune_grid import run_shards  # noqa: F401 (the driver's imports: Ray Tune included)
 from sweeper.run.pipeline import Pipeline
 from sweeper.run.shards import EvaluationSets, grid_shards, trial_runtime
 from sweeper.store.layout import StudyLayout
 
-spec = load_spec({root!r} + "/search_spaces/paper.yaml")
+spec = load_study({root!r} + "/search_spaces/paper.yaml").spec
 plan = plan_study(spec)
 sets = EvaluationSets(plan, spec.finetuning.tasks)
 training = sets.training_trials(list(plan.trials), list(plan.trials))

@@ -19,7 +19,7 @@ import pytest
 import ray
 import yaml
 
-from sweeper.plan.load import load_spec
+from sweeper.plan.load import load_study
 from sweeper.plan.study_plan import finetune_protocol, plan_study
 from sweeper.run.shards import trial_runtime
 from sweeper.contract.configs import CompanionSet, TrialConfig
@@ -66,9 +66,9 @@ def best_test_score(results: list[dict]) -> float:
 @pytest.mark.e2e
 def test_a_micro_pretrained_model_beats_random_weights_on_every_family(ray_head, tmp_path):
     spec_path, study_dir = micro_clm_spec(tmp_path), tmp_path / "study"
-    spec = load_spec(spec_path)
+    spec = load_study(spec_path).spec
     (run,) = plan_study(spec).runs
-    micro_runs = {r.name: r.run_key for r in plan_study(load_spec(ROOT / "search_spaces" / "micro.yaml")).runs}
+    micro_runs = {r.name: r.run_key for r in plan_study(load_study(ROOT / "search_spaces" / "micro.yaml").spec).runs}
     assert micro_runs[run.name] == run.run_key, "the test pretrains the micro study's own run"
     env = {**os.environ, "RAY_ADDRESS": ray_head[0], "PYTHONUNBUFFERED": "1"}
     driver = subprocess.Popen([sys.executable, "-m", "sweeper", "run", spec_path, "--storage", str(study_dir)],

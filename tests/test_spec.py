@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from sweeper.plan.load import load_spec
+from sweeper.plan.load import load_study
 from sweeper.spec.reading import SpecError
 
 ROOT = Path(__file__).parent.parent
@@ -130,7 +130,7 @@ def test_malformed_spec_names_file_key_and_reason(tmp_path, name, text, key, rea
     path = tmp_path / "bad.yaml"
     path.write_text(text)
     with pytest.raises(SpecError) as caught:
-        load_spec(path)
+        load_study(path).spec
     message = str(caught.value)
     assert str(path) in message and key in message and reason in message
 
@@ -139,7 +139,7 @@ def test_error_carries_the_yaml_line(tmp_path):
     path = tmp_path / "bad.yaml"
     path.write_text(with_change("mask_ratio: [0.4]", "mask_ratio: [1.4]"))
     with pytest.raises(SpecError) as caught:
-        load_spec(path)
+        load_study(path).spec
     line = next(i for i, text in enumerate(path.read_text().splitlines(), 1) if "1.4" in text)
     assert caught.value.line == line and f"bad.yaml:{line}:" in str(caught.value)
 
@@ -186,7 +186,7 @@ def test_an_evaluation_only_set_needs_its_training_task(tmp_path):
 
 def test_shipped_specs_load():
     for path in (ROOT / "search_spaces").glob("*.yaml"):
-        load_spec(path)
+        load_study(path).spec
 
 
 def test_shipped_specs_document_every_field_they_set():
@@ -211,7 +211,7 @@ def test_duplicate_key_names_both_lines(tmp_path):
     path = tmp_path / "bad.yaml"
     path.write_text(GOOD + "study: again\n")
     with pytest.raises(SpecError) as caught:
-        load_spec(path)
+        load_study(path).spec
     last = len(path.read_text().splitlines())
     assert caught.value.line == last and f"given on line 3 and again on line {last}" in str(caught.value)
 
@@ -221,7 +221,7 @@ def test_an_alias_is_resolved_once_and_still_works(tmp_path):
     path = tmp_path / "aliases.yaml"
     text = with_change("checkpoint_steps: [20]", "checkpoint_steps: &steps [20]")
     path.write_text(text.replace("    - objective: clm ", "    - objective: clm\n      checkpoint_steps: *steps\n     ", 1))
-    runs = load_spec(path).pretraining.runs
+    runs = load_study(path).spec.pretraining.runs
     assert runs[0].checkpoint_steps == runs[1].checkpoint_steps == [20]
 
 
@@ -274,8 +274,8 @@ def test_a_long_form_phase_inherits_the_studys_masking_settings(tmp_path):
     short.write_text(bert)
     long.write_text(bert.replace("    - objective: clm-mlm\n      clm_fraction: [0.5]",
                                  "    - phases: [{objective: clm, until: 0.5}, {objective: mlm, mask_ratio: 0.4}]"))
-    (short_run,) = [r for r in plan_study(load_spec(short)).runs if r.objective == "clm-mlm"]
-    (long_run,) = [r for r in plan_study(load_spec(long)).runs if r.objective == "clm-mlm"]
+    (short_run,) = [r for r in plan_study(load_study(short).spec).runs if r.objective == "clm-mlm"]
+    (long_run,) = [r for r in plan_study(load_study(long).spec).runs if r.objective == "clm-mlm"]
     assert long_run.phases[1].settings == {"mask_ratio": 0.4, "random_replace": 0.1, "keep_original": 0.1}
     assert (long_run.name, long_run.run_key) == (short_run.name, short_run.run_key)
 

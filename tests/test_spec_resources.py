@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from sweeper.plan.load import load_spec
+from sweeper.plan.load import load_study
 from sweeper.spec.resources import layout_problems
 from sweeper.spec.study import ResourcesSpec
 
@@ -60,5 +60,5 @@ def test_a_layout_that_runs_is_not_refused(given):
 def test_the_shipped_specs_layouts_run():
     """Every shipped and test spec loads: none of them holds a refused layout."""
     for path in [*(ROOT / "search_spaces").glob("*.yaml"), *(ROOT / "tests" / "specs").glob("*.yaml")]:
-        spec = load_spec(path)
+        spec = load_study(path).spec
         assert list(layout_problems(spec.resources)) == [], path.name

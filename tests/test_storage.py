@@ -166,13 +166,13 @@ def test_a_bad_storage_flag_exits_2_before_anything_starts(tmp_path):
 
 def test_a_spec_may_name_an_object_store_and_a_missing_bucket_stops_the_run(tmp_path, object_store):
     from sweeper.cli import study_layout_for
-    from sweeper.plan.load import load_spec
+    from sweeper.plan.load import load_study
 
     smoke = (ROOT / "search_spaces" / "smoke.yaml").read_text()
     spec_path = tmp_path / "spec.yaml"
     # A spec names no credentials (sweeper.spec.names): the bucket as a spec gives it, keys in the environment.
     spec_path.write_text(smoke + f"storage: {storage.strip_credentials(object_store('from-spec/study'))}\n")
-    spec = load_spec(spec_path)
+    spec = load_study(spec_path).spec
     elsewhere = str(tmp_path / "x" / "y")
     layout = study_layout_for(spec, None)
     assert layout.root == spec.storage

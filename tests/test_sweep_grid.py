@@ -17,7 +17,7 @@ import pyarrow.parquet as pq
 import pytest
 
 from conftest import ROOT, edited_spec, nano_study
-from sweeper.plan.load import load_spec
+from sweeper.plan.load import load_study
 from sweeper.plan.study_plan import finetune_protocol, plan_study, task_points
 from sweeper.report import analysis
 from sweeper.run.recording import trial_row
@@ -37,7 +37,7 @@ TWO_LRS = ("  learning_rates: [0.001] ", "  learning_rates: [0.001, 0.002] ")
 
 
 def test_lr_x_weight_decay_grid_plans_the_product_per_checkpoint_and_task(tmp_path):
-    spec = load_spec(smoke_with(tmp_path, WD_GRID, TWO_LRS))
+    spec = load_study(smoke_with(tmp_path, WD_GRID, TWO_LRS)).spec
     plan = plan_study(spec)
     ft = spec.finetuning
     assert len(plan.trials) == len(plan.checkpoints) * len(ft.tasks) * 2 * 2 * len(ft.seeds)
@@ -51,8 +51,8 @@ def test_lr_x_weight_decay_grid_plans_the_product_per_checkpoint_and_task(tmp_pa
 
 def test_sweeping_a_field_from_its_current_value_keeps_every_recorded_key(tmp_path):
     """weight_decay is 0.1 by default: [0.1, 0.0] plans the old trials under their old keys, plus new ones."""
-    before = plan_study(load_spec(smoke_with(tmp_path, ("  max_steps: 8 ", "  max_steps: 8 "), name="plain.yaml")))
-    after = plan_study(load_spec(smoke_with(tmp_path, WD_GRID)))
+    before = plan_study(load_study(smoke_with(tmp_path, ("  max_steps: 8 ", "  max_steps: 8 "), name="plain.yaml")).spec)
+    after = plan_study(load_study(smoke_with(tmp_path, WD_GRID)).spec)
     assert all(t.params == {} for t in before.trials)
     old_keys = [t.trial_key for t in before.trials]
     assert [t.trial_key for t in after.trials if t.params["weight_decay"] == 0.1] == old_keys
@@ -61,9 +61,9 @@ def test_sweeping_a_field_from_its_current_value_keeps_every_recorded_key(tmp_pa
 
 def test_points_that_give_a_task_the_same_protocol_are_one_trial(tmp_path):
     """doc_stride reaches QA only; a task budget replaces a swept max_steps for its task."""
-    spec = load_spec(smoke_with(
+    spec = load_study(smoke_with(
         tmp_path, ("  max_steps: 8 ", "  max_steps: [8, 4]\n  task_budgets: {wordnet-supersense-cls: {max_steps: 2}} "),
-        ("  doc_stride: 8 ", "  doc_stride: [8, 4] ")))
+        ("  doc_stride: 8 ", "  doc_stride: [8, 4] "))).spec
     points = {task: task_points(spec, task) for task in spec.finetuning.tasks}
     assert [params for params, _ in points["wordnet-supersense-qa"]] == [
         {"max_steps": 8, "doc_stride": 8}, {"max_steps": 8, "doc_stride": 4},
@@ -84,7 +84,7 @@ def test_a_combination_of_grid_values_the_checks_refuse_is_a_spec_error(tmp_path
     """Each value is checked alone when read; doc_stride 20 is fine at max_length 48, not at 32."""
     path = smoke_with(tmp_path, ("  max_length: 48 ", "  max_length: [48, 32] "), ("  doc_stride: 8 ", "  doc_stride: [8, 20] "))
     with pytest.raises(SpecError) as caught:
-        load_spec(path)
+        load_study(path).spec
     assert caught.value.key_path == "finetuning.doc_stride"
     assert "with max_length 32, doc_stride 20" in caught.value.reason and "max_length / 2" in caught.value.reason
     assert caught.value.line is not None
@@ -93,12 +93,12 @@ def test_a_combination_of_grid_values_the_checks_refuse_is_a_spec_error(tmp_path
 def test_task_data_is_prepared_once_per_length_and_stride_a_trial_reads(tmp_path):
     from sweeper.run.task_prep import data_variant, task_data_dir, task_folder_name
 
-    base = load_spec(smoke_with(tmp_path, ("  max_steps: 8 ", "  max_steps: 8 "), name="plain.yaml"))
+    base = load_study(smoke_with(tmp_path, ("  max_steps: 8 ", "  max_steps: 8 "), name="plain.yaml")).spec
     qa = "wordnet-supersense-qa"
     # Unswept: one folder, named by the task, its length and the key of what shapes it (tests/test_cache_keys.py).
     assert task_folder_name(qa, "0123abcd", finetune_protocol(base, qa)).startswith("wordnet-supersense-qa-len48-")
-    spec = load_spec(smoke_with(tmp_path, ("  max_length: 48 ", "  max_length: [48, 32] "),
-                                ("  doc_stride: 8 ", "  doc_stride: [8, 4] ")))
+    spec = load_study(smoke_with(tmp_path, ("  max_length: 48 ", "  max_length: [48, 32] "),
+                                ("  doc_stride: 8 ", "  doc_stride: [8, 4] "))).spec
     variants = {task: {data_variant(task, protocol) for _, protocol in task_points(spec, task)}
                 for task in spec.finetuning.tasks}
     assert variants[qa] == {(48, 8), (48, 4), (32, 8), (32, 4)}
@@ -113,7 +113,7 @@ def test_the_trial_config_carries_the_point(tmp_path):
     from sweeper.run.shards import EvaluationSets, trial_config
     from sweeper.contract.configs import TrialRuntime
 
-    spec = load_spec(smoke_with(tmp_path, WD_GRID))
+    spec = load_study(smoke_with(tmp_path, WD_GRID)).spec
     plan = plan_study(spec)
     trial = next(t for t in plan.trials if t.params == {"weight_decay": 0.0} and t.task == "wordnet-usage-retrieval")
     task_dirs = {(c.run.tokenizer, task): f"/data/{task}" for c in plan.checkpoints for task in spec.finetuning.tasks}
@@ -126,7 +126,7 @@ def test_the_trial_config_carries_the_point(tmp_path):
 
 
 def test_store_columns_read_without_project_code_and_old_parts_read_as_unswept(tmp_path):
-    spec = load_spec(smoke_with(tmp_path, WD_GRID, TWO_LRS))
+    spec = load_study(smoke_with(tmp_path, WD_GRID, TWO_LRS)).spec
     plan = plan_study(spec)
     rows = [trial_row("s", t, {"validation_score": 50.0 + t.seed + 10 * t.params["weight_decay"],
                                "test_score": 40.0 + t.seed + 20 * t.params["weight_decay"]}, "ok", None)
@@ -147,7 +147,7 @@ def test_store_columns_read_without_project_code_and_old_parts_read_as_unswept(t
     old_schema = pa.schema([f for f in TRIAL_SCHEMA if f.name not in protocol and f.name != "task"])
     old = tmp_path / "old"
     (old / "results" / "trials" / "task=sst2").mkdir(parents=True)
-    unswept = plan_study(load_spec(smoke_with(tmp_path, ("  max_steps: 8 ", "  max_steps: 8 "), name="plain.yaml")))
+    unswept = plan_study(load_study(smoke_with(tmp_path, ("  max_steps: 8 ", "  max_steps: 8 "), name="plain.yaml")).spec)
     old_rows = [trial_row("s", t, {"validation_score": 50.0, "test_score": 40.0 + t.seed}, "ok", None)
                 for t in unswept.trials]
     pq.write_table(pa.Table.from_pylist([{k: r.get(k) for k in old_schema.names} for r in old_rows], schema=old_schema),
@@ -159,7 +159,7 @@ def test_store_columns_read_without_project_code_and_old_parts_read_as_unswept(t
 
 
 def test_selection_is_the_best_params_tuple_on_seed_averaged_validation(tmp_path):
-    spec = load_spec(smoke_with(tmp_path, WD_GRID, TWO_LRS))
+    spec = load_study(smoke_with(tmp_path, WD_GRID, TWO_LRS)).spec
     plan = plan_study(spec)
     # Validation favours wd 0.0 at lr 0.002 by a margin no seed noise undoes; test follows it.
     rows = [trial_row("s", t, {"validation_score": 50.0 + 0.3 * t.seed + (5.0 if (t.learning_rate, t.params["weight_decay"])
@@ -180,16 +180,16 @@ def test_a_changed_fixed_value_names_the_swept_cells_it_changes(tmp_path):
     from sweeper.plan.changes import find_changes, record_settings
 
     study = tmp_path / "study"
-    spec = load_spec(smoke_with(tmp_path, WD_GRID))
+    spec = load_study(smoke_with(tmp_path, WD_GRID)).spec
     plan = plan_study(spec)
     layout = StudyLayout(str(study))
     record_settings(spec, plan, layout)
     write_rows(layout, TRIALS, [trial_row("s", t, {"validation_score": 1.0, "test_score": 1.0}, "ok", None)
                                for t in plan.trials[:4]])
     assert not find_changes(spec, plan, layout)  # nothing changed
-    more = load_spec(smoke_with(tmp_path, WD_GRID, ("  seeds: [0, 1] ", "  seeds: [0, 1, 2] "), name="more.yaml"))
+    more = load_study(smoke_with(tmp_path, WD_GRID, ("  seeds: [0, 1] ", "  seeds: [0, 1, 2] "), name="more.yaml")).spec
     assert not find_changes(more, plan_study(more), layout), "adding a seed adds cells, changes none"
-    changed = load_spec(smoke_with(tmp_path, WD_GRID, ("  max_steps: 8\n", "  max_steps: 6\n"), name="changed.yaml"))
+    changed = load_study(smoke_with(tmp_path, WD_GRID, ("  max_steps: 8\n", "  max_steps: 6\n"), name="changed.yaml")).spec
     found = find_changes(changed, plan_study(changed), layout)
     assert len(found.trials) == 4
     cell, why = found.trials[0]
@@ -197,7 +197,7 @@ def test_a_changed_fixed_value_names_the_swept_cells_it_changes(tmp_path):
 
 
 def test_grid_points_keep_optuna_mode_as_it_was(tmp_path):
-    spec = load_spec(ROOT / "tests" / "specs" / "optuna.yaml")
+    spec = load_study(ROOT / "tests" / "specs" / "optuna.yaml").spec
     assert all(t.params == {} for t in plan_study(spec).trials)
     assert spec.finetuning.points() == [{}] and spec.finetuning.swept() == {}
 

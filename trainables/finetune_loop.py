@@ -13,6 +13,7 @@ of the same checkpoint and task placed on one worker load them once.
 from __future__ import annotations
 
 import math
+import re
 import time
 import traceback
 from collections.abc import Callable
@@ -20,6 +21,7 @@ from functools import lru_cache
 
 import numpy as np
 import torch
+from torch import nn
 
 from sweeper.contract.configs import TrialConfig
 from sweeper.contract.registry import resolve
@@ -82,9 +84,36 @@ def packing_is_sound(checkpoint_path: str, device_type: str) -> bool:
     return False
 
 
+WEIGHT_DTYPES = {"fp32": None, "bf16": torch.bfloat16}
+"""The weights' dtype per `finetuning.precision` (AdamW's state follows the weights); None: as
+loaded, in the default float dtype (float32; float64 where a test sets it)."""
+NORM_LAYERS = (nn.LayerNorm, nn.RMSNorm)
+NO_DECAY_NAMES = re.compile(r"bias|layernorm|rmsnorm|(?:^|\.)norm(?:$|\.)|_norm(?:$|\.)")
+"""The Hugging Face Trainer's rule (`Trainer.get_decay_parameter_names`): no weight decay for a
+parameter whose lower-cased full name matches this, or of a LayerNorm module; RMSNorm modules are
+spared by type too (the study's encoder names them `*_layernorm` and `norm`, which match anyway)."""
+
+
+def parameter_groups(model: nn.Module, exempt: str) -> list:
+    """AdamW's parameters for `finetuning.weight_decay_exempt`: all in one group under the
+    optimizer's weight decay (none), or that group less biases and normalisation weights, which
+    get a group of their own with weight decay 0 (bias_and_norm)."""
+    if exempt == "none":
+        return list(model.parameters())
+    decayed, spared, seen = [], [], set()
+    for module_name, module in model.named_modules():
+        for name, parameter in module.named_parameters(prefix=module_name, recurse=False):
+            if id(parameter) not in seen:  # a shared (tied) weight is listed once
+                seen.add(id(parameter))
+                spare = isinstance(module, NORM_LAYERS) or NO_DECAY_NAMES.search(name.lower())
+                (spared if spare else decayed).append(parameter)
+    return [{"params": decayed}, {"params": spared, "weight_decay": 0.0}]
+
+
 def device_and_autocast():
-    """The trial's GPU when Ray gave it one (CUDA_VISIBLE_DEVICES), with bf16 autocast as in the
-    paper; else the CPU in float32."""
+    """The trial's GPU when Ray gave it one (CUDA_VISIBLE_DEVICES), with bf16 autocast (the
+    paper fine-tunes in bf16; whether the weights are bf16 too is `finetuning.precision`); else
+    the CPU without autocast."""
     device = torch.device("cuda" if torch.cuda.is_available() else "cpu")
     return device, torch.autocast("cuda", dtype=torch.bfloat16, enabled=device.type == "cuda")
 
@@ -97,6 +126,25 @@ def evaluate(model, family: TaskFamily, split: dict, meta: dict, trial: TrialCon
         score = family.score(model, split, meta, trial.runtime.eval_batch_size, device, trial.protocol)
     model.train()
     return score
+
+
+def backward_batch(family: TaskFamily, model, split: dict, indices: np.ndarray, micro: int, device,
+                   protocol, autocast) -> float:
+    """Backpropagate the mean loss of one optimizer step's batch `indices`, `micro` units a
+    forward pass; returns its value. A family whose loss couples the examples of a batch
+    (retrieval's in-batch negatives) does it itself (`backward`: gradient caching); any other
+    accumulates the gradients of its micro-batches' mean losses, each weighted by its share."""
+    own = getattr(family, "backward", None)
+    if own is not None:
+        return own(model, split, indices, micro, device, protocol, autocast)
+    total = 0.0
+    for start in range(0, len(indices), micro):  # gradient accumulation to the effective batch
+        chunk = indices[start:start + micro]
+        with autocast:
+            loss = family.loss(model, split, chunk, device, protocol)
+        (loss * len(chunk) / len(indices)).backward()
+        total += loss.item() * len(chunk) / len(indices)
+    return total
 
 
 CurvePointCallback = Callable[[int, float, float], None]
@@ -134,11 +182,11 @@ def train_and_score(trial: TrialConfig, on_curve_point: CurvePointCallback | Non
                                                                                      device.type))
     backbone = PackedBackbone(build_backbone(trial.checkpoint_path, trial.random_init_config), packing,
                               dynamic_padding=runtime.packing and not packing)
-    model = family.build(backbone, meta).to(device)
+    model = family.build(backbone, meta).to(device, dtype=WEIGHT_DTYPES[protocol.precision])
     # The fused kernel: one pass over the weights instead of a dozen elementwise ops per tensor
     # (on GPU, a handful of launches instead of hundreds). On this project's CPU: 0.9 ms a step
     # for tiny's weights against 4.1 ms, about 1 % of a token-classification trial.
-    optimizer = torch.optim.AdamW(model.parameters(), lr=trial.learning_rate, fused=device.type in ("cpu", "cuda"),
+    optimizer = torch.optim.AdamW(parameter_groups(model, protocol.weight_decay_exempt), lr=trial.learning_rate, fused=device.type in ("cpu", "cuda"),
                                   **protocol.optimizer.torch_kwargs())
     train = splits["train"]
     n_train, batch = family.train_size(train), protocol.batch_size
@@ -152,14 +200,8 @@ def train_and_score(trial: TrialConfig, on_curve_point: CurvePointCallback | Non
             group["lr"] = linear_warmup_decay_lr(
                 step, peak_lr=trial.learning_rate, total_steps=steps, warmup_ratio=protocol.warmup_ratio
             )
-        indices = order[step * batch:(step + 1) * batch]
-        total = 0.0
-        for start in range(0, batch, micro):  # gradient accumulation to the effective batch
-            chunk = indices[start:start + micro]
-            with autocast:
-                loss = family.loss(model, train, chunk, device, protocol)
-            (loss * len(chunk) / len(indices)).backward()
-            total += loss.item() * len(chunk) / len(indices)
+        total = backward_batch(family, model, train, order[step * batch:(step + 1) * batch], micro, device,
+                               protocol, autocast)
         if not math.isfinite(total):
             status = "diverged"  # stop early, keep the last finite loss; the grid goes on
             break

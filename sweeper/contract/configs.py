@@ -14,10 +14,12 @@ from __future__ import annotations
 
 import hashlib
 import json
-import math
-import reprlib
 from dataclasses import asdict, dataclass, field, fields
-from typing import Literal
+from typing import ClassVar, Literal
+
+from sweeper.contract.checks import (  # noqa: F401  re-exported: the spec imports them from here
+    SEED_LIMIT, distinct, each_positive, non_blank, non_empty, non_negative, positive, seeds,
+)
 
 
 def stable_key(payload: dict) -> str:
@@ -29,73 +31,6 @@ def params_text(params: dict | None) -> str:
     """A trial's swept values as canonical JSON (sorted keys, tuples as lists): the `params`
     column of the store, and the part of a cell that tells its points apart ('{}': none)."""
     return json.dumps(params or {}, sort_keys=True)
-
-
-def positive(owner, *keys: str):
-    """(key, reason) for each named field that is not a positive, finite number."""
-    for key in keys:
-        value = getattr(owner, key)
-        if value is not None and not (value > 0 and math.isfinite(value)):
-            yield key, f"must be positive, got {value}"
-
-
-def each_positive(owner, *keys: str):
-    """(key[i], reason) for each item of the named list fields that is not positive and finite."""
-    for key in keys:
-        for i, value in enumerate(getattr(owner, key) or []):
-            if not (value > 0 and math.isfinite(value)):
-                yield f"{key}[{i}]", f"must be positive, got {value}"
-
-
-def non_negative(owner, *keys: str):
-    """(key, reason) for each named field that is negative or not finite."""
-    for key in keys:
-        value = getattr(owner, key)
-        if value is not None and not (value >= 0 and math.isfinite(value)):
-            yield key, f"must not be negative, got {value}"
-
-
-def non_empty(owner, *keys: str):
-    """(key, reason) for each named list field that is empty (a grid of nothing)."""
-    for key in keys:
-        if getattr(owner, key) == []:
-            yield key, "empty grid: give at least one value"
-
-
-def non_blank(owner, *keys: str):
-    """(key, reason) for each named text field that is empty or only spaces."""
-    for key in keys:
-        value = getattr(owner, key)
-        if value is not None and not value.strip():
-            yield key, f"must not be empty, got {value!r}"
-
-
-def distinct(owner, *keys: str):
-    """(key[i], reason) for each item of the named list fields that repeats an earlier item (the
-    cells it plans would be planned twice, under one key)."""
-    for key in keys:
-        first: dict = {}
-        for i, value in enumerate(getattr(owner, key) or []):
-            if value in first:
-                yield f"{key}[{i}]", (f"{reprlib.repr(value)} is listed twice ({key}[{first[value]}] and [{i}]): "
-                                      "give each value once")
-            else:
-                first[value] = i
-
-
-SEED_LIMIT = 2**32
-"""Seeds lie in [0, 2**32): what numpy, Optuna's sampler and every torch generator accept."""
-
-
-def seeds(owner, *keys: str):
-    """(key, reason) for each named seed field (or key[i] for each item of a seed list) outside
-    [0, 2**32)."""
-    for key in keys:
-        value = getattr(owner, key)
-        items = enumerate(value) if isinstance(value, (list, tuple)) else [(None, value)]
-        for i, seed in items:
-            if seed is not None and not 0 <= seed < SEED_LIMIT:
-                yield (key if i is None else f"{key}[{i}]"), f"a seed must lie in [0, 2**32), got {seed}"
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
@@ -328,14 +263,33 @@ class FinetuneProtocol:
     max_eval_examples: int | None = None
     family_settings: dict = field(default_factory=dict)
     """The settings the task's family declares (`FamilyInfo.settings`), e.g. QA's doc_stride."""
+    precision: Literal["fp32", "bf16"] = "fp32"
+    """fp32: float32 weights and AdamW state, forward passes under bf16 autocast on a GPU (float32
+    on a CPU); bf16: the weights themselves, and so AdamW's state, in bfloat16."""
+    weight_decay_exempt: Literal["none", "bias_and_norm"] = "none"
+    """Parameters AdamW does not decay: none (all of them decay); bias_and_norm: biases and
+    normalisation weights (LayerNorm, RMSNorm), as the Hugging Face Trainer's AdamW."""
+
+    KEYED_IF_SET: ClassVar = {"precision": "fp32", "weight_decay_exempt": "none"}
+    """Fields hashed only when they differ from these defaults (what every trial ran with before
+    they existed), so the keys of earlier trials stay."""
 
     def key_fields(self) -> dict:
         """What trial keys hash: every field but the learning rate (hashed beside the seed),
-        the AdamW settings and family settings flattened in (the layout pinned trial keys hash)."""
+        the AdamW settings and family settings flattened in (the layout pinned trial keys hash),
+        and each KEYED_IF_SET field away from its default."""
         return {"batch_size": self.batch_size, "max_steps": self.max_steps, "epochs": self.epochs,
                 "max_length": self.max_length, "warmup_ratio": self.warmup_ratio, **asdict(self.optimizer),
                 "max_train_examples": self.max_train_examples, "max_eval_examples": self.max_eval_examples,
-                **self.family_settings}
+                **self.family_settings,
+                **{name: getattr(self, name) for name, default in self.KEYED_IF_SET.items()
+                   if getattr(self, name) != default}}
+
+    @property
+    def in_batch_negatives(self) -> int:
+        """Negatives per query of an in-batch contrastive loss (retrieval): every other pair of the
+        optimizer step's batch, whatever `micro_batch_size` is (`trainables.tasks.gradcache`)."""
+        return self.batch_size - 1
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
@@ -343,7 +297,8 @@ class TrialRuntime:
     """How a trial runs, not what it computes: never part of a key."""
 
     micro_batch_size: int = 32
-    """Examples per forward pass (gradient accumulation to batch_size)."""
+    """Examples per forward pass (gradient accumulation to batch_size; retrieval's loss is
+    gradient-cached, so its in-batch negatives are the whole batch's either way)."""
     eval_batch_size: int = 128
     eval_every: int = 0
     """Validation every this many steps (the eval-curve table); 0: final weights only."""

@@ -2,7 +2,7 @@
 
 Owns the pretraining runs (`runs`, named by `run_names`), the evaluated checkpoints and
 fine-tuning trials with their keys (`study_plan`), the checks only a plan can make while a spec
-is loaded (`load`: `load_spec`), the cost and memory estimates of `sweeper plan` (`cost`,
+is loaded (`load`: `load_study`, the one way into a study), what `sweeper plan` prints (`plan_text`, and against a study `preview`), the cost and memory estimates of `sweeper plan` (`cost`,
 `memory`, `memory_check`, `host_memory`, `divisors`) and what an edited spec changes in a recorded study (`changes`).
 Imports `sweeper.spec` and `sweeper.store`.
 """

@@ -25,6 +25,9 @@ The search modes (`finetuning.search`):
   value (what `sweeper plan` budgets with) and no learning rate; the key hashes the cell's search
   (settings, seeds, the space of its distributions) and the sample number instead. A spec without
   distributions hashes no search, so its keys are a plain grid's.
+In both search modes the plan holds each task's whole search space (`StudyPlan.spaces`: the
+learning rate's range and the searched fields): random mode draws from it here, and an Optuna
+cell's search (sweeper.run.shards) searches it as given.
 """
 from __future__ import annotations
 
@@ -119,6 +122,9 @@ class StudyPlan:
     runs: tuple[PretrainingRun, ...]
     checkpoints: tuple[EvaluatedCheckpoint, ...]
     trials: tuple[Trial, ...]
+    spaces: dict[str, dict[str, Distribution]] = field(default_factory=dict)
+    """Optuna and random modes: each task's whole search space (`search_space`), which every
+    (checkpoint, task) cell of it searches or draws from; empty in grid mode."""
 
 
 def finetune_protocol(spec: StudySpec, task: str | None = None, learning_rate: float | None = None,
@@ -135,6 +141,7 @@ def finetune_protocol(spec: StudySpec, task: str | None = None, learning_rate: f
         epochs=budget.epochs if budget and budget.epochs is not None else ft.epochs,
         max_length=ft.max_length, warmup_ratio=ft.warmup_ratio, optimizer=AdamWConfig.of(ft),
         max_train_examples=ft.max_train_examples, max_eval_examples=ft.max_eval_examples,
+        precision=ft.precision, weight_decay_exempt=ft.weight_decay_exempt,
         family_settings={key: getattr(ft, key) for key in family.settings} if family else {},
     )
 
@@ -172,6 +179,14 @@ def task_space(spec: StudySpec, task: str) -> dict[str, Distribution]:
     return {name: dist for name, dist in spec.finetuning.searched().items() if reaches(spec, task, name)}
 
 
+def search_space(spec: StudySpec, task: str) -> dict[str, Distribution]:
+    """A cell's whole search space in optuna and random modes: the learning rate's log-uniform
+    range and the searched fields that reach `task`'s protocol."""
+    ft = spec.finetuning
+    section = ft.optuna if ft.search == "optuna" else ft.random
+    return {space.LEARNING_RATE: space.log_range(section.lr_min, section.lr_max), **task_space(spec, task)}
+
+
 def with_values(protocol: FinetuneProtocol, values: dict) -> FinetuneProtocol:
     """`protocol` with some fields set (field -> value, as `FinetuningSpec` names them): its own
     fields, the AdamW settings, the family's settings."""
@@ -199,8 +214,10 @@ def task_overrides(spec: StudySpec, task: str) -> dict:
     return {key: value for key, value in finetune_protocol(spec, task).key_fields().items() if key in own}
 
 
-def plan_trials(spec: StudySpec, checkpoints: list[EvaluatedCheckpoint]) -> list[Trial]:
-    """The study's trials in plan order, by checkpoint then task (module docstring: the modes)."""
+def plan_trials(spec: StudySpec, checkpoints: list[EvaluatedCheckpoint],
+                spaces: dict[str, dict[str, Distribution]]) -> list[Trial]:
+    """The study's trials in plan order, by checkpoint then task (module docstring: the modes);
+    `spaces`: each task's search space (`search_space`) in optuna and random modes."""
     ft = spec.finetuning
     trials = []
     if ft.search == "grid":
@@ -213,8 +230,6 @@ def plan_trials(spec: StudySpec, checkpoints: list[EvaluatedCheckpoint]) -> list
                                  checkpoint=ckpt, task=task, protocol=protocol, seed=seed, params=params)
                            for seed in ft.seeds]
     elif ft.search == "random":
-        spaces = {task: {space.LEARNING_RATE: space.log_range(ft.random.lr_min, ft.random.lr_max),
-                         **task_space(spec, task)} for task in ft.tasks}
         for ckpt, task in itertools.product(checkpoints, ft.tasks):
             info, run_key = get_task(task), ckpt.source_key
             # An evaluation-only set draws as its training task does: it is scored at that trial's point.
@@ -232,7 +247,7 @@ def plan_trials(spec: StudySpec, checkpoints: list[EvaluatedCheckpoint]) -> list
         settings = {k: v for k, v in asdict(ft.optuna).items() if k not in ft.optuna.NOT_KEYED}
         cells = {}
         for task in ft.tasks:
-            searched = task_space(spec, task)
+            searched = {name: dist for name, dist in spaces[task].items() if name != space.LEARNING_RATE}
             protocol = finetune_protocol(spec, task)  # searched fields at their largest: the plan budgets with it
             # The key hashes the space and leaves the searched fields out of the protocol.
             keyed = with_values(protocol, dict.fromkeys(searched))
@@ -281,11 +296,11 @@ def trial_count_text(spec: StudySpec, plan: StudyPlan) -> str:
             f"{len(ft.learning_rates)} learning rates x {len(ft.seeds)} seeds; points over {values}")
 
 
-def external_checkpoints(spec: StudySpec) -> list[EvaluatedCheckpoint]:
-    """The `finetuning.checkpoints` entries, resolved (sweeper.plan.checkpoint_sources), after the study's own."""
+def external_checkpoints(externals: list[ExternalCheckpoint]) -> list[EvaluatedCheckpoint]:
+    """The `finetuning.checkpoints` entries as resolved (sweeper.plan.checkpoint_sources), after the study's own."""
     return [EvaluatedCheckpoint(checkpoint_id=external.name, run=None, step=0, tokens_seen=external.meta.tokens_seen,
                                 external=external)
-            for external in resolve_all(spec.finetuning.checkpoints)]
+            for external in externals]
 
 
 def run_count_text(spec: StudySpec, plan: StudyPlan) -> str:
@@ -309,10 +324,14 @@ def checkpoint_id(run_name: str, step: int, total_steps: int) -> str:
     return run_name if step == total_steps else f"{run_name}-{step}"
 
 
-def plan_study(spec: StudySpec, replicate_counts: Mapping[str, int] | None = None) -> StudyPlan:
-    """The study's runs, checkpoints and trials; `replicate_counts` (by run name) where a sequential
-    plan's looks have set them (sweeper.report.sequential), else the spec's counts."""
-    runs = expand_runs(spec, counts=replicate_counts)
+def plan_study(spec: StudySpec, replicate_counts: Mapping[str, int] | None = None, *,
+               runs: list[PretrainingRun] | None = None, externals: list[ExternalCheckpoint] | None = None) -> StudyPlan:
+    """The study a checked spec plans. The commands get it from `sweeper.plan.load.load_study`,
+    which passes the runs and the checkpoints from elsewhere it checked and resolved (resolved
+    once); without them (a spec built in code) they are expanded and resolved here.
+    `replicate_counts` (by run name): the counts a sequential plan's looks set (sweeper.report.sequential)."""
+    runs = expand_runs(spec, counts=replicate_counts) if runs is None else runs
+    externals = resolve_all(spec.finetuning.checkpoints) if externals is None else externals
     checkpoints = [
         EvaluatedCheckpoint(
             checkpoint_id=checkpoint_id(run.name, step, run.total_steps),
@@ -320,5 +339,7 @@ def plan_study(spec: StudySpec, replicate_counts: Mapping[str, int] | None = Non
         )
         for run in runs
         for step in (*run.checkpoint_steps, run.total_steps)
-    ] + external_checkpoints(spec)
-    return StudyPlan(runs=tuple(runs), checkpoints=tuple(checkpoints), trials=tuple(plan_trials(spec, checkpoints)))
+    ] + external_checkpoints(externals)
+    spaces = {task: search_space(spec, task) for task in spec.finetuning.tasks} if spec.finetuning.search != "grid" else {}
+    return StudyPlan(runs=tuple(runs), checkpoints=tuple(checkpoints),
+                     trials=tuple(plan_trials(spec, checkpoints, spaces)), spaces=spaces)

@@ -256,13 +256,3 @@ def looks_section(outcome: Outcome) -> list[str]:
         out += [text + ".", ""]
     return out
 
-
-def design_of(layout) -> SequentialSpec | None:
-    """The sequential plan of the study's own spec copy; None without one, or when the copy no
-    longer reads (a report is written from the store whatever the spec says now)."""
-    from sweeper.plan.load import load_spec
-
-    try:
-        return load_spec(layout.spec).pretraining.sequential
-    except Exception:  # noqa: BLE001
-        return None

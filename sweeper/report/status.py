@@ -14,14 +14,14 @@ import os
 import time
 from collections import Counter
 
-from sweeper.plan.load import load_spec
-from sweeper.plan.study_plan import plan_study
+from sweeper.plan.load import LoadedStudy
 from sweeper.report import data_problems
 from sweeper.report.analysis import STATUSES
 from sweeper.store import storage
 from sweeper.store.layout import StudyLayout
 from sweeper.store.quarantine import quarantined, relative
 from sweeper.store.results import read_trials
+from sweeper.store.spec_history import entries
 
 STALE_AFTER_S = 600  # a heartbeat older than this means nobody is running the study
 
@@ -59,9 +59,9 @@ UNCLASSIFIED_LISTED = 10
 """Unclassified trials named one by one (then a count)."""
 
 
-def study_status(layout: StudyLayout) -> dict:
-    spec = load_spec(layout.spec)
-    plan = plan_study(spec)
+def study_status(layout: StudyLayout, study: LoadedStudy) -> dict:
+    """What `sweeper status` prints of `study` (its spec copy, loaded by sweeper.plan.load.load_study)."""
+    spec, plan = study.spec, study.plan
     runs: dict[str, list[str]] = {"done": [], "running": [], "pending": [], "failed": []}
     damaged: dict[str, str] = {}  # location -> why: markers read as absent
     unreadable: dict[str, str] = {}  # location -> why: store parts left out, left in place
@@ -105,15 +105,25 @@ def study_status(layout: StudyLayout) -> dict:
                                     f"status {r['status']!r}" for r in unclassified.to_dict("records")],
             "non_finite": data_problems.non_finite_text(recorded),
             "quarantined": quarantined(layout),
+            "overrides": latest_overrides(layout, damaged),
             "unreadable": {relative(layout, location): why for location, why in sorted(unreadable.items())},
             "damaged_markers": {relative(layout, location): why for location, why in sorted(damaged.items())}}
 
 
-def print_status(layout: StudyLayout) -> None:
-    status = study_status(layout)
+def latest_overrides(layout: StudyLayout, damaged: dict[str, str]) -> list[str]:
+    """The command-line overrides the latest run of the study applied (its spec history)."""
+    kept = entries(layout, damaged=damaged.__setitem__)
+    overrides = kept[-1].plan.get("overrides") if kept else None
+    return [o for o in overrides if isinstance(o, str)] if isinstance(overrides, list) else []
+
+
+def print_status(layout: StudyLayout, study: LoadedStudy) -> None:
+    status = study_status(layout, study)
     runs, trials = status["runs"], status["trials"]
     total_runs = sum(len(v) for v in runs.values())
     print(f"study {status['study']} ({storage.display(layout.root)})")
+    if status["overrides"]:
+        print(f"  last run with overrides: {' '.join(status['overrides'])}")
     print(f"  pretraining: {total_runs} runs: " + ", ".join(f"{len(v)} {k}" for k, v in runs.items()))
     for state in ("running", "failed", "pending"):
         for name in runs[state]:

@@ -69,7 +69,7 @@ def trial_row(study: str, trial: Trial, result: dict | None, status: str, error:
         **checkpoint_columns(ckpt), "task": trial.task, "task_family": task.family,
         "task_category": task.category, "metric": task.metric,
         "search_mode": trial.search_mode,
-        "learning_rate": trial.learning_rate if trial.learning_rate is not None else result.get("learning_rate"),
+        "learning_rate": trial.learning_rate,  # the planned trial's (at its searched point): the one copy
         "seed": trial.seed, "sample": trial.sample, **protocol_columns(trial), "status": status,
         "validation_score": result.get("validation_score"), "test_score": result.get("test_score"),
         "train_loss": result.get("train_loss"), "train_steps": result.get("train_steps"),
@@ -180,7 +180,7 @@ class ResultsRecorder(tune.Callback):
 
     def on_trial_error(self, iteration, trials, trial, **info):
         self.curves.pop(trial.trial_id, None)
-        self.add_rows(trial.config, {"learning_rate": trial.config.get("learning_rate")}, "failed",
+        self.add_rows(trial.config, {}, "failed",
                   trial_error_text(trial)[-2000:])
 
     def on_experiment_end(self, trials, **info):

@@ -9,11 +9,13 @@ from __future__ import annotations
 
 import os
 import time
+from dataclasses import replace
 from pathlib import Path
 
 import ray
 
 from sweeper.plan.changes import cell_id, resolved_settings, trial_cell
+from sweeper.plan.load import LoadedStudy
 from sweeper.plan.study_plan import StudyPlan, plan_study
 from sweeper.report.sequential import saved_text, study_looks
 from sweeper.report.writer import write_report
@@ -82,14 +84,16 @@ def plan_record(plan: StudyPlan) -> dict:
             "runs": {run.name: run.run_key for run in plan.runs}}
 
 
-def record_spec(spec: StudySpec, spec_path: Path, plan: StudyPlan, layout: StudyLayout) -> None:
-    """`spec.yaml` (the latest spec), `plan.json`, and the spec kept with its plan and settings
-    in the study's spec history (`specs/`, sweeper.store.spec_history). No copy holds credentials (a
-    spec's `storage: s3://KEY:SECRET@...`: sweeper.store.storage)."""
-    text, record = storage.redact(Path(spec_path).read_text()), plan_record(plan)
+def record_spec(study: LoadedStudy, layout: StudyLayout) -> None:
+    """`spec.yaml` (the latest effective spec: the file with its command-line overrides applied),
+    `plan.json`, and the spec kept with its plan, overrides and settings in the study's spec
+    history (`specs/`, sweeper.store.spec_history). No copy holds credentials (a spec's
+    `storage: s3://KEY:SECRET@...`: sweeper.store.storage)."""
+    text, record = storage.redact(study.text), plan_record(study.plan)
     storage.write_text(layout.spec, text)
     storage.write_json(layout.plan, record, indent=None)
-    keep_spec(layout, text, {**record, "resolved": resolved_settings(spec, plan)})
+    overrides = {"overrides": [storage.redact(o) for o in study.overrides]} if study.overrides else {}
+    keep_spec(layout, text, {**record, **overrides, "resolved": resolved_settings(study.spec, study.plan)})
 
 
 def run_stages(spec: StudySpec, plan: StudyPlan, layout: StudyLayout, retry_failed: bool) -> tuple[dict, list[str]]:
@@ -105,13 +109,13 @@ def run_stages(spec: StudySpec, plan: StudyPlan, layout: StudyLayout, retry_fail
     return tally, pipeline.wait()
 
 
-def run_looks(spec: StudySpec, spec_path: Path, plan: StudyPlan, layout: StudyLayout, retry_failed: bool,
-              tally: dict, failed_runs: list[str]) -> tuple[dict, list[str]]:
+def run_looks(study: LoadedStudy, layout: StudyLayout, retry_failed: bool, tally: dict,
+              failed_runs: list[str]) -> tuple[dict, list[str]]:
     """A sequential plan (`pretraining.sequential`): look at the recorded replicates, train the next
     look's, and again, until every comparison is decided or futile or at the maximum. The looks are
     replayed from the store each time (sweeper.report.sequential), so a driver killed at any point
     resumes exactly: no run or look is lost or repeated."""
-    design = spec.pretraining.sequential
+    spec, plan, design = study.spec, study.plan, study.spec.pretraining.sequential
     while not failed_runs and not tally.get("failed"):
         outcome = study_looks(read_trials(layout).to_pandas(), design)
         counts = {run.name: 0 for run in plan.runs if run.replicate == 0}
@@ -125,20 +129,20 @@ def run_looks(spec: StudySpec, spec_path: Path, plan: StudyPlan, layout: StudyLa
         print(f"[study] look {len(outcome.counts)}: comparisons still open; adding "
               + ", ".join(f"{n} x {run}" for run, n in added.items()), flush=True)
         plan = plan_study(spec, outcome.pending)
-        record_spec(spec, spec_path, plan, layout)
+        record_spec(replace(study, plan=plan), layout)
         tally, failed_runs = run_stages(spec, plan, layout, retry_failed)
     return tally, failed_runs
 
 
-def run_study(spec: StudySpec, spec_path: Path, plan: StudyPlan, layout: StudyLayout, *,
-              retry_failed: bool = False) -> int:
-    """Run or resume the study at `layout` (its root a path or an object-store URI); returns the
-    exit status (1 if any run or trial failed)."""
+def run_study(study: LoadedStudy, layout: StudyLayout, *, retry_failed: bool = False) -> int:
+    """Run or resume the loaded study (sweeper.plan.load) at `layout` (its root a path or an
+    object-store URI); returns the exit status (1 if any run or trial failed)."""
     started = time.time()
+    spec, plan = study.spec, study.plan
     if plan.runs:  # an evaluation-only study reads no corpus
-        check_corpus_source(spec, spec_path)  # before anything is written or started: exit 2
+        check_corpus_source(spec, Path(study.file))  # before anything is written or started: exit 2
     storage.make_dirs(layout.root)
-    record_spec(spec, spec_path, plan, layout)
+    record_spec(study, layout)
     console = Console(layout)  # Ray's and Tune's notices to the debug log, no colour in a file
     console.start()
     print(f"[study] {spec.study}: {len(plan.runs)} pretraining runs, {len(plan.checkpoints)} checkpoints, "
@@ -149,7 +153,7 @@ def run_study(spec: StudySpec, spec_path: Path, plan: StudyPlan, layout: StudyLa
         route_worker_output(console.route)
         tally, failed_runs = run_stages(spec, plan, layout, retry_failed)
         if spec.pretraining.sequential is not None:
-            tally, failed_runs = run_looks(spec, spec_path, plan, layout, retry_failed, tally, failed_runs)
+            tally, failed_runs = run_looks(study, layout, retry_failed, tally, failed_runs)
         report = write_report(layout)
         print(f"[study] finished in {format_duration(time.time() - started)}; report: {storage.display(report)}",
               flush=True)

@@ -263,8 +263,8 @@ class CellSearcher(StoreRecordSearcher):
         _, point = self.asked[(index, sample)]
         cell.issued += 1
         self.trial_sample[trial_id] = (index, sample)
-        return {"cell": index, "sample": sample, "seed_index": seed_index,
-                "learning_rate": point[spaces.LEARNING_RATE], "point": point}
+        # The point travels once: the shard turns it into the planned trial's settings (OptunaShard.trial).
+        return {"cell": index, "sample": sample, "seed_index": seed_index, "point": point}
 
     def suggest(self, trial_id: str):
         waiting = False

@@ -275,7 +275,6 @@ def optuna_shards(spec: StudySpec, plan: StudyPlan, pending: list[Trial], done: 
     recorded = read_trials(layout).to_pandas().set_index("trial_key") if done else None
     ft = spec.finetuning
     n_seeds, n_samples = len(ft.seeds), ft.optuna.samples_per_cell
-    lr_range, searched = spaces.log_range(ft.optuna.lr_min, ft.optuna.lr_max), ft.searched()
     grids, searches = [], []
     for number, ((checkpoint_id, task), trials) in enumerate(cells.items()):
         if not pending_keys & {t.trial_key for t in trials}:
@@ -292,7 +291,7 @@ def optuna_shards(spec: StudySpec, plan: StudyPlan, pending: list[Trial], done: 
         grids.append(by_sample)
         searches.append(CellSearch(samples_total=n_samples, seeds=n_seeds, first_sample=complete, number=number,
                                    study_name=f"{checkpoint_id}/{task}/{first.search_key[:8]}",
-                                   space={spaces.LEARNING_RATE: lr_range, **{n: searched[n] for n in first.params}},
+                                   space=plan.spaces[task],  # the plan's: the learning rate and the searched fields
                                    evaluated=evaluated))
     cells_per_shard = max(1, spec.resources.trials_per_shard // (n_samples * n_seeds))
     queue = ReadyQueue([grid[0][0].checkpoint for grid in grids])

@@ -144,7 +144,7 @@ class FinetuningSpec(AdamWConfig):
     batch_size: int = 32
     """Effective batch size (gradient accumulation makes up what micro_batch_size cannot hold)."""
     micro_batch_size: int = 32
-    """Examples per forward pass."""
+    """Examples per forward pass (retrieval: gradient-cached, each query still sees the whole batch)."""
     max_steps: int = 1000
     """At most this many optimizer steps per trial."""
     epochs: float = 1.0
@@ -159,6 +159,13 @@ class FinetuningSpec(AdamWConfig):
     """Retrieval: temperature of the in-batch InfoNCE loss over cosine similarities."""
     warmup_ratio: float = 0.1
     """Share of the steps with linear warmup; then linear decay to 0."""
+    precision: Literal["fp32", "bf16"] = "fp32"
+    """fp32: float32 weights and AdamW state, forward passes under bf16 autocast on a GPU (float32
+    on a CPU); bf16: the weights and AdamW state in bfloat16 (the authors': EncodEval casts each model
+    to its config's `dtype: torch.bfloat16` before the Trainer's `bf16: true`)."""
+    weight_decay_exempt: Literal["none", "bias_and_norm"] = "none"
+    """Parameters AdamW does not decay: none; bias_and_norm: biases and LayerNorm/RMSNorm weights,
+    as the Hugging Face Trainer (the authors') does."""
     eval_batch_size: int = 128
     """Examples per forward pass when scoring."""
     eval_every: int = 0

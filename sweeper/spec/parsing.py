@@ -9,6 +9,14 @@ A field a dataclass names in `GRID_FIELDS` also takes a grid (a list, or Ray Tun
 Tune's vocabulary (`FORMS`: a `Distribution`); the dataclass's own check then runs once per
 grid value and range end, so a bound names the value's place (`weight_decay.uniform[0]`).
 The mapping comes from `sweeper.spec.reading` (the file read within bounds).
+
+Every independent mistake is reported, not the first alone: a mistake is noted in the context
+(`Context.note`) and the conversion goes on with the next key, the next list item, the next
+section. What depends on a mistake is skipped, by one rule: a dataclass's own `check` (the
+checks that span its keys) runs only when every key of it was read, and a mistake found in a
+section (a value, or its check) skips the checks of every section enclosing it (`Skipped`).
+An unknown key skips nothing (the keys beside it are read as if it were absent). Within one
+check, the first reason given for each key path is kept.
 """
 from __future__ import annotations
 
@@ -17,7 +25,29 @@ import math
 import types
 import typing
 
-from sweeper.spec.reading import MAX_INT, Context, key_text, shown, suggestion, type_name
+from sweeper.spec.reading import MAX_INT, Context, SpecError, key_text, raise_all, shown, suggestion, type_name
+
+
+class Skipped(Exception):
+    """A section held a mistake, already noted in the context: the checks that need it are skipped."""
+
+
+def gathered(context: Context, items):
+    """The converted values of `items` ((path, thunk) pairs), every mistake among them noted;
+    raises Skipped after converting all of them when one had a mistake."""
+    values, failed = [], False
+    for path, thunk in items:
+        try:
+            values.append(thunk())
+        except SpecError as error:
+            context.errors.append(error)
+            failed = True
+        except Skipped:
+            failed = True
+    if failed:
+        raise Skipped
+    return values
+
 
 def convert(value, annotation, path: str, context: Context):
     """`value` converted to `annotation`, or a SpecError at `path`."""
@@ -36,7 +66,8 @@ def convert(value, annotation, path: str, context: Context):
         items = value if isinstance(value, list) else [value]
         if value is None:
             context.fail(path, "expected a list, got nothing (null)")
-        return [convert(item, args[0], f"{path}[{i}]", context) for i, item in enumerate(items)]
+        return gathered(context, [(f"{path}[{i}]", lambda item=item, i=i: convert(item, args[0], f"{path}[{i}]", context))
+                                  for i, item in enumerate(items)])
     if origin is tuple:  # tuple[X, ...] or a fixed length, e.g. betas: tuple[float, float]
         if not isinstance(value, list):
             context.fail(path, f"expected a list, got {type_name(value)}")
@@ -52,7 +83,7 @@ def convert(value, annotation, path: str, context: Context):
         return {convert(key, args[0], path, context): convert(item, args[1], f"{path}.{key}", context)
                 for key, item in value.items()}
     if dataclasses.is_dataclass(annotation):
-        return build_dataclass(annotation, value, path, context)
+        return read_section(annotation, value, path, context)
     if annotation is bool:
         if not isinstance(value, bool):
             context.fail(path, f"expected true or false, got {type_name(value)} {shown(value)}")
@@ -93,6 +124,19 @@ def finite_number(value, path: str, context: Context) -> float:
 
 
 def build_dataclass(cls, value, path: str, context: Context):
+    """`value` (a mapping) as a `cls`, its own check passed, or a SpecError naming every
+    independent mistake (SpecErrors for several; module docstring: which are independent)."""
+    try:
+        instance = read_section(cls, value, path, context)
+    except Skipped:
+        instance = None
+    raise_all(context.errors)
+    return instance
+
+
+def read_section(cls, value, path: str, context: Context):
+    """`build_dataclass` within a conversion: every mistake is noted in `context` and raises
+    Skipped at the end, so the enclosing sections skip their checks."""
     if value is None:
         value = {}
     if not isinstance(value, dict):
@@ -102,35 +146,49 @@ def build_dataclass(cls, value, path: str, context: Context):
     for key in value:
         if key not in fields:
             name = key_text(key)
-            where = f"{path}.{name}" if path else name
-            context.fail(where, f"unknown key{suggestion(str(key), list(fields))}; "
-                                f"known keys: {', '.join(fields)}")
-    kwargs = {}
+            context.note(f"{path}.{name}" if path else name, f"unknown key{suggestion(str(key), list(fields))}; "
+                                                             f"known keys: {', '.join(fields)}")
     grids, searched = getattr(cls, "GRID_FIELDS", ()), getattr(cls, "SEARCH_FIELDS", ())
+
+    def read(name: str, where: str):
+        if name in grids or name in searched:
+            return convert_space(value[name], hints[name], where, context, distributions=name in searched)
+        return convert(value[name], hints[name], where, context)
+
+    given = [name for name in fields if name in value]
     for name, field in fields.items():
-        where = f"{path}.{name}" if path else name
-        if name in value and (name in grids or name in searched):
-            kwargs[name] = convert_space(value[name], hints[name], where, context, distributions=name in searched)
-        elif name in value:
-            kwargs[name] = convert(value[name], hints[name], where, context)
-        elif field.default is dataclasses.MISSING and field.default_factory is dataclasses.MISSING:
-            context.fail(where, "required key is missing")
+        if name not in value and field.default is dataclasses.MISSING and field.default_factory is dataclasses.MISSING:
+            context.note(where_of(path, name), "required key is missing")
+            given = None
+    read_values = gathered(context, [(where_of(path, name), lambda name=name: read(name, where_of(path, name)))
+                                     for name in given or []])
+    if given is None:
+        raise Skipped
+    kwargs = dict(zip(given, read_values))
     instance = cls(**kwargs)
     if getattr(instance, "check", None) is None:
         return instance
     # The dataclass's own check sees plain values: each value of a sweep in turn (a grid's values,
     # a range's ends), the other sweeps at their first value; a reason about the swept field names
     # the value's place in the sweep (`peak_lr[1]`, `weight_decay.uniform[0]`).
+    problems: dict[str, str] = {}  # key path -> its first reason
     swept = {name: representatives(kwargs[name]) for name in kwargs if isinstance(kwargs[name], (Grid, Distribution))}
     probe = {**kwargs, **{name: pairs[0][1] for name, pairs in swept.items()}}
     at_first = set(cls(**probe).check()) if swept else set()
     for name, pairs in swept.items():
-        for suffix, value in pairs:
-            for key, reason in cls(**{**probe, name: value}).check():
+        for suffix, value_ in pairs:
+            for key, reason in cls(**{**probe, name: value_}).check():
                 if key == name or key.startswith((f"{name}[", f"{name}.")) or (key, reason) not in at_first:
-                    context.fail(where_of(path, f"{name}{suffix}"), reason)  # this value's own problem
+                    problems.setdefault(where_of(path, f"{name}{suffix}"), reason)  # this value's own problem
+    # The probe's check at the first values: reasons about a swept field already named at its values are not repeated.
+    named = {name for name in swept if any(where.startswith(where_of(path, name)) for where in problems)}
     for key, reason in cls(**probe).check():  # (relative key, reason) pairs from the dataclass itself
-        context.fail(where_of(path, key), reason)
+        if not any(key == name or key.startswith((f"{name}[", f"{name}.")) for name in named):
+            problems.setdefault(where_of(path, key), reason)
+    for where, reason in problems.items():
+        context.note(where, reason)
+    if problems:
+        raise Skipped
     return instance
 
 

@@ -51,6 +51,39 @@ class SpecError(Exception):
         super().__init__(f"{where}: {key_path or '<top>'}: {reason}")
 
 
+class SpecErrors(SpecError):
+    """Several independent spec mistakes at once (sweeper.spec.parsing says which are independent),
+    one `file:line: key.path: reason` a line: the file's in line order, then those of the command
+    line's overrides. Its file, key path, reason and line are the first one's."""
+
+    LISTED = 50
+    """Errors named one by one (a list of 10,000 bad values is one mistake repeated), then a count."""
+
+    def __init__(self, errors: list[SpecError]):
+        self.errors = sorted(errors, key=lambda e: (e.file.startswith(OVERRIDE), e.line or 0))
+        first = self.errors[0]
+        self.file, self.key_path, self.reason, self.line = first.file, first.key_path, first.reason, first.line
+        Exception.__init__(self, "\n".join(self.lines()))
+
+    def lines(self, prefix: str = "") -> list[str]:
+        more = len(self.errors) - self.LISTED
+        return ([f"{prefix}{error}" for error in self.errors[:self.LISTED]]
+                + ([f"{prefix}... and {more} more"] if more > 0 else []))
+
+
+def raise_all(errors: list[SpecError]) -> None:
+    """Raise nothing for no error, the error itself for one, a SpecErrors for several."""
+    unique = list({str(error): error for error in errors}.values())
+    if len(unique) == 1:
+        raise unique[0]
+    if unique:
+        raise SpecErrors(unique)
+
+
+OVERRIDE = "override "
+"""What an error found in a command-line override names as its file: `override finetuning.seeds=[0]`."""
+
+
 class SpecLoader(yaml.SafeLoader):
     """PyYAML's SafeLoader within the bounds above. Composing (`get_single_node`) refuses nesting
     deeper than MAX_DEPTH and more than MAX_NODES nodes, and records every key repeated in one
@@ -163,13 +196,26 @@ class LineIndex:
 
 
 class Context:
-    """Where we are while converting: raises SpecErrors with file, line and key path."""
+    """Where we are while converting: makes SpecErrors with file, line and key path, and keeps
+    those noted so far (`errors`: the conversion goes on past them). A key path at or under a
+    command-line override's (`overrides`: key path -> the override as given) names the override
+    instead of the file's line."""
 
-    def __init__(self, file: str, lines: LineIndex):
-        self.file, self.lines = file, lines
+    def __init__(self, file: str, lines: LineIndex, overrides: dict[str, str] | None = None, text: str = ""):
+        self.file, self.lines, self.overrides, self.text = file, lines, overrides or {}, text
+        self.errors: list[SpecError] = []
+
+    def error(self, path: str, reason: str) -> SpecError:
+        given = [key for key in self.overrides if path == key or path.startswith((f"{key}.", f"{key}["))]
+        if given:
+            return SpecError(f"{OVERRIDE}{self.overrides[max(given, key=len)]}", path, reason)
+        return SpecError(self.file, path, reason, self.lines.line(path))
 
     def fail(self, path: str, reason: str) -> typing.NoReturn:
-        raise SpecError(self.file, path, reason, self.lines.line(path))
+        raise self.error(path, reason)
+
+    def note(self, path: str, reason: str) -> None:
+        self.errors.append(self.error(path, reason))
 
 
 def read_spec_bytes(location: str) -> bytes:
@@ -251,7 +297,7 @@ def load_yaml(path: str | Path) -> tuple[dict, Context]:
     finally:
         if loader is not None:
             loader.dispose()
-    context = Context(file, lines)
+    context = Context(file, lines, text=text)
     if not isinstance(data, dict):
         context.fail("", f"the file must hold a mapping of keys, not {type_name(data)}")
     return data, context

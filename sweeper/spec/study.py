@@ -3,7 +3,7 @@
 `StudySpec` holds the sections (sweeper.spec.pretraining: model, data, pretraining;
 sweeper.spec.finetuning: finetuning; resources, cost and tracking here) and does the checks that
 span them; the checks that need the planned runs (run names, continued-pretraining sources)
-are the plan's, made while the spec is loaded (sweeper.plan.load.load_spec). Every field has a
+are the plan's, made while the spec is loaded (sweeper.plan.load.load_study). Every field has a
 one-line docstring; the shipped YAML files repeat them as comments. The spec is frozen: the plan
 (sweeper.plan.study_plan) and the worker configs (sweeper.contract.configs) are derived from it,
 never edited into it.

@@ -6,6 +6,12 @@ resolves it. Data flow: `encode` runs once per (task, tokenizer, max length) in 
 step, its arrays are saved as `<split>.npz` and its meta as `meta.json`; every trial then loads
 those, `build`s the model on the backbone, trains it with `loss` for the steps `train_size`
 allows, and `score`s it on validation and test. Nothing here tokenises during a trial.
+
+Optional: `backward(model, split, rows, micro, device, protocol, autocast) -> float`, for a loss
+that couples the examples of a batch: it backpropagates the loss of the whole optimizer step's
+batch `rows` in forward passes of at most `micro` units and returns its value (retrieval's
+gradient-cached in-batch negatives). Without it the loop accumulates `loss` micro-batch by
+micro-batch (`trainables.finetune_loop.backward_batch`).
 """
 from __future__ import annotations
 

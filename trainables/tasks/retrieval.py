@@ -1,9 +1,15 @@
 """Retrieval: a bi-encoder (one backbone, mean pooling) trained with in-batch-negative InfoNCE on
 query / positive pairs, scored by NDCG@10 over the split's labelled document pool.
 
-The in-batch negatives are the other pairs of the same forward pass (the micro-batch): set
-`micro_batch_size` to `batch_size` for the paper's 31 negatives per query. One trained model is
-scored on every evaluation set of the study that names this task as its `train_task`.
+The in-batch negatives are the other pairs of the optimizer step's batch: every query is scored
+against every document of the `batch_size` pairs (31 negatives at the paper's 32), whatever
+`micro_batch_size` is. When the batch is split into micro-batches, the loss is gradient-cached
+(`trainables.tasks.gradcache`, Gao et al. 2021, as sentence-transformers'
+`CachedMultipleNegativesRankingLoss` the authors used): the whole batch is embedded without
+gradients, the loss's gradient on the embeddings is taken, and each micro-batch is re-run with
+gradients (same dropout draws) to carry it into the weights: the memory of one micro-batch, the
+negatives of the whole batch. One trained model is scored on every evaluation set of the study
+that names this task as its `train_task`.
 
 Scoring embeds queries and pool once each (fp32, on the host) and ranks the pool in bounded
 blocks (`trainables.tasks.ranking`): the whole similarity matrix of an NQ-size split would be
@@ -18,6 +24,7 @@ from torch import nn
 
 from sweeper.contract.configs import FinetuneProtocol, TaskInfo
 from trainables.tasks.adapters import retrieval_split
+from trainables.tasks.gradcache import cached_backward
 from trainables.tasks.heads import mean_pool
 from trainables.tasks.metrics import ndcg_of_query
 from trainables.tasks.ranking import SCORE_BLOCK_BYTES, top_k
@@ -63,6 +70,28 @@ def encode_split(rows: list[dict], schema: str, tokenizer, max_length: int, trai
     return arrays
 
 
+def embed_pairs(model, split: dict, rows: np.ndarray, device) -> tuple[torch.Tensor, torch.Tensor]:
+    """The embeddings of the training pairs `rows`: their queries and their positive documents."""
+    queries, docs = split["pair_query"][rows], split["pair_doc"][rows]
+    q = model(*(torch.from_numpy(split[f"query_{k}"][queries].astype(np.int64)).to(device)
+                for k in ("input_ids", "attention_mask")))
+    d = model(*(torch.from_numpy(split[f"doc_{k}"][docs].astype(np.int64)).to(device)
+                for k in ("input_ids", "attention_mask")))
+    return q, d
+
+
+def contrastive_loss(q: torch.Tensor, d: torch.Tensor, docs: np.ndarray, protocol: FinetuneProtocol) -> torch.Tensor:
+    """Mean InfoNCE over the queries `q`, query i's positive being document `d[i]` and its
+    negatives every other document of `d` (`docs`: their pool indices)."""
+    device = q.device
+    logits = q @ d.T / protocol.family_settings["retrieval_temperature"]
+    # A document that is also another pair's positive is no negative for this query.
+    same = torch.from_numpy(docs[:, None] == docs[None, :]).to(device) & ~torch.eye(len(docs), dtype=torch.bool,
+                                                                                      device=device)
+    logits = logits.masked_fill(same, torch.finfo(logits.dtype).min)
+    return F.cross_entropy(logits, torch.arange(len(docs), device=device))
+
+
 def embed(model, ids: np.ndarray, mask: np.ndarray, batch_size: int, device) -> torch.Tensor:
     """(n, dim) fp32 embeddings on the host, `batch_size` texts a forward pass. Each batch is
     written into one preallocated tensor: concatenating a list of batches would hold the pool
@@ -101,17 +130,24 @@ class Retrieval:
 
     @staticmethod
     def loss(model, split: dict, rows: np.ndarray, device, protocol: FinetuneProtocol) -> torch.Tensor:
-        queries, docs = split["pair_query"][rows], split["pair_doc"][rows]
-        q = model(*(torch.from_numpy(split[f"query_{k}"][queries].astype(np.int64)).to(device)
-                    for k in ("input_ids", "attention_mask")))
-        d = model(*(torch.from_numpy(split[f"doc_{k}"][docs].astype(np.int64)).to(device)
-                    for k in ("input_ids", "attention_mask")))
-        logits = q @ d.T / protocol.family_settings["retrieval_temperature"]
-        # A document that is also another pair's positive is no negative for this query.
-        same = torch.from_numpy(docs[:, None] == docs[None, :]).to(device) & ~torch.eye(len(docs), dtype=torch.bool,
-                                                                                          device=device)
-        logits = logits.masked_fill(same, torch.finfo(logits.dtype).min)
-        return F.cross_entropy(logits, torch.arange(len(docs), device=device))
+        """The InfoNCE loss of the pairs `rows` against each other's documents (one pass)."""
+        q, d = embed_pairs(model, split, rows, device)
+        return contrastive_loss(q, d, split["pair_doc"][rows], protocol)
+
+    @staticmethod
+    def backward(model, split: dict, rows: np.ndarray, micro: int, device, protocol: FinetuneProtocol,
+                 autocast) -> float:
+        """Backpropagate the loss of the whole batch `rows` (each query against every document of
+        it), `micro` pairs a forward pass: one pass when they fit, else gradient-cached."""
+        if len(rows) <= micro:
+            with autocast:
+                loss = Retrieval.loss(model, split, rows, device, protocol)
+            loss.backward()
+            return loss.item()
+        chunks = [rows[start:start + micro] for start in range(0, len(rows), micro)]
+        docs = split["pair_doc"][rows]
+        return cached_backward(lambda chunk: embed_pairs(model, split, chunk, device), chunks,
+                               lambda parts: contrastive_loss(*parts, docs, protocol), device, autocast).item()
 
     @staticmethod
     def score(model, split: dict, meta: dict, batch_size: int, device, protocol: FinetuneProtocol) -> float:

@@ -1,0 +1,41 @@
+"""What `sweeper plan` prints of a loaded study: its runs, checkpoints, trials, the cost and
+memory estimates (sweeper.plan.cost, sweeper.plan.memory_check), and with `-v` every run."""
+from __future__ import annotations
+
+from sweeper.plan.cost import describe_external, finetuning_comparison, finetuning_cost, parameter_count, pretraining_cost
+from sweeper.plan.load import LoadedStudy
+from sweeper.plan.memory_check import run_figure, summary, trial_summary
+from sweeper.plan.study_plan import run_count_text, trial_count_text
+
+
+def plan_lines(study: LoadedStudy, verbose: bool = False) -> list[str]:
+    spec, plan = study.spec, study.plan
+    final = sum(1 for c in plan.checkpoints if c.run is not None and c.step == c.run.total_steps)
+    external = sum(1 for c in plan.checkpoints if c.external is not None)
+    lines = [f"study {spec.study}"]
+    if study.overrides:
+        lines.append(f"  overrides:              {' '.join(study.overrides)}")
+    lines += [f"  pretraining runs:       {run_count_text(spec, plan)}",
+              f"  evaluated checkpoints:  {len(plan.checkpoints)} ({final} final + "
+              f"{len(plan.checkpoints) - final - external} intermediate" + (f" + {external} from elsewhere)" if external else ")")]
+    lines += [f"    from elsewhere: {describe_external(c.external)}" for c in plan.checkpoints if c.external is not None]
+    lines.append(f"  fine-tuning trials:     {trial_count_text(spec, plan)}")
+    pre_cost, ft_cost = pretraining_cost(spec, plan.runs), finetuning_cost(spec, plan)
+    lines.append(f"  estimated GPU-hours at {spec.cost.gpu_peak_tflops:g} TFLOP/s x {spec.cost.utilization:.0%} utilisation "
+                 "(6 x parameters x tokens):")
+    for stage, cost in (("pretraining", pre_cost), ("fine-tuning", ft_cost)):
+        extra = f" (+ {cost.unknown} items sized at run time)" if cost.unknown else ""
+        lines.append(f"    {stage:12s} {cost.gpu_hours:>12,.1f} GPU-h  ({cost.flops:.2e} FLOPs){extra}")
+    lines.append(f"    {'total':12s} {pre_cost.gpu_hours + ft_cost.gpu_hours:>12,.1f} GPU-h")
+    # fine-tuning: the padded figure and the paper's units
+    lines += (finetuning_comparison(spec, plan, ft_cost) + trial_summary(spec, study.trial_memory)
+              + summary(spec, study.run_memory))
+    if verbose:
+        lines.append("  runs:")
+        for run, run_memory in zip(plan.runs, study.run_memory):
+            size = f"{parameter_count(run.model_config, include_embedding=True) / 1e6:,.0f}M params" \
+                if run.model_config else "size from its source"
+            extra = f", from {run.init_from}" if run.init_from else ""
+            lines.append(f"    {run.name}  ({run.objective}, {run.total_steps:,} steps, {size}{extra}, "
+                         f"checkpoints {list(run.checkpoint_steps)}, {run_figure(run_memory)})")
+    return lines

@@ -1,0 +1,61 @@
+"""The command line's small things: `--version`, a closed pipe, help for every argument, and
+every independent spec error in one run (sweeper.cli)."""
+from __future__ import annotations
+
+import argparse
+import os
+import subprocess
+import sys
+
+import pytest
+
+from conftest import ROOT, edited_spec
+from sweeper import __version__, cli
+
+ENV = {**os.environ, "PYTHONPATH": str(ROOT)}
+
+
+def test_version_prints_the_package_version(capsys):
+    with pytest.raises(SystemExit) as exited:
+        cli.main(["--version"])
+    assert exited.value.code == 0
+    assert capsys.readouterr().out.startswith(f"sweeper {__version__}")
+
+
+def test_plan_into_a_closed_pipe_exits_0_without_a_traceback():
+    """`sweeper plan paper.yaml | head -1`: head leaves after one line, the plan's later writes
+    meet a closed pipe."""
+    shell = f"'{sys.executable}' -m sweeper plan search_spaces/paper.yaml -v | head -1; echo \"rc=${{PIPESTATUS[0]}}\""
+    done = subprocess.run(["bash", "-c", shell], capture_output=True, text=True, cwd=ROOT, env=ENV, timeout=300)
+    assert done.stdout.splitlines() == ["study paper", "rc=0"], done.stdout
+    assert "Traceback" not in done.stderr and "BrokenPipe" not in done.stderr, done.stderr
+
+
+def test_every_argument_of_every_subcommand_has_help():
+    parser = cli.build_parser()
+    (commands,) = [a for a in parser._actions if isinstance(a, argparse._SubParsersAction)]
+    assert set(commands.choices) == {"run", "plan", "status", "report"}
+    for name, sub in [("sweeper", parser), *commands.choices.items()]:
+        for action in sub._actions:
+            if not isinstance(action, argparse._SubParsersAction):
+                assert action.help and action.help != argparse.SUPPRESS, (name, action.dest)
+
+
+def test_plan_and_run_report_three_independent_mistakes_at_once_in_line_order(tmp_path, capsys):
+    spec = edited_spec(tmp_path, ("  preset: nano ", "  prest: nano "),
+                       ("  global_batch_size: 8 ", "  global_batch_size: -8 "), ("  seeds: [0, 1] ", "  seeds: [0, x] "))
+    for command in (["plan", str(spec)], ["run", str(spec), "--storage", str(tmp_path / "never")]):
+        assert cli.main(command) == 2
+        lines = capsys.readouterr().err.splitlines()
+        assert [line.split(": ")[2] for line in lines] == [
+            "model.prest", "pretraining.global_batch_size", "finetuning.seeds[1]"], lines
+        assert all(line.startswith(f"spec error: {spec}:") for line in lines)
+        assert [int(line.split(": ")[1].rsplit(":", 1)[1]) for line in lines] == [5, 14, 32]
+    assert not (tmp_path / "never").exists()
+
+
+def test_a_list_of_many_bad_values_names_the_first_fifty_then_a_count(tmp_path, capsys):
+    spec = edited_spec(tmp_path, ("  seeds: [0, 1] ", "  seeds: [" + ", ".join(["x"] * 120) + "] "))
+    assert cli.main(["plan", str(spec)]) == 2
+    lines = capsys.readouterr().err.splitlines()
+    assert len(lines) == 51 and lines[-1] == "spec error: ... and 70 more", lines[-2:]
