@@ -46,9 +46,12 @@ def test_every_paper_task_has_statistics_with_lengths_for_its_family():
 
 def test_splits_follow_the_study_carving():
     # 5 % of train is validation (rounded, as trainables.tasks.data carves it); the source's
-    # validation split is the test set; an evaluation-only set splits its one split 5 / 95.
+    # validation split is the test set; a source's own validation split is kept (the TC copies,
+    # MLDR's dev); NQ halves its one judged split.
     assert task_statistics("qqp").split_rows() == (345_654, 18_192, 40_430)
-    assert task_statistics("mldr-en").split_rows() == (0, 10, 190)
+    assert task_statistics("conll2003").split_rows() == (14_041, 3_250, 3_453)
+    assert task_statistics("mldr-en").split_rows() == (0, 200, 800)
+    assert task_statistics("nq").split_rows() == (0, 1_726, 1_726)
     assert task_statistics("qqp").split_rows(max_train=1000, max_eval=500) == (1000, 500, 500)
 
 
@@ -100,7 +103,7 @@ def test_msmarco_trials_pay_for_their_companions(paper, monkeypatch):
     alone = trial_tokens(with_finetuning(spec, tasks=["msmarco"]), "msmarco")
     both = trial_tokens(spec, "msmarco")
     nq, mldr = task_statistics("nq"), task_statistics("mldr-en")
-    companions = (sum(nq.split_rows()) * (nq.query_tokens + nq.document_tokens)
+    companions = (sum(nq.split_rows()) * (nq.query_tokens + nq.documents_per_query * nq.document_tokens)
                   + sum(mldr.split_rows()) * (mldr.query_tokens + spec.finetuning.max_length))  # MLDR documents cut at max_length
     assert both.scored - alone.scored == pytest.approx(companions)  # same sums, float64
     assert both.trained == alone.trained

@@ -73,12 +73,13 @@ def test_paper_plan_counts_runs_checkpoints_and_trials():
                             capture_output=True, text=True, cwd=SPECS.parent)
     assert result.returncode == 0, result.stderr
     out = result.stdout
-    assert "pretraining runs:       38" in out
-    assert "evaluated checkpoints:  50 (38 final + 12 intermediate)" in out
-    assert "fine-tuning trials:     18,000 = 50 checkpoints x 12 datasets x 6 learning rates x 5 seeds" in out
+    assert "pretraining runs:       39" in out
+    assert "evaluated checkpoints:  51 (39 final + 12 intermediate)" in out
+    assert "fine-tuning trials:     18,360 = 51 checkpoints x 12 datasets x 6 learning rates x 5 seeds" in out
     assert "GPU-h" in out
     for name in ("610m-mlm40-42k", "610m-clm-42k", "610m-clm-10k-mlm40-42k", "610m-clm-40k-mlm20-42k",
-                 "610m-clm-dec42k-mlm40-64k", "610m-mlm40-dec42k-mlm40-44k", "1b-clm-30k-mlm40-42k"):
+                 "610m-clm-dec42k-mlm40-64k", "610m-mlm40-dec42k-mlm40-44k", "1b-clm-10k-mlm40-42k",
+                 "610m-clm-3k-mlm40-12k", "610m-clm-17k-mlm40-22k", "610m-clm-12k", "610m-clm-22k"):
         assert f"    {name}  (" in out, name
     plan = plan_study(load_study(SPECS / "paper.yaml").spec)
     assert "610m-mlm40-42k-1000" in {c.checkpoint_id for c in plan.checkpoints}

@@ -17,7 +17,7 @@ from transformers import AutoTokenizer
 from sweeper.contract import registry
 from sweeper.contract.configs import TaskInfo
 from sweeper.contract.registry import current, get_task, resolve
-from trainables.tasks.adapters import retrieval_split
+from trainables.tasks.adapters import QRELS_SCHEMAS, retrieval_split
 from trainables.tasks.data import load_task_splits
 from trainables.tasks.family import TaskFamily
 from trainables.tasks.metrics import normalize_answer
@@ -33,8 +33,11 @@ SETTINGS = {"doc_stride": 8, "retrieval_temperature": 0.05}
 
 
 def local(name: str) -> TaskInfo:
-    """The catalog's task with its source swapped for the local copy (hub-only file lists dropped)."""
-    return replace(get_task(name), source=str(HUB / name), data_files={})
+    """The catalog's task with its sources swapped for the local copies (hub-only file lists
+    dropped): `<task>/`, and beside it `<task>-qrels/` and the training source's copy."""
+    task = get_task(name)
+    train_source = str(HUB / task.train_source.split("/")[-1]) if task.train_source else None
+    return replace(task, source=str(HUB / name), data_files={}, train_source=train_source)
 
 
 def family_of(task: TaskInfo) -> TaskFamily:
@@ -47,7 +50,9 @@ def tokenizer(wordpiece_dir):
 
 
 def test_every_paper_data_set_has_a_local_copy_and_a_catalog_entry():
-    assert sorted(PAPER_TASKS) == sorted(p.name for p in HUB.iterdir())
+    copies = {p.name for p in HUB.iterdir()}
+    assert set(PAPER_TASKS) <= copies
+    assert copies - set(PAPER_TASKS) == {"msmarco-qrels", "msmarco-pairs", "nq-qrels"}, "the retrieval sources' parts"
     assert {get_task(name).category for name in PAPER_TASKS} == {"SC", "TC", "QA", "IR"}
 
 
@@ -55,7 +60,13 @@ def test_every_paper_data_set_has_a_local_copy_and_a_catalog_entry():
 def test_hub_schema_loads_splits_and_encodes(name, tokenizer):
     task = local(name)
     splits = load_task_splits(task, None, None)
-    if task.train_task:  # evaluation-only: 5 % of its evaluation split is validation, the rest test
+    if task.schema in QRELS_SCHEMAS:  # split and pooled by trainables.tasks.pools (tests/test_paper_tasks.py)
+        assert splits["validation"] and splits["test"] and bool(splits["train"]) != bool(task.train_task)
+    elif task.validation_split:  # the source's own three splits, as they are
+        for split, source_split in (("train", task.train_split), ("validation", task.validation_split),
+                                    ("test", task.test_split)):
+            assert len(splits[split]) == len(list(iter_rows(task.source, source_split))), split
+    elif task.train_task:  # evaluation-only: 5 % of its evaluation split is validation, the rest test
         assert not splits["train"] and len(splits["validation"]) == 1
         assert len(splits["test"]) + 1 == len(list(iter_rows(task.source, task.test_split)))
     else:
@@ -143,13 +154,16 @@ def test_stride_windows_and_no_answer_decoding(tokenizer):
 
 
 def test_retrieval_adapters_read_each_schema():
-    queries, docs = retrieval_split(list(iter_rows(str(HUB / "msmarco"), "train")), "msmarco")
+    """The other hub layouts a plugin task may name (microsoft/ms_marco v1.1, sentence-transformers
+    natural-questions pairs, Shitao/MLDR): tests/data/legacy_schemas."""
+    legacy = ROOT / "tests" / "data" / "legacy_schemas"
+    queries, docs = retrieval_split(list(iter_rows(str(legacy / "ms_marco-v1.1"), "train")), "msmarco")
     assert len(queries) == 5, "a query with no selected passage is dropped"
     assert docs[queries[2]["positives"][0]] == "Leonardo da Vinci painted the Mona Lisa."
     assert len(docs) == 13, "the pool is every listed passage, relevant or not"
-    queries, docs = retrieval_split(list(iter_rows(str(HUB / "nq"), "train")), "pairs")
+    queries, docs = retrieval_split(list(iter_rows(str(legacy / "natural-questions-pairs"), "train")), "pairs")
     assert docs[queries[1]["positives"][0]].endswith("by Jane Austen.") and len(docs) == 6
-    queries, docs = retrieval_split(list(iter_rows(str(HUB / "mldr-en"), "dev")), "mldr")
+    queries, docs = retrieval_split(list(iter_rows(str(legacy / "Shitao-MLDR-en"), "dev")), "mldr")
     assert queries[0]["positives"] == ["doc-en-1"] and len(docs) == 9
 
 

@@ -21,6 +21,8 @@ from sweeper.contract.checks import (  # noqa: F401  re-exported: the spec impor
     SEED_LIMIT, distinct, each_positive, non_blank, non_empty, non_negative, positive, seeds,
 )
 
+from sweeper.contract.tasks import TaskInfo  # noqa: F401 (defined there, imported from here too)
+
 
 def stable_key(payload: dict) -> str:
     """16 hex digits of SHA-256 over canonical JSON: equal configs, equal keys."""
@@ -211,42 +213,6 @@ class PretrainConfig:
 # --- fine-tuning -------------------------------------------------------------------------------
 
 @dataclass(frozen=True, kw_only=True, slots=True)
-class TaskInfo:
-    """A fine-tuning data set: where its rows come from and how they map onto its family's fields.
-
-    Its fields are part of every trial key of the task (asdict): add none without a key plan."""
-
-    name: str
-    family: str
-    """A registered task family (sweeper.contract.registry)."""
-    category: str
-    """Report category: SC, TC, QA, IR, or a plugin family's own."""
-    source: str
-    """Built-in file name, local path, or hub dataset id (`name:config`)."""
-    metric: str
-    text_fields: tuple[str, ...] = ("sentence",)
-    """Columns joined into one input; with prefixes for sentence pairs."""
-    field_prefixes: tuple[str, ...] = ("",)
-    label_field: str = "label"
-    label_names: tuple[str, ...] = ()
-    """Label vocabulary when the source stores integer ids (hub datasets)."""
-    train_split: str = "train"
-    test_split: str = "validation"
-    split_column: str | None = None
-    """For single-file sources: the column that says which split a row belongs to."""
-    schema: str = "columns"
-    """Row layout: `columns` (text/label fields above), QA `squad` | `record`, retrieval
-    `msmarco` | `pairs` (query, answer) | `mldr` (positive/negative passages)."""
-    data_files: dict = field(default_factory=dict)
-    """Hub sources without a builder that `datasets` 5 runs (script datasets): split -> files in
-    the hub repository, read with the `json` builder."""
-    with_no_answer: bool = False
-    """Extractive QA: questions may have no answer in the context (SQuAD v2 rules)."""
-    train_task: str | None = None
-    """Retrieval: an evaluation-only set scored with the model trained on this task."""
-
-
-@dataclass(frozen=True, kw_only=True, slots=True)
 class FinetuneProtocol:
     """The settings a trial's outcome depends on, resolved for its task (budget and family
     settings applied). `learning_rate` is a field like the others: a searched value replaces it."""
@@ -347,7 +313,7 @@ def trial_identity(run_key: str, step: int, task: TaskInfo, protocol: FinetunePr
                    search: dict | None = None, sample: int | None = None) -> dict:
     """What a trial key hashes: the checkpoint (run key, step), the task's definition, the
     protocol, and the learning rate and seed (grid) or the search and sample number (Optuna)."""
-    cell = {"run_key": run_key, "step": step, "task": asdict(task), "protocol": protocol.key_fields()}
+    cell = {"run_key": run_key, "step": step, "task": task.identity(), "protocol": protocol.key_fields()}
     if search is None:
         return {**cell, "lr": protocol.learning_rate, "seed": seed}
     return {**cell, "search": search, "sample": sample, "seed": seed}

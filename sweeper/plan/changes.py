@@ -91,7 +91,7 @@ def resolved_settings(spec: StudySpec, plan: StudyPlan) -> dict:
         return {key: value for key, value in fields.items() if key not in varied}
 
     settings = {"protocol": fixed(finetune_protocol(spec).key_fields()),
-                "tasks": {t: asdict(get_task(t)) for t in tasks},
+                "tasks": {t: get_task(t).identity() for t in tasks},
                 "task_protocol": {t: fixed(task_overrides(spec, t)) for t in tasks}}
     if search := search_settings(spec):
         settings["search"] = search

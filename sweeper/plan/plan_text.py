@@ -1,8 +1,10 @@
 """What `sweeper plan` prints of a loaded study: its runs, checkpoints, trials, the cost and
-memory estimates (sweeper.plan.cost, sweeper.plan.memory_check), and with `-v` every run."""
+memory estimates (sweeper.plan.cost, sweeper.plan.memory_check), with `-v` every run, and for a
+spec that claims the paper's protocol every departure from it (sweeper.plan.departures)."""
 from __future__ import annotations
 
 from sweeper.plan.cost import describe_external, finetuning_comparison, finetuning_cost, parameter_count, pretraining_cost
+from sweeper.plan.departures import protocol_lines
 from sweeper.plan.load import LoadedStudy
 from sweeper.plan.memory_check import run_figure, summary, trial_summary
 from sweeper.plan.study_plan import run_count_text, trial_count_text
@@ -38,4 +40,4 @@ def plan_lines(study: LoadedStudy, verbose: bool = False) -> list[str]:
             extra = f", from {run.init_from}" if run.init_from else ""
             lines.append(f"    {run.name}  ({run.objective}, {run.total_steps:,} steps, {size}{extra}, "
                          f"checkpoints {list(run.checkpoint_steps)}, {run_figure(run_memory)})")
-    return lines
+    return lines + protocol_lines(spec, plan, verbose)  # departures from a claimed protocol (#36)

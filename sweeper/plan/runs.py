@@ -2,7 +2,7 @@
 
 A run is a list of phases (objective, first step, end step, settings), nanotron's `data_stages`
 idiom. A spec entry gives them in the short form (`objective: clm-mlm, clm_fraction: [0.25]`,
-expanded over its lists) or the long form (`phases: [{objective: clm, until: 0.25},
+or the switch as steps, `switch_steps: [10000]`, expanded over its lists; sweeper.plan.phases) or the long form (`phases: [{objective: clm, until: 0.25},
 {objective: mlm, mask_ratio: 0.4}]`); both resolve to the same phases, the same name and the
 same key. A phase of no steps is dropped, so a CLM share of 0 or 1 is a pure run.
 
@@ -34,6 +34,8 @@ import re
 from collections.abc import Mapping
 from dataclasses import asdict, dataclass, field, replace
 
+from sweeper.plan.phases import (describe, leading_clm_share, long_form_phases, masking_defaults, phase,
+                                 short_form_phases, switch_choices, switch_step)
 from sweeper.plan.replicates import arm_name, by_replicate, replicate_name, replicated
 from sweeper.plan.run_names import AXIS_TAGS, format_steps, run_name, tag
 from sweeper.contract import registry
@@ -181,68 +183,6 @@ def tagged(name: str, settings: RunSettings) -> str:
     return "-".join([name, *settings.tags.values()])
 
 
-def switch_step(total_steps: int, clm_fraction: float, decay_steps: int = 0, of: str = "total") -> int:
-    """First MLM step (0-based): round(clm_fraction x total_steps), or, with of="pre_decay",
-    round(clm_fraction x (total_steps - decay_steps)), the authors' convention (25 % of 42k with
-    2k of decay = `clm-10k-mlm40-42k`; 100 % = 40k CLM then 2k MLM)."""
-    span = total_steps - decay_steps if of == "pre_decay" else total_steps
-    return round(clm_fraction * span)
-
-
-def masking_defaults(spec: StudySpec) -> dict:
-    """MLM settings every run shares unless a phase sets its own (pretraining.random_replace, ...)."""
-    pre = spec.pretraining
-    return {"random_replace": pre.random_replace, "keep_original": pre.keep_original}
-
-
-def phase(spec: StudySpec, objective: str, start: int, end: int, given: dict) -> PhaseConfig:
-    """A phase with the objective's settings resolved: registered defaults, the study's MLM
-    settings for MLM, then what the spec gave; `loss` names the worker's function."""
-    return PhaseConfig(objective=objective, loss=registry.objective_of(objective).loss, start_step=start, end_step=end,
-                       settings=spec.pretraining.phase_settings(objective, given))
-
-
-def short_form_phases(spec: StudySpec, objective: str, steps: int, ratio: float | None, share: float,
-                      decay: int) -> tuple[PhaseConfig, ...]:
-    """mlm / clm / another registered objective: one phase; clm-mlm: CLM up to the switch step."""
-    masking = {"mask_ratio": ratio} if ratio is not None else {}
-    if objective != "clm-mlm":
-        settings = masking if "mask_ratio" in registry.objective_of(objective).settings else {}
-        return (phase(spec, objective, 0, steps, settings),)
-    switch = min(switch_step(steps, share, decay, spec.pretraining.clm_fraction_of), steps)
-    stretches = [("clm", 0, switch, {}), ("mlm", switch, steps, masking)]
-    return tuple(phase(spec, *stretch) for stretch in stretches if stretch[2] > stretch[1])
-
-
-def long_form_phases(spec: StudySpec, grid: RunGridSpec, steps: int, decay: int) -> tuple[PhaseConfig, ...]:
-    span = steps - decay if spec.pretraining.clm_fraction_of == "pre_decay" else steps
-    phases, start = [], 0
-    for i, given in enumerate(grid.phases):
-        last = i == len(grid.phases) - 1
-        end = steps if last else min(round(given.until * span), steps)
-        if end > start:
-            phases.append(phase(spec, given.objective, start, end, given.given_settings()))
-        start = max(start, end)
-    return tuple(phases)
-
-
-def leading_clm_share(grid: RunGridSpec) -> float:
-    """The CLM share of a long-form entry as its user wrote it (its first phase's `until`)."""
-    first = grid.phases[0]
-    if first.objective != "clm":
-        return 0.0
-    return 1.0 if len(grid.phases) == 1 else first.until
-
-
-def describe(phases: tuple[PhaseConfig, ...], steps: int) -> tuple[str, float | None, int]:
-    """(objective, mask ratio, switch step) of a run as rows and the report describe it."""
-    names = [p.objective for p in phases]
-    objective = {("mlm",): "mlm", ("clm",): "clm", ("clm", "mlm"): "clm-mlm"}.get(tuple(names), "-".join(names))
-    ratios = [p.settings["mask_ratio"] for p in phases if "mask_ratio" in p.settings]
-    switch = phases[0].end_step if names[0] == "clm" else 0
-    return objective, (ratios[-1] if ratios else None), min(switch, steps)
-
-
 def identity_of(spec: StudySpec, config: dict, phases: tuple[PhaseConfig, ...], steps: int,
                 settings: RunSettings) -> dict:
     """What the run key hashes: the paper's shapes (MLM, CLM, CLM then MLM with the default
@@ -301,9 +241,10 @@ def entry_runs(spec: StudySpec, grid: RunGridSpec, preset: str, settings: RunSet
     else:
         masks = grid.objective == "clm-mlm" or "mask_ratio" in registry.objective_of(grid.objective).settings
         ratios = grid.mask_ratio if masks else [None]
-        shares = grid.clm_fraction if grid.objective == "clm-mlm" else [1.0 if grid.objective == "clm" else 0.0]
-        choices = [(steps, short_form_phases(spec, grid.objective, steps, ratio, share, decay), share)
-                   for steps, ratio, share in itertools.product(budgets, ratios, shares)]
+        pure = [(1.0 if grid.objective == "clm" else 0.0, None)]
+        choices = [(steps, short_form_phases(spec, grid.objective, steps, ratio, share, decay, stated), share)
+                   for steps in budgets for ratio in ratios
+                   for share, stated in (switch_choices(grid, steps) if grid.objective == "clm-mlm" else pure)]
     for steps, phases, share in choices:
         objective, ratio, switch = describe(phases, steps)
         share = {"clm": 1.0, "mlm": 0.0}.get(objective, share)

@@ -255,7 +255,7 @@ def plan_trials(spec: StudySpec, checkpoints: list[EvaluatedCheckpoint],
             cells[task] = protocol, keyed, search, dict.fromkeys(searched)
         for ckpt, task in itertools.product(checkpoints, ft.tasks):
             (protocol, keyed, search, params), info, run_key = cells[task], get_task(task), ckpt.source_key
-            cell = stable_key({"run_key": run_key, "step": ckpt.step, "task": asdict(info),
+            cell = stable_key({"run_key": run_key, "step": ckpt.step, "task": info.identity(),
                                "protocol": keyed.key_fields(), "search": search})
             trials += [Trial(trial_key=stable_key(trial_identity(run_key, ckpt.step, info, keyed, seed,
                                                                  search=search, sample=k)),

@@ -15,7 +15,6 @@ protocol says which.
 """
 from __future__ import annotations
 
-from dataclasses import asdict
 from pathlib import Path
 
 import ray
@@ -90,7 +89,7 @@ def task_data_identity(task: str, tokenizer: str, protocol: FinetuneProtocol) ->
     """Everything that shapes a task's prepared data, `tokenizer` being the tokenizer's content
     hash (sweeper.store.cache_keys.tokenizer_digest): the folder name's key hashes it."""
     info = get_task(task)
-    return {"format": TASK_DATA_FORMAT, "task": asdict(info), "source": task_source_identity(info),
+    return {"format": TASK_DATA_FORMAT, "task": info.identity(), "source": task_source_identity(info),
             "family": registry.family_of(info.family).implementation, "tokenizer": tokenizer,
             "max_length": protocol.max_length, "max_train": protocol.max_train_examples,
             "max_eval": protocol.max_eval_examples, "settings": encoding_settings(protocol, task)}

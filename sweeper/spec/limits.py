@@ -99,7 +99,8 @@ def entry_runs(spec, i: int, entry) -> Count:
         known = registry.current().objectives
         masks = entry.objective == "clm-mlm" or (entry.objective in known
                                                  and "mask_ratio" in registry.objective_of(entry.objective).settings)
-        shapes = (len(entry.mask_ratio) if masks else 1) * (len(entry.clm_fraction) if entry.objective == "clm-mlm" else 1)
+        shapes = (len(entry.mask_ratio) if masks else 1) * (len(entry.switch_steps or entry.clm_fraction or [0.25])
+                                                                   if entry.objective == "clm-mlm" else 1)
     return product((len(entry.preset or [spec.model.preset]), "presets"), (budgets, "step budgets"),
                    (shapes, "objective shapes"), *swept_settings(spec, entry, True), replicates)
 

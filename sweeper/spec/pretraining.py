@@ -160,15 +160,21 @@ class PhaseSpec:
 @dataclass(frozen=True, kw_only=True, slots=True)
 class RunGridSpec:
     objective: str | None = None
-    """mlm, clm, clm-mlm (CLM for clm_fraction of the steps, then MLM), or another registered
+    """mlm, clm, clm-mlm (CLM for clm_fraction of the steps, or switch_steps steps, then MLM), or another registered
     objective: the short form. Give this or `phases`."""
     phases: list[PhaseSpec] | None = None
     """The long form: objectives in step order, e.g. [{objective: clm, until: 0.25},
     {objective: mlm, mask_ratio: 0.4}] (plans the same run, under the same key, as clm-mlm 0.25)."""
     mask_ratio: list[float] = field(default_factory=lambda: [0.4])
     """MLM masking ratios, each in (0, 1); one run per value."""
-    clm_fraction: list[float] = field(default_factory=lambda: [0.25])
-    """clm-mlm only: share of the steps trained with CLM, each in [0, 1]."""
+    clm_fraction: list[float] | None = None
+    """clm-mlm only: share of the steps trained with CLM, each in [0, 1] (default [0.25]); with
+    switch_steps, the share each switch step stands for (the results' clm_fraction), one per step."""
+    switch_steps: list[int] | None = None
+    """clm-mlm only: the switch as steps of CLM before MLM, one run per value (the paper's tables:
+    [3000, 6000, 9000] at 12k steps); each below every step budget of the entry. Replaces the
+    share rule (clm_fraction_of) for this entry; the run key is the same as for a share giving
+    the same step."""
     steps: list[int] | None = None
     """Step budgets, one run per value (default: pretraining.steps)."""
     checkpoint_steps: list[int] = field(default_factory=list)
@@ -216,12 +222,23 @@ class RunGridSpec:
         for i, ratio in enumerate(self.mask_ratio):
             if not 0 < ratio < 1:
                 yield f"mask_ratio[{i}]", f"{ratio} is outside (0, 1)"
-        for i, share in enumerate(self.clm_fraction):
+        for i, share in enumerate(self.clm_fraction or []):
             if not 0 <= share <= 1:
                 yield f"clm_fraction[{i}]", f"{share} is outside [0, 1]"
-        yield from non_empty(self, "mask_ratio", "clm_fraction", "steps")
-        yield from each_positive(self, "steps", "checkpoint_steps")
-        yield from distinct(self, "mask_ratio", "clm_fraction", "steps", "checkpoint_steps", "preset", "init_from")
+        yield from self.check_switch_steps()
+        yield from non_empty(self, "mask_ratio", "clm_fraction", "steps", "switch_steps")
+        yield from each_positive(self, "steps", "checkpoint_steps", "switch_steps")
+        yield from distinct(self, "mask_ratio", "clm_fraction", "steps", "checkpoint_steps", "preset", "init_from",
+                            "switch_steps")
+
+    def check_switch_steps(self):
+        if self.switch_steps is None:
+            return
+        if self.objective != "clm-mlm":
+            yield "switch_steps", "a switch step goes with objective: clm-mlm (CLM, then MLM)"
+        elif self.clm_fraction is not None and len(self.clm_fraction) != len(self.switch_steps):
+            yield "clm_fraction", (f"with switch_steps, give one share per switch step ({len(self.switch_steps)}), "
+                                   f"got {len(self.clm_fraction)}; or leave clm_fraction out (share = switch / steps)")
 
     def check_phases(self):
         if not self.phases:
@@ -314,6 +331,9 @@ class PretrainingSpec:
                 if step >= min(budgets):
                     yield (f"runs[{i}].checkpoint_steps[{j}]",
                            f"step {step} is not before the run's budget of {min(budgets)} steps")
+            for j, step in enumerate(run.switch_steps or []):
+                if step > min(budgets):
+                    yield f"runs[{i}].switch_steps[{j}]", f"step {step} is beyond the run's budget of {min(budgets)} steps"
             warmups = values_of(self.warmup_steps if run.warmup_steps is None else run.warmup_steps)
             decays = values_of(self.decay_steps if run.decay_steps is None else run.decay_steps)
             # The first (budget, warmup, decay) combination in grid order that does not fit, found

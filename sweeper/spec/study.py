@@ -120,6 +120,9 @@ class StudySpec:
     """Optional experiment tracking."""
     limits: LimitsSpec = field(default_factory=LimitsSpec)
     """Bounds on the plan's size (runs, checkpoints, trials, swept points, samples), checked first."""
+    protocol: Literal["paper"] | None = None
+    """The published protocol this spec claims to follow (`paper`: arXiv 2507.00994, the table of
+    docs/paper-protocol.md): `sweeper plan` then lists every setting that departs from it."""
 
     def check(self):
         if oversized := list(size_problems(self)):  # counted, not expanded: before any check below expands a grid

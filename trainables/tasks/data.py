@@ -8,6 +8,7 @@ per task before the grid starts). The family (`trainables.tasks.family.TaskFamil
 from __future__ import annotations
 
 import json
+import math
 import random
 from pathlib import Path
 
@@ -17,18 +18,30 @@ from sweeper.contract.configs import TaskInfo
 from sweeper.contract.registry import resolve
 from sweeper.store import folders, storage
 from sweeper.store.layout import TASK_MARKER
+from trainables.tasks.adapters import QRELS_SCHEMAS
 from trainables.tasks.family import TaskFamily
+from trainables.tasks.pools import load_qrels_splits
 from sweeper.contract.text_sources import iter_rows
 
 VALIDATION_SHARE, VALIDATION_SEED = 0.05, 42
+AUTHORS_TRAIN_SIZE = 0.95
+"""EncodEval's `train_test_split(train_size=0.95, seed=42)` on GLUE, SQuAD and ReCoRD."""
 SPLITS = ("train", "validation", "test")
 
 
-def carve_validation(rows: list[dict]) -> tuple[list[dict], list[dict]]:
-    """(rest, validation): validation is 5 % of the rows drawn with seed 42, as in the paper."""
-    order = list(range(len(rows)))
-    random.Random(VALIDATION_SEED).shuffle(order)
-    n_validation = max(1, round(VALIDATION_SHARE * len(rows))) if rows else 0
+def carve_validation(rows: list[dict], share: float = VALIDATION_SHARE,
+                     draw: str | None = None) -> tuple[list[dict], list[dict]]:
+    """(rest, validation): validation is `share` (5 %) of the rows drawn with seed 42, as in the
+    paper; draw `train_test_split`: exactly the rows of `datasets`' `train_test_split(train_size=0.95,
+    seed=42)`, the authors' call (validation: the first n - floor(0.95 n) rows of numpy's
+    default_rng(42) permutation)."""
+    if draw == "train_test_split":
+        n_validation = len(rows) - math.floor(AUTHORS_TRAIN_SIZE * len(rows))
+        order = [int(i) for i in np.random.default_rng(VALIDATION_SEED).permutation(len(rows))]
+    else:
+        order = list(range(len(rows)))
+        random.Random(VALIDATION_SEED).shuffle(order)
+        n_validation = max(1, round(share * len(rows))) if rows else 0
     return [rows[i] for i in order[n_validation:]], [rows[i] for i in order[:n_validation]]
 
 
@@ -40,15 +53,25 @@ def source_rows(task: TaskInfo, split: str, revision: str | None = None) -> list
 
 def load_task_splits(task: TaskInfo, max_train: int | None, max_eval: int | None,
                      revision: str | None = None) -> dict[str, list[dict]]:
-    """{'train', 'validation', 'test'} rows: test = the source's official validation split,
-    validation = 5 % of train (seed 42), as in the paper. An evaluation-only set (`train_task`)
-    has no training rows: its validation is 5 % of its evaluation split and the rest its test.
-    Limits cut after the split. `revision`: a hub source's commit (None: the latest)."""
+    """{'train', 'validation', 'test'} rows. Test is the source's `test_split` (GLUE, SQuAD, ReCoRD:
+    the official validation set); validation the source's own `validation_split` where the task
+    names one (the authors' TC copies), else 5 % of train (seed 42), as in the paper. An
+    evaluation-only set (`train_task`) has no training rows: validation is `validation_share`
+    (5 %) of its evaluation split and the rest its test. The authors' retrieval sources
+    (QRELS_SCHEMAS) are read by trainables.tasks.pools. Limits cut after the split. `revision`:
+    a hub source's commit (None: the latest)."""
+    if task.schema in QRELS_SCHEMAS:
+        return load_qrels_splits(task, max_train, max_eval, revision, sample)
     if task.train_task:
-        test, validation = carve_validation(source_rows(task, task.test_split, revision))
+        test, validation = carve_validation(source_rows(task, task.test_split, revision),
+                                            task.validation_share or VALIDATION_SHARE)
         train = []
+    elif task.validation_split:
+        train, validation = (source_rows(task, split, revision) for split in (task.train_split, task.validation_split))
+        test = source_rows(task, task.test_split, revision)
     else:
-        train, validation = carve_validation(source_rows(task, task.train_split, revision))
+        train, validation = carve_validation(source_rows(task, task.train_split, revision),
+                                             draw=task.validation_draw)
         test = source_rows(task, task.test_split, revision)
     return {"train": sample(train, max_train), "validation": sample(validation, max_eval),
             "test": sample(test, max_eval)}

@@ -1,0 +1,95 @@
+"""paper.yaml held to the paper's protocol table (sweeper/plan/protocol.py), docs/paper-protocol.md
+held to the same table, and what `sweeper plan` prints about departures."""
+from __future__ import annotations
+
+import re
+import subprocess
+import sys
+from dataclasses import replace
+
+import pytest
+
+from sweeper.plan.departures import departures, markdown_table, protocol_lines
+from sweeper.plan.load import load_study
+from sweeper.plan.protocol import PAPER_PROTOCOL, retrieval_negatives
+from sweeper.plan.study_plan import plan_study
+from sweeper.spec.reading import SpecError
+
+from conftest import ROOT
+
+PAPER = ROOT / "search_spaces" / "paper.yaml"
+
+
+@pytest.fixture(scope="module")
+def paper():
+    spec = load_study(PAPER).spec
+    return spec, plan_study(spec)
+
+
+def test_the_doc_holds_the_table_rendered_from_the_protocol_data(paper):
+    text = (ROOT / "docs" / "paper-protocol.md").read_text()
+    table = re.search(r"<!-- protocol table:.*?-->\n(.*?)<!-- end of protocol table -->", text, re.S).group(1)
+    assert table == markdown_table(*paper), "docs/paper-protocol.md is stale: python -m sweeper.plan.departures"
+
+
+def test_paper_yaml_departs_only_where_the_table_says_deliberately(paper):
+    spec, plan = paper
+    assert spec.protocol == "paper"
+    undeclared = {d.item.item for d in departures(spec, plan) if not d.item.deliberate}
+    assert not undeclared, undeclared
+    deliberate = {d.item.item for d in departures(spec, plan) if d.item.deliberate}
+    assert deliberate == {"vocabulary", "models / evaluated checkpoints", "NQ's 50/50 draw",
+                          "CPT schedule (re-warmup, decay)"}
+
+
+def test_every_item_names_its_source_and_setting_and_reads_or_is_fixed_in_code():
+    assert len({item.item for item in PAPER_PROTOCOL}) == len(PAPER_PROTOCOL)
+    for item in PAPER_PROTOCOL:
+        assert item.source and item.setting, item.item
+        assert item.read is not None or item.setting.startswith("fixed in code"), item.item
+
+
+def test_a_changed_setting_is_named_with_both_values_and_the_source(paper, tmp_path):
+    spec, _ = paper
+    changed = replace(spec, pretraining=replace(spec.pretraining, optimizer=replace(spec.pretraining.optimizer,
+                                                                                    peak_lr=1e-3)))
+    lines = protocol_lines(changed, plan_study(changed))
+    line = next(line for line in lines if "peak learning rate" in line)
+    assert "0.001 here, 0.0005 in the paper (paper, training setup); set pretraining.optimizer.peak_lr" in line
+    grid = next(item for item in PAPER_PROTOCOL if item.item == "pretraining runs (authors' names)")
+    dropped = replace(spec, pretraining=replace(spec.pretraining, runs=spec.pretraining.runs[:-1]))
+    departure = next(d for d in departures(dropped, plan_study(dropped)) if d.item is grid)
+    assert departure.value < grid.paper
+
+
+def test_a_spec_that_claims_no_protocol_prints_no_departures(paper):
+    spec, plan = paper
+    assert protocol_lines(replace(spec, protocol=None), plan) == []
+
+
+def test_retrieval_negatives_are_the_effective_batch_less_one(paper):
+    spec, _ = paper
+    whole = replace(spec, finetuning=replace(spec.finetuning, micro_batch_size=32))
+    assert retrieval_negatives(whole) == 31
+    assert retrieval_negatives(spec) == 31  # micro batch 4: gradient-cached
+    no_retrieval = replace(spec, finetuning=replace(spec.finetuning, tasks=["sst2"]))
+    assert retrieval_negatives(no_retrieval) is None
+
+
+def test_sweeper_plan_prints_the_departures_and_the_negatives():
+    result = subprocess.run([sys.executable, "-m", "sweeper", "plan", str(PAPER), "-v"], capture_output=True,
+                            text=True, cwd=ROOT)
+    assert result.returncode == 0, result.stderr
+    out = result.stdout
+    assert "departures from the paper (docs/paper-protocol.md):" in out
+    assert "vocabulary: 128,257 here, 128,256 in the paper (Llama-3 tokenizer); deliberate: Llama-3 has no mask" in out
+    assert "  retrieval negatives per query: 31 (" in out
+    assert "departures from the paper (docs/paper-protocol.md): none but 4 deliberate" in out
+
+
+def test_an_unknown_protocol_is_a_spec_error(tmp_path):
+    path = tmp_path / "paper.yaml"
+    path.write_text(PAPER.read_text().replace("protocol: paper ", "protocol: papr "))
+    with pytest.raises(SpecError) as error:
+        load_study(path)
+    assert "protocol" in str(error.value) and "'paper'" in str(error.value)
