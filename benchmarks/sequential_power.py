@@ -8,7 +8,7 @@ first `first`, then `step` more for the configurations of the comparisons still 
 what the driver would have trained. The fixed design reads all of them (`findings.judge_grid`).
 The paper's effects are benchmarks/verdict_power.py's. docs/statistics.md quotes the figures.
 
-    .venv/bin/python benchmarks/sequential_power.py [--studies 400] [--first 3 --step 2 --maximum 9]
+    .venv/bin/python benchmarks/sequential_power.py [--studies 400] [--first 3 --step 3 --maximum 12]
 """
 from __future__ import annotations
 
@@ -55,9 +55,9 @@ def simulate_designs(scenario: Scenario, design: SequentialSpec, studies: int, s
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--studies", type=int, default=400)
-    parser.add_argument("--first", type=int, default=3)
-    parser.add_argument("--step", type=int, default=2)
-    parser.add_argument("--maximum", type=int, default=9)
+    parser.add_argument("--first", type=int, default=SequentialSpec().first)
+    parser.add_argument("--step", type=int, default=SequentialSpec().step)
+    parser.add_argument("--maximum", type=int, default=SequentialSpec().maximum)
     parser.add_argument("--futility", type=float, default=SequentialSpec().futility)
     parser.add_argument("--run-sd", type=float, default=0.5)
     args = parser.parse_args()

@@ -47,8 +47,10 @@ def study_layout_for(spec, flag: str | None, spec_file: str = "spec") -> StudyLa
 def command_plan(args) -> int:
     from sweeper.plan.plan_text import plan_lines
 
+    from sweeper.report.sequential_cost import plan_lines as sequential_lines
+
     study = loading.load_study(args.spec, args.overrides)
-    print("\n".join(plan_lines(study, args.verbose)))
+    print("\n".join(plan_lines(study, args.verbose) + sequential_lines(study)))
     if args.storage is not None:
         from sweeper.plan.preview import preview_lines
 

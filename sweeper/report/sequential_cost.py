@@ -49,17 +49,17 @@ def expected_replicates(design: SequentialSpec) -> float:
     return float(stopping_probabilities(design) @ np.array(design.looks()))
 
 
-def plan_lines(spec, plan) -> list[str]:
-    """`sweeper plan`'s lines for a sequential plan: its looks, and its pretraining GPU-hours at the
-    first look, expected at the planning effect, and at the maximum (= the fixed design there)."""
+def plan_lines(study) -> list[str]:
+    """`sweeper plan`'s lines for a sequential plan (a `plan.load.LoadedStudy`): its looks, and its
+    pretraining GPU-hours at the first look, expected at the planning effect, and at the maximum
+    (= the fixed design there)."""
     from sweeper.plan.cost import pretraining_cost
-    from sweeper.plan.study_plan import plan_study
 
-    design = spec.pretraining.sequential
+    spec, plan, design = study.spec, study.plan, study.spec.pretraining.sequential
     if design is None:
         return []
     first = pretraining_cost(spec, plan.runs).gpu_hours
-    widest = plan_study(spec, {run.name: design.maximum for run in plan.runs if run.replicate == 0})
+    widest = study.with_replicates({run.name: design.maximum for run in plan.runs if run.replicate == 0}).plan
     maximum = pretraining_cost(spec, widest.runs).gpu_hours
     expected = expected_replicates(design)
     # Continued runs cost what they add, scratch runs their whole budget: every configuration has

@@ -9,14 +9,13 @@ from __future__ import annotations
 
 import os
 import time
-from dataclasses import replace
 from pathlib import Path
 
 import ray
 
 from sweeper.plan.changes import cell_id, resolved_settings, trial_cell
 from sweeper.plan.load import LoadedStudy
-from sweeper.plan.study_plan import StudyPlan, plan_study
+from sweeper.plan.study_plan import StudyPlan
 from sweeper.report.sequential import saved_text, study_looks
 from sweeper.report.writer import write_report
 from sweeper.run.console import Console
@@ -128,8 +127,9 @@ def run_looks(study: LoadedStudy, layout: StudyLayout, retry_failed: bool, tally
         added = {run: n - counts.get(run, 0) for run, n in outcome.pending.items() if n > counts.get(run, 0)}
         print(f"[study] look {len(outcome.counts)}: comparisons still open; adding "
               + ", ".join(f"{n} x {run}" for run, n in added.items()), flush=True)
-        plan = plan_study(spec, outcome.pending)
-        record_spec(replace(study, plan=plan), layout)
+        study = study.with_replicates(outcome.pending)
+        plan = study.plan
+        record_spec(study, layout)
         tally, failed_runs = run_stages(spec, plan, layout, retry_failed)
     return tally, failed_runs
 
