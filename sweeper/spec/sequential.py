@@ -26,7 +26,7 @@ class SequentialSpec:
     """Replicates of every configuration before the first look."""
     step: int = 3
     """Replicates added at each later look to a configuration with an open comparison."""
-    maximum: int = 12
+    maximum: int = 15
     """Replicates of a configuration at most: the last look (a fixed design of this size is the
     comparison `sweeper plan` prints)."""
     alpha: float = 0.05
