@@ -54,10 +54,11 @@ def warn_unread(spec, spec_file: str) -> None:
 
 def command_plan(args) -> int:
     from sweeper.plan.plan_text import plan_lines
+    from sweeper.report.sequential_cost import plan_lines as sequential_lines
 
     study = loading.load_study(args.spec, args.overrides)
     warn_unread(study.spec, args.spec)
-    print("\n".join(plan_lines(study, args.verbose)))
+    print("\n".join(plan_lines(study, args.verbose) + sequential_lines(study)))
     if args.storage is not None:
         from sweeper.plan.preview import preview_lines
 

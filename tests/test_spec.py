@@ -234,7 +234,7 @@ def test_model_fields_match_the_model_config():
     from trainables.model import LlamaEncoderConfig
 
     from sweeper.contract.catalog import MODEL_FIELDS, MODEL_PRESETS
-    from sweeper.spec.pretraining import ModelSpec
+    from sweeper.spec.model_data import ModelSpec
 
     parameters = {name: p for name, p in inspect.signature(LlamaEncoderConfig.__init__).parameters.items()
                   if name != "self" and p.kind is not inspect.Parameter.VAR_KEYWORD}

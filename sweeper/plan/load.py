@@ -15,7 +15,8 @@ the plan uses what was resolved.
 """
 from __future__ import annotations
 
-from dataclasses import dataclass
+from collections.abc import Mapping
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 from sweeper.contract import registry
@@ -49,6 +50,12 @@ class LoadedStudy:
     refusal: str | None
     """Why the study cannot run on its resources (a run or trial that cannot fit), else None:
     `plan` prints it, `run` refuses with it, before anything starts."""
+
+    def with_replicates(self, counts: Mapping[str, int]) -> LoadedStudy:
+        """The same study with a sequential plan's replicate counts (by run name), the checkpoints
+        from elsewhere as resolved: the runs and trials of that look (sweeper.report.sequential)."""
+        externals = [c.external for c in self.plan.checkpoints if c.external is not None]
+        return replace(self, plan=plan_study(self.spec, counts, externals=externals))
 
 
 def load_study(path: str | Path, overrides: list[str] | tuple[str, ...] = ()) -> LoadedStudy:

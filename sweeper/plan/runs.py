@@ -20,15 +20,17 @@ override the preset's own value (`610m-mlm40-42k-lr1e-3`, `tiny-mlm40-600-layers
 planned before a field was swept keeps its name, its key and its folder. The resolved values
 travel on the run (`PretrainingRun.peak_lr`, `.optimizer`, ...; the swept ones in `params`):
 nothing downstream of the plan reads them from the spec.
-Each run is trained `replicates` times (sweeper.plan.replicates): replicate 0 is the run above,
-replicate r >= 1 `<name>-rep<r>`; the plan lists the replicates 0 first (from scratch, then
-continued), then the replicates 1, ... Names: sweeper.plan.run_names; Hugging Face sources:
-sweeper.plan.hf_init; checks that need the planned runs: sweeper.plan.load.
+Each run is trained `replicates` times (sweeper.plan.replicates; a sequential plan's looks set
+each run's count): replicate 0 is the run above, replicate r >= 1 `<name>-rep<r>`; the plan lists
+the replicates 0 first (from scratch, then continued), then the replicates 1, ... Names:
+sweeper.plan.run_names; Hugging Face sources: sweeper.plan.hf_init; checks that need the planned
+runs: sweeper.plan.load.
 """
 from __future__ import annotations
 
 import itertools
 import re
+from collections.abc import Mapping
 from dataclasses import asdict, dataclass, field, replace
 
 from sweeper.plan.hf_init import planned_hf_init
@@ -274,10 +276,10 @@ class RunNameClash(RunNameProblem):
                                 "a run's folder is its name: change one of them (e.g. its steps or masking ratio)")
 
 
-def expand_runs(spec: StudySpec, include_cpt: bool = True) -> list[PretrainingRun]:
-    """Every run of the spec, in entry order; the same run from two entries is planned once, with
-    the union of its checkpoints. Raises RunNameClash for two different runs of one name, and
-    RunNameProblem for a name no folder takes (the name as planned: tags and replicate included)."""
+def expand_runs(spec: StudySpec, include_cpt: bool = True, counts: Mapping[str, int] | None = None) -> list:
+    """Every run of the spec, in entry order (`counts`: replicates by run name, set by a sequential
+    plan's looks); one run from two entries is planned once, with the union of its checkpoints.
+    Raises RunNameClash for two runs of one name, RunNameProblem for a name no folder takes."""
     runs: dict[str, PretrainingRun] = {}
     entry_of: dict[str, int] = {}
 
@@ -294,8 +296,8 @@ def expand_runs(spec: StudySpec, include_cpt: bool = True) -> list[PretrainingRu
         runs[run.name] = run
         entry_of.setdefault(run.name, entry)
 
-    pre = spec.pretraining
-    scratch = [(entry, run, pre.replicates_of(grid), None) for entry, grid in enumerate(pre.runs)
+    pre, counts = spec.pretraining, counts or {}
+    scratch = [(entry, run, counts.get(run.name, pre.replicates_of(grid)), None) for entry, grid in enumerate(pre.runs)
                if grid.init_from is None for run in scratch_runs(spec, grid)]
     for entry, run, r, _ in by_replicate(scratch):
         add(replicated(spec, run, r), entry)
@@ -306,8 +308,8 @@ def expand_runs(spec: StudySpec, include_cpt: bool = True) -> list[PretrainingRu
                 continue
             for source, steps, ratio, settings in itertools.product(
                     grid.init_from, grid.steps or [pre.steps], grid.mask_ratio, run_settings(spec, grid, None)):
-                continued.append((entry, continued_run(spec, grid, source, base, steps, ratio, settings),
-                                  pre.replicates_of(grid), source))
+                run = continued_run(spec, grid, source, base, steps, ratio, settings)
+                continued.append((entry, run, counts.get(run.name, pre.replicates_of(grid)), source))
         for entry, run, r, source in by_replicate(continued):  # replicate r from its source's, if any
             add(replicated(spec, run, r, base.get(replicate_name(source, r)) if r else None), entry)
     return list(runs.values())

@@ -33,6 +33,7 @@ from __future__ import annotations
 
 import itertools
 import json
+from collections.abc import Mapping
 from dataclasses import asdict, dataclass, field, fields, replace
 
 from sweeper.plan.checkpoint_sources import ExternalCheckpoint, resolve_all
@@ -344,12 +345,13 @@ def checkpoint_id(run_name: str, step: int, total_steps: int) -> str:
     return run_name if step == total_steps else f"{run_name}-{step}"
 
 
-def plan_study(spec: StudySpec, *, runs: list[PretrainingRun] | None = None,
-               externals: list[ExternalCheckpoint] | None = None) -> StudyPlan:
+def plan_study(spec: StudySpec, replicate_counts: Mapping[str, int] | None = None, *,
+               runs: list[PretrainingRun] | None = None, externals: list[ExternalCheckpoint] | None = None) -> StudyPlan:
     """The study a checked spec plans. The commands get it from `sweeper.plan.load.load_study`,
     which passes the runs and the checkpoints from elsewhere it checked and resolved (resolved
-    once); without them (a spec built in code) they are expanded and resolved here."""
-    runs = expand_runs(spec) if runs is None else runs
+    once); without them (a spec built in code) they are expanded and resolved here.
+    `replicate_counts` (by run name): the counts a sequential plan's looks set (sweeper.report.sequential)."""
+    runs = expand_runs(spec, counts=replicate_counts) if runs is None else runs
     externals = resolve_all(spec.finetuning.checkpoints) if externals is None else externals
     checkpoints = [
         EvaluatedCheckpoint(

@@ -124,9 +124,10 @@ def finding_2(scores: SeedScores, config: VerdictConfig) -> list[Part]:
         where = f"{size} @ {budget(steps)}"
         ratios, categories, y = ratio_matrix(scores, group)  # y: (ratio, category, unit)
         units = scores.units(list(group.index), y.shape[2])
-        everywhere = Part(comparison=f"{where}: no ratio is best in every category")
+        everywhere = Part(comparison=f"{where}: no ratio is best in every category", arms=tuple(group.index))
         compromise = Part(comparison=f"{where}: {ratio_text(config.reference_ratio)} is the compromise (category "
-                                     f"mean within a {config.tie_margin:g}-point margin of every other ratio)")
+                                     f"mean within a {config.tie_margin:g}-point margin of every other ratio)",
+                          arms=tuple(group.index))
         parts += [everywhere, compromise]
         if len(categories) < 2:
             everywhere.missing = compromise.missing = "needs two or more categories scored for every ratio"
@@ -268,8 +269,8 @@ def finding_4(scores: SeedScores, config: VerdictConfig) -> list[Part]:
 def split_beats_part(scores: SeedScores, mlm: str, splits: pd.DataFrame, label: str, config: VerdictConfig) -> Part:
     """Some split beats MLM alone on the category mean: one-sided paired tests, Bonferroni over
     the K splits; contradicted when MLM alone beats every split (intersection-union)."""
-    part = Part(comparison=label)
     ids = [mlm, *splits.index]
+    part = Part(comparison=label, arms=tuple(ids))
     categories = scores.categories(ids)
     y = scores.matrix(ids, categories).mean(axis=1) if categories else np.empty((len(ids), 0))
     if y.shape[1] < config.min_seeds:
@@ -293,8 +294,8 @@ def reliable_part(scores: SeedScores, split: str, mlm: str, others: list[str], l
     """The split is non-inferior (margin) to MLM alone in every category and to every other split
     on the category mean ('most reliable'): intersection-union of those tests; contradicted when
     MLM or another split beats it by more than the margin somewhere (Bonferroni over them)."""
-    part = Part(comparison=label)
     ids = [split, mlm, *others]
+    part = Part(comparison=label, arms=tuple(ids))
     categories = scores.categories(ids)
     y = scores.matrix(ids, categories)  # (split, MLM, other splits; category; unit)
     if y.shape[2] < config.min_seeds or not categories:

@@ -100,6 +100,11 @@ class TrialGrid:
                        categories=[c for c, k in zip(self.categories, keep) if k], validation=self.validation[:, keep],
                        test=self.test[:, keep], state=self.state[:, keep])
 
+    def only(self, keep: np.ndarray) -> TrialGrid:
+        """The checkpoints where `keep` is true (a sequential look's replicates)."""
+        return replace(self, checkpoints=[c for c, k in zip(self.checkpoints, keep) if k], validation=self.validation[keep],
+                       test=self.test[keep], state=self.state[keep], final=self.final[keep])
+
     def swapped(self) -> TrialGrid:
         """Validation and test exchanged: the point chosen on what was the test split."""
         return replace(self, validation=self.test, test=self.validation)

@@ -58,6 +58,8 @@ class VerdictConfig:
 class Part:
     """One tested claim of a finding: what is compared, the numbers, the test and its outcome."""
     comparison: str
+    arms: tuple[str, ...] = ()
+    """The arms the part compares (their replicates are what a sequential look adds to)."""
     numbers: str = ""
     test: str = ""
     p_support: float = math.nan
@@ -278,7 +280,7 @@ def pair_part(scores: SeedScores, a: str, b: str, label: str, categories: Sequen
     """The claim 'a - b > shift' on one category (or the mean over `categories`), by a paired
     test over the units both arms have (`SeedScores.matrix`: runs, else seeds)."""
     categories = list(categories) if categories is not None else scores.categories([a, b])
-    part = Part(comparison=label)
+    part = Part(comparison=label, arms=(a, b))
     if not categories:
         part.missing = f"{a} and {b} share no scored category"
         return part
@@ -337,7 +339,7 @@ def spread_part(spreads: Spreads, clm: str, mlm: str, label: str, config: Verdic
     have). By runs when both arms have >= 2 (a paired t-test over replicates of each run's
     estimate), else over the first runs' seeds by the jackknife (pseudo-values of the U-statistic,
     a t-test over them)."""
-    part = Part(comparison=label)
+    part = Part(comparison=label, arms=(clm, mlm))
     sensitivity = spreads.sensitivity
     if sensitivity is None or sensitivity.rates < 2:
         part.missing = ("one learning rate: learning-rate sensitivity cannot be measured (the spread over "

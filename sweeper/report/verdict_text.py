@@ -7,7 +7,7 @@ import math
 
 import pandas as pd
 
-from sweeper.report import analysis
+from sweeper.report import analysis, findings, robustness, sequential
 from sweeper.report.findings import Verdict
 from sweeper.report.statistics import CANNOT_TELL, p_text
 from sweeper.report.tables import markdown_table
@@ -89,3 +89,17 @@ def outcomes_section(trials: pd.DataFrame) -> list[str]:
             "(`sweeper run --retry-failed` reruns them); stopped ones (by a trial scheduler) rank after complete "
             "points.", "", markdown_table(["checkpoint", "trials", *analysis.STATUSES[1:]],
                                          [[c, *(str(int(v)) for v in row)] for c, row in shown.iterrows()]), ""]
+
+
+def verdicts_sections(trials: pd.DataFrame, lr_range: tuple[float, float], design=None) -> list[str]:
+    """The findings (a sequential plan's looks when `design`), the trials that did not finish, and
+    the robustness card."""
+    study = findings.study_grid(trials)
+    if study is None:
+        return findings_section(findings.check_findings(trials, lr_range))
+    looks = sequential.study_looks(trials, design, lr_range) if design is not None else None
+    verdicts = looks.verdicts if looks is not None else findings.judge_grid(*study, lr_range)
+    replicated = bool((study[1]["replicate"].fillna(0) > 0).any())
+    card = robustness.robustness_card(*study, verdicts, lr_range)
+    return (findings_section(verdicts, replicated) + (sequential.looks_section(looks) if looks else [])
+            + outcomes_section(trials) + robustness.robustness_lines(card, verdicts))

@@ -6,17 +6,18 @@ files it met (store parts set aside, an unreadable `plan.json`).
 """
 from __future__ import annotations
 
+
 import math
 import sys
 from pathlib import Path
 
 import pandas as pd
 
-from sweeper.report import analysis, data_problems, figure_set, figures, findings, importance, provenance, robustness
+from sweeper.report import analysis, data_problems, figure_set, figures, importance, provenance
 from sweeper.report.figure_set import FigureSet
 from sweeper.report.study_history import study_record
 from sweeper.report.tables import fmt, markdown_table
-from sweeper.report.verdict_text import findings_section, outcomes_section
+from sweeper.report.verdict_text import verdicts_sections
 from sweeper.store import environments, storage
 from sweeper.store.layout import StudyLayout
 from sweeper.store.quarantine import quarantined, relative
@@ -226,16 +227,25 @@ def left_out_section(trials: pd.DataFrame) -> list[str]:
             *(f"- {r['checkpoint_id']}: {r['reason']}" for _, r in left.iterrows()), ""]
 
 
-def study_space(layout: StudyLayout) -> dict | None:
-    """The searched space of the study's own spec copy (learning rate and distributions), for the
-    importances' bounds; None when the copy is absent or no longer reads (a removed plugin)."""
+def study_spec(layout: StudyLayout):
+    """The study's own spec copy; None when it is absent or no longer reads (a removed plugin): a
+    report is written from the store whatever the spec says now."""
     from sweeper.plan import load as loading
-    from sweeper.spec.space import LEARNING_RATE, log_range
 
     try:
-        ft = loading.load_study(layout.spec).spec.finetuning
-    except Exception:  # noqa: BLE001 - a report is written from the store whatever the spec says now
+        return loading.load_study(layout.spec).spec
+    except Exception:  # noqa: BLE001
         return None
+
+
+def study_space(spec) -> dict | None:
+    """The searched space of the study's spec (learning rate and distributions), for the
+    importances' bounds; None without a readable spec."""
+    from sweeper.spec.space import LEARNING_RATE, log_range
+
+    if spec is None:
+        return None
+    ft = spec.finetuning
     section = ft.optuna if ft.search == "optuna" else ft.random
     return {LEARNING_RATE: log_range(section.lr_min, section.lr_max), **ft.searched()}
 
@@ -269,18 +279,6 @@ def importance_section(trials: pd.DataFrame, space: dict | None) -> list[str]:
         out += [f"{flat} of {len(counts)} cells are left out: every sample scores the same there (nothing to "
                 "explain).", ""]
     return out
-
-
-def verdicts_sections(trials: pd.DataFrame, lr_range: tuple[float, float]) -> list[str]:
-    """The findings, the trials that did not finish, and the robustness card."""
-    study = findings.study_grid(trials)
-    if study is None:
-        return findings_section(findings.check_findings(trials, lr_range))
-    verdicts = findings.judge_grid(*study, lr_range)
-    replicated = bool((study[1]["replicate"].fillna(0) > 0).any())
-    card = robustness.robustness_card(*study, verdicts, lr_range)
-    return (findings_section(verdicts, replicated) + outcomes_section(trials)
-            + robustness.robustness_lines(card, verdicts))
 
 
 def build_report(layout: StudyLayout, lr_range: tuple[float, float] = (1e-5, 1e-4)) -> tuple[str, list[Path]]:
@@ -317,7 +315,8 @@ def report_and_figures(layout: StudyLayout, lr_range: tuple[float, float]) -> tu
     at_best = "test score at the best point (learning rate, swept values)" if analysis.axes(best) else "best-LR test score"
     out += category_section(final, f"Category averages (final checkpoints; {at_best}, mean ± 95 % CI over seeds)")
     out += shown.place("category scores", "category_scores", figures.category_bars(final, ranges, families), "no scores")
-    out += verdicts_sections(trials, lr_range) + left_out_section(trials)
+    spec = study_spec(layout)
+    out += verdicts_sections(trials, lr_range, spec and spec.pretraining.sequential) + left_out_section(trials)
     if not stability.empty:
         out += ["## Fine-tuning stability", "",
                 f"Test scores centred per (checkpoint, task), spread = std over seeds x learning rates {used_range}, "
@@ -363,7 +362,7 @@ def report_and_figures(layout: StudyLayout, lr_range: tuple[float, float]) -> tu
     out += lr_section(analysis.lr_sensitivity(trials))
     out += shown.place("learning-rate sensitivity", "lr_sensitivity", figures.lr_sensitivity(trials, families),
                        "fewer than two learning rates in the study (a line needs two or more)")
-    swept, searched = analysis.with_params(trials), study_space(layout) or {}
+    swept, searched = analysis.with_params(trials), study_space(spec) or {}
     for axis in analysis.axes(swept):
         name = analysis.axis_name(axis)
         if (name in searched and searched[name].kind != "choice") or swept[axis].nunique() > MAX_AXIS_VALUES:

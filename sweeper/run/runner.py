@@ -16,6 +16,7 @@ import ray
 from sweeper.plan.changes import cell_id, resolved_settings, trial_cell
 from sweeper.plan.load import LoadedStudy
 from sweeper.plan.study_plan import StudyPlan, trials_and_rows
+from sweeper.report.sequential import saved_text, study_looks
 from sweeper.report.writer import write_report
 from sweeper.run.console import Console
 from sweeper.run.corpora import check_corpus_source, prepare_corpora
@@ -30,6 +31,7 @@ from sweeper.contract.configs import params_text
 from sweeper.spec.study import StudySpec
 from sweeper.store import storage
 from sweeper.store.layout import StudyLayout
+from sweeper.store.results import read_trials
 from sweeper.store.spec_history import keep_spec
 
 
@@ -107,6 +109,32 @@ def run_stages(spec: StudySpec, plan: StudyPlan, layout: StudyLayout, retry_fail
     return tally, pipeline.wait()
 
 
+def run_looks(study: LoadedStudy, layout: StudyLayout, retry_failed: bool, tally: dict,
+              failed_runs: list[str]) -> tuple[dict, list[str]]:
+    """A sequential plan (`pretraining.sequential`): look at the recorded replicates, train the next
+    look's, and again, until every comparison is decided or futile or at the maximum. The looks are
+    replayed from the store each time (sweeper.report.sequential), so a driver killed at any point
+    resumes exactly: no run or look is lost or repeated."""
+    spec, plan, design = study.spec, study.plan, study.spec.pretraining.sequential
+    while not failed_runs and not tally.get("failed"):
+        outcome = study_looks(read_trials(layout).to_pandas(), design)
+        counts = {run.name: 0 for run in plan.runs if run.replicate == 0}
+        for run in plan.runs:
+            counts[run.arm] = max(counts.get(run.arm, 0), run.replicate + 1)
+        if outcome is None or outcome.finished or outcome.pending == counts:
+            if outcome is not None and outcome.finished:
+                print(f"[study] sequential: {len(outcome.counts)} look(s); {saved_text(outcome)}", flush=True)
+            break
+        added = {run: n - counts.get(run, 0) for run, n in outcome.pending.items() if n > counts.get(run, 0)}
+        print(f"[study] look {len(outcome.counts)}: comparisons still open; adding "
+              + ", ".join(f"{n} x {run}" for run, n in added.items()), flush=True)
+        study = study.with_replicates(outcome.pending)
+        plan = study.plan
+        record_spec(study, layout)
+        tally, failed_runs = run_stages(spec, plan, layout, retry_failed)
+    return tally, failed_runs
+
+
 def run_study(study: LoadedStudy, layout: StudyLayout, *, retry_failed: bool = False) -> int:
     """Run or resume the loaded study (sweeper.plan.load) at `layout` (its root a path or an
     object-store URI); returns the exit status (1 if any run or trial failed)."""
@@ -126,6 +154,8 @@ def run_study(study: LoadedStudy, layout: StudyLayout, *, retry_failed: bool = F
         route_worker_output(console.route)
         record_environment(spec, layout, spec_entry)
         tally, failed_runs = run_stages(spec, plan, layout, retry_failed)
+        if spec.pretraining.sequential is not None:
+            tally, failed_runs = run_looks(study, layout, retry_failed, tally, failed_runs)
         report = write_report(layout)
         print(f"[study] finished in {format_duration(time.time() - started)}; report: {storage.display(report)}",
               flush=True)

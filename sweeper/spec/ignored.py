@@ -22,7 +22,8 @@ from sweeper.contract import registry
 from sweeper.contract.configs import TrackingConfig
 from sweeper.spec.finetuning import (DEFAULT_OPTUNA, DEFAULT_RANDOM, DEFAULT_SCHEDULER, FinetuningSpec, SchedulerSpec,
                                      derived_doc_stride)
-from sweeper.spec.pretraining import DataSpec, ModelSpec, PretrainingSpec
+from sweeper.spec.model_data import DataSpec, ModelSpec
+from sweeper.spec.pretraining import PretrainingSpec
 from sweeper.spec.settings import MASKING_SHARES, given
 
 Problems = Iterator[tuple[str, str]]

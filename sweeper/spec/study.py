@@ -21,7 +21,8 @@ from sweeper.spec.finetuning import FinetuningSpec
 from sweeper.spec.ignored import ignored_settings
 from sweeper.spec.limits import LimitsSpec, size_problems
 from sweeper.spec.parsing import values_of
-from sweeper.spec.pretraining import DataSpec, ModelSpec, PretrainingSpec
+from sweeper.spec.model_data import DataSpec, ModelSpec
+from sweeper.spec.pretraining import PretrainingSpec
 from sweeper.spec.reading import shown
 from sweeper.spec.resources import RAY_GRANULARITY, custom_resource_problem, layout_problems
 from sweeper.store.storage import folder_name_problem

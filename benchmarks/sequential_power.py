@@ -1,0 +1,87 @@
+"""Benchmark: a sequential replicate plan (`pretraining.sequential`) against the fixed design at
+its maximum: the false-verdict rate over all looks under nulls, power at the paper's 610m
+effects, and the pretraining runs it trains (sweeper.report.sequential).
+
+Simulated studies (tests/verdict_simulation.py) of one 610m @ 42k group, each configuration
+trained `maximum` times; a sequential study reads only the replicates its looks ask for (the
+first `first`, then `step` more for the configurations of the comparisons still open), which is
+what the driver would have trained. The fixed design reads all of them (`findings.judge_grid`).
+The paper's effects are benchmarks/verdict_power.py's. docs/statistics.md quotes the figures.
+
+    .venv/bin/python benchmarks/sequential_power.py [--studies 400] [--first 3 --step 3 --maximum 12]
+"""
+from __future__ import annotations
+
+import argparse
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+sys.path.insert(0, str(ROOT / "tests"))
+sys.path.insert(0, str(ROOT / "benchmarks"))
+from verdict_power import PAPER_EFFECTS  # noqa: E402
+from verdict_simulation import GROUPS, Scenario, simulate  # noqa: E402
+
+from sweeper.report.findings import judge_grid  # noqa: E402
+from sweeper.report.sequential import run_looks  # noqa: E402
+from sweeper.spec.sequential import SequentialSpec  # noqa: E402
+
+FINDINGS = (1, 2, 3, 4, 5)
+PAPER_CLAIMS = (1, 4, 5)
+"""The findings the paper's 610m effects support (benchmarks/verdict_power.py)."""
+
+
+def simulate_designs(scenario: Scenario, design: SequentialSpec, studies: int, seed: int) -> pd.DataFrame:
+    """One row per study: each finding's verdict under the sequential plan and the fixed design at
+    the maximum, and the runs each trained."""
+    rng = np.random.default_rng(seed)
+    rows = []
+    for _ in range(studies):
+        grid, runs = simulate(rng, scenario)
+        outcome = run_looks(grid, runs, design)
+        fixed = judge_grid(grid, runs)
+        row = {"runs": outcome.runs_trained(), "runs_fixed": outcome.runs_fixed(), "looks": len(outcome.counts)}
+        row |= {f"seq{v.number}": v.verdict for v in outcome.verdicts}
+        row |= {f"fix{v.number}": v.verdict for v in fixed}
+        rows.append(row)
+    return pd.DataFrame(rows)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--studies", type=int, default=400)
+    parser.add_argument("--first", type=int, default=SequentialSpec().first)
+    parser.add_argument("--step", type=int, default=SequentialSpec().step)
+    parser.add_argument("--maximum", type=int, default=SequentialSpec().maximum)
+    parser.add_argument("--futility", type=float, default=SequentialSpec().futility)
+    parser.add_argument("--run-sd", type=float, default=0.5)
+    args = parser.parse_args()
+    design = SequentialSpec(first=args.first, step=args.step, maximum=args.maximum, futility=args.futility)
+    print(f"design: looks at {design.looks()} replicates per configuration, alpha {design.alpha}, "
+          f"futility below {design.futility:.0%} conditional power; {args.studies} studies per scenario")
+    started = time.perf_counter()
+    null = simulate_designs(Scenario(groups=GROUPS[:1], run_sd=args.run_sd, replicates=design.maximum, rates=4),
+                            design, args.studies, seed=1)
+    false = pd.DataFrame({f"finding {f}": [(null[f"{d}{f}"] != "cannot tell").mean() * 100 for d in ("seq", "fix")]
+                          for f in FINDINGS}, index=["sequential", "fixed at maximum"])
+    print(f"\nnull (equal objectives, run SD {args.run_sd:g}): false verdicts over all looks, %")
+    print(false.round(1).to_string())
+    print(f"runs trained: {null['runs'].mean() / null['runs_fixed'].mean():.0%} of the fixed design's")
+    paper = simulate_designs(Scenario(groups=GROUPS[:1], effects=PAPER_EFFECTS, run_sd=args.run_sd,
+                                      replicates=design.maximum, rates=4), design, args.studies, seed=2)
+    power = pd.DataFrame({f"finding {f}": [(paper[f"{d}{f}"] == "supports").mean() * 100 for d in ("seq", "fix")]
+                          for f in PAPER_CLAIMS}, index=["sequential", "fixed at maximum"])
+    print(f"\nthe paper's 610m effects: power ('supports'), %")
+    print(power.round(1).to_string())
+    print(f"runs trained: {paper['runs'].mean() / paper['runs_fixed'].mean():.0%} of the fixed design's "
+          f"(looks: mean {paper['looks'].mean():.2f})")
+    print(f"\n{time.perf_counter() - started:.0f} s")
+
+
+if __name__ == "__main__":
+    main()
