@@ -6,8 +6,9 @@ SD 0.3). Two arms (MLM, CLM), looks at 3 and 4 replicates per arm.
 - A large planted effect (30 points) is decided at the first look: 6 runs trained, none more.
 - Equal arms reach the last look and end *cannot tell*: futility is judged from 5 runs per arm on
   (FUTILITY_UNITS), so a plan of 3 then 4 never stops for it, and the planted run noise gives
-  paired p = 0.91 at look 1 and 0.99 at look 2, far from either boundary. The driver is killed while the second look's runs train,
-  and the same command, rerun, completes without losing or repeating a run or a trial.
+  paired p = 0.91 at look 1 and 0.99 at look 2, far from either boundary. The driver is killed
+  while the second look's runs train, and the same command, rerun, completes without losing or
+  repeating a run or a trial.
 """
 from __future__ import annotations
 
