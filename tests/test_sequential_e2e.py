@@ -18,7 +18,7 @@ import shutil
 import signal
 import subprocess
 import sys
-import time
+import threading
 from pathlib import Path
 
 import pyarrow.dataset as ds
@@ -66,6 +66,14 @@ def run_folders(study: Path) -> set[str]:
     return {p.name for p in folder.iterdir() if p.is_dir()} if folder.exists() else set()
 
 
+def kill_group(pgid: int) -> None:
+    """SIGKILL to the driver's process group (its own session); Ray's workers are the head's."""
+    try:
+        os.killpg(pgid, signal.SIGKILL)
+    except ProcessLookupError:
+        pass
+
+
 def looks_section(report: str) -> str:
     return report.split("## Sequential looks", 1)[1].split("\n## ", 1)[0]
 
@@ -99,21 +107,24 @@ def test_equal_arms_grow_to_the_maximum_and_a_killed_driver_resumes_exactly(ray_
     driver = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=driver_env,
                               cwd=ROOT, start_new_session=True)
     seen, killed_at = [], None
+    watchdog = threading.Timer(600, kill_group, (driver.pid,))  # a driver that hangs silently
+    watchdog.start()
     try:
-        deadline = time.time() + 600
         for line in driver.stdout:
             seen.append(line)
-            # The second look's runs are being trained: its first -rep3 run has started.
+            # The second look's runs are being trained: a -rep3 run reports its progress.
             if any("look 1" in s and "adding" in s for s in seen) and "-rep3" in line:
                 killed_at = line
                 break
-            assert time.time() < deadline, "".join(seen[-50:])
     finally:
-        os.killpg(driver.pid, signal.SIGKILL)
+        watchdog.cancel()
+        kill_group(driver.pid)
         driver.wait()
         driver.stdout.close()
     assert killed_at is not None, "".join(seen[-80:])
-    print(f"killed at: {killed_at.strip()}")
+    finals = [(study / "pretraining" / f"{arm}-rep3" / "step-12" / "sweeper_checkpoint.json").exists()
+              for arm in ("nano-mlm40-12", "nano-clm-12")]
+    assert not all(finals), f"killed after the second look's runs were trained: {killed_at}"
     trials_before = table(study, "trials")
     assert len(trials_before) == 6, "the first look's trials are recorded; the second look's are not"
 
