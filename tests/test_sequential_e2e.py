@@ -96,6 +96,8 @@ def test_a_large_planted_effect_stops_at_the_first_look(ray_head, tmp_path):
     sc = [line for line in looks.splitlines() if "SC: MLM beats CLM" in line]
     assert len(sc) == 1 and "| 1 of 2 |" in sc[0] and sc[0].rstrip(" |").endswith("supports"), looks
     assert "6 pretraining runs trained against 8" in looks, looks
+    status = run_sweeper("status", str(study), address=ray_head[0], env=env).stdout
+    assert "pretraining: 6 runs: 6 done" in status and "fine-tuning: 6 trials: 6 ok" in status, status
     part = next(line for line in report.split("## Sequential looks")[0].splitlines() if "SC: MLM beats CLM" in line)
     assert "group-sequential, look 1 of 2" in part and part.rstrip(" |").endswith("supports"), part
 
@@ -127,6 +129,8 @@ def test_equal_arms_grow_to_the_maximum_and_a_killed_driver_resumes_exactly(ray_
     assert not all(finals), f"killed after the second look's runs were trained: {killed_at}"
     trials_before = table(study, "trials")
     assert len(trials_before) == 6, "the first look's trials are recorded; the second look's are not"
+    status = run_sweeper("status", str(study), address=ray_head[0], env=env).stdout
+    assert "pretraining: 8 runs: 6 done" in status and "fine-tuning: 8 trials: 6 ok" in status, status
 
     result = run_sweeper("run", str(spec), "--storage", str(study), address=ray_head[0], env=env)
     output = result.stdout[-5000:] + result.stderr[-3000:]
@@ -145,3 +149,5 @@ def test_equal_arms_grow_to_the_maximum_and_a_killed_driver_resumes_exactly(ray_
     assert [line.split("|")[3].strip() for line in sc] == ["1 of 2", "2 of 2"], looks
     assert sc[0].rstrip(" |").endswith("continue") and sc[1].rstrip(" |").endswith("cannot tell"), looks
     assert "8 pretraining runs trained against 8" in looks, looks
+    status = run_sweeper("status", str(study), address=ray_head[0], env=env).stdout
+    assert "pretraining: 8 runs: 8 done" in status and "fine-tuning: 8 trials: 8 ok" in status, status
