@@ -6,7 +6,7 @@ SD 0.3). Two arms (MLM, CLM), looks at 3 and 4 replicates per arm.
 - A large planted effect (30 points) is decided at the first look: 6 runs trained, none more.
 - Equal arms reach the last look and end *cannot tell*: futility is judged from 5 runs per arm on
   (FUTILITY_UNITS), so a plan of 3 then 4 never stops for it, and the planted run noise gives
-  paired p = 0.91 at look 1 and 0.99 at look 2, far from either boundary. The driver is killed
+  paired p = 0.49 at look 1 and 0.97 at look 2, far from either boundary. The driver is killed
   while the second look's runs train, and the same command, rerun, completes without losing or
   repeating a run or a trial.
 """
@@ -19,6 +19,7 @@ import signal
 import subprocess
 import sys
 import threading
+import time
 from pathlib import Path
 
 import pyarrow.dataset as ds
@@ -44,15 +45,22 @@ SPEC = nano_study("planted", "    - {objective: mlm}\n    - {objective: clm}\n",
 """).replace("  runs:\n", DESIGN + "  runs:\n", 1)
 
 
-def planted_study(tmp_path: Path, effect: float) -> tuple[Path, Path, dict]:
+B_STEPS = 120
+"""Study B's runs are longer than A's: a kill at a -rep3 run's first progress marker (step 6) lands
+well before its end (about 4 s of training), however fast the machine."""
+ARMS_OF_B = (f"nano-mlm40-{B_STEPS}", f"nano-clm-{B_STEPS}")
+
+
+def planted_study(tmp_path: Path, effect: float, steps: int = 12) -> tuple[Path, Path, dict]:
     """The spec, the study folder and the driver's environment of a study whose MLM runs score
-    `effect` points above its CLM runs: the plugin copied beside its own effect file."""
+    `effect` points above its CLM runs (each run `steps` long): the plugin copied beside its own
+    effect file."""
     plugin = tmp_path / "plugin"
     plugin.mkdir()
     shutil.copy(PLUGINS / "planted_score.py", plugin)
     (plugin / "planted_effect.json").write_text(json.dumps({"effect": effect}))
     spec = tmp_path / "spec.yaml"
-    spec.write_text(SPEC)
+    spec.write_text(SPEC.replace("  steps: 12\n", f"  steps: {steps}\n", 1))
     env = {registry.PLUGINS_VARIABLE: "planted_score", "PYTHONPATH": f"{plugin}{os.pathsep}{PLUGINS}"}
     return spec, tmp_path / "study", env
 
@@ -103,30 +111,31 @@ def test_a_large_planted_effect_stops_at_the_first_look(ray_head, tmp_path):
 
 
 def test_equal_arms_grow_to_the_maximum_and_a_killed_driver_resumes_exactly(ray_head, tmp_path):
-    spec, study, env = planted_study(tmp_path, effect=0.0)
+    spec, study, env = planted_study(tmp_path, effect=0.0, steps=B_STEPS)
     command = [sys.executable, "-m", "sweeper", "run", str(spec), "--storage", str(study)]
     driver_env = {**os.environ, "RAY_ADDRESS": ray_head[0], "PYTHONUNBUFFERED": "1", **env}
     driver = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=driver_env,
                               cwd=ROOT, start_new_session=True)
-    seen, killed_at = [], None
-    watchdog = threading.Timer(600, kill_group, (driver.pid,))  # a driver that hangs silently
-    watchdog.start()
+    seen: list[str] = []
+    reader = threading.Thread(target=lambda: seen.extend(driver.stdout), daemon=True)
+    reader.start()
     try:
-        for line in driver.stdout:
-            seen.append(line)
-            # The second look's runs are being trained: a -rep3 run reports its progress.
-            if any("look 1" in s and "adding" in s for s in seen) and "-rep3" in line:
-                killed_at = line
-                break
+        # The second look's runs are training: a -rep3 run has written its first progress marker
+        # (step 6 of 120), read from its folder as it is written.
+        progress = [study / "pretraining" / f"{arm}-rep3" / "progress.json" for arm in ARMS_OF_B]
+        deadline = time.time() + 600
+        while not any(p.exists() for p in progress) and driver.poll() is None and time.time() < deadline:
+            time.sleep(0.05)
+        assert any(p.exists() for p in progress), "".join(seen[-80:])
     finally:
-        watchdog.cancel()
         kill_group(driver.pid)
         driver.wait()
+        reader.join(timeout=10)
         driver.stdout.close()
-    assert killed_at is not None, "".join(seen[-80:])
-    finals = [(study / "pretraining" / f"{arm}-rep3" / "step-12" / "sweeper_checkpoint.json").exists()
-              for arm in ("nano-mlm40-12", "nano-clm-12")]
-    assert not all(finals), f"killed after the second look's runs were trained: {killed_at}"
+    finals = [(study / "pretraining" / f"{arm}-rep3" / f"step-{B_STEPS}" / "sweeper_checkpoint.json").exists()
+              for arm in ARMS_OF_B]
+    assert not any(finals), "killed during the second look's pretraining, before its runs finished"
+    assert any("look 1" in line and "adding" in line for line in seen), "".join(seen[-80:])
     trials_before = table(study, "trials")
     assert len(trials_before) == 6, "the first look's trials are recorded; the second look's are not"
     status = run_sweeper("status", str(study), address=ray_head[0], env=env).stdout
@@ -142,7 +151,8 @@ def test_equal_arms_grow_to_the_maximum_and_a_killed_driver_resumes_exactly(ray_
     assert len(trials) == 8 and trials["trial_key"].is_unique and set(trials["status"]) == {"ok"}
     assert set(trials["run_name"]) == runs
     # The rerun replays look 1 from the store, plans the same second look and trains only what it lacks.
-    assert result.stdout.count("adding") == 1 and "adding 1 x nano-clm-12, 1 x nano-mlm40-12" in result.stdout, output
+    assert result.stdout.count("adding") == 1, output
+    assert f"adding 1 x {ARMS_OF_B[1]}, 1 x {ARMS_OF_B[0]}" in result.stdout, output
     assert "8 runs: 6 already done" in result.stdout and "8 trials: 6 already recorded" in result.stdout, output
     looks = looks_section((study / "report.md").read_text())
     sc = [line for line in looks.splitlines() if "SC: MLM beats CLM" in line]
