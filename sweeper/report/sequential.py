@@ -134,7 +134,7 @@ def run_looks(grid: TrialGrid, runs: pd.DataFrame, design: SequentialSpec, recor
         verdicts = judge_grid(grid.only(keep), runs, lr_range, config)
         outcome.counts.append(dict(counts))
         open_arms = decide_look(verdicts, states, k, fractions, design, outcome.rows)
-        outcome.verdicts = final_verdicts(verdicts, states)
+        outcome.verdicts = final_verdicts(verdicts, states, len(looks))
         if not open_arms or k == len(looks) - 1:
             break
         grow = {base[arm] for arm in open_arms if arm in base.index}  # an arm is its replicate 0's checkpoint
@@ -182,8 +182,9 @@ def decide_look(verdicts: list[Verdict], states: dict, look: int, fractions: tup
     return open_arms
 
 
-def final_verdicts(verdicts: list[Verdict], states: dict) -> list[Verdict]:
-    """The findings as the looks so far decide them: each part at the look that decided it."""
+def final_verdicts(verdicts: list[Verdict], states: dict, looks: int) -> list[Verdict]:
+    """The findings as the looks so far decide them: each part at the look that decided it, its test
+    naming the group-sequential look (of `looks`) that reached its verdict."""
     out = []
     for verdict in verdicts:
         parts, lines = [], []
@@ -194,10 +195,11 @@ def final_verdicts(verdicts: list[Verdict], states: dict) -> list[Verdict]:
             if part.missing:
                 lines.append(part.line())
             else:
-                when = (f"look {look + 1}" if look is not None else "open")
+                when = f"look {look + 1} of {looks}" if look is not None else "open"
                 why = {FUTILE: " (futile: stopped)", CANNOT_TELL: " (no boundary reached by the last look)"}.get(decision, "")
                 lines.append(f"{at.comparison}: {at.numbers}; {at.test}; p = {p_text(at.p_value)} at {when}, "
                              f"group-sequential -> {shown.verdict}{why}")
+                shown.test = f"{at.test}; group-sequential, {when}{why}"
             parts.append(shown)
         outcomes = [p.verdict for p in parts]
         overall = (CONTRADICTS if CONTRADICTS in outcomes else

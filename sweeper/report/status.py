@@ -18,6 +18,7 @@ from sweeper.plan.load import LoadedStudy
 from sweeper.plan.study_plan import trained_trials
 from sweeper.report import data_problems
 from sweeper.report.analysis import STATUSES
+from sweeper.report.sequential import study_looks
 from sweeper.store import environments, storage
 from sweeper.store.layout import StudyLayout
 from sweeper.store.quarantine import quarantined, relative
@@ -62,10 +63,12 @@ UNCLASSIFIED_LISTED = 10
 
 def study_status(layout: StudyLayout, study: LoadedStudy) -> dict:
     """What `sweeper status` prints of `study` (its spec copy, loaded by sweeper.plan.load.load_study)."""
-    spec, plan = study.spec, study.plan
     runs: dict[str, list[str]] = {"done": [], "running": [], "pending": [], "failed": []}
     damaged: dict[str, str] = {}  # location -> why: markers read as absent
     unreadable: dict[str, str] = {}  # location -> why: store parts left out, left in place
+    trials = read_trials(layout, noted=unreadable).to_pandas()  # a read-only command: damaged parts stay
+    study = at_latest_look(study, trials)
+    spec, plan = study.spec, study.plan
     now = time.time()
     for run in plan.runs:
         run_layout = layout.run(run.name)
@@ -81,7 +84,6 @@ def study_status(layout: StudyLayout, study: LoadedStudy) -> dict:
         else:
             runs["pending"].append(run.name)
     planned = {t.trial_key for t in plan.trials}
-    trials = read_trials(layout, noted=unreadable).to_pandas()  # a read-only command: damaged parts stay
     recorded = trials[trials["trial_key"].isin(planned)]
     known = recorded["status"].isin(STATUSES)
     counts = Counter(recorded.loc[known, "status"])
@@ -110,6 +112,16 @@ def study_status(layout: StudyLayout, study: LoadedStudy) -> dict:
             "overrides": latest_overrides(layout, damaged),
             "unreadable": {relative(layout, location): why for location, why in sorted(unreadable.items())},
             "damaged_markers": {relative(layout, location): why for location, why in sorted(damaged.items())}}
+
+
+def at_latest_look(study: LoadedStudy, trials) -> LoadedStudy:
+    """A sequential plan's study with the replicates its looks so far asked for (the pending look's
+    while it trains: sweeper.report.sequential); any other study as planned."""
+    design = study.spec.pretraining.sequential
+    outcome = study_looks(trials, design) if design is not None else None
+    if outcome is None or not outcome.counts:
+        return study
+    return study.with_replicates(outcome.pending or outcome.counts[-1])
 
 
 def latest_overrides(layout: StudyLayout, damaged: dict[str, str]) -> list[str]:
