@@ -38,7 +38,7 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
-sys.path.insert(0, str(ROOT / "tests"))
+sys.path.insert(0, str(ROOT / "tests" / "support"))
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 TASKS = ("wordnet-supersense-cls", "wordnet-supersense-tag")
 HIDDEN, LAYERS, BERT_FFN, GATED_FFN = 128, 4, 512, 341

@@ -26,7 +26,7 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests" / "support"))
 from verdict_simulation import GROUPS, Scenario, simulate, trial_rows  # noqa: E402
 
 from sweeper.report import findings, robustness  # noqa: E402

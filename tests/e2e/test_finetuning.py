@@ -13,7 +13,7 @@ from sweeper.run.shards import GridShard
 from sweeper.store.layout import StudyLayout
 from sweeper.store.results import read_table, TRIALS
 
-from conftest import ROOT
+from conftest import ROOT, worker_pythonpath
 
 
 def flaky_trainable(config):
@@ -28,7 +28,7 @@ def test_failed_trials_are_recorded_with_their_error_and_the_grid_goes_on(ray_he
     trials = list(plan_study(load_spec(ROOT / "search_spaces" / "smoke.yaml")).trials[:3])
     # Workers import this test module by name to find the trainable.
     ray.init(address=ray_head[0], log_to_driver=False,
-             runtime_env={"env_vars": {"PYTHONPATH": str(ROOT / "tests")}})
+             runtime_env={"env_vars": {"PYTHONPATH": worker_pythonpath(__file__)}})
     try:
         layout = StudyLayout(str(tmp_path))
         shard = GridShard(trials, layout, {(None, t.task): "unused" for t in trials})
@@ -72,7 +72,7 @@ def waiting_trainable(config):
 def test_a_finished_trial_is_written_within_the_flush_interval_while_others_still_run(ray_head, tmp_path):
     trials = list(plan_study(load_spec(ROOT / "search_spaces" / "smoke.yaml")).trials[:2])
     ray.init(address=ray_head[0], log_to_driver=False,
-             runtime_env={"env_vars": {"PYTHONPATH": str(ROOT / "tests")}})
+             runtime_env={"env_vars": {"PYTHONPATH": worker_pythonpath(__file__)}})
     try:
         layout = StudyLayout(str(tmp_path))
         shard = GridShard(trials, layout, {(None, t.task): "unused" for t in trials})

@@ -13,7 +13,7 @@ from __future__ import annotations
 import ast
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 PACKAGES = ("sweeper", "trainables")
 STAGES = ("store", "contract", "spec", "plan", "report", "run", "cli")
 """sweeper's stages, lowest first: a module imports from its own stage and the ones before it."""

@@ -10,7 +10,7 @@ from sweeper.plan.study_plan import plan_study
 from sweeper.contract.configs import PhaseConfig
 from sweeper.spec.reading import SpecError
 
-SPECS = Path(__file__).parent.parent / "search_spaces"
+SPECS = Path(__file__).resolve().parents[3] / "search_spaces"
 
 
 def test_run_names_follow_the_authors_scheme():

@@ -7,7 +7,6 @@ pins the shipped ones).
 """
 from __future__ import annotations
 
-import itertools
 import json
 from pathlib import Path
 
@@ -16,7 +15,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
-from conftest import ROOT, edited_spec, nano_study
+from conftest import ROOT, edited_spec
 from sweeper.plan.load import load_spec
 from sweeper.plan.study_plan import finetune_protocol, plan_study, task_points
 from sweeper.report import analysis
@@ -24,7 +23,6 @@ from sweeper.run.recording import trial_row
 from sweeper.spec.reading import SpecError
 from sweeper.store.layout import StudyLayout
 from sweeper.store.results import EVAL_CURVE_SCHEMA, PROTOCOL_COLUMNS, TRIAL_SCHEMA, TRIALS, read_trials, write_rows
-
 
 
 def smoke_with(tmp_path: Path, *changes: tuple[str, str], name: str = "sweep.yaml") -> Path:
@@ -200,42 +198,3 @@ def test_grid_points_keep_optuna_mode_as_it_was(tmp_path):
     spec = load_spec(ROOT / "tests" / "specs" / "optuna.yaml")
     assert all(t.params == {} for t in plan_study(spec).trials)
     assert spec.finetuning.points() == [{}] and spec.finetuning.swept() == {}
-
-
-E2E_SPEC = nano_study("grid-lr-wd", "    - {objective: mlm}\n", """\
-  tasks: [wordnet-supersense-cls]
-  learning_rates: [0.001, 0.003]
-  weight_decay: [0.0, 0.1]
-  seeds: [0, 1]
-  batch_size: 8
-  micro_batch_size: 8
-  max_steps: 4
-  eval_every: 2
-  max_length: 32
-  max_train_examples: 64
-  max_eval_examples: 32
-""")
-
-
-@pytest.mark.e2e
-def test_a_learning_rate_x_weight_decay_grid_runs_records_selects_and_reports(ray_head, tmp_path):
-    from conftest import run_sweeper
-
-    spec, study = tmp_path / "grid.yaml", tmp_path / "study"
-    spec.write_text(E2E_SPEC)
-    result = run_sweeper("run", str(spec), "--storage", str(study), address=ray_head[0])
-    assert result.returncode == 0, result.stdout[-4000:] + result.stderr[-3000:]
-    table = pq.read_table(study / "results" / "trials").to_pandas()
-    cells = table.groupby(["checkpoint_id", "task", "learning_rate", "weight_decay", "seed"]).size()
-    expected = set(itertools.product(["nano-mlm40-12"], ["wordnet-supersense-cls"], [0.001, 0.003], [0.0, 0.1], [0, 1]))
-    assert set(cells.index) == expected and cells.eq(1).all()
-    assert set(table["status"]) == {"ok"}
-    assert {json.loads(text)["weight_decay"] for text in table["params"]} == {0.0, 0.1}
-    curves = pq.read_table(study / "results" / "eval_curves").to_pandas()
-    assert set(curves["params"]) == set(table["params"]) and curves["weight_decay"].notna().all()
-
-    best = analysis.best_params_table(read_trials(StudyLayout(str(study))).to_pandas())
-    assert len(best) == 1 and best.loc[0, "params.weight_decay"] in (0.0, 0.1) and best.loc[0, "seeds"] == 2
-    report = (study / "report.md").read_text()
-    assert "## Swept: finetuning.weight_decay" in report and "best params" in report
-    assert (study / "figures" / "swept_weight_decay.png").exists()

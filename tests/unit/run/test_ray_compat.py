@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[3]
 SEARCHED = ("sweeper", "trainables", "benchmarks", "tests")
 COMPAT = ROOT / "sweeper" / "run" / "ray_compat.py"
 

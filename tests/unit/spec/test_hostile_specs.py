@@ -20,7 +20,7 @@ import textwrap
 from dataclasses import dataclass, field
 from pathlib import Path
 
-ROOT = Path(__file__).parent.parent
+ROOT = Path(__file__).resolve().parents[3]
 GOOD = (ROOT / "search_spaces" / "smoke.yaml").read_text()
 SECONDS, MEGABYTES = 5.0, 500
 

@@ -10,7 +10,7 @@ import pytest
 from sweeper.plan.load import load_spec
 from sweeper.spec.reading import SpecError
 
-ROOT = Path(__file__).parent.parent
+ROOT = Path(__file__).resolve().parents[3]
 GOOD = (ROOT / "search_spaces" / "smoke.yaml").read_text()
 
 

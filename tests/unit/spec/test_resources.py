@@ -12,7 +12,7 @@ from sweeper.plan.load import load_spec
 from sweeper.spec.resources import layout_problems
 from sweeper.spec.study import ResourcesSpec
 
-ROOT = Path(__file__).parent.parent
+ROOT = Path(__file__).resolve().parents[3]
 
 IMPOSSIBLE = [
     # (resources, key, reason)

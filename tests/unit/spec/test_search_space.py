@@ -25,7 +25,7 @@ from sweeper.plan.study_plan import plan_study
 from sweeper.spec.parsing import Distribution, Grid
 from sweeper.spec.reading import SpecError
 
-ROOT = Path(__file__).parent.parent
+ROOT = Path(__file__).resolve().parents[3]
 SMOKE = (ROOT / "search_spaces" / "smoke.yaml").read_text()
 
 

@@ -132,21 +132,6 @@ def test_compaction_sets_a_damaged_part_aside_and_merges_the_rest(tmp_path):
     assert read_trials(study).num_rows == len(trials) - 1
 
 
-def test_a_damaged_part_in_an_object_store_is_set_aside_there(object_store, monkeypatch, tmp_path):
-    monkeypatch.setenv("SWEEPER_CACHE", str(tmp_path / "cache"))
-    study = StudyLayout(object_store("damage/study"))
-    plan = plan_study(load_spec(SMOKE))
-    write_rows(study, TRIALS, rows_for([t for t in plan.trials if t.seed == 0], "smoke"))
-    bad = write_rows(study, TRIALS, rows_for([t for t in plan.trials if t.seed == 1 and t.task.endswith("cls")],
-                                             "smoke"))[0]
-    storage.write_bytes(bad, b"")
-    assert read_trials(study).num_rows == 20
-    (note,) = quarantined(study)
-    assert note["file"] == f"results/trials/{CLS}/{storage.name(bad)}" and "size is 0" in note["reason"]
-    assert not storage.exists(bad)
-    assert storage.exists(storage.join(study.quarantine, "trials", CLS, storage.name(bad)))
-
-
 def test_a_damaged_marker_reads_as_absent_at_once(tmp_path):
     marker = tmp_path / "plan.json"
     marker.write_bytes(b"")

@@ -10,10 +10,10 @@ import sys
 import pytest
 
 from sweeper.contract import tracking
-from sweeper.store import folders, storage
+from sweeper.store import storage
 from sweeper.store.layout import StudyLayout
 
-from conftest import ROOT, run_sweeper
+from conftest import ROOT
 
 KEY, SECRET = "AKIATEST", "supersecret123"
 URI = f"s3://{KEY}:{SECRET}@bucket/studies/x?endpoint_override=127.0.0.1:9000&scheme=http"
@@ -104,70 +104,3 @@ def test_wandb_sees_neither_the_config_nor_the_command_line_credentials(monkeypa
     with tracking.redacted_argv():
         assert SECRET not in " ".join(sys.argv)
     assert sys.argv[-1] == URI
-
-
-SPEC = """
-study: secrets
-storage: "{storage}"   # the bucket without keys: a spec names none (sweeper.spec.names)
-model: {{preset: nano}}
-data: {{vocab_size: 1024, seq_len: 64, max_documents: 300}}
-pretraining:
-  steps: 20
-  global_batch_size: 4
-  warmup_steps: 2
-  decay_steps: 4
-  log_every: 10
-  runs:
-    - {{objective: clm, checkpoint_steps: [10]}}
-finetuning:
-  tasks: [wordnet-supersense-cls]
-  learning_rates: [0.001]
-  seeds: [0]
-  batch_size: 8
-  micro_batch_size: 8
-  max_steps: 2
-  max_length: 32
-  max_train_examples: 32
-  max_eval_examples: 16
-resources:
-  pretraining_workers: 0
-tracking: {{wandb: true, mode: offline, project: sweeper-tests}}
-"""
-
-
-def files_holding(found: dict[str, bytes], *needles: str) -> list[str]:
-    return sorted(name for name, data in found.items() if any(n.encode() in data for n in needles))
-
-
-@pytest.mark.e2e
-def test_a_study_with_keys_in_its_uri_leaves_them_nowhere(ray_head, tmp_path, object_store):
-    """Tracking on, `--storage` with keys: afterwards neither the key
-    nor the secret is in any object of the study, in any W&B offline file, or in the driver's
-    output (worker logs included: Ray forwards them to the driver)."""
-    study = object_store("secrets/study").replace("testing:testing@", f"{KEY}:{SECRET}@")
-    spec = tmp_path / "secrets.yaml"
-    spec.write_text(SPEC.format(storage=storage.strip_credentials(study)))
-    result = run_sweeper("run", str(spec), "--storage", study, address=ray_head[0])
-    output = result.stdout + result.stderr
-    assert result.returncode == 0, result.stdout[-4000:] + result.stderr[-4000:]
-    assert KEY not in output and SECRET not in output, "credentials are never printed"
-
-    fs, root = storage.filesystem(storage.strip_credentials(study))
-    import pyarrow.fs as pafs
-
-    infos = fs.get_file_info(pafs.FileSelector(root, recursive=True))
-    objects = {}
-    for info in infos:
-        if info.type == pafs.FileType.File:
-            with fs.open_input_stream(info.path) as stream:
-                objects[info.path] = stream.read()
-    assert any(name.endswith("/results/trials") or "/results/trials/" in name for name in objects), sorted(objects)
-    assert files_holding(objects, KEY, SECRET) == []
-    spec_copy = objects[f"{root}/spec.yaml"].decode()
-    assert f'storage: "{storage.strip_credentials(study)}"' in spec_copy, spec_copy
-
-    scratch = folders.scratch_dir(study, "")
-    local = {str(path): path.read_bytes() for path in scratch.rglob("*") if path.is_file()}
-    assert [name for name in local if "offline-run-" in name], "W&B wrote its offline files here"
-    assert files_holding(local, "sweeper-tests"), "the runs' configs went to W&B (stripped)"
-    assert files_holding(local, KEY, SECRET) == []

@@ -4,22 +4,20 @@ from __future__ import annotations
 
 import subprocess
 import sys
-from datetime import datetime, timezone
 from pathlib import Path
 
-import pyarrow.dataset as ds
 import pytest
 
 from sweeper.store import folders, storage
-from sweeper.store.layout import CHECKPOINT_MARKER, TRAINING_STATE, RunLayout, StudyLayout
-from sweeper.store.results import TRIALS, compact, read_table, read_trials, table_dir, write_rows
+from sweeper.store.layout import CHECKPOINT_MARKER, TRAINING_STATE, RunLayout
 
 from conftest import ROOT
 
 
-@pytest.fixture(params=["local", "s3"])
-def location(request, tmp_path, object_store) -> str:
-    return str(tmp_path / "study") if request.param == "local" else object_store(f"unit-{id(request)}/study")
+@pytest.fixture(params=["local"])
+def location(request, tmp_path) -> str:
+    """A folder (tests/e2e/test_object_store.py runs the tests of a location on an s3:// one)."""
+    return str(tmp_path / "study")
 
 
 @pytest.fixture(autouse=True)
@@ -124,26 +122,6 @@ def test_build_once_publishes_a_whole_folder_that_local_copy_reads(location, tmp
         assert copy == Path(target), "a local folder is read where it is"
 
 
-def row(key: str, task: str, status: str = "ok", minute: int = 0) -> dict:
-    return {"study": "s", "trial_key": key, "checkpoint_id": "c", "task": task, "learning_rate": 1e-3, "seed": 0,
-            "status": status, "test_score": 50.0, "finished_at": datetime(2026, 1, 1, 0, minute, tzinfo=timezone.utc)}
-
-
-def test_results_store_in_an_object_store(object_store):
-    study = StudyLayout(object_store("store/study"))
-    write_rows(study, TRIALS, [row("a", "sst2", status="failed"), row("b", "conll2003")])
-    write_rows(study, TRIALS, [row("a", "sst2", minute=5), row("c", "sst2")])
-    assert compact(study, TRIALS) == 2  # the two sst2 batch files merged into one
-    assert storage.list_names(storage.join(table_dir(study, TRIALS), "task=sst2")) != []
-    rows = read_trials(study).to_pandas().set_index("trial_key")
-    assert sorted(rows.index) == ["a", "b", "c"] and rows.loc["a", "status"] == "ok"
-    # Plain pyarrow reads the same Hive-partitioned files from the bucket, no sweeper code involved.
-    fs, path = storage.filesystem(table_dir(study, TRIALS))
-    direct = ds.dataset(path, filesystem=fs, format="parquet", partitioning="hive").to_table()
-    assert sorted(direct.column("task").to_pylist()) == ["conll2003", "sst2", "sst2"]
-    assert read_table(StudyLayout(object_store("store/empty")), TRIALS).num_rows == 0
-
-
 def test_locations_join_display_and_validate():
     uri = "s3://key:secret@bucket/studies/x?endpoint_override=127.0.0.1:9000&scheme=http"
     assert storage.join(uri, "results", "trials") == \
@@ -162,51 +140,3 @@ def test_a_bad_storage_flag_exits_2_before_anything_starts(tmp_path):
     assert result.returncode == 2
     assert "--storage: unsupported storage scheme 'ftp'" in result.stderr
     assert "[study]" not in result.stdout
-
-
-def test_a_spec_may_name_an_object_store_and_a_missing_bucket_stops_the_run(tmp_path, object_store):
-    from sweeper.cli import study_layout_for
-    from sweeper.plan.load import load_spec
-
-    smoke = (ROOT / "search_spaces" / "smoke.yaml").read_text()
-    spec_path = tmp_path / "spec.yaml"
-    # A spec names no credentials (sweeper.spec.names): the bucket as a spec gives it, keys in the environment.
-    spec_path.write_text(smoke + f"storage: {storage.strip_credentials(object_store('from-spec/study'))}\n")
-    spec = load_spec(spec_path)
-    elsewhere = str(tmp_path / "x" / "y")
-    layout = study_layout_for(spec, None)
-    assert layout.root == spec.storage
-    assert study_layout_for(spec, elsewhere) == StudyLayout(elsewhere)
-    missing = object_store("x").replace("@sweeper-tests/", "@no-such-bucket/")
-    result = subprocess.run([sys.executable, "-m", "sweeper", "run", str(spec_path), "--storage", missing],
-                            cwd=ROOT, capture_output=True, text=True)
-    assert result.returncode == 2 and "bucket 'no-such-bucket' does not exist" in result.stderr, result.stderr
-    assert "testing:testing" not in result.stderr and "[study]" not in result.stdout
-
-
-def test_a_small_file_rewritten_while_it_is_read_is_never_read_half(object_store):
-    """pyarrow asks an object's size, then its bytes; a rewrite in between splices two
-    versions (about one read in five here without the re-read). progress.json is rewritten at
-    every log step while `sweeper status` and the tests read it."""
-    import threading
-    import time
-
-    location = storage.join(object_store("rewritten"), "progress.json")
-    storage.write_json(location, {"step": 0})
-    stop = threading.Event()
-
-    def rewrite():
-        step = 0
-        while not stop.is_set():
-            step += 1
-            storage.write_json(location, {"step": step, "pad": "x" * (step % 50)}, indent=None)
-            time.sleep(0.002)  # still ~100 rewrites a second, far more than any real writer
-
-    writer = threading.Thread(target=rewrite)
-    writer.start()
-    try:
-        steps = [storage.read_json(location)["step"] for _ in range(150)]
-    finally:
-        stop.set()
-        writer.join()
-    assert steps == sorted(steps) and steps[-1] > 0
