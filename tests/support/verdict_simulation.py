@@ -1,4 +1,4 @@
-"""Simulated studies for the verdicts' calibration and power (tests/test_verdict_calibration.py,
+"""Simulated studies for the verdicts' calibration and power (tests/unit/report/test_verdict_calibration.py,
 benchmarks/verdict_power.py; docs/statistics.md quotes their numbers).
 
 A study is the paper's 610m grid per (size, budget) group: MLM at 30 and 40 %, CLM, CLM -> MLM at

@@ -1,6 +1,6 @@
 """Checkpoints from elsewhere (`finetuning.checkpoints`) in the spec and the plan: what they are
 keyed by, what a bad source says, and what `sweeper plan` prints without loading their weights.
-The worker side (loading, packing) is tests/test_backbones.py; the whole path is the e2e test
+The worker side (loading, packing) is tests/unit/trainables/test_backbones.py; the whole path is the e2e test
 at the end, on a real local Ray."""
 from __future__ import annotations
 

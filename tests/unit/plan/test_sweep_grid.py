@@ -2,7 +2,7 @@
 
 The plan is the product of the swept fields' grids x learning rates x seeds per (checkpoint,
 task), one trial per distinct protocol; the swept values travel as `params` (trial, config,
-store columns, analysis), and a spec that sweeps nothing keeps its keys (tests/test_pinned_keys.py
+store columns, analysis), and a spec that sweeps nothing keeps its keys (tests/unit/plan/test_pinned_keys.py
 pins the shipped ones).
 """
 from __future__ import annotations
@@ -93,7 +93,7 @@ def test_task_data_is_prepared_once_per_length_and_stride_a_trial_reads(tmp_path
 
     base = load_spec(smoke_with(tmp_path, ("  max_steps: 8 ", "  max_steps: 8 "), name="plain.yaml"))
     qa = "wordnet-supersense-qa"
-    # Unswept: one folder, named by the task, its length and the key of what shapes it (tests/test_cache_keys.py).
+    # Unswept: one folder, named by the task, its length and the key of what shapes it (tests/unit/store/test_cache_keys.py).
     assert task_folder_name(qa, "0123abcd", finetune_protocol(base, qa)).startswith("wordnet-supersense-qa-len48-")
     spec = load_spec(smoke_with(tmp_path, ("  max_length: 48 ", "  max_length: [48, 32] "),
                                 ("  doc_stride: 8 ", "  doc_stride: [8, 4] ")))

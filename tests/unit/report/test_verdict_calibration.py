@@ -1,6 +1,6 @@
 """The verdicts' error rates, measured by simulation (docs/statistics.md quotes these numbers).
 
-Simulated studies (tests/verdict_simulation.py: the paper's 610m grid per size and budget, run
+Simulated studies (tests/support/verdict_simulation.py: the paper's 610m grid per size and budget, run
 through the very code a report runs) under several nulls, each a scenario in which no finding's
 claim is true:
 
@@ -18,7 +18,11 @@ claim is true:
   below MLM on TC; neither 'supports' nor 'contradicts' is then true.
 
 Each allows at most MAX_FALSE false verdicts per finding in NULL_STUDIES draws: the bound a
-true 7.5 % rate exceeds with 95 % probability. Each of four broken rules (no Holm, superiority
+true 7.5 % rate exceeds with 95 % probability. NULL_STUDIES is 256, the fewest at which that bound
+also passes a true 3 % rate with 95 % probability (the rates measured on 600 studies sit at 4 %
+and below, docs/statistics.md); the draws are seeded, so each count is the same on every machine.
+benchmarks/verdict_calibration.py runs the same scenarios on 600 studies (the documented table)
+with that size's bound (34). Each of four broken rules (no Holm, superiority
 instead of non-inferiority, no doubling of the two-sided p, 'supports if any part supports') is
 applied in a test that expects the calibration to fail; and planted effects of 3 noise SDs must
 be found (power).
@@ -39,12 +43,19 @@ from sweeper.report.findings import check_findings, judge_grid
 from sweeper.report.statistics import CONTRADICTS, SUPPORTS, VerdictConfig
 from verdict_simulation import CATEGORIES, GROUPS, SIGMA, Scenario, simulate, trial_rows
 
-NULL_STUDIES = 600
+NULL_STUDIES = 256
 FALSE_RATE, BROKEN_RATE = 0.05, 0.075
-# The most false verdicts of NULL_STUDIES a finding may give (34): a true 7.5 % rate gives more
-# with probability >= 95 %; a true 5 % rate with 20 %, a true 4 % rate with 2 %. The measured rates
-# (docs/statistics.md) sit at 4 % and below.
-MAX_FALSE = int(stats.binom.ppf(0.05, NULL_STUDIES, BROKEN_RATE)) - 1
+
+
+def bound(studies: int) -> int:
+    """The most false verdicts of `studies` a finding may give: a true 7.5 % rate gives more with
+    probability >= 95 %."""
+    return int(stats.binom.ppf(0.05, studies, BROKEN_RATE)) - 1
+
+
+# 12 of 256 (4.7 %): a true 7.5 % rate gives more with probability 95.1 %; a true 3 % rate with
+# 4.7 %, a true 4 % rate with 23 % (600 studies, the benchmark's size, bound 34: 2 %).
+MAX_FALSE = bound(NULL_STUDIES)
 EFFECT = 3 * SIGMA
 RATIO_EFFECT = 4 * SIGMA  # finding 2 rests on one of 4 Bonferroni-adjusted crossing tests per ratio
 EFFECT_STUDIES = 40
@@ -102,20 +113,26 @@ def count_verdicts(scenario: Scenario, checked: tuple[int, ...], seed, studies: 
     return counts
 
 
-def false_verdicts(scenario: Scenario, checked: tuple[int, ...], seed: int) -> pd.DataFrame:
-    """`count_verdicts` over NULL_STUDIES studies, in two processes (CI has two cores), each
+def false_verdicts(scenario: Scenario, checked: tuple[int, ...], seed: int,
+                   studies: int = NULL_STUDIES) -> pd.DataFrame:
+    """`count_verdicts` over `studies` studies, in two processes (CI has two cores), each
     drawing from its own child of `seed`: the same counts on every machine."""
     children = np.random.SeedSequence(seed).spawn(2)
-    halves = (NULL_STUDIES // 2, NULL_STUDIES - NULL_STUDIES // 2)
+    halves = (studies // 2, studies - studies // 2)
     with ProcessPoolExecutor(2, mp_context=multiprocessing.get_context("fork")) as pool:
         parts = pool.map(count_verdicts, [scenario] * 2, [checked] * 2, children, halves)
         return sum(parts, start=pd.DataFrame(0, index=list(checked), columns=[SUPPORTS, CONTRADICTS]))
 
 
 def test_the_bound_fails_a_seven_and_a_half_percent_rate():
-    assert NULL_STUDIES >= 300 and stats.binom.cdf(MAX_FALSE, NULL_STUDIES, BROKEN_RATE) <= 0.05
-    assert stats.binom.sf(MAX_FALSE, NULL_STUDIES, 0.04) < 0.05  # a 4 % procedure passes
-    assert MAX_FALSE / NULL_STUDIES < 0.06
+    assert stats.binom.cdf(MAX_FALSE, NULL_STUDIES, BROKEN_RATE) <= 0.05
+    assert stats.binom.sf(MAX_FALSE, NULL_STUDIES, 0.03) < 0.05  # a 3 % procedure passes
+    assert MAX_FALSE / NULL_STUDIES < FALSE_RATE
+    # Fewer studies cannot tell 3 % from 7.5 % so: NULL_STUDIES is the size that decides the bound.
+    assert all(stats.binom.sf(bound(n), n, 0.03) >= 0.05 or stats.binom.cdf(bound(n), n, BROKEN_RATE) > 0.05
+               for n in range(100, NULL_STUDIES))
+    # The benchmark's size keeps the documented bound (docs/statistics.md).
+    assert bound(600) == 34 and stats.binom.sf(34, 600, 0.04) < 0.05
 
 
 @pytest.mark.parametrize("name", list(SCENARIOS))

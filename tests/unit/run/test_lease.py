@@ -206,4 +206,4 @@ def test_racing_takers_on_a_disk_get_one_lease(tmp_path, stale):
 
 
 # The e2e case (a second driver refused, a third taking over from a SIGKILLed first, 0 lost and
-# 0 duplicated trials) runs inside tests/test_resume.py's driver-kill test, which kills a driver anyway.
+# 0 duplicated trials) runs inside tests/e2e/test_resume.py's driver-kill test, which kills a driver anyway.

@@ -364,7 +364,7 @@ def line_of(content: str | bytes, text: str) -> int:
 def test_every_hostile_spec_exits_2_quickly_small_and_without_ray(tmp_path):
     """All cases through the real CLI in one fresh interpreter: status 2, the file (line, key)
     and the reason on stderr, no traceback, < 5 s and < 500 MB each, Ray never imported."""
-    assert len(CASES) >= 133  # 103 before #29, 30 added by it (the plan bombs: tests/test_plan_limits.py)
+    assert len(CASES) >= 133  # 103 before #29, 30 added by it (the plan bombs: tests/unit/plan/test_plan_limits.py)
     runs = []
     for index, case in enumerate(CASES):
         folder = tmp_path / f"case_{index:03d}"

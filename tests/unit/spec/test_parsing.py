@@ -318,7 +318,7 @@ def test_every_value_an_accepted_q_form_draws_lies_in_the_fields_bounds():
 def test_keys_in_a_spec_are_refused_unechoed_and_the_command_line_keeps_taking_them(tmp_path):
     """A spec is shared and copied into the study: `user:secret@` in its storage is exit 2, with
     the URI shown without them and where keys go instead; `--storage` still takes them (the
-    driver keeps them to itself, tests/test_secrets.py)."""
+    driver keeps them to itself, tests/unit/store/test_secrets.py)."""
     from sweeper.spec.names import location_problem
 
     path = tmp_path / "keys.yaml"

@@ -1,7 +1,7 @@
 """Resource layouts no cluster runs as written (sweeper.spec.resources, #28): each is refused by
 `StudySpec.check` naming its `resources.` key; the layouts that run (shipped specs, packed trial
 GPUs, DDP and FSDP on whole GPUs, a fractional GPU in local mode) are not. Through the CLI:
-tests/test_hostile_specs.py."""
+tests/unit/spec/test_hostile_specs.py."""
 from __future__ import annotations
 
 from pathlib import Path

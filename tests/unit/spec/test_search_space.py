@@ -4,7 +4,7 @@ Pretraining: any run field given as a grid (a YAML list or `{grid_search: [...]}
 runs, named with the values that differ from the field's base (sweeper.plan.runs); a distribution
 there is a spec error. Fine-tuning protocol fields take Tune's vocabulary, each form checked
 (arity, types, bounds, lo < hi, loguniform lo > 0) with exit 2, the file, line and key path, and
-no Ray. Unswept specs keep their runs, names and keys (tests/test_pinned_keys.py pins them).
+no Ray. Unswept specs keep their runs, names and keys (tests/unit/plan/test_pinned_keys.py pins them).
 """
 from __future__ import annotations
 
@@ -325,7 +325,7 @@ def test_every_malformed_form_exits_2_through_the_plan_command_without_ray(tmp_p
 
 
 def test_a_fine_tuning_grid_plans_in_grid_mode_and_is_refused_in_optuna_mode(tmp_path):
-    """A grid over a protocol field multiplies the grid's trials (tests/test_sweep_grid.py says
+    """A grid over a protocol field multiplies the grid's trials (tests/unit/plan/test_sweep_grid.py says
     how); optuna mode samples its points, so there a grid is refused with the choice that says
     the same (exit 2) rather than planning trials that ignore it."""
     grid = smoke_with(("  max_steps: 8 ", "  max_steps: 8\n  weight_decay: [0.0, 0.1] "))

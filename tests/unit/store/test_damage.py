@@ -186,4 +186,4 @@ def test_publish_tree_fsyncs_every_file_and_folder_then_the_parent(tmp_path, syn
 
 
 # The e2e case (`sweeper run` after a truncated part and empty markers reruns exactly the lost
-# trials) runs on the smoke study in tests/test_e2e.py, which is recorded there anyway.
+# trials) runs on the smoke study in tests/e2e/test_smoke_study.py, which is recorded there anyway.

@@ -1,11 +1,11 @@
 """Checkpoints the study did not train fine-tune as its own do (trainables/backbones.py).
 
-On a tiny BERT, ModernBERT, EuroBERT, Llama and Qwen3 (tests/tiny_checkpoints.py) with their own
+On a tiny BERT, ModernBERT, EuroBERT, Llama and Qwen3 (tests/support/tiny_checkpoints.py) with their own
 tokenizers: the wrapper computes what each model computes with its own masks (decoders: made
 bidirectional), packed batches give the padded loss, gradients and scores through the real task
 heads, the probe trusts packing for each of them and catches a backbone that lets packed
 examples see each other, which then trains with dynamic padding; QA encodes with tokenizers that
-have no CLS or BOS. Tolerances as in tests/test_packing.py: fp32 where a single pass is
+have no CLS or BOS. Tolerances as in tests/unit/trainables/test_packing.py: fp32 where a single pass is
 compared, fp64 where AdamW's steps would amplify rounding.
 """
 from __future__ import annotations
