@@ -27,6 +27,9 @@ def main() -> int:
     parser.add_argument("--seed", type=int, default=2507_00994)
     args = parser.parse_args()
     most = bound(args.studies)
+    if most < 0:
+        parser.error(f"{args.studies} studies give no bound: a true {BROKEN_RATE:.1%} rate shows no false verdict "
+                     "with probability over 5 %")
     print(f"{args.studies} studies per scenario; at most {most} false verdicts per finding "
           f"({most / args.studies:.1%}; a true {BROKEN_RATE:.1%} rate exceeds it with probability >= 95 %)")
     failed = []
