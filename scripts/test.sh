@@ -2,8 +2,9 @@
 # Set up (pip only when pyproject.toml or constraints.txt changed, scripts/setup.sh), then run
 # the tests. Two tiers (tests/README.md says where a test goes):
 #
-#   bash scripts/test.sh quick   tests/unit: starts no Ray, no server and no study (the guard in
-#                                tests/support/quick_tier.py fails a test that does); after each edit.
+#   bash scripts/test.sh quick   tests/unit but its few `slow` tests: starts no Ray, no server and no
+#                                study (the guard in tests/support/quick_tier.py fails a test that
+#                                does); after each edit.
 #   bash scripts/test.sh         the whole suite, tests/unit and tests/e2e (studies, Ray Tune and
 #                                Train on a real local Ray cluster, moto's S3 server); what CI runs.
 #
@@ -15,8 +16,10 @@ cd "$(dirname "$0")/.."
 bash scripts/setup.sh
 export RAY_AUTH_MODE=disabled HF_HUB_OFFLINE=1 HF_DATASETS_OFFLINE=1
 folders=(tests)
+quick=()
 if [ "${1:-}" = quick ]; then
   folders=(tests/unit)
+  quick=(-m "not slow")
   shift
 fi
 for arg in "$@"; do
@@ -26,7 +29,7 @@ for arg in "$@"; do
   fi
 done
 status=0
-.venv/bin/python -m pytest -q -p no:cacheprovider --durations=15 "${folders[@]}" "$@" || status=$?
+.venv/bin/python -m pytest -q -p no:cacheprovider --durations=15 "${quick[@]}" "${folders[@]}" "$@" || status=$?
 if [ "$status" -eq 5 ]; then
   echo "test.sh: pytest collected no test (exit status 5): nothing was checked" >&2
 fi

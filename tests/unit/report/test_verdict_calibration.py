@@ -135,6 +135,7 @@ def test_the_bound_fails_a_seven_and_a_half_percent_rate():
     assert bound(600) == 34 and stats.binom.sf(34, 600, 0.04) < 0.05
 
 
+@pytest.mark.slow  # ~10-30 CPU-s per scenario (two processes)
 @pytest.mark.parametrize("name", list(SCENARIOS))
 def test_no_true_claim_gives_a_verdict_at_most_five_percent_of_the_time(name):
     scenario, checked = SCENARIOS[name]
@@ -193,6 +194,7 @@ BREAKAGES = {
 }
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("name", list(BREAKAGES))
 def test_a_broken_rule_makes_the_calibration_fail(name, monkeypatch):
     scenario, breaking, config = BREAKAGES[name]

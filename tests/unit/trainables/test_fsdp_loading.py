@@ -152,6 +152,7 @@ def state_bytes(state: dict) -> int:
     return sum(t.numel() * t.element_size() for entry in state["state"].values() for t in entry.values())
 
 
+@pytest.mark.slow  # ~50 CPU-s: two gloo processes load a sharded checkpoint
 def test_rank_1_never_holds_the_full_model_or_optimizer_state_while_a_checkpoint_loads(runs):
     state = torch.load(runs / f"step-{RESUME_AT}" / TRAINING_STATE, weights_only=True)
     optimizer_bytes = state_bytes(state["optimizer"])
