@@ -152,7 +152,7 @@ def state_bytes(state: dict) -> int:
     return sum(t.numel() * t.element_size() for entry in state["state"].values() for t in entry.values())
 
 
-@pytest.mark.slow  # ~50 CPU-s: two gloo processes load a sharded checkpoint
+@pytest.mark.slow  # with the next: ~50 CPU-s of the `runs` fixture (two gloo processes, twice)
 def test_rank_1_never_holds_the_full_model_or_optimizer_state_while_a_checkpoint_loads(runs):
     state = torch.load(runs / f"step-{RESUME_AT}" / TRAINING_STATE, weights_only=True)
     optimizer_bytes = state_bytes(state["optimizer"])
@@ -172,6 +172,7 @@ def test_rank_1_never_holds_the_full_model_or_optimizer_state_while_a_checkpoint
     assert load["whole"] < optimizer_bytes, load
 
 
+@pytest.mark.slow
 def test_a_run_resumed_half_way_trains_the_weights_of_the_uninterrupted_run(runs):
     """Same float operations on the same values in the same order (the checkpoint stores the fp32
     weights and AdamW state exactly, batches and draws are functions of the step, the process
