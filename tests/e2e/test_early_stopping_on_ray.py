@@ -4,7 +4,6 @@ from __future__ import annotations
 from pathlib import Path
 import sys
 
-import pyarrow.parquet as pq
 import pytest
 import ray
 from ray import tune
@@ -12,14 +11,12 @@ from ray.tune.search import Searcher
 
 from conftest import worker_pythonpath
 from sweeper.plan.load import load_spec
-from sweeper.report import analysis
 from sweeper.run.early_stopping import TIME_ATTR, make_scheduler
 from sweeper.run.ray_compat import resume_held_trial
 from sweeper.run.progress import ProgressLine
 from sweeper.run.recording import FINAL, ResultsRecorder
 from sweeper.run.search import SEARCH_METRIC
-from sweeper.store.layout import StudyLayout
-from sweeper.store.results import EVAL_CURVES, TRIALS, read_table, read_trials
+from sweeper.store.results import EVAL_CURVES, read_table, read_trials
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "unit" / "run"))
 from test_early_stopping import es_spec, smoke_shard  # noqa: E402
@@ -115,39 +112,3 @@ def test_tune_stops_a_points_seeds_together_and_hands_their_last_point_to_the_se
     curves = read_table(layout, EVAL_CURVES).to_pandas()
     for trial in trials[4:6]:
         assert curves[curves["trial_key"] == trial.trial_key]["step"].tolist() == [2]
-
-
-@pytest.mark.e2e
-def test_an_optuna_search_with_asha_records_stopped_trials_and_a_rerun_adds_nothing(ray_head, tmp_path):
-    from conftest import run_sweeper
-
-    spec, study = es_spec(tmp_path), tmp_path / "study"
-    first = run_sweeper("run", str(spec), "--storage", str(study), address=ray_head[0])
-    assert first.returncode == 0, first.stdout[-4000:] + first.stderr[-3000:]
-    rows = pq.read_table(study / "results" / "trials").to_pandas()
-    assert len(rows) == 5 * 2 and rows["trial_key"].is_unique  # the search ran all its samples x seeds
-    assert sorted(rows["sample"].unique()) == list(range(5))
-    assert (rows.groupby("sample")["learning_rate"].nunique() == 1).all()
-    assert set(rows["status"]) == {"ok", "stopped"}, rows[["sample", "seed", "status", "validation_score"]]
-    stopped, ok = rows[rows["status"] == "stopped"], rows[rows["status"] == "ok"]
-    assert stopped["test_score"].isna().all() and ok["test_score"].notna().all()
-    assert set(stopped["train_steps"]) <= {2, 4, 6} and set(ok["train_steps"]) == {8}
-    curves = pq.read_table(study / "results" / "eval_curves").to_pandas()
-    for row in stopped.itertuples():  # the row's score is its last curve point
-        mine = curves[curves["trial_key"] == row.trial_key].sort_values("step")
-        assert mine["step"].iloc[-1] == row.train_steps and mine["validation_score"].iloc[-1] == row.validation_score
-        assert mine["step"].tolist() == list(range(2, row.train_steps + 1, 2))
-    # A sample is one point: its seeds all ran to their end, or were all stopped.
-    by_sample = rows.groupby("sample")["status"].agg(lambda s: "/".join(sorted(set(s))))
-    assert set(by_sample) <= {"ok", "stopped"}, rows[["sample", "seed", "status", "train_steps"]]
-    best = analysis.best_params_table(read_trials(StudyLayout(str(study))).to_pandas())
-    assert len(best) == 1 and best.loc[0, "learning_rate"] in set(ok["learning_rate"])
-    assert best.loc[0, "seeds"] == 2, "selected among points that finished every seed"
-
-    status = run_sweeper("status", str(study), address=ray_head[0])
-    assert f"10 trials: {len(ok)} ok, {len(stopped)} stopped, 0 running, 0 pending" in status.stdout, status.stdout
-
-    again = run_sweeper("run", str(spec), "--storage", str(study), address=ray_head[0])
-    assert again.returncode == 0, again.stdout[-4000:] + again.stderr[-3000:]
-    assert "10 already recorded, 0 blocked by failed runs, 0 to run" in again.stdout
-    assert len(read_table(StudyLayout(str(study)), TRIALS)) == 10

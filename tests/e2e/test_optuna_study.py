@@ -83,9 +83,37 @@ def check_studies_match_the_store(study: Path, rows: pd.DataFrame, samples: int)
             assert trial.value == pytest.approx(scores.mean())
 
 
+def check_stopped_rows(study: Path, rows: pd.DataFrame, max_steps: int, eval_every: int) -> None:
+    """Stopped rows have no test score and end at their last curve point, finished rows ran every
+    step, and a sample is one point: its seeds all finished, or were all stopped."""
+    stopped, ok = rows[rows["status"] == "stopped"], rows[rows["status"] == "ok"]
+    assert stopped["test_score"].isna().all() and ok["test_score"].notna().all()
+    assert set(stopped["train_steps"]) <= set(range(eval_every, max_steps, eval_every))
+    assert set(ok["train_steps"]) == {max_steps}
+    curves = pq.read_table(study / "results" / "eval_curves").to_pandas()
+    for row in stopped.itertuples():  # the row's score is its last curve point
+        mine = curves[curves["trial_key"] == row.trial_key].sort_values("step")
+        assert mine["step"].iloc[-1] == row.train_steps and mine["validation_score"].iloc[-1] == row.validation_score
+        assert mine["step"].tolist() == list(range(eval_every, row.train_steps + 1, eval_every))
+    by_sample = rows.groupby(["checkpoint_id", "task", "sample"])["status"].agg(lambda s: "/".join(sorted(set(s))))
+    assert set(by_sample) <= {"ok", "stopped"}, rows[["sample", "seed", "status", "train_steps"]]
+
+
 @pytest.mark.e2e
 def test_joint_optuna_search_with_asha_records_samples_extends_and_reads_back(ray_head, tmp_path):
+    """A joint Optuna search (learning rate x weight decay) with ASHA through `sweeper run`: one row
+    per cell x sample x seed, each cell's Optuna study matching the store; a fourth sample runs
+    alone; the report's importances; stopped rows, the selection, `sweeper status` and a rerun.
+
+    Merged here (#35) from test_an_optuna_search_with_asha_records_stopped_trials_and_a_rerun_adds_nothing
+    (tests/test_early_stopping.py), which ran the same path (an Optuna search with ASHA through
+    `sweeper run` on the test head) on a one-cell learning-rate search of 5 samples and checked
+    what check_stopped_rows checks, that the best point is chosen among points that finished
+    every seed, that `sweeper status` counts ok and stopped trials, and that a rerun adds nothing:
+    all checked below on this search. That ASHA does stop a point's seeds together is shown on
+    Tune itself by tests/e2e/test_early_stopping_on_ray.py."""
     from conftest import run_sweeper
+    from sweeper.report import analysis
 
     spec, study = tmp_path / "joint.yaml", tmp_path / "study"
     spec.write_text(E2E_SPEC)
@@ -119,3 +147,17 @@ def test_joint_optuna_search_with_asha_records_samples_extends_and_reads_back(ra
     section = report.split("## Parameter importances")[1].split("\n## ")[0]
     assert "| task | objective | cells | learning_rate | weight_decay |" in section
     assert "| wordnet-supersense-cls | mlm | 2 |" in section
+
+    check_stopped_rows(study, rows, max_steps=6, eval_every=2)
+    ok = rows[rows["status"] == "ok"]
+    best = analysis.best_params_table(rows)
+    assert len(best) == 2 and (best["seeds"] == 2).all(), "selected among points that finished every seed"
+    for chosen in best.itertuples():
+        assert chosen.learning_rate in set(ok.loc[ok["checkpoint_id"] == chosen.checkpoint_id, "learning_rate"])
+    status = run_sweeper("status", str(study), address=ray_head[0])
+    stopped_count = len(rows) - len(ok)
+    assert f"16 trials: {len(ok)} ok, {stopped_count} stopped, 0 running, 0 pending" in status.stdout, status.stdout
+    again = run_sweeper("run", str(more), "--storage", str(study), address=ray_head[0])
+    assert again.returncode == 0, again.stdout[-4000:] + again.stderr[-3000:]
+    assert "16 already recorded, 0 blocked by failed runs, 0 to run" in again.stdout
+    assert len(read_table(StudyLayout(str(study)), TRIALS)) == 16
