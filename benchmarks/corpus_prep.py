@@ -4,7 +4,7 @@ text, and the peak RSS of the driver and the workers at 1x and 2x the corpus siz
 
     python benchmarks/corpus_prep.py [--megabytes 100] [--files 20]
 
-Starts its own local Ray (2 CPUs). The text is synthetic (tests/test_corpus_prep.py's
+Starts its own local Ray (2 CPUs). The text is synthetic (tests/e2e/test_corpus_prep.py's
 generator) and the tokenizer word-level (one token per word), as in the test; every run sets
 TOKENIZERS_PARALLELISM=false, so one worker is one core.
 """
@@ -17,7 +17,8 @@ import tempfile
 import time
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).parent.parent / "tests"))
+# The synthetic corpus is the e2e test's (which imports the tests' conftest and support modules).
+sys.path[:0] = [str(Path(__file__).parent.parent / "tests" / folder) for folder in ("e2e", "support", ".")]
 os.environ["TOKENIZERS_PARALLELISM"] = "false"
 os.environ.setdefault("RAY_AUTH_MODE", "disabled")
 

@@ -8,7 +8,7 @@ trials: sequence classification (`wordnet-supersense-cls`) and token classificat
 `--seeds` seeds per task, one thread, through `trainables.finetune_loop.run_trial` (what a Tune
 worker calls; no Ray here, so only the trial's own work is timed).
 
-The two models are sized alike: a tiny random BERT (tests/tiny_checkpoints.py: hidden 128, 4
+The two models are sized alike: a tiny random BERT (tests/support/tiny_checkpoints.py: hidden 128, 4
 layers, feed-forward 512, two matrices) brought in as `finetuning.checkpoints` would bring it
 (planned, then imported into a study folder: sweeper.run.checkpoint_import), and a `llama_encoder` of hidden
 128, 4 layers and a gated feed-forward of 341 (3 x 341 ~ 2 x 512 weights per layer), saved as a
@@ -38,7 +38,7 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
-sys.path.insert(0, str(ROOT / "tests"))
+sys.path.insert(0, str(ROOT / "tests" / "support"))
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 TASKS = ("wordnet-supersense-cls", "wordnet-supersense-tag")
 HIDDEN, LAYERS, BERT_FFN, GATED_FFN = 128, 4, 512, 341

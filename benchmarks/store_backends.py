@@ -66,7 +66,7 @@ def main() -> None:
     parser.add_argument("--trials", type=int, default=18_000)
     args = parser.parse_args()
     from sweeper.store.layout import StudyLayout
-    sys.path.insert(0, str(ROOT / "tests"))  # the loopback S3 server lives with the tests
+    sys.path.insert(0, str(ROOT / "tests" / "support"))  # the loopback S3 server lives with the tests
     from local_s3 import local_s3
 
     rows = trial_rows(args.trials)

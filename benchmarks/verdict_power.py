@@ -1,7 +1,7 @@
 """Benchmark 12: the verdicts' power at the paper's 610m effects, by pretraining replicates; and the
 time of the report's verdicts and robustness card on an 18,000-row store.
 
-Power: simulated studies (tests/verdict_simulation.py: noise SD 1 point per trial, a (task, seed)
+Power: simulated studies (tests/support/verdict_simulation.py: noise SD 1 point per trial, a (task, seed)
 effect of SD 1.5 shared by every checkpoint, run-to-run SD `--run-sd` per run and category, 5
 fine-tuning seeds, 4-6 learning rates) of one 610m @ 42k group, with the category differences of
 the paper's Table/Fig. (docs/../shared/design/study.md): MLM-40 minus CLM: SC +3.42, TC -0.48,
@@ -26,7 +26,7 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests" / "support"))
 from verdict_simulation import GROUPS, Scenario, simulate, trial_rows  # noqa: E402
 
 from sweeper.report import findings, robustness  # noqa: E402

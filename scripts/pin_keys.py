@@ -1,6 +1,6 @@
 """Write tests/data/pinned_keys.json: every run key and trial key of the shipped and test specs.
 
-Run once before a change that must not alter keys; `tests/test_pinned_keys.py` compares the plan
+Run once before a change that must not alter keys; `tests/unit/plan/test_pinned_keys.py` compares the plan
 of each spec against this file. Small specs are pinned key by key (a failure names the cell);
 paper.yaml's 18,000 trial keys are pinned as a count and a SHA-256 over the sorted lines.
 """

@@ -15,6 +15,10 @@ import pytest
 
 ROOT = Path(__file__).parent.parent
 BIN = Path(sys.executable).parent
+TESTS = Path(__file__).parent
+# tests/support holds the modules tests and benchmarks import by name (tiny_checkpoints, local_s3,
+# verdict_simulation); a test's own folder is on sys.path through pytest's default import mode.
+sys.path.insert(0, str(TESTS / "support"))
 
 
 SMOKE_SPEC = (ROOT / "search_spaces" / "smoke.yaml").read_text()
@@ -51,6 +55,14 @@ os.environ["AWS_EC2_METADATA_DISABLED"] = "true"
 os.environ.pop("AWS_SESSION_TOKEN", None)
 
 from local_s3 import free_port  # noqa: E402
+# The quick tier's guard (tests/support/quick_tier.py): its hooks, registered through this conftest.
+from quick_tier import pytest_collection_modifyitems, pytest_runtest_makereport, pytest_runtest_protocol  # noqa: E402,F401
+
+
+def worker_pythonpath(test_file: str) -> str:
+    """PYTHONPATH for Ray workers that import a test module by name (to find a trainable defined
+    there): the module's folder, tests/ (its `from conftest import`) and tests/support."""
+    return os.pathsep.join([str(Path(test_file).resolve().parent), str(TESTS), str(TESTS / "support")])
 
 
 def ray_cli(*args: str, env=None, timeout: float = 600, new_session: bool = False) -> subprocess.CompletedProcess:

@@ -1,6 +1,6 @@
 """Loaded by every Python process of one node of the multi-node test cluster (tests/conftest.py
 puts this folder on the node's PYTHONPATH): logs each file-system access of the process to a
-path below any node's folders, so tests/test_multinode.py can assert that no node touched
+path below any node's folders, so tests/e2e/test_multinode.py can assert that no node touched
 another node's folders (a cache read across nodes works on one machine and fails on a cluster).
 
 Python's audit events cover `open` from Python code (json, numpy's np.load, torch.load, a

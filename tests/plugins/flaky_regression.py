@@ -1,5 +1,5 @@
 """A task whose trials fail while a poison file exists: the deterministic fault behind the
-`--retry-failed` test (tests/test_study_management.py), with no change to the spec between runs.
+`--retry-failed` test (tests/e2e/test_study_management.py), with no change to the spec between runs.
 
 The test copies this module and the toy regression rows into a temporary folder that it puts on
 PYTHONPATH, so the task's source, and the poison file beside it, are that folder's: the driver

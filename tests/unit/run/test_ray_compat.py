@@ -1,0 +1,95 @@
+"""Ray's and Tune's private API is used in one module, sweeper/run/ray_compat.py, behind a version
+check: the source is searched (stdlib `ast`) for private Ray names anywhere else, and the check
+refuses a Ray it was not tested with."""
+from __future__ import annotations
+
+import ast
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[3]
+SEARCHED = ("sweeper", "trainables", "benchmarks", "tests")
+COMPAT = ROOT / "sweeper" / "run" / "ray_compat.py"
+
+
+def private(name: str) -> bool:
+    return name.startswith("_") and not (name.startswith("__") and name.endswith("__"))
+
+
+def private_ray_uses(path: Path) -> list[str]:
+    """`line: what` for each private Ray or Tune name in the file: an import of a private Ray
+    module (`ray._private`, `ray.tune.execution._x`), and, in a module that imports Ray, any
+    `._name` attribute, `getattr(x, "_name")`, `_name=` keyword argument or `_name` class
+    attribute (Tune reads a scheduler subclass's `_metric`: overriding it is private use too)."""
+    tree = ast.parse(path.read_text())
+    found, imports_ray = [], False
+    for node in ast.walk(tree):
+        modules = ([alias.name for alias in node.names] if isinstance(node, ast.Import)
+                   else [node.module or ""] if isinstance(node, ast.ImportFrom) and not node.level else [])
+        for module in modules:
+            if module.split(".")[0] == "ray":
+                imports_ray = True
+                if any(private(part) for part in module.split(".")):
+                    found.append(f"{node.lineno}: import of {module}")
+        if isinstance(node, ast.ImportFrom) and (node.module or "").split(".")[0] == "ray":
+            found += [f"{node.lineno}: import of {node.module}.{a.name}" for a in node.names if private(a.name)]
+    if not imports_ray:
+        return found
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Attribute) and private(node.attr):
+            found.append(f"{node.lineno}: .{node.attr}")
+        elif isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and node.func.id in ("getattr", "setattr",
+                                                                                                  "hasattr"):
+            if len(node.args) > 1 and isinstance(node.args[1], ast.Constant) and private(str(node.args[1].value)):
+                found.append(f"{node.lineno}: {node.func.id}(..., {node.args[1].value!r})")
+        if isinstance(node, ast.Call):
+            found += [f"{node.lineno}: keyword {k.arg}=" for k in node.keywords if k.arg and private(k.arg)]
+        if isinstance(node, ast.ClassDef):
+            for item in node.body:
+                targets = item.targets if isinstance(item, ast.Assign) else [item.target] if isinstance(
+                    item, ast.AnnAssign) else []
+                found += [f"{item.lineno}: class attribute {t.id}" for t in targets
+                          if isinstance(t, ast.Name) and private(t.id)]
+    return found
+
+
+def test_no_private_ray_or_tune_name_outside_the_compat_module():
+    found = [f"{path.relative_to(ROOT)}:{use}" for package in SEARCHED for path in sorted((ROOT / package).rglob("*.py"))
+             if path != COMPAT for use in private_ray_uses(path)]
+    assert not found, "private Ray/Tune API outside sweeper/run/ray_compat.py:\n" + "\n".join(found)
+
+
+def test_the_search_finds_each_kind_of_private_use(tmp_path):
+    bad = tmp_path / "bad.py"
+    bad.write_text("import ray\nfrom ray._private import ray_constants\nfrom ray.tune import _x\n"
+                   "ray.init(_node_ip_address='127.0.0.1')\n"
+                   "class S:\n    _supports_buffered_results = False\n"
+                   "def f(c, t):\n    c._tune_controller._schedule_trial_train(t)\n"
+                   "    getattr(c, '_tune_controller', c)\n")
+    assert sorted(private_ray_uses(bad)) == [
+        "2: import of ray._private", "3: import of ray.tune._x", "4: keyword _node_ip_address=",
+        "6: class attribute _supports_buffered_results", "8: ._schedule_trial_train", "8: ._tune_controller",
+        "9: getattr(..., '_tune_controller')"]
+    bad.write_text(bad.read_text().replace("import ray\n", "").replace("from ray.", "from raylike."))
+    assert private_ray_uses(bad) == [], "private names of other libraries (torch._foreach_mul_) are theirs"
+    assert private_ray_uses(COMPAT), "the compat module itself is where they are"
+
+
+def test_an_untested_ray_is_refused_by_name(monkeypatch):
+    import ray
+
+    from sweeper.run import ray_compat
+
+    ray_compat.require_tested_ray.cache_clear()
+    monkeypatch.setattr(ray, "__version__", "2.99.1")
+    try:
+        with pytest.raises(RuntimeError, match=r"Ray 2\.99\.1 is installed.*2\.60\.x"):
+            ray_compat.require_tested_ray()
+        with pytest.raises(RuntimeError, match=r"Ray 2\.99\.1"):
+            ray_compat.resume_held_trial(object(), object())
+    finally:
+        ray_compat.require_tested_ray.cache_clear()
+    monkeypatch.undo()
+    assert ray.__version__.startswith(ray_compat.TESTED_RAY_VERSIONS), "the pinned Ray is a tested one"
+    ray_compat.require_tested_ray()

@@ -1,0 +1,66 @@
+"""The environment that shapes a study's numbers (sweeper.store.environments): what a worker
+reports (trainables.environment), how the study keeps it, and where status and the report show it."""
+from __future__ import annotations
+
+import shutil
+from pathlib import Path
+
+import torch
+from conftest import ROOT
+
+from sweeper.plan.load import load_study
+from sweeper.report.status import print_status
+from sweeper.report.writer import build_report
+from sweeper.store import environments
+from sweeper.store.layout import StudyLayout
+from trainables.environment import describe
+
+
+
+def test_a_worker_reports_every_field_that_shapes_the_numbers():
+    found = describe()
+    assert set(environments.SHAPING) <= set(found)
+    assert found["torch_cpu_capability"] == torch.backends.cpu.get_cpu_capability()
+    assert found["torch_threads"] == torch.get_num_threads() and found["cpu_count"] >= 1
+    assert {"torch", "transformers", "tokenizers", "ray", "numpy"} <= set(found["packages"])
+    assert found["packages"]["torch"] == torch.__version__
+    assert (found["gpu"] is None) == (not torch.cuda.is_available())
+
+
+def test_the_study_keeps_one_entry_per_environment(tmp_path):
+    layout = StudyLayout(str(tmp_path / "study"))
+    (tmp_path / "study").mkdir()
+    here = describe()
+    assert environments.record(layout, here, "001-abc")
+    assert not environments.record(layout, dict(here), "001-abc"), "a resume on the same environment adds nothing"
+    assert environments.record(layout, {**here, "torch_cpu_capability": "AVX2"}, "002-def")
+    kept = environments.entries(layout)
+    assert [e["spec"] for e in kept] == ["001-abc", "002-def"] and kept[-1]["torch_cpu_capability"] == "AVX2"
+    assert all(e["recorded_at"] for e in kept)
+    summary = "\n".join(environments.summary(layout))
+    assert "CPU path AVX2" in summary and "1 earlier environment(s) differ" in summary
+
+
+def study_with_environment(tmp_path) -> StudyLayout:
+    study = tmp_path / "smoke"
+    study.mkdir()
+    shutil.copy(ROOT / "search_spaces" / "smoke.yaml", study / "spec.yaml")
+    layout = StudyLayout(str(study))
+    environments.record(layout, {**describe(), "torch_cpu_capability": "AVX512", "torch_threads": 3}, "001-abc")
+    return layout
+
+
+def test_status_and_report_show_the_environment(tmp_path, capsys):
+    layout = study_with_environment(tmp_path)
+    print_status(layout, load_study(layout.spec))
+    shown = capsys.readouterr().out
+    assert "environment: torch " in shown and "CPU path AVX512, 3 torch thread(s)" in shown
+    assert "fine-tuning: 40 result rows (32 trials): 0 ok" in shown, "rows and trials, each by its own word"
+    text, _ = build_report(layout)
+    section = text.split("## Environment", 1)[1]
+    assert "CPU path AVX512, 3 torch thread(s)" in section and "transformers " in section
+
+
+def test_a_study_without_a_record_says_so(tmp_path):
+    layout = StudyLayout(str(tmp_path))
+    assert environments.summary(layout) == ["environment: not recorded (a study run before sweeper recorded it)"]
