@@ -141,3 +141,13 @@ def rsync_filter_args(config: dict) -> list[str]:
 
     return SSHCommandRunner._create_rsync_filter_args(None, {"rsync_exclude": config.get("rsync_exclude"),
                                                              "rsync_filter": config.get("rsync_filter")})
+
+
+def accelerator_resource_names() -> list[str]:
+    """The resource names Ray gives its accelerators (`GPU`, `TPU`, `NPU`, ...), which a custom
+    resource may not take (sweeper.spec.resources keeps its own list; a test holds it to this).
+    Private: `ray._private.accelerators.get_all_accelerator_resource_names`."""
+    require_tested_ray()
+    import ray._private.accelerators as accelerators
+
+    return list(accelerators.get_all_accelerator_resource_names())

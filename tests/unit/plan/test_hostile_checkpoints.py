@@ -224,11 +224,10 @@ def test_a_resource_ray_reserves_is_refused(tmp_path, bert, name):
 
 
 def test_the_reserved_names_cover_the_installed_rays_accelerators():
-    import ray._private.accelerators as accelerators
-
+    from sweeper.run.ray_compat import accelerator_resource_names
     from sweeper.spec.resources import custom_resource_problem
 
-    for name in accelerators.get_all_accelerator_resource_names():
+    for name in accelerator_resource_names():
         assert custom_resource_problem(name), name
     assert custom_resource_problem("trial_node") is None and custom_resource_problem("my_group_a") is None
 

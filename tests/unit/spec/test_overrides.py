@@ -19,9 +19,9 @@ SMOKE = str(ROOT / "search_spaces" / "smoke.yaml")
 
 def test_overrides_take_yaml_values_and_change_the_plan_as_the_file_would(tmp_path):
     study = load_study(SMOKE, ["finetuning.seeds=[0]", "pretraining.steps=100", "pretraining.runs[1].objective=mlm",
-                               "finetuning.optuna.seed=3"])
+                               "limits.max_runs=500"])
     assert study.spec.finetuning.seeds == [0] and study.spec.pretraining.steps == 100
-    assert study.spec.finetuning.optuna.seed == 3  # a section the file leaves out is created
+    assert study.spec.limits.max_runs == 500  # a section the file leaves out is created
     assert {run.objective for run in study.plan.runs} == {"mlm", "clm-mlm"}
     edited = tmp_path / "edited.yaml"
     edited.write_text(open(SMOKE).read().replace("seeds: [0, 1]", "seeds: [0]").replace("steps: 40 ", "steps: 100 ")
