@@ -346,7 +346,7 @@ def main() -> None:
     from sweeper.run.corpora import prepare_corpora
     from sweeper.run.ray_compat import use_loopback_node
     from sweeper.run.shards import EvaluationSets, grid_shards, trial_runtime
-    from sweeper.run.task_prep import prepare_tasks
+    from sweeper.run.task_prep import corpus_tokenizers, prepare_tasks
     from sweeper.store.layout import StudyLayout
 
     spec = bench_spec(args)

@@ -84,7 +84,7 @@ def main() -> None:
     from sweeper.plan.study_plan import plan_study
     from sweeper.run.corpora import prepare_corpora
     from sweeper.run.runner import connect_ray
-    from sweeper.run.task_prep import prepare_tasks
+    from sweeper.run.task_prep import corpus_tokenizers, prepare_tasks
     from sweeper.store.layout import StudyLayout
 
     spec = bench_spec(args)

@@ -36,6 +36,7 @@ from sweeper.run.progress import ProgressLine
 from sweeper.run.recording import FINAL, ResultsRecorder, trial_row
 from sweeper.run.search import SEARCH_METRIC, search_score
 from sweeper.run.shards import EvaluationSets, Shard, study_shards
+from sweeper.contract.registry import get_task
 from sweeper.run.task_prep import corpus_tokenizers, prepare_tasks
 from sweeper.contract.tracking import start_wandb
 from sweeper.run.version import code_version
