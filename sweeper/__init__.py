@@ -2,7 +2,7 @@
 
     cli ─► run ─► report ─► plan ─► spec ─► contract ─► store
 
-a stage imports only the stages to its right (tests/test_architecture.py checks it); `cli.py`
+a stage imports only the stages to its right (tests/unit/test_architecture.py checks it); `cli.py`
 and `__main__.py` sit on top. Never imports torch: the worker side (`trainables`) runs inside
 Ray tasks and trials, and imports only the torch- and Ray-free `contract` and `store` stages.
 """

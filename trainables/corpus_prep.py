@@ -32,7 +32,7 @@ Design, and why:
 - Limits: `max_tokens` and `max_documents` stop the consumer, which ends the job. Read-ahead is
   bounded by what the pipeline holds when it stops: per actor, the block it tokenises plus the
   blocks of its streaming-generator buffer, plus the blocks queued for the consumer under Ray
-  Data's object-store budget (tests/test_corpus_prep.py measures it).
+  Data's object-store budget (tests/e2e/test_corpus_prep.py measures it).
 - A trained tokenizer learns from the first `tokenizer_sample_documents` documents, streamed
   into the trainer (no list of texts). Workers encode with the tokenizer's `tokenizers` backend
   (the call `tokenizer(texts, add_special_tokens=False)` makes), which needs no transformers.

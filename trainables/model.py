@@ -17,7 +17,7 @@ checkpoint with `AutoModel.from_pretrained(path, trust_remote_code=True)` (or
 AutoModelForMaskedLM) by running the copy. This file must therefore stay self-contained:
 imports of the standard library, torch and transformers only, no project module, and no
 import statement of an optional package (transformers' loader would require it installed;
-flash-attn is imported with `importlib` below). tests/test_shared_checkpoints.py checks it.
+flash-attn is imported with `importlib` below). tests/unit/trainables/test_shared_checkpoints.py checks it.
 """
 from __future__ import annotations
 

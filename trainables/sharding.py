@@ -18,7 +18,7 @@ Loading (a fresh start, continued pretraining or a resume) (P parameters, W rank
 Training holds fp32 shards of weights, gradients and AdamW state (16 P / W). On CUDA the
 parameters are gathered in bf16 (`mixed_precision`: a gathered block is 2 bytes a parameter
 and its forward runs in bf16) and gradients are reduced in fp32; on the CPU (gloo) nothing is
-cast, so a CPU worker group trains the weights of a single process (tests/test_e2e.py).
+cast, so a CPU worker group trains the weights of a single process (tests/e2e/test_smoke_study.py).
 
 Checkpoints are written as before (`trainables.pretrain_loop.full_states`): the full state
 gathered one tensor at a time to rank 0's CPU, so their format is the single process's.

@@ -324,7 +324,7 @@ def scale_of(presets) -> str:
 
 
 # The LlamaEncoderConfig fields `model.overrides` may set, with their types: kept here so the
-# driver checks overrides without importing torch (tests/test_spec.py compares this table with
+# driver checks overrides without importing torch (tests/unit/spec/test_parsing.py compares this table with
 # trainables.model.LlamaEncoderConfig's constructor, so the two cannot drift apart).
 MODEL_FIELDS: dict[str, type] = {
     "vocab_size": int, "hidden_size": int, "intermediate_size": int, "num_hidden_layers": int,

@@ -8,7 +8,7 @@ Every class is a frozen dataclass; `AdamWConfig` is reused by the spec (its fiel
 Keys: a run key and a trial key are SHA-256 hashes of the resolved configuration
 (`stable_key`). What enters them is stated once, here (`FinetuneProtocol.key_fields`,
 `trial_identity`) and in `sweeper.plan.study_plan` (runs), in the layout that earlier versions hashed, so
-the keys of recorded cells never change with a refactor (tests/test_pinned_keys.py).
+the keys of recorded cells never change with a refactor (tests/unit/plan/test_pinned_keys.py).
 """
 from __future__ import annotations
 

@@ -65,7 +65,7 @@ class TaskInfo:
     pairs; the qrels source holds no training split)."""
 
     ADDED: ClassVar = ("validation_split", "validation_share", "validation_draw", "train_source")
-    """Fields added after trial keys were pinned: hashed only when set (tests/test_pinned_keys.py)."""
+    """Fields added after trial keys were pinned: hashed only when set (tests/unit/plan/test_pinned_keys.py)."""
 
     def identity(self) -> dict:
         """What trial keys and prepared-data keys hash: every field, less the ADDED ones left unset."""

@@ -50,7 +50,7 @@ NON_GATED_MLP = {"bert", "roberta", "xlm-roberta", "electra", "distilbert", "cam
 
 
 PACKING_TESTED = ("bert", "modernbert", "eurobert", "llama", "qwen3")
-"""model_types whose packed rows tests/test_backbones.py checks against padded ones. Every
+"""model_types whose packed rows tests/unit/trainables/test_backbones.py checks against padded ones. Every
 trial still probes its checkpoint before it packs (trainables.backbones): this list only lets
 `sweeper plan` say what to expect."""
 

@@ -1,6 +1,6 @@
 """One way into a study: `load_study` reads a spec file, applies command-line overrides, checks
 every value, plans the study and estimates its memory, each once. `sweeper plan`, `run`,
-`status` and `report` all go through it (tests/test_load_study.py checks that they do); the
+`status` and `report` all go through it (tests/unit/plan/test_load.py checks that they do); the
 steps below are its own, private.
 
 Every independent mistake is reported at once, as one SpecError (`SpecErrors` for several, in

@@ -25,7 +25,7 @@ P: all parameters (embedding and the untied LM head included), P_root: those out
 L blocks, hidden h, FFN f, head size d, kv = kv heads x d, n heads, vocabulary V. T = micro batch
 x seq_len tokens; S = tokens given logits (MLM: mask_ratio x T; CLM and unknown objectives: T).
 `a`, the bytes one block keeps per token for its backward (counted from autograd's saved tensors,
-tests/test_memory_plan.py checks the CPU figure against torch):
+tests/unit/plan/test_memory_plan.py checks the CPU figure against torch):
 - cuda-bf16: 32h + 4kv + 8f + 4n + 8 + 2s. The fp32 residual stream feeds two RMSNorms (input
   and x*rstd, 8h each); autocast casts the normed input once per Linear (q, k, v: 6h; gate, up:
   4h, bf16); attention keeps q, k, v, out in bf16 (2h + 4kv + 2h), o_proj its bf16 input (2h);

@@ -4,7 +4,7 @@ evaluation code (EncodEval, hgissbkh/EncodEval), with the paper's value, where i
 to read the sweeper's value off a spec and its plan, and the setting that changes it.
 
 One source of truth: docs/paper-protocol.md's table is rendered from `PAPER_PROTOCOL`
-(sweeper.plan.departures.markdown_table; tests/test_paper_protocol.py holds the file to it), and
+(sweeper.plan.departures.markdown_table; tests/unit/plan/test_departures.py holds the file to it), and
 `sweeper plan` compares a `protocol: paper` spec with it (sweeper.plan.departures). An item whose
 `read` is None is fixed in code (the module named): it cannot depart. An item with `deliberate`
 departs on purpose, for the reason given.

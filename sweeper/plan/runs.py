@@ -10,7 +10,7 @@ Names follow the authors' scheme: each phase's tag then its end step (`610m-mlm4
 `610m-clm-42k`, `610m-clm-10k-mlm40-42k`); continued pretraining `610m-clm-dec42k-mlm40-64k`.
 Keys hash the resolved configuration (`identity`): runs of the shapes the paper uses (MLM, CLM,
 CLM then MLM) hash objective, mask ratio and switch step (the paper's vocabulary, pinned by
-tests/test_pinned_keys.py); other phase lists hash their phases.
+tests/unit/plan/test_pinned_keys.py); other phase lists hash their phases.
 
 Ablation axes: any run field given as a grid (`pretraining.optimizer.*`, `global_batch_size`,
 `warmup_steps`, `decay_steps`, `data.seq_len`, a model override, an entry's warmup / decay)

@@ -45,7 +45,7 @@ FUTILE, OPEN = "futile", "continue"
 FUTILITY_UNITS = 5
 """Futility is judged on 5 or more runs per arm: over 3 runs the trend's t statistic has 2 degrees
 of freedom, and stopping on it lost a fifth of the power at effects the maximum finds 80 % of the
-time (tests/test_sequential_calibration.py's finding, measured)."""
+time (tests/unit/report/test_sequential_calibration.py's finding, measured)."""
 
 
 @dataclass(kw_only=True, slots=True)

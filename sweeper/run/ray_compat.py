@@ -6,7 +6,7 @@ only the end-to-end tests (`-m e2e`) would notice. So each function here first c
 installed Ray against TESTED_RAY_VERSIONS and refuses an untested one with a RuntimeError
 naming it: moving to a new Ray means running the e2e tests on it, then adding its version
 here. Only the code that uses these functions checks (`sweeper plan`, `status` and `report`
-never import Ray). `tests/test_ray_compat.py` fails on a private Ray or Tune name anywhere else.
+never import Ray). `tests/unit/run/test_ray_compat.py` fails on a private Ray or Tune name anywhere else.
 """
 from __future__ import annotations
 
@@ -107,7 +107,7 @@ def route_worker_output(route: Callable[[dict, Callable[[dict], None]], None]) -
         dispatcher.handlers = [(name, handler if name == PRINT_HANDLER else old) for name, old in dispatcher.handlers]
 
 
-# --- `ray up`'s own handling of a cluster config, offline (tests/test_cluster_configs.py) ----------
+# --- `ray up`'s own handling of a cluster config, offline (tests/unit/cluster/test_cluster_configs.py) ----------
 # Ray has no public API that checks a cluster config the way `ray up` reads it: the schema alone
 # misses the merges and defaults `ray up` applies before it reaches the cloud. These let the shipped
 # cluster/ray-cluster.yaml be checked by Ray's own code on a machine without a cloud account.

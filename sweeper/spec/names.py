@@ -14,7 +14,7 @@ from __future__ import annotations
 
 from sweeper.store import storage
 
-# What StudyLayout appends (tests/test_spec.py holds these to its folder names): a key is 16 hex
+# What StudyLayout appends (tests/unit/spec/test_parsing.py holds these to its folder names): a key is 16 hex
 # digits (sweeper.contract.configs.stable_key), a Unix time 10 digits until the year 2286.
 RUN_SUFFIX_BYTES = len(".superseded-") + 16 + len("-") + 10
 """Bytes a run name gets appended in the folder of a changed run (`<run>.superseded-<key>-<time>`)."""

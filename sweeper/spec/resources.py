@@ -22,7 +22,7 @@ Refused (impossible, or certain to fail hours in):
 
 Merely wasteful, and allowed: `sharding: fsdp` with fewer than two workers (nothing to shard
 over: the run trains unsharded, so a cluster spec runs as it is with `pretraining_workers: 0` on
-a laptop, as tests/test_e2e.py's FSDP test does); a GPU fraction that does not divide 1 (0.3:
+a laptop, as tests/e2e/test_smoke_study.py's FSDP test does); a GPU fraction that does not divide 1 (0.3:
 three trials share a GPU and 10 % of it idles), CPUs that are not whole (threads are `int(cpus)`). The spec states no
 cluster size, so a worker group larger than the cluster is Ray's to report (it waits for
 resources).
@@ -38,7 +38,7 @@ RAY_RESERVED = ("cpu", "gpu", "memory", "object_store_memory", "bundle", "tpu", 
 """Resource names Ray gives meaning to, compared case-folded: CPU/GPU (`num_cpus`/`num_gpus`),
 memory, the object store, placement-group bundles, and the accelerators Ray 2.x detects itself
 (`ray._private.accelerators.get_all_accelerator_resource_names`: TPU, NPU, HPU, neuron_cores,
-...). tests/test_hostile_checkpoints.py checks the list against the installed Ray."""
+...). tests/unit/plan/test_hostile_checkpoints.py checks the list against the installed Ray."""
 RAY_RESERVED_PREFIXES = ("node:", "accelerator_type:")
 """Prefixes of resources Ray makes per node (`node:<ip>`, `node:__internal_head__`) and per
 accelerator model (`accelerator_type:A100`)."""

@@ -12,7 +12,7 @@ span scores, in-batch negatives) computes what it computed before, up to float s
 padding positions come back as zeros, which every head masks.
 
 With packing off the wrapper only counts tokens: the padded pass is the reference the tests
-compare against (tests/test_packing.py), and `TOKEN_COUNTS` gives the useful-token fraction of
+compare against (tests/unit/trainables/test_packing.py), and `TOKEN_COUNTS` gives the useful-token fraction of
 either path (benchmarks/finetune_vs_hf.py).
 
 Packing is only as sound as the backbone's attention: a model that ignored `document_ids` would let
