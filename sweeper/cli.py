@@ -45,10 +45,10 @@ def study_layout_for(spec, flag: str | None, spec_file: str = "spec") -> StudyLa
 
 
 def warn_unread(spec, spec_file: str) -> None:
-    """A warning per setting no task of the study reads (sweeper.spec.ignored: harmless, named)."""
-    from sweeper.spec.ignored import unread_family_settings
+    """A warning per setting that does nothing here but is harmless (sweeper.spec.ignored), named."""
+    from sweeper.spec.ignored import harmless_settings
 
-    for key, note in unread_family_settings(spec.finetuning):
+    for key, note in harmless_settings(spec):
         print(f"warning: {spec_file}: {key}: {note}", file=sys.stderr)
 
 

@@ -9,7 +9,8 @@ anew), a list by not being its `DefaultList` default, a scalar by differing from
 once every section is built and the budget defaults are resolved.
 
 A task family's setting without a task of that family (`doc_stride` with no QA task) is a
-warning (`unread_family_settings`, printed by `sweeper plan` and `run`). Left alone on purpose,
+warning, and so is sharding without a worker group (`harmless_settings`, printed by `sweeper plan` and
+`run`). Left alone on purpose,
 as harmless: `limits.*` (caps that need not bind), `cost.*` and `resources.gpu_memory_gb` on a
 CPU study (the plan's GPU figures read them), `scheduler.kind: none` written out.
 """
@@ -127,19 +128,26 @@ def run_settings(pre: PretrainingSpec) -> Problems:
                                               "phases), and clm_fraction_of says what a switch's share is of; remove it")
 
 
+def harmless_settings(spec) -> Problems:
+    """(key, note) for settings a user expects to be harmless where they do nothing, printed as
+    warnings: a task family's setting with no task of that family (`unread_family_settings`), and
+    sharding without a worker group (a cluster spec tried locally with pretraining_workers: 0,
+    as the e2e FSDP test does, trains each run unsharded in one process)."""
+    yield from unread_family_settings(spec.finetuning)
+    if spec.resources.sharding != "ddp" and spec.pretraining.runs and spec.resources.pretraining_workers < 2:
+        yield "resources.sharding", (f"has no effect with pretraining_workers: {spec.resources.pretraining_workers}: "
+                                     f"{spec.resources.sharding} shards a run over a worker group of 2 or more; "
+                                     "here one process holds the whole model")
+
+
 def study_settings(spec) -> Problems:
-    """Sections that shape only the study's own runs, given when it trains none; sharding without
-    a worker group; the tokenizer's sample size with a tokenizer from elsewhere; tracking settings
+    """Sections that shape only the study's own runs, given when it trains none; the tokenizer's sample size with a tokenizer from elsewhere; tracking settings
     with tracking off."""
     if not spec.pretraining.runs:
         for name, default in (("model", ModelSpec()), ("data", DataSpec())):
             if getattr(spec, name) != default:
                 yield name, (f"has no effect: the study trains no pretraining runs (it fine-tunes "
                              f"finetuning.checkpoints only), and {name} shapes only those; remove the section")
-    if spec.resources.sharding != "ddp" and spec.pretraining.runs and spec.resources.pretraining_workers < 2:
-        yield "resources.sharding", (f"has no effect with pretraining_workers: {spec.resources.pretraining_workers}: "
-                                     f"{spec.resources.sharding} shards a run over a worker group of 2 or more; "
-                                     "one process holds the whole model (set pretraining_workers, or remove sharding)")
     trained_here = DataSpec().tokenizer
     if spec.data.tokenizer != trained_here and spec.data.tokenizer_sample_documents != DataSpec().tokenizer_sample_documents:
         yield "data.tokenizer_sample_documents", (

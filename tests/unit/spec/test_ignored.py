@@ -42,7 +42,7 @@ class Ignored:
     words: str
     """What the reason must say: the mode, objective or section that would read the key."""
     warns: bool = False
-    """Harmless (a task family's setting with no task of the family): a warning, exit 0."""
+    """Harmless (a task family's setting with no task of the family, FSDP tried locally): a warning, exit 0."""
 
 
 def at(old: str, new: str) -> tuple[str, str]:
@@ -102,7 +102,7 @@ CASES = [
             (at("  steps: 40\n", "  steps: 40\n  save_every: 0\n  keep_resume_checkpoints: 3\n"),),
             "pretraining.keep_resume_checkpoints", "save_every: 0"),
     Ignored("FSDP without a worker group", (at("study: ignored\n", "study: ignored\nresources: {sharding: fsdp}\n"),),
-            "resources.sharding", "pretraining_workers: 0"),
+            "resources.sharding", "pretraining_workers: 0", warns=True),
     Ignored("tokenizer sample size with a hub tokenizer",
             (at("data: {vocab_size: 1024,", "data: {tokenizer: bert-base-uncased, tokenizer_sample_documents: 10, "
                                             "vocab_size: 1024,"),),
