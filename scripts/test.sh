@@ -8,11 +8,10 @@
 #   bash scripts/test.sh         the whole suite, tests/unit and tests/e2e (studies, Ray Tune and
 #                                Train on a real local Ray cluster, moto's S3 server); what CI runs.
 #
-# Measured on 2 cores shared with other work (not idle figures; the fresh-clone idle runs are to
-# be recorded here): quick, 639 tests (of 719) in 4m51s of pytest at load average ~5, 165 CPU-s of
-# the process and its children (an idle 2-core machine gives about its CPU time). The whole suite
-# was not run in one go here: the verdict calibration now takes 132 CPU-s (was ~270); the merged
-# Optuna study test 130 s (alone, load ~5).
+# The quick tier runs on both cores (pytest-xdist, -n 2). Measured on a fresh clone, 2 cores, load
+# average ~1 (docs/benchmarks.md section 17): quick, 847 of 940 tests in 2m51s of pytest (4m50s
+# on one core); the whole suite, 940 tests in 28m32s of pytest (one failure, fixed before the
+# measured quick run).
 # Extra arguments go to pytest (`bash scripts/test.sh quick tests/unit/spec -k limits`); an
 # argument naming a test path replaces the tier's folder. No test collected is a failure.
 set -euo pipefail
@@ -23,7 +22,7 @@ folders=(tests)
 quick=()
 if [ "${1:-}" = quick ]; then
   folders=(tests/unit)
-  quick=(-m "not slow")
+  quick=(-m "not slow" -n 2)  # both cores: the unit tests are CPU-bound and independent
   shift
 fi
 for arg in "$@"; do
