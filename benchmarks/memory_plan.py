@@ -25,7 +25,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from sweeper.plan.memory import GB, MemorySetup, estimate_peak  # noqa: E402
+from sweeper.plan.memory import GB, Device, MemoryEstimate, MemorySetup, estimate_peak  # noqa: E402
 from sweeper.contract.catalog import MODEL_PRESETS  # noqa: E402
 
 
@@ -69,11 +69,16 @@ def model_config(case: Case) -> dict:
     return {**MODEL_PRESETS[case.preset], "vocab_size": case.vocab_size}
 
 
-def estimate(case: Case) -> float:
+def estimate_terms(case: Case, device: Device = "cpu-fp32") -> MemoryEstimate:
+    """sweeper.plan.memory's estimate of one step of `case` on one worker of `device`'s kind."""
     setup = MemorySetup(micro_batch_size=case.micro_batch_size, seq_len=case.seq_len,
                         predicted_share=0.4 if case.objective == "mlm" else 1.0, workers=1,
-                        activation_checkpointing=case.activation_checkpointing, device="cpu-fp32")
-    return estimate_peak(model_config(case), setup).peak
+                        activation_checkpointing=case.activation_checkpointing, device=device)
+    return estimate_peak(model_config(case), setup)
+
+
+def estimate(case: Case) -> float:
+    return estimate_terms(case).peak
 
 
 # --- inside the measuring subprocess ------------------------------------------------------------
