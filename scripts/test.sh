@@ -19,10 +19,12 @@ cd "$(dirname "$0")/.."
 bash scripts/setup.sh
 export RAY_AUTH_MODE=disabled HF_HUB_OFFLINE=1 HF_DATASETS_OFFLINE=1
 folders=(tests)
-quick=()
+# Both cores: each e2e file is one unit of work and the smoke study's readers one more
+# (tests/conftest.py gives them their xdist groups); unit tests go one by one around them.
+tier=(-n 2 --dist loadgroup)
 if [ "${1:-}" = quick ]; then
   folders=(tests/unit)
-  quick=(-m "not slow" -n 2)  # both cores: the unit tests are CPU-bound and independent
+  tier=(-m "not slow" -n 2)
   shift
 fi
 for arg in "$@"; do
@@ -32,7 +34,7 @@ for arg in "$@"; do
   fi
 done
 status=0
-.venv/bin/python -m pytest -q -p no:cacheprovider --durations=15 "${quick[@]}" "${folders[@]}" "$@" || status=$?
+.venv/bin/python -m pytest -q -p no:cacheprovider --durations=15 "${tier[@]}" "${folders[@]}" "$@" || status=$?
 if [ "$status" -eq 5 ]; then
   echo "test.sh: pytest collected no test (exit status 5): nothing was checked" >&2
 fi

@@ -107,13 +107,20 @@ def test_driver_killed_mid_grid_then_rerun_loses_and_duplicates_nothing(ray_head
     assert "30 trials: 20 ok, 0 running, 0 pending, 10 diverged, 0 failed" in status.stdout
 
 
-def process_ids(title: str) -> list[int]:
-    """Processes whose command line (a Ray worker's is its process title) contains `title`."""
+def process_ids(title: str, gcs_address: str) -> list[int]:
+    """Processes whose command line (a Ray worker's is its process title) contains `title`, of
+    the head at `gcs_address` (their raylet, the parent, names it): another Ray on the machine
+    (the suite's other worker, a study beside it) has workers of the same title."""
+    def command(pid: int | str) -> str:
+        return Path(f"/proc/{pid}/cmdline").read_bytes().decode(errors="replace").replace("\0", " ")
+
     found = []
     for entry in Path("/proc").iterdir():
         try:
-            if entry.name.isdigit() and title in (entry / "cmdline").read_bytes().decode(errors="replace"):
-                found.append(int(entry.name))
+            if entry.name.isdigit() and title in command(entry.name):
+                parent = Path(f"/proc/{entry.name}/stat").read_text().rsplit(")", 1)[1].split()[1]
+                if f"={gcs_address} " in command(parent) + " ":
+                    found.append(int(entry.name))
         except OSError:
             continue
     return found
@@ -160,7 +167,7 @@ def test_pretraining_process_killed_mid_run_resumes_to_the_planned_result(ray_he
             # The first progress line (step 5) comes before the first checkpoint (step 10).
             wait_for(lambda: storage.read_json(storage.join(run_dir, "progress.json")), timeout=300,
                      what="the first progress line", process=driver, poll_s=0.05)
-            paused = process_ids("TrainController")
+            paused = process_ids("TrainController", ray_head[0])
             assert len(paused) == 1, paused
             os.kill(paused[0], signal.SIGSTOP)
             known = ray_registered_steps(run_dir)
