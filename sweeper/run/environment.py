@@ -13,12 +13,18 @@ PROBE_TIMEOUT_S = 120.0
 without a record, and says so."""
 
 
-def probe_environment(spec: StudySpec) -> dict:
+def describe_environment() -> dict:
+    """Body of the probe's Ray task. Imports the worker side here, in the worker: importing it
+    in the driver (trainables -> transformers) costs every study ~3 s of CPU at its start."""
     from trainables.environment import describe
 
+    return describe()
+
+
+def probe_environment(spec: StudySpec) -> dict:
     res = spec.resources
-    probe = ray.remote(describe).options(num_cpus=res.cpus_per_trial, num_gpus=res.gpus_per_trial,
-                                         resources=dict(res.custom_resources_per_trial) or None)
+    probe = ray.remote(describe_environment).options(
+        num_cpus=res.cpus_per_trial, num_gpus=res.gpus_per_trial, resources=dict(res.custom_resources_per_trial) or None)
     return ray.get(probe.remote(), timeout=PROBE_TIMEOUT_S)
 
 
