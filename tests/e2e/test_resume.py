@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import signal
 import socket
 import subprocess
@@ -109,18 +110,32 @@ def test_driver_killed_mid_grid_then_rerun_loses_and_duplicates_nothing(ray_head
 
 def process_ids(title: str, gcs_address: str) -> list[int]:
     """Processes whose command line (a Ray worker's is its process title) contains `title`, of
-    the head at `gcs_address` (their raylet, the parent, names it): another Ray on the machine
-    (the suite's other worker, a study beside it) has workers of the same title."""
-    def command(pid: int | str) -> str:
+    the head at `gcs_address` (an ancestor, the raylet or a worker's setup process, names its
+    port; the host there may be the machine's address rather than the loopback the test uses):
+    another Ray on the machine (the suite's other worker, a study beside it) has workers of the
+    same title."""
+    port = gcs_address.rsplit(":", 1)[1]
+    names_head = re.compile(rf"gcs.address=\S+:{port}(\s|$)")
+
+    def command(pid: str) -> str:
         return Path(f"/proc/{pid}/cmdline").read_bytes().decode(errors="replace").replace("\0", " ")
+
+    def parent(pid: str) -> str:
+        return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[1]
 
     found = []
     for entry in Path("/proc").iterdir():
         try:
-            if entry.name.isdigit() and title in command(entry.name):
-                parent = Path(f"/proc/{entry.name}/stat").read_text().rsplit(")", 1)[1].split()[1]
-                if f"={gcs_address} " in command(parent) + " ":
+            if not (entry.name.isdigit() and title in command(entry.name)):
+                continue
+            ancestor = parent(entry.name)
+            for _ in range(4):
+                if ancestor in ("0", "1"):
+                    break
+                if names_head.search(command(ancestor)):
                     found.append(int(entry.name))
+                    break
+                ancestor = parent(ancestor)
         except OSError:
             continue
     return found
