@@ -19,9 +19,9 @@ cd "$(dirname "$0")/.."
 bash scripts/setup.sh
 export RAY_AUTH_MODE=disabled HF_HUB_OFFLINE=1 HF_DATASETS_OFFLINE=1
 folders=(tests)
-# Both cores: each e2e file is one unit of work and the smoke study's readers one more
-# (tests/conftest.py gives them their xdist groups); unit tests go one by one around them.
-tier=(-n 2 --dist loadgroup)
+# Both cores, a file at a time on one worker: a module's study (or the session's smoke study,
+# whose readers share tests/e2e/test_smoke_study.py) is built once, on one worker.
+tier=(-n 2 --dist loadfile)
 if [ "${1:-}" = quick ]; then
   folders=(tests/unit)
   tier=(-m "not slow" -n 2)

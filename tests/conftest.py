@@ -56,23 +56,7 @@ os.environ.pop("AWS_SESSION_TOKEN", None)
 
 from local_s3 import free_port  # noqa: E402
 # The quick tier's guard (tests/support/quick_tier.py): its hooks, registered through this conftest.
-from quick_tier import pytest_collection_modifyitems as quick_tier_marks  # noqa: E402
-from quick_tier import pytest_runtest_makereport, pytest_runtest_protocol  # noqa: E402,F401
-
-
-@pytest.hookimpl(tryfirst=True)  # before pytest-xdist's own hook reads the groups (--dist loadgroup)
-def pytest_collection_modifyitems(config, items):
-    """The quick tier's marks, then the whole suite's distribution over both cores: each e2e
-    file is one unit of work (its module-scoped study is built once, on one worker), and every
-    test reading the session's smoke study goes with the others that do (built once, not on
-    each worker). Unit tests go one by one, after the e2e files (collection order), filling the
-    core an e2e study leaves idle."""
-    quick_tier_marks(config, items)
-    for item in items:
-        if item.get_closest_marker("e2e") is None:
-            continue
-        group = "smoke-study" if "smoke_study" in getattr(item, "fixturenames", ()) else Path(str(item.path)).stem
-        item.add_marker(pytest.mark.xdist_group(group))
+from quick_tier import pytest_collection_modifyitems, pytest_runtest_makereport, pytest_runtest_protocol  # noqa: E402,F401
 
 
 def worker_pythonpath(test_file: str) -> str:

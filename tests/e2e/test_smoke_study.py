@@ -1,8 +1,13 @@
-"""End to end on a real local Ray cluster: job submission, Parquet store, checkpoints, resume."""
+"""End to end on a real local Ray cluster: job submission, Parquet store, checkpoints, resume.
+
+Every test that reads the session's smoke study lies here, so the whole suite, which hands out
+each e2e file to one worker (`--dist loadfile`), builds the study once."""
 from __future__ import annotations
 
 import json
 import os
+import subprocess
+import sys
 
 import pyarrow.dataset as ds
 import pytest
@@ -12,6 +17,7 @@ from transformers import AutoConfig, AutoModel, AutoModelForMaskedLM
 
 from sweeper.plan.load import load_study
 from sweeper.plan.study_plan import plan_study
+from sweeper.report.writer import build_report
 from sweeper.store import folders, storage
 from sweeper.store.layout import StudyLayout
 from sweeper.store.results import TRIALS, read_table
@@ -197,3 +203,43 @@ def test_fsdp2_sharded_run_matches_the_single_process_run(ray_head, tmp_path, ob
         return float(sum(((x[k] - y[k]) ** 2).sum() for k in y) ** 0.5)
 
     assert distance(weights["fsdp"], weights["local"]) < 1e-2 * distance(weights["local"], initial)  # <= 1e-3
+
+
+def test_smoke_report_figures_and_values_match_the_parquet_rows(smoke_study):
+    from matplotlib.image import imread
+
+    study_dir, _ = smoke_study
+    text, made = build_report(StudyLayout(str(study_dir)))
+    expected = {"category_scores.png", "stability.png", "data_efficiency.png", "biphasic.png"}
+    assert {p.name for p in made} == expected  # one LR: no LR-sensitivity plot; no CPT runs
+    for path in made:
+        image = imread(path)
+        assert path.stat().st_size > 10_000 and image.shape[0] > 200 and image.std() > 0.01, path
+        assert f"(figures/{path.name})" in text
+    assert "learning-rate sensitivity: fewer than two learning rates" in text
+    # Recompute the per-task table from the raw Parquet rows with pandas alone.
+    rows = ds.dataset(study_dir / "results" / "trials", format="parquet", partitioning="hive").to_table().to_pandas()
+    rows = rows[rows["status"] == "ok"]
+    for (checkpoint, task), cell in rows.groupby(["checkpoint_id", "task"]):
+        by_lr = cell.groupby("learning_rate").agg(val=("validation_score", "mean"), test=("test_score", "mean"))
+        best_lr = by_lr["val"].idxmax()
+        line = next(l for l in text.splitlines() if l.startswith(f"| {checkpoint} |") and f"{best_lr:.1e}" in l
+                    and task in text.split(l)[0].rsplit("### ", 1)[1])
+        assert f"| {by_lr.loc[best_lr, 'test']:.2f} |" in line, line
+
+
+def test_plan_against_a_finished_study_lists_the_trials_a_new_seed_adds_and_nothing_else(smoke_study):
+    """`sweeper plan SPEC --storage STUDY` says what an edit would do to a finished study without
+    running anything."""
+    study_dir, _ = smoke_study
+    before = sorted(p.name for p in study_dir.rglob("*"))
+    out = subprocess.run([sys.executable, "-m", "sweeper", "plan", "search_spaces/smoke.yaml", "finetuning.seeds=[0,1,2]",
+                          "--storage", str(study_dir)], capture_output=True, text=True, cwd=ROOT, timeout=300)
+    assert out.returncode == 0, out.stderr
+    lines = out.stdout.split("against the study at", 1)[1].splitlines()
+    add = lines.index("  add:       20 trials, 0 pretraining runs")  # 4 checkpoints x 5 tasks x the new seed
+    listed = lines[add + 1:add + 21]
+    assert len(listed) == 20 and all(line.endswith(" / seed 2") for line in listed), listed
+    assert lines[add + 21:] == ["  keep:      40 trials, 3 pretraining runs", "  recompute: 0 trials, 0 pretraining runs",
+                                "  refuse:    0"], lines
+    assert sorted(p.name for p in study_dir.rglob("*")) == before  # nothing run, nothing written
