@@ -8,10 +8,9 @@
 #   bash scripts/test.sh         the whole suite, tests/unit and tests/e2e (studies, Ray Tune and
 #                                Train on a real local Ray cluster, moto's S3 server); what CI runs.
 #
-# The quick tier runs on both cores (pytest-xdist, -n 2). Measured on a fresh clone, 2 cores, load
-# average ~1 (docs/benchmarks.md section 17): quick, 847 of 940 tests in 2m51s of pytest (4m50s
-# on one core); the whole suite, 940 tests in 28m32s of pytest (one failure, fixed before the
-# measured quick run).
+# Both tiers run on both cores (pytest-xdist). Measured on a fresh clone, 2 cores, idle machine
+# (docs/benchmarks.md section 17): quick, 847 tests in 2m51s of pytest; the whole suite, 940
+# tests in 19m46s of pytest (28m32s on one core), both cores 92 % busy throughout.
 # Extra arguments go to pytest (`bash scripts/test.sh quick tests/unit/spec -k limits`); an
 # argument naming a test path replaces the tier's folder. No test collected is a failure.
 set -euo pipefail
