@@ -44,6 +44,11 @@ def nano_study(name: str, runs: str, finetuning: str) -> str:
 # Token auth is on by default for new local clusters since Ray 2.59; the tests run a private
 # loopback cluster and turn it off (cluster configs keep it on).
 os.environ["RAY_AUTH_MODE"] = "disabled"
+# Ray runs its workers at niceness 15 (its `worker_niceness`), so beside a busy process at 0 a
+# study's workers get a few per cent of a core and a test's timeout (not its code) decides
+# (measured: nano runs 25-60x slower beside 2 busy processes). Every Ray a test starts
+# inherits this; a study a user starts keeps Ray's default.
+os.environ["RAY_worker_niceness"] = "0"
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("HF_DATASETS_OFFLINE", "1")
 # Credentials never leave the driver: workers get s3:// locations without `key:secret@` and use
