@@ -260,11 +260,9 @@ def sweeper_loop(run, device, warmup: int, caught: list[str]) -> dict:
     logging or checkpoints): tokens/s and memory of `run.total_steps - warmup` timed steps."""
     import torch
 
-    from sweeper.contract.registry import resolve
     from trainables.corpus import PackedCorpus
-    from trainables.lr_schedule import wsd_lr
     from trainables.objectives import LossContext, RowDraws
-    from trainables.pretrain_loop import configure, initial_model
+    from trainables.pretrain_loop import begin_step, configure, initial_model
     from trainables.train_step import train_step
 
     corpus = PackedCorpus(run.corpus_dir, run.seq_len, run.data_seed, run.replicate)
@@ -282,17 +280,11 @@ def sweeper_loop(run, device, warmup: int, caught: list[str]) -> dict:
             if step == warmup:
                 reset_peak(device)
                 started, tokens, warm_s = time.perf_counter(), 0, time.perf_counter() - began
-            phase = run.phase_at(step)
-            if phase.loss not in losses:
-                losses[phase.loss] = resolve(phase.loss)
-            lr = wsd_lr(step, peak_lr=run.peak_lr, total_steps=run.total_steps,
-                        warmup_steps=run.warmup_steps, decay_steps=run.decay_steps)
-            for group in optimizer.param_groups:
-                group["lr"] = lr
+            phase, loss, _ = begin_step(run, step, optimizer, losses)
             batch = corpus.batch(step, run.global_batch_size).to(device)
             context = LossContext(draws=RowDraws(run.seed, step, first_row=0, device=device),
                                   mask_token_id=corpus.meta["mask_token_id"], vocab_size=model.config.vocab_size)
-            result = train_step(model, optimizer, batch, losses[phase.loss], phase.settings, context,
+            result = train_step(model, optimizer, batch, loss, phase.settings, context,
                                 micro_batch_size=run.micro_batch_size, grad_clip=run.optimizer.grad_clip,
                                 autocast_dtype=autocast_dtype)
             tokens += batch.input_ids.numel()

@@ -363,6 +363,20 @@ def initial_model(run: PretrainConfig, vocab_size: int) -> LlamaEncoderForMasked
     return build_model(LlamaEncoderConfig(**run.model_config), run.seed)
 
 
+def begin_step(run: PretrainConfig, step: int, optimizer, losses: dict[str, ObjectiveLoss]):
+    """`step`'s phase, its loss function (resolved once into `losses`) and its learning rate,
+    which the optimizer is set to: what every step of the loop (and benchmarks/gpu_step.py's
+    copy of it without Ray) does before its batch."""
+    phase = run.phase_at(step)
+    if phase.loss not in losses:
+        losses[phase.loss] = resolve(phase.loss)
+    lr = wsd_lr(step, peak_lr=run.peak_lr, total_steps=run.total_steps,
+                warmup_steps=run.warmup_steps, decay_steps=run.decay_steps)
+    for group in optimizer.param_groups:
+        group["lr"] = lr
+    return phase, losses[phase.loss], lr
+
+
 def train_loop_per_worker(loop_config: dict) -> None:
     """Ray Train's entry point; `loop_config["run"]` is the run's `PretrainConfig`."""
     import ray.train
@@ -398,13 +412,7 @@ def train_loop_per_worker(loop_config: dict) -> None:
     autocast_dtype = torch.bfloat16 if device.type == "cuda" else None
     window_started, window_tokens, loss_sum, loss_count = time.time(), 0, 0.0, 0
     for step in range(start, run.total_steps):
-        phase = run.phase_at(step)
-        if phase.loss not in losses:
-            losses[phase.loss] = resolve(phase.loss)
-        lr = wsd_lr(step, peak_lr=run.peak_lr, total_steps=run.total_steps,
-                    warmup_steps=run.warmup_steps, decay_steps=run.decay_steps)
-        for group in optimizer.param_groups:
-            group["lr"] = lr
+        phase, loss, lr = begin_step(run, step, optimizer, losses)
         # A continued run reads on from where its source stopped: no batch is seen twice.
         data_step = run.data_offset_steps + step
         batch = corpus.batch(data_step, run.global_batch_size, rank, world).to(device)
@@ -413,7 +421,7 @@ def train_loop_per_worker(loop_config: dict) -> None:
         # rank r the rows [r * share, (r + 1) * share) of the global batch.
         context = LossContext(draws=RowDraws(run.seed, data_step, first_row=rank * share, device=device),
                               mask_token_id=mask_token_id, vocab_size=vocab_size)
-        result = train_step(model, optimizer, batch, losses[phase.loss], phase.settings, context,
+        result = train_step(model, optimizer, batch, loss, phase.settings, context,
                             micro_batch_size=run.micro_batch_size, grad_clip=run.optimizer.grad_clip,
                             autocast_dtype=autocast_dtype)
         loss_sum, loss_count = loss_sum + result.loss, loss_count + 1
