@@ -57,6 +57,12 @@ NOTICES: tuple[tuple[str, str], ...] = (
 """(text, why it is no news): Ray's and Tune's notices kept off the console, as Ray 2.60 words them.
 A notice's traceback (the lines after it in the same batch) goes with it."""
 
+STOPPED_WORKER = ("Exception ignored in", "sigterm_handler", "SystemExit")
+"""An unraisable-exception report ("Exception ignored in: ...", its traceback) whose traceback
+passes through Ray's `sigterm_handler` and ends in SystemExit: Ray stopping a worker as the job
+ends (a Tune actor caught inside an interpreter callback), after the study's results are
+written; kept off the console like a notice. Any other "Exception ignored" report shows."""
+
 TRACEBACK_LINE = re.compile(r"^(Traceback \(most recent call last\):|\s|[\w.]+(Error|Exception)\b)")
 """A line of a Python traceback: its head, a frame or source line (indented), the exception."""
 
@@ -80,6 +86,25 @@ def plain(text: str) -> str:
 
 def is_notice(text: str) -> bool:
     return any(notice in text for notice, _ in NOTICES)
+
+
+def stopped_worker_lines(lines: list[str]) -> set[int]:
+    """The indices of `lines` that belong to a STOPPED_WORKER report."""
+    head, needle, last = STOPPED_WORKER
+    found: set[int] = set()
+    start = 0
+    while start < len(lines):
+        if not plain(lines[start]).startswith(head):
+            start += 1
+            continue
+        end = start + 1
+        while end < len(lines) and (TRACEBACK_LINE.match(plain(lines[end])) or plain(lines[end]).startswith(last)):
+            end += 1
+        block = [plain(line) for line in lines[start:end]]
+        if block[-1].startswith(last) and any(needle in line for line in block):
+            found.update(range(start, end))
+        start = end
+    return found
 
 
 class PlainFormatter(logging.Formatter):
@@ -189,10 +214,12 @@ class Console:
         right after one) to the debug log, blank lines dropped, the rest to `show` (Ray's printer)."""
         try:
             who = f"({batch.get('actor_name') or batch.get('task_name') or 'worker'} pid={batch.get('pid')})"
+            lines = batch.get("lines", [])
+            stopped = stopped_worker_lines(lines)
             shown, after_notice = [], False
-            for line in batch.get("lines", []):
+            for index, line in enumerate(lines):
                 after_notice = is_notice(line) or (after_notice and bool(TRACEBACK_LINE.match(plain(line))))
-                if after_notice:
+                if after_notice or index in stopped:
                     if not self.closed:
                         self.workers.info("%s %s", who, line)
                 elif plain(line).strip():
