@@ -239,8 +239,9 @@ def read_json(location: str, default=None, patience_s: float = 5.0,
 
     pyarrow reads an object by asking its size, then its bytes: when a writer replaces a small
     file (progress.json, live.json) between the two, the bytes read are a splice of both
-    versions (seen in CI against S3): cut short, so not valid JSON. It is read again (for up to
-    `patience_s`: a real writer rewrites such a file every few seconds at most).
+    versions (seen in CI against S3): cut short, so not valid JSON; or the read of the bytes
+    breaks off (moto's server ends the response: "Failed to flush response stream"). It is read
+    again (for up to `patience_s`: a real writer rewrites such a file every few seconds at most).
 
     A file that stays unreadable (empty or cut short: a power loss before its rename reached the
     disk) is damaged: it reads as `default`, i.e. absent, and `damaged(location, why)` is told
@@ -264,6 +265,11 @@ def read_json(location: str, default=None, patience_s: float = 5.0,
             why = "empty file" if isinstance(error, json.JSONDecodeError) and not error.doc.strip() \
                 else f"not JSON ({error})"
             break
+        except OSError:  # a read broken off half-way: read again, as a splice is; an error that stays is raised
+            if is_remote(location) and time.monotonic() < deadline:
+                time.sleep(0.02)
+                continue
+            raise
         if kind is None or isinstance(value, kind):
             return value
         why = f"a JSON {JSON_TYPE_NAMES.get(type(value), type(value).__name__)}, not a JSON {JSON_TYPE_NAMES[kind]}"
