@@ -54,11 +54,15 @@ def warn_unread(spec, spec_file: str) -> None:
 
 def command_plan(args) -> int:
     from sweeper.plan.plan_text import plan_lines
-    from sweeper.report.sequential_cost import plan_lines as sequential_lines
 
     study = loading.load_study(args.spec, args.overrides)
     warn_unread(study.spec, args.spec)
-    print("\n".join(plan_lines(study, args.verbose) + sequential_lines(study)))
+    lines = plan_lines(study, args.verbose)
+    if study.spec.pretraining.sequential is not None:  # its cost model imports scipy.stats: 1.4 s a plan without one skips
+        from sweeper.report.sequential_cost import plan_lines as sequential_lines
+
+        lines += sequential_lines(study)
+    print("\n".join(lines))
     if args.storage is not None:
         from sweeper.plan.preview import preview_lines
 
