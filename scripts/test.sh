@@ -19,8 +19,11 @@ bash scripts/setup.sh
 export RAY_AUTH_MODE=disabled HF_HUB_OFFLINE=1 HF_DATASETS_OFFLINE=1
 folders=(tests)
 # Both cores, a file at a time on one worker: a module's study (or the session's smoke study,
-# whose readers share tests/e2e/test_smoke_study.py) is built once, on one worker.
-tier=(-n 2 --dist loadfile)
+# whose readers share tests/e2e/test_smoke_study.py) is built once, on one worker. Files go out
+# in collection order, tests/e2e/ (few tests, long) before tests/unit/ (many, short), so the
+# short ones fill the end; xdist's default order (most tests first) left single-test studies
+# running alone on one worker at the end.
+tier=(-n 2 --dist loadfile --no-loadscope-reorder)
 if [ "${1:-}" = quick ]; then
   folders=(tests/unit)
   tier=(-m "not slow" -n 2)

@@ -109,12 +109,35 @@ def stop_process_groups(pgids: list[int], grace_s: float = 3.0) -> None:
 
 
 @pytest.fixture(scope="session")
-def ray_head(tmp_path_factory):
-    """`ray start --head` on 127.0.0.1 with 2 CPUs; yields (GCS address, dashboard URL)."""
+def sweeper_cache(tmp_path_factory) -> Path:
+    """Node-local copies of object-store folders go to a test folder, not ~/.cache/sweeper: Ray's
+    processes inherit this from `ray start`, the tests' own process reads the same (one folder
+    for every head of the session)."""
+    folder = tmp_path_factory.mktemp("sweeper-cache")
+    os.environ["SWEEPER_CACHE"] = str(folder)
+    return folder
+
+
+@pytest.fixture(scope="session")
+def ray_head(sweeper_cache):
+    """`ray start --head` on 127.0.0.1 with 1 CPU; yields (GCS address, dashboard URL).
+
+    One CPU: a study on it runs one task or trial at a time, so it starts half the worker
+    processes a 2-CPU head would (each ~5 CPU-seconds of Python and imports before any work),
+    while the suite's other worker keeps the second core busy. A test that needs two things at
+    once (a 2-worker group, a trial beside its run) takes `ray_head_two_cpus`."""
+    yield from running_head(cpus=1)
+
+
+@pytest.fixture(scope="module")
+def ray_head_two_cpus(sweeper_cache):
+    """As `ray_head`, with 2 CPUs, for one test file (an idle head costs ~0.08 CPU-s a second)."""
+    yield from running_head(cpus=2)
+
+
+def running_head(cpus: int):
+    """Start a head, yield (GCS address, dashboard URL), stop it."""
     port, dashboard = free_port(), free_port()
-    # Node-local copies of object-store folders go to a test folder, not ~/.cache/sweeper: Ray's
-    # processes inherit this from `ray start`, the tests' own process reads the same.
-    os.environ["SWEEPER_CACHE"] = str(tmp_path_factory.mktemp("sweeper-cache"))
     # As from an activated venv: the job's `python` entrypoint is this environment's python.
     env = {**os.environ, "RAY_AUTH_MODE": "disabled", "PATH": f"{BIN}{os.pathsep}{os.environ['PATH']}"}
     # Every listening port chosen free: Ray's fixed defaults (the job agent's 52365, ...) collide
@@ -130,7 +153,7 @@ def ray_head(tmp_path_factory):
     started = ray_cli("start", "--head", "--node-ip-address=127.0.0.1", f"--port={port}", *agent_ports,
                       f"--temp-dir={ray_tmp}",
                       "--dashboard-host=127.0.0.1", f"--dashboard-port={dashboard}", "--include-dashboard=true",
-                      "--num-cpus=2", "--num-gpus=0", "--disable-usage-stats", env=env, timeout=180,
+                      f"--num-cpus={cpus}", "--num-gpus=0", "--disable-usage-stats", env=env, timeout=180,
                       new_session=True)
     assert started.returncode == 0, started.stdout + started.stderr
     try:

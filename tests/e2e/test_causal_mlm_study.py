@@ -60,13 +60,13 @@ def write_spec(path, study: str, folders, tasks: str, workers: int):
     return path
 
 
-def test_four_families_continue_mlm_natively_and_fine_tune_on_every_task_family(ray_head, tmp_path):
+def test_four_families_continue_mlm_natively_and_fine_tune_on_every_task_family(ray_head_two_cpus, tmp_path):
     folders = {kind: build_tiny_causal_lm(kind, tmp_path / f"tiny-{kind}") for kind in CAUSAL_KINDS}
     spec = write_spec(tmp_path / "native.yaml", "native", folders.values(), TASKS, workers=0)
-    plan = run_sweeper("plan", str(spec), "-v", address=ray_head[0])
+    plan = run_sweeper("plan", str(spec), "-v", address=ray_head_two_cpus[0])
     assert plan.returncode == 0 and "sized at run time" not in plan.stdout, plan.stdout + plan.stderr
     study = tmp_path / "study"
-    result = run_sweeper("run", str(spec), "--storage", str(study), address=ray_head[0], timeout=1500)
+    result = run_sweeper("run", str(spec), "--storage", str(study), address=ray_head_two_cpus[0], timeout=1500)
     output = result.stdout + result.stderr
     assert result.returncode == 0, result.stdout[-6000:] + result.stderr[-3000:]
 
@@ -99,7 +99,7 @@ def test_four_families_continue_mlm_natively_and_fine_tune_on_every_task_family(
     group_spec = write_spec(tmp_path / "group.yaml", "native-ddp", [folders["qwen3"]], "wordnet-supersense-cls",
                             workers=2)
     group_study = tmp_path / "group-study"
-    grouped = run_sweeper("run", str(group_spec), "--storage", str(group_study), address=ray_head[0], timeout=900)
+    grouped = run_sweeper("run", str(group_spec), "--storage", str(group_study), address=ray_head_two_cpus[0], timeout=900)
     assert grouped.returncode == 0, grouped.stdout[-6000:] + grouped.stderr[-3000:]
     local_log = storage.read_json(str(study / "pretraining" / names["qwen3"] / "step-12" / "train_log.json"))
     group_log = storage.read_json(str(group_study / "pretraining" / names["qwen3"] / "step-12" / "train_log.json"))
@@ -108,7 +108,7 @@ def test_four_families_continue_mlm_natively_and_fine_tune_on_every_task_family(
         (group_log, local_log)
 
 
-def test_a_native_run_killed_mid_run_resumes_to_the_uninterrupted_weights(ray_head, tmp_path):
+def test_a_native_run_killed_mid_run_resumes_to_the_uninterrupted_weights(ray_head_two_cpus, tmp_path):
     """As the study's own runs (tests/test_resume.py, local mode): the training process is
     SIGKILLed after a resume checkpoint, Ray retries the task, the loop resumes from the newest
     checkpoint (the family's own save_pretrained folder + AdamW state), and the final weights
@@ -122,7 +122,7 @@ def test_a_native_run_killed_mid_run_resumes_to_the_uninterrupted_weights(ray_he
         spec.write_text(text.replace("{study}", f"native-{study}"))
         folder = tmp_path / study
         run_dir = str(folder / "pretraining" / "hf-tiny-gemma3-mlm40-24")
-        driver = start_sweeper("run", str(spec), "--storage", str(folder), address=ray_head[0])
+        driver = start_sweeper("run", str(spec), "--storage", str(folder), address=ray_head_two_cpus[0])
         if study == "killed":
             def saved():
                 progress = storage.read_json(storage.join(run_dir, "progress.json"))

@@ -17,7 +17,7 @@ from test_accumulation import planned_run  # noqa: E402
 
 @pytest.mark.e2e
 def test_two_ddp_workers_in_micro_batches_train_like_one_process_and_keep_only_what_is_needed(
-        ray_head, wordpiece_dir, tmp_path):
+        ray_head_two_cpus, wordpiece_dir, tmp_path):
     """One Train worker group (~40 s): 2 DDP workers (gloo) x 2 micro-batches of 4 against Train's
     local mode in one pass of 16, over 3 CLM then 3 MLM steps; a checkpoint every step, step 3
     evaluated. Same per-step losses and final weights; both run folders end with the evaluated
@@ -30,7 +30,7 @@ def test_two_ddp_workers_in_micro_batches_train_like_one_process_and_keep_only_w
     runs = {name: planned_run(6, checkpoint_steps=(3,), run_dir=str(tmp_path / name), corpus_dir=corpus_dir,
                               workers=workers, micro_batch_size=micro)
             for name, workers, micro in (("local-16", 0, None), ("ddp-2x4", 2, 4))}
-    ray.init(address=ray_head[0], log_to_driver=False)
+    ray.init(address=ray_head_two_cpus[0], log_to_driver=False)
     try:
         for run in runs.values():
             fit_run(run, {"cpus_per_worker": 1, "gpus_per_worker": 0, "max_failures": 0})
@@ -55,7 +55,7 @@ def test_two_ddp_workers_in_micro_batches_train_like_one_process_and_keep_only_w
 
 
 @pytest.mark.e2e
-def test_a_run_resumed_at_its_final_checkpoint_applies_the_retention_it_missed(ray_head, wordpiece_dir, tmp_path):
+def test_a_run_resumed_at_its_final_checkpoint_applies_the_retention_it_missed(ray_head_two_cpus, wordpiece_dir, tmp_path):
     """Killed between its final checkpoint and that step's retention, a run restarts at its last
     step and trains none: the loop applies retention at the resume point, or the resume-only
     checkpoints and the older evaluated one's optimizer state stay for good. The folder such a
@@ -68,7 +68,7 @@ def test_a_run_resumed_at_its_final_checkpoint_applies_the_retention_it_missed(r
     run_dir = tmp_path / "run"
     runs = [planned_run(6, checkpoint_steps=(3,), run_dir=str(run_dir), corpus_dir=str(Path(wordpiece_dir).parent),
                         keep=keep) for keep in (6, 1)]
-    ray.init(address=ray_head[0], log_to_driver=False)
+    ray.init(address=ray_head_two_cpus[0], log_to_driver=False)
     try:
         fit_run(runs[0], {"cpus_per_worker": 1, "gpus_per_worker": 0, "max_failures": 0})
         assert sorted(p.name for p in run_dir.glob("step-*")) == [f"step-{s}" for s in range(1, 7)]

@@ -72,7 +72,7 @@ class ListSearcher(Searcher):
 
 @pytest.mark.e2e
 def test_tune_stops_a_points_seeds_together_and_hands_their_last_point_to_the_searcher_and_the_store(
-        ray_head, tmp_path, monkeypatch):
+        ray_head_two_cpus, tmp_path, monkeypatch):
     """On Tune's real controller: a seed that reaches a step before its point's other seed is held
     there and resumed through Tune's private API (sweeper.run.ray_compat.resume_held_trial, counted
     here and called through), so a Ray upgrade that breaks it fails this test."""
@@ -88,7 +88,7 @@ def test_tune_stops_a_points_seeds_together_and_hands_their_last_point_to_the_se
     trials, layout, shard = smoke_shard(tmp_path, 8)
     ft = load_study(es_spec(tmp_path)).spec.finetuning
     searcher = ListSearcher([50.0, 60.0, 10.0, 70.0], started=str(tmp_path / "seed-1-started"))
-    ray.init(address=ray_head[0], log_to_driver=False, runtime_env={"env_vars": {"PYTHONPATH": worker_pythonpath(__file__)}})
+    ray.init(address=ray_head_two_cpus[0], log_to_driver=False, runtime_env={"env_vars": {"PYTHONPATH": worker_pythonpath(__file__)}})
     try:
         recorder = ResultsRecorder("smoke", layout, shard, ProgressLine("finetune", 8, unit="trials"))
         tune.Tuner(tune.with_resources(curve_trainable, {"cpu": 1}), tune_config=tune.TuneConfig(

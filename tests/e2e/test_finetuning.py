@@ -24,10 +24,10 @@ def flaky_trainable(config):
 
 
 @pytest.mark.e2e
-def test_failed_trials_are_recorded_with_their_error_and_the_grid_goes_on(ray_head, tmp_path, capsys):
+def test_failed_trials_are_recorded_with_their_error_and_the_grid_goes_on(ray_head_two_cpus, tmp_path, capsys):
     trials = list(plan_study(load_study(ROOT / "search_spaces" / "smoke.yaml").spec).trials[:3])
     # Workers import this test module by name to find the trainable.
-    ray.init(address=ray_head[0], log_to_driver=False,
+    ray.init(address=ray_head_two_cpus[0], log_to_driver=False,
              runtime_env={"env_vars": {"PYTHONPATH": worker_pythonpath(__file__)}})
     try:
         layout = StudyLayout(str(tmp_path))
@@ -69,9 +69,9 @@ def waiting_trainable(config):
 
 
 @pytest.mark.e2e
-def test_a_finished_trial_is_written_within_the_flush_interval_while_others_still_run(ray_head, tmp_path):
+def test_a_finished_trial_is_written_within_the_flush_interval_while_others_still_run(ray_head_two_cpus, tmp_path):
     trials = list(plan_study(load_study(ROOT / "search_spaces" / "smoke.yaml").spec).trials[:2])
-    ray.init(address=ray_head[0], log_to_driver=False,
+    ray.init(address=ray_head_two_cpus[0], log_to_driver=False,
              runtime_env={"env_vars": {"PYTHONPATH": worker_pythonpath(__file__)}})
     try:
         layout = StudyLayout(str(tmp_path))

@@ -18,10 +18,10 @@ from conftest import ROOT, run_sweeper
 pytestmark = pytest.mark.e2e
 
 
-def test_intermediate_checkpoint_trials_finish_before_its_run_does(ray_head, tmp_path):
+def test_intermediate_checkpoint_trials_finish_before_its_run_does(ray_head_two_cpus, tmp_path):
     study = tmp_path / "study"
     result = run_sweeper("run", str(ROOT / "tests" / "specs" / "pipeline.yaml"), "--storage", str(study),
-                         address=ray_head[0])
+                         address=ray_head_two_cpus[0])
     assert result.returncode == 0, result.stdout[-4000:] + result.stderr[-3000:]
     run_dir = study / "pretraining" / "tiny-mlm40-200"
     run_finished = datetime.fromtimestamp((run_dir / "sweeper_done.json").stat().st_mtime, tz=timezone.utc)

@@ -4,7 +4,8 @@ beats the same architecture with random weights (fixed seeds, each side at its b
 The pretrained side is the micro study's CLM run (`nano-clm-600`, the same run key as in
 micro.yaml) pretrained and fine-tuned by `sweeper run` on the test's Ray head; the random side runs
 the same trial function on the same prepared task data with the same protocol and seed, as Ray
-tasks on the same head while the run pretrains (one CPU each; the run holds the other). At this
+tasks on the same head, submitted while the run pretrains (they queue with the study's own work
+for the head's CPU). At this
 scale the CLM run is the one whose features help every family (the paper's data-efficiency
 finding: CLM learns faster early on); the micro report shows the MLM runs' scores beside it.
 """

@@ -156,7 +156,7 @@ def test_a_damaged_part_and_markers_are_set_aside_and_the_rerun_redoes_exactly_t
 
 
 @pytest.mark.e2e
-def test_fsdp2_sharded_run_matches_the_single_process_run(ray_head, tmp_path, object_store):
+def test_fsdp2_sharded_run_matches_the_single_process_run(ray_head_two_cpus, tmp_path, object_store):
     """A real Train worker group (~40 s of fixed cost): two workers with `fully_shard` see the two
     halves of each global batch and must train like the single-process run: the same loss curve and
     weights. To first order: the float32 gradients differ by reduction order only, ~sqrt(512) *
@@ -175,7 +175,7 @@ def test_fsdp2_sharded_run_matches_the_single_process_run(ray_head, tmp_path, ob
     for name, spec, study in (("fsdp", sharded_spec, sharded_study), ("local", local_spec, str(tmp_path / "local"))):
         if name == "local":
             folders.copy_tree_from(storage.join(sharded_study, "cache"), tmp_path / "local" / "cache")
-        result = run_sweeper("run", str(spec), "--storage", study, address=ray_head[0])
+        result = run_sweeper("run", str(spec), "--storage", study, address=ray_head_two_cpus[0])
         assert result.returncode == 0, result.stdout[-4000:] + result.stderr[-4000:]
         assert (name == "local") != ("shard 0 written" in result.stdout), "the local study reuses the copied corpus"
         run_dir = storage.join(study, "pretraining", "nano-clm-20")

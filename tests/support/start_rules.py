@@ -40,12 +40,20 @@ def refusal(event: str, args: tuple) -> str | None:
     return None
 
 
+_guarded = False
+
+
 def guard_process() -> None:
     """From now on, while SWEEPER_QUICK_TIER_LOG names a file in this process's environment,
     refuse what `refusal` names: append "<pid>\t<what>" to that file and raise QuickTierViolation.
     (Audit hooks cannot be removed: outside a quick-tier test the variable is unset and the hook
     does nothing.)"""
     import sys
+
+    global _guarded
+    if _guarded:  # once per process (a forked child of a guarded process has it already)
+        return
+    _guarded = True
 
     def hook(event: str, args: tuple) -> None:
         log = os.environ.get("SWEEPER_QUICK_TIER_LOG")

@@ -12,6 +12,7 @@ import textwrap
 from conftest import BIN, ROOT, TESTS
 
 INNER = '''
+import os
 import socket
 import subprocess
 import sys
@@ -49,6 +50,13 @@ def test_a_child_binds_a_fixed_port():
     subprocess.run([sys.executable, "-c", code], capture_output=True)
 
 
+def test_a_sweeper_run_forked_by_the_cli_server_starts_a_local_ray(tmp_path):
+    from cli_process import sweeper_cli
+
+    env = {{key: value for key, value in os.environ.items() if key != "RAY_ADDRESS"}}
+    sweeper_cli("run", {smoke!r}, "--storage", str(tmp_path / "study"), env=env, timeout=120)
+
+
 def test_a_probe_and_a_child_that_start_nothing():
     free_port()
     assert subprocess.run([sys.executable, "-c", "print('fine')"], capture_output=True, text=True).stdout == "fine\\n"
@@ -62,7 +70,7 @@ def test_an_e2e_test_may_listen():
 
 
 def test_the_guard_fails_each_quick_test_that_starts_ray_or_a_server(tmp_path):
-    (tmp_path / "test_inner.py").write_text(textwrap.dedent(INNER.format(ray=str(BIN / "ray"))))
+    (tmp_path / "test_inner.py").write_text(textwrap.dedent(INNER.format(ray=str(BIN / "ray"), smoke=str(ROOT / "search_spaces" / "smoke.yaml"))))
     (tmp_path / "pytest.ini").write_text("[pytest]\nmarkers =\n    e2e: end-to-end\n")
     env = {k: v for k, v in os.environ.items() if k not in ("SWEEPER_QUICK_TIER_LOG", "PYTHONPATH")}
     env["PYTHONPATH"] = os.pathsep.join([str(TESTS / "support"), str(ROOT)])
@@ -75,11 +83,14 @@ def test_the_guard_fails_each_quick_test_that_starts_ray_or_a_server(tmp_path):
         "test_ray_init_without_an_address": "FAILED",
         "test_a_moto_server": "FAILED",
         "test_a_child_binds_a_fixed_port": "FAILED",
+        "test_a_sweeper_run_forked_by_the_cli_server_starts_a_local_ray": "FAILED",
         "test_a_probe_and_a_child_that_start_nothing": "PASSED",
         "test_an_e2e_test_may_listen": "PASSED",
     }, out[-6000:]
     assert "started: a Ray cluster: ray start --head" in out, out[-6000:]
     assert "started: a Ray cluster process: gcs_server" in out, out[-6000:]
     assert re.search(r"test_a_moto_server is a quick-tier test .* started: a server: \S+ -m moto.server", out), out[-6000:]
+    assert re.search(r"test_a_sweeper_run_forked_by_the_cli_server_starts_a_local_ray is a quick-tier test .* started: "
+                     r"a Ray cluster process: gcs_server", out), out[-6000:]
     assert re.search(r"test_a_child_binds_a_fixed_port is a quick-tier test .* started: a server: a socket bound to port \d+",
                      out), out[-6000:]

@@ -1,11 +1,10 @@
 """The fine-tuning cost model (sweeper.plan.cost) and the fine-tuning memory check of `sweeper plan`."""
 from __future__ import annotations
 
-import subprocess
-import sys
 from dataclasses import replace
 
 import pytest
+from cli_process import sweeper_cli
 from conftest import ROOT
 
 from sweeper.plan.cost import (
@@ -139,7 +138,7 @@ def test_a_task_without_statistics_falls_back_to_padded_rows(paper, monkeypatch)
 
 
 def sweeper(*argv):
-    return subprocess.run([sys.executable, "-m", "sweeper", *argv], capture_output=True, text=True, cwd=ROOT)
+    return sweeper_cli(*argv)
 
 
 def test_the_paper_plan_prints_trial_memory_and_plans_cleanly():

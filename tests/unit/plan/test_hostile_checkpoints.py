@@ -20,7 +20,8 @@ import unicodedata
 from pathlib import Path
 
 import pytest
-from conftest import ROOT, run_sweeper
+from cli_process import sweeper_cli
+from conftest import ROOT
 
 from tiny_checkpoints import build_tiny_checkpoint  # noqa: E402
 
@@ -30,15 +31,12 @@ SECRET = f"outside-secret-{secrets.token_hex(16)}"
 """Written into every file outside the sources: no byte of it may reach a study or the output."""
 
 
-def limited():
-    resource.setrlimit(resource.RLIMIT_AS, (ADDRESS_SPACE, ADDRESS_SPACE))
-    resource.setrlimit(resource.RLIMIT_CPU, (CPU_SECONDS, CPU_SECONDS))
+LIMITS = {resource.RLIMIT_AS: ADDRESS_SPACE, resource.RLIMIT_CPU: CPU_SECONDS}
+"""The child's resource limits (a plan bomb is stopped by them, not by the machine)."""
 
 
 def plan(spec: Path, **env: str) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "sweeper", "plan", str(spec)], capture_output=True, text=True,
-                          cwd=ROOT, preexec_fn=limited, timeout=120,
-                          env={**os.environ, "HF_HUB_OFFLINE": "1", **env})
+    return sweeper_cli("plan", str(spec), limits=LIMITS, timeout=120, env={**os.environ, "HF_HUB_OFFLINE": "1", **env})
 
 
 class Payload:

@@ -11,6 +11,7 @@ from dataclasses import replace
 
 import pytest
 
+from cli_process import sweeper_cli
 from conftest import ROOT
 from sweeper.plan.cost import parameter_count
 from sweeper.plan.memory import MemorySetup, ModelSizes, block_bytes_per_token, estimate_peak
@@ -33,7 +34,7 @@ resources: {pretraining_workers: 8, gpus_per_worker: 1, gpu_memory_gb: 80}
 
 
 def sweeper(*argv, cwd=ROOT):
-    return subprocess.run([sys.executable, "-m", "sweeper", *argv], capture_output=True, text=True, cwd=cwd)
+    return sweeper_cli(*argv, cwd=cwd)
 
 
 def test_every_run_of_the_paper_plan_has_a_memory_line_and_fits():

@@ -12,11 +12,11 @@ import math
 import random
 import resource
 import subprocess
-import sys
 from dataclasses import dataclass, field
 
 import pytest
 
+from cli_process import sweeper_cli
 from conftest import ROOT, SMOKE_SPEC
 from sweeper.plan.divisors import divisors, largest_fitting, prime_factors
 from sweeper.plan.load import load_study
@@ -32,14 +32,12 @@ WALL_SECONDS = 120
 """Only a guard against a child that sleeps: CPU_SECONDS is the bound."""
 
 
-def limited():
-    resource.setrlimit(resource.RLIMIT_AS, (ADDRESS_SPACE, ADDRESS_SPACE))
-    resource.setrlimit(resource.RLIMIT_CPU, (CPU_SECONDS, CPU_SECONDS))
+LIMITS = {resource.RLIMIT_AS: ADDRESS_SPACE, resource.RLIMIT_CPU: CPU_SECONDS}
+"""The child's resource limits (a plan bomb is stopped by them, not by the machine)."""
 
 
 def sweeper(*argv: str) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "sweeper", *argv], capture_output=True, text=True, cwd=ROOT,
-                          preexec_fn=limited, timeout=WALL_SECONDS)
+    return sweeper_cli(*argv, limits=LIMITS, timeout=WALL_SECONDS)
 
 
 def edited(*changes: tuple[str, str]) -> str:

@@ -4,13 +4,12 @@ and the defaults a spec leaves out cannot contradict each other (doc_stride from
 warmup and decay from steps, CPU budgets for CPU presets), keeping the former fixed defaults
 wherever they fitted (the keys of specs that planned before stay)."""
 import subprocess
-import sys
 import textwrap
 from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
-from conftest import ROOT
+from cli_process import sweeper_cli
 
 from sweeper.plan.load import load_study
 
@@ -125,8 +124,7 @@ def spec_text(case: Ignored) -> str:
 
 
 def plan(path: Path) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "sweeper", "plan", str(path)], capture_output=True, text=True,
-                          cwd=ROOT, timeout=120)
+    return sweeper_cli("plan", str(path), timeout=120)
 
 
 def test_the_base_spec_plans(tmp_path):

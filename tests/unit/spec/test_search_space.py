@@ -25,6 +25,8 @@ from sweeper.plan.study_plan import plan_study
 from sweeper.spec.parsing import Distribution, Grid
 from sweeper.spec.reading import SpecError
 
+from cli_process import sweeper_cli
+
 ROOT = Path(__file__).resolve().parents[3]
 SMOKE = (ROOT / "search_spaces" / "smoke.yaml").read_text()
 
@@ -46,8 +48,7 @@ def write(tmp_path: Path, text: str, name: str = "sweep.yaml") -> Path:
 
 
 def plan_cli(path: Path) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "sweeper", "plan", "-v", str(path)], capture_output=True, text=True,
-                          cwd=ROOT, timeout=120)
+    return sweeper_cli("plan", "-v", str(path), timeout=120)
 
 
 def planned_names(stdout: str) -> list[str]:

@@ -3,8 +3,6 @@ dropped) and its trials run again; a damaged JSON marker reads as absent; every 
 from __future__ import annotations
 
 import os
-import subprocess
-import sys
 import time
 from datetime import datetime, timezone
 from pathlib import Path
@@ -21,6 +19,7 @@ from sweeper.store.results import (
     TRIALS, compact, finished_trial_keys, quarantined, read_table, read_trials, table_dir, write_rows,
 )
 
+from cli_process import sweeper_cli
 from conftest import ROOT
 
 SMOKE = ROOT / "search_spaces" / "smoke.yaml"
@@ -67,11 +66,6 @@ def record_study(study: Path, checkpoints: bool = False):
             storage.write_json(storage.join(layout.checkpoint(checkpoint.run.name, checkpoint.step),
                                             "sweeper_checkpoint.json"), {})
     return study, plan
-
-
-def sweeper_cli(*args: str) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "sweeper", *args], capture_output=True, text=True, cwd=ROOT,
-                          timeout=300)
 
 
 @pytest.mark.parametrize("kind", ["zero-length", "truncated", "garbage"])

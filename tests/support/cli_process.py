@@ -1,0 +1,149 @@
+"""`python -m sweeper ARGS` in a child process, for tests that check what a command prints and
+exits with (`sweeper plan` refusing a spec, `sweeper status` of a damaged study, ...).
+
+The child is forked from a server process that imported `sweeper.cli` once (one server per test
+process, started at its first call: `python cli_process.py`), not a new interpreter: a
+`sweeper plan` then costs its own work, not ~1 CPU-second of interpreter start and imports each
+time (about 130 such calls in the quick tier). The child is still a process of its own: its
+exit status is the command's (`sys.exit(main())`; 1 and a traceback on stderr for an uncaught
+exception, as Python's; minus the signal's number when a signal ends it, as subprocess's), its
+environment, working folder and resource limits are the call's, and its stdout and stderr are
+read back whole. What the server imported read the environment of the test process that
+started it; the commands under test read theirs when they run.
+
+A quick-tier test's child gets the tier's guard (tests/support/start_rules.py) as a new
+interpreter would through child_guard/sitecustomize.py.
+"""
+from __future__ import annotations
+
+import json
+import os
+import select
+import signal
+import subprocess
+import sys
+import tempfile
+import traceback
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[2]
+SUPPORT = Path(__file__).resolve().parent
+_server: list[subprocess.Popen] = []
+
+
+# --- the server (this file run as a script) -------------------------------------------------------
+
+def run_command(request: dict) -> int:
+    """In the forked child: the call's environment, folder, limits and output files, then the
+    command as `python -m sweeper` runs it; its exit status."""
+    import resource
+
+    os.environ.clear()
+    os.environ.update(request["env"])
+    os.chdir(request["cwd"])
+    null = os.open(os.devnull, os.O_RDONLY)
+    os.dup2(null, 0)
+    for fd, path in ((1, request["stdout"]), (2, request["stderr"])):
+        handle = os.open(path, os.O_WRONLY | os.O_TRUNC)
+        os.dup2(handle, fd)
+        os.close(handle)
+    sys.stdin = open(0, encoding="utf-8", closefd=False)
+    sys.stdout = open(1, "w", encoding="utf-8", closefd=False)
+    sys.stderr = open(2, "w", encoding="utf-8", closefd=False)
+    if request["env"].get("SWEEPER_QUICK_TIER_LOG"):
+        from start_rules import guard_process
+
+        guard_process()
+    for which, value in request["limits"]:
+        resource.setrlimit(which, (value, value))
+    sys.argv = [str(ROOT / "sweeper" / "__main__.py"), *request["args"]]
+    try:
+        from sweeper.cli import main
+
+        code = main()
+    except SystemExit as stop:
+        code = stop.code
+    except BaseException:  # as the interpreter reports an uncaught exception
+        traceback.print_exc()
+        code = 1
+    if code is not None and not isinstance(code, int):
+        print(code, file=sys.stderr)
+        code = 1
+    return code or 0
+
+
+def serve() -> None:
+    """Fork a child per request line on stdin (JSON); answer `{"pid"}` when it starts and
+    `{"status"}` when it ends, one request at a time."""
+    answers = os.fdopen(os.dup(1), "w")
+    import sweeper.cli  # noqa: F401  (the point: imported once, before the forks)
+
+    for line in sys.stdin:
+        request = json.loads(line)
+        pid = os.fork()
+        if pid == 0:
+            code = 1
+            try:
+                code = run_command(request)
+            finally:
+                for stream in (sys.stdout, sys.stderr):
+                    try:
+                        stream.flush()
+                    except Exception:
+                        pass
+                os._exit(code & 0xFF)
+        answers.write(json.dumps({"pid": pid}) + "\n")
+        answers.flush()
+        _, status = os.waitpid(pid, 0)
+        answers.write(json.dumps({"status": os.waitstatus_to_exitcode(status)}) + "\n")
+        answers.flush()
+
+
+# --- the client (the test process) ----------------------------------------------------------------
+
+def server() -> subprocess.Popen:
+    if not _server or _server[0].poll() is not None:
+        _server[:] = [subprocess.Popen(
+            [sys.executable, __file__], stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True, cwd=ROOT,
+            env={**os.environ, "PYTHONPATH": os.pathsep.join([str(ROOT), str(SUPPORT),
+                                                               *filter(None, [os.environ.get("PYTHONPATH")])])})]
+    return _server[0]
+
+
+def answer(process: subprocess.Popen, timeout: float | None) -> dict | None:
+    ready, _, _ = select.select([process.stdout], [], [], timeout)
+    if not ready:
+        return None
+    line = process.stdout.readline()
+    if not line:
+        raise RuntimeError(f"the sweeper CLI server (tests/support/cli_process.py) ended: {process.wait()}")
+    return json.loads(line)
+
+
+def sweeper_cli(*args: str, env: dict | None = None, cwd: Path | str = ROOT, timeout: float = 300,
+                limits: dict[int, int] | None = None) -> subprocess.CompletedProcess:
+    """Run `python -m sweeper *args` (environment `env`, default this process's; `limits`: the
+    child's resource limits, `resource.RLIMIT_*` -> value, as a `preexec_fn` would set them);
+    return it as `subprocess.run(..., capture_output=True, text=True)` would. A child past
+    `timeout` seconds is killed and TimeoutExpired raised."""
+    process = server()
+    with tempfile.TemporaryDirectory(prefix="cli-") as folder:
+        out, err = os.path.join(folder, "stdout"), os.path.join(folder, "stderr")
+        for path in (out, err):
+            open(path, "w").close()
+        request = {"args": list(args), "env": dict(os.environ if env is None else env), "cwd": str(cwd),
+                   "stdout": out, "stderr": err, "limits": sorted((limits or {}).items())}
+        process.stdin.write(json.dumps(request) + "\n")
+        process.stdin.flush()
+        pid = answer(process, 60)["pid"]
+        ended = answer(process, timeout)
+        if ended is None:
+            os.kill(pid, signal.SIGKILL)
+            answer(process, 60)
+            raise subprocess.TimeoutExpired(["sweeper", *args], timeout)
+        return subprocess.CompletedProcess(["sweeper", *args], ended["status"],
+                                           Path(out).read_text(errors="replace"), Path(err).read_text(errors="replace"))
+
+
+if __name__ == "__main__":
+    serve()
