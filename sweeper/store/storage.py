@@ -385,8 +385,17 @@ def file_sizes(location: str) -> dict[str, int]:
     """Relative path -> size in bytes of every file below the folder `location` (none when it
     does not exist): one listing, also in an object store."""
     if not is_remote(location):
-        root = Path(location)
-        return {str(p.relative_to(root)): p.stat().st_size for p in root.rglob("*") if p.is_file()}
+        sizes = {}
+        for folder, _, names in os.walk(location):  # a folder removed while it is walked is skipped
+            for name in names:
+                path = os.path.join(folder, name)
+                try:
+                    found = os.stat(path)
+                except FileNotFoundError:  # removed since the listing: retention deleting an older checkpoint
+                    continue               # while a reader lists the run (seen under load)
+                if stat.S_ISREG(found.st_mode):
+                    sizes[os.path.relpath(path, location)] = found.st_size
+        return sizes
     fs, path = filesystem(location)
     infos = fs.get_file_info(pafs.FileSelector(path, allow_not_found=True, recursive=True))
     prefix = len(path.rstrip("/")) + 1
