@@ -8,9 +8,10 @@
 #   bash scripts/test.sh         the whole suite, tests/unit and tests/e2e (studies, Ray Tune and
 #                                Train on a real local Ray cluster, moto's S3 server); what CI runs.
 #
-# Both tiers run on both cores (pytest-xdist). Measured on a fresh clone, 2 cores, idle machine
-# (docs/benchmarks.md section 17): quick, 847 tests in 2m51s of pytest; the whole suite, 940
-# tests in 19m46s of pytest (28m32s on one core), both cores 92 % busy throughout.
+# Both tiers run on both cores (pytest-xdist). Measured on 2 cores, idle machine
+# (docs/benchmarks.md section 17): quick, 854 tests in 2m50s of pytest; the whole suite on a
+# fresh clone, 941 tests in 21m36s of pytest (19m46s to 21m37s over four runs; 28m32s on one
+# core), both cores 92 % busy throughout.
 # Extra arguments go to pytest (`bash scripts/test.sh quick tests/unit/spec -k limits`); an
 # argument naming a test path replaces the tier's folder. No test collected is a failure.
 set -euo pipefail
