@@ -18,6 +18,7 @@ What each kind guarantees, and how the study relies on it:
 """
 from __future__ import annotations
 
+import contextlib
 import errno
 import json
 import os
@@ -237,19 +238,14 @@ def read_json(location: str, default=None, patience_s: float = 5.0,
               damaged: Callable[[str, str], None] | None = None, kind: type | None = None):
     """The JSON object at `location`, or `default` when there is none.
 
-    pyarrow reads an object by asking its size, then its bytes: when a writer replaces a small
-    file (progress.json, live.json) between the two, the bytes read are a splice of both
-    versions (seen in CI against S3): cut short, so not valid JSON; or the read of the bytes
-    breaks off (moto's server ends the response: "Failed to flush response stream"). It is read
-    again (for up to `patience_s`: a real writer rewrites such a file every few seconds at most).
-
-    A file that stays unreadable (empty or cut short: a power loss before its rename reached the
-    disk) is damaged: it reads as `default`, i.e. absent, and `damaged(location, why)` is told
-    (without one, a warning names it on stderr). A local file is not read again: no writer
-    replaces a local file half-way.
-
-    So is a value of another JSON type than `kind` (a list where an object is expected: `kind=dict`),
-    and anything that is not a regular file (`not_a_file`: a folder, a FIFO)."""
+    pyarrow reads an object's size, then its bytes: a writer replacing a small file (progress.json,
+    live.json) in between splices two versions (seen in CI against S3) or breaks the read off, so it
+    is read again for up to `patience_s` (a real writer rewrites such a file every few seconds at
+    most); a local file is not (no writer replaces one half-way). A file that stays unreadable
+    (empty or cut short: a power loss before its rename reached the disk), a value of another JSON
+    type than `kind` (a list where `kind=dict`) and anything not a regular file (`not_a_file`: a
+    folder, a FIFO) is damaged: it reads as `default`, i.e. absent, and `damaged(location, why)`
+    is told (without one, a warning names it on stderr)."""
     deadline = time.monotonic() + patience_s
     while True:
         try:
@@ -265,11 +261,11 @@ def read_json(location: str, default=None, patience_s: float = 5.0,
             why = "empty file" if isinstance(error, json.JSONDecodeError) and not error.doc.strip() \
                 else f"not JSON ({error})"
             break
-        except OSError:  # a read broken off half-way: read again, as a splice is; an error that stays is raised
-            if is_remote(location) and time.monotonic() < deadline:
-                time.sleep(0.02)
-                continue
-            raise
+        except OSError:  # a read broken off half-way (moto ends the response): read again; an error that stays is raised
+            if not (is_remote(location) and time.monotonic() < deadline):
+                raise
+            time.sleep(0.02)
+            continue
         if kind is None or isinstance(value, kind):
             return value
         why = f"a JSON {JSON_TYPE_NAMES.get(type(value), type(value).__name__)}, not a JSON {JSON_TYPE_NAMES[kind]}"
@@ -382,19 +378,14 @@ def find_files(location: str, pattern: str) -> list[str]:
 
 
 def file_sizes(location: str) -> dict[str, int]:
-    """Relative path -> size in bytes of every file below the folder `location` (none when it
-    does not exist): one listing, also in an object store."""
+    """Relative path -> size in bytes of every file below the folder `location` (none if absent), one listing."""
     if not is_remote(location):
-        sizes = {}
-        for folder, _, names in os.walk(location):  # a folder removed while it is walked is skipped
-            for name in names:
-                path = os.path.join(folder, name)
-                try:
-                    found = os.stat(path)
-                except FileNotFoundError:  # removed since the listing: retention deleting an older checkpoint
-                    continue               # while a reader lists the run (seen under load)
-                if stat.S_ISREG(found.st_mode):
-                    sizes[os.path.relpath(path, location)] = found.st_size
+        sizes = {}  # a file or folder removed since the listing (retention, while a reader lists a run) is skipped
+        for folder, _, names in os.walk(location):
+            for path in (os.path.join(folder, name) for name in names):
+                with contextlib.suppress(FileNotFoundError):
+                    if stat.S_ISREG((found := os.stat(path)).st_mode):
+                        sizes[os.path.relpath(path, location)] = found.st_size
         return sizes
     fs, path = filesystem(location)
     infos = fs.get_file_info(pafs.FileSelector(path, allow_not_found=True, recursive=True))
