@@ -365,8 +365,8 @@ def initial_model(run: PretrainConfig, vocab_size: int) -> LlamaEncoderForMasked
 
 def begin_step(run: PretrainConfig, step: int, optimizer, losses: dict[str, ObjectiveLoss]):
     """`step`'s phase, its loss function (resolved once into `losses`) and its learning rate,
-    which the optimizer is set to: what every step of the loop (and benchmarks/gpu_step.py's
-    copy of it without Ray) does before its batch."""
+    which the optimizer is set to: what every step of the loop does before its batch (and
+    benchmarks/gpu_step.py's loop, which times the step without Ray)."""
     phase = run.phase_at(step)
     if phase.loss not in losses:
         losses[phase.loss] = resolve(phase.loss)
