@@ -29,6 +29,7 @@ import sys
 from collections.abc import Callable
 from pathlib import Path
 
+from sweeper.run.ray_compat import STOPPED_WORKER_NOTICE
 from sweeper.store import folders, storage
 from sweeper.store.layout import StudyLayout
 
@@ -53,15 +54,11 @@ NOTICES: tuple[tuple[str, str], ...] = (
      "Ray Train's controller at a run's end (with its traceback): its cleaner's thread sleeps past the "
      "stop's timeout; the group is removed all the same"),
     ("Monitor thread did not exit within", "Ray Train's placement-group cleaner: the same, from its side"),
+    (STOPPED_WORKER_NOTICE, "a worker Ray stopped as the job ended, inside an interpreter callback "
+     "(sweeper.run.ray_compat.quiet_stopped_workers)"),
 )
 """(text, why it is no news): Ray's and Tune's notices kept off the console, as Ray 2.60 words them.
 A notice's traceback (the lines after it in the same batch) goes with it."""
-
-STOPPED_WORKER = ("Exception ignored in", "sigterm_handler", "SystemExit")
-"""An unraisable-exception report ("Exception ignored in: ...", its traceback) whose traceback
-passes through Ray's `sigterm_handler` and ends in SystemExit: Ray stopping a worker as the job
-ends (a Tune actor caught inside an interpreter callback), after the study's results are
-written; kept off the console like a notice. Any other "Exception ignored" report shows."""
 
 TRACEBACK_LINE = re.compile(r"^(Traceback \(most recent call last\):|\s|[\w.]+(Error|Exception)\b)")
 """A line of a Python traceback: its head, a frame or source line (indented), the exception."""
@@ -86,25 +83,6 @@ def plain(text: str) -> str:
 
 def is_notice(text: str) -> bool:
     return any(notice in text for notice, _ in NOTICES)
-
-
-def stopped_worker_lines(lines: list[str]) -> set[int]:
-    """The indices of `lines` that belong to a STOPPED_WORKER report."""
-    head, needle, last = STOPPED_WORKER
-    found: set[int] = set()
-    start = 0
-    while start < len(lines):
-        if not plain(lines[start]).startswith(head):
-            start += 1
-            continue
-        end = start + 1
-        while end < len(lines) and (TRACEBACK_LINE.match(plain(lines[end])) or plain(lines[end]).startswith(last)):
-            end += 1
-        block = [plain(line) for line in lines[start:end]]
-        if block[-1].startswith(last) and any(needle in line for line in block):
-            found.update(range(start, end))
-        start = end
-    return found
 
 
 class PlainFormatter(logging.Formatter):
@@ -215,11 +193,10 @@ class Console:
         try:
             who = f"({batch.get('actor_name') or batch.get('task_name') or 'worker'} pid={batch.get('pid')})"
             lines = batch.get("lines", [])
-            stopped = stopped_worker_lines(lines)
             shown, after_notice = [], False
-            for index, line in enumerate(lines):
+            for line in lines:
                 after_notice = is_notice(line) or (after_notice and bool(TRACEBACK_LINE.match(plain(line))))
-                if after_notice or index in stopped:
+                if after_notice:
                     if not self.closed:
                         self.workers.info("%s %s", who, line)
                 elif plain(line).strip():

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import os
 import sys
+import traceback
 from collections.abc import Callable
 from functools import lru_cache
 
@@ -70,6 +71,41 @@ def resume_held_trial(tune_controller, trial) -> None:
     function trainable from scratch (it has no checkpoint)."""
     require_tested_ray()
     getattr(tune_controller, "_tune_controller", tune_controller)._schedule_trial_train(trial)
+
+
+STOPPED_WORKER_NOTICE = "Ray stopped this worker (SIGTERM) inside an interpreter callback; its report is left out"
+"""The one line a worker prints instead of the report quiet_stopped_workers keeps back."""
+
+WORKER_SETUP_HOOK = "sweeper.run.ray_compat.quiet_stopped_workers"
+"""Every worker process of a study's job runs it as it starts (runtime_env's
+`worker_process_setup_hook`, sweeper.run.runner.connect_ray)."""
+
+
+def quiet_stopped_workers() -> None:
+    """Ray stops a job's workers with SIGTERM as the job ends, after the study's results are
+    written, and its handler raises SystemExit; where the signal lands inside an interpreter
+    callback (a weakref's, a `__del__`), Python reports that exit as "Exception ignored in ...",
+    traceback and all, and Ray forwards it to the driver, sometimes split over two batches of
+    output. This worker hook turns such a report into STOPPED_WORKER_NOTICE, one line the
+    console keeps off the screen (sweeper.run.console.NOTICES); every other unraisable
+    exception is reported as before.
+
+    Private: the name of Ray's handler, `ray._private.worker.sigterm_handler`, looked for among
+    the traceback's frames. No public API tells Ray's stop from another SystemExit. Under a Ray
+    that renames it the report shows again; nothing fails (a worker's setup hook must not)."""
+    previous = sys.unraisablehook
+    if getattr(previous, "__name__", "") == "report_unless_stopped":
+        return
+
+    def report_unless_stopped(report) -> None:
+        frames = traceback.walk_tb(report.exc_traceback)
+        if report.exc_type is not None and issubclass(report.exc_type, SystemExit) and any(
+                frame.f_code.co_name == "sigterm_handler" for frame, _ in frames):
+            print(STOPPED_WORKER_NOTICE, file=sys.stderr, flush=True)
+            return
+        previous(report)
+
+    sys.unraisablehook = report_unless_stopped
 
 
 PRINT_HANDLER = "ray_print_logs"

@@ -25,7 +25,7 @@ from sweeper.run.tune_grid import run_finetuning
 from sweeper.run.pipeline import Pipeline
 from sweeper.run.train_grid import PretrainingGrid
 from sweeper.run.progress import format_duration
-from sweeper.run.ray_compat import route_worker_output, use_loopback_node
+from sweeper.run.ray_compat import WORKER_SETUP_HOOK, route_worker_output, use_loopback_node
 from sweeper.contract import registry
 from sweeper.contract.configs import params_text
 from sweeper.spec.study import StudySpec
@@ -35,17 +35,18 @@ from sweeper.store.results import read_trials
 from sweeper.store.spec_history import keep_spec
 
 
-def plugin_runtime_env() -> dict | None:
-    """With plugins (SWEEPER_PLUGINS), the job's workers get the same variable and the driver's
+def job_runtime_env() -> dict:
+    """Every worker of the job runs sweeper.run.ray_compat.quiet_stopped_workers as it starts.
+    With plugins (SWEEPER_PLUGINS), the workers get the same variable and the driver's
     PYTHONPATH, so they import the plugins' implementations as the driver did. (On a cluster the
     plugin modules must also be on the nodes: `ray job submit --working-dir`, or py_modules.)"""
+    runtime_env: dict = {"worker_process_setup_hook": WORKER_SETUP_HOOK}
     plugins = os.environ.get(registry.PLUGINS_VARIABLE)
-    if not plugins:
-        return None
-    env_vars = {registry.PLUGINS_VARIABLE: plugins}
-    if os.environ.get("PYTHONPATH"):
-        env_vars["PYTHONPATH"] = os.environ["PYTHONPATH"]
-    return {"env_vars": env_vars}
+    if plugins:
+        runtime_env["env_vars"] = {registry.PLUGINS_VARIABLE: plugins}
+        if os.environ.get("PYTHONPATH"):
+            runtime_env["env_vars"]["PYTHONPATH"] = os.environ["PYTHONPATH"]
+    return runtime_env
 
 
 def tighten_auth_token() -> None:
@@ -66,7 +67,7 @@ def connect_ray() -> None:
     instance; RAY_AUTH_MODE=disabled turns it off, as the tests do)."""
     if ray.is_initialized():
         return
-    options = dict(log_to_driver=True, configure_logging=False, runtime_env=plugin_runtime_env())
+    options = dict(log_to_driver=True, configure_logging=False, runtime_env=job_runtime_env())
     if os.environ.get("RAY_ADDRESS"):
         ray.init(address=os.environ["RAY_ADDRESS"], **options)
     else:

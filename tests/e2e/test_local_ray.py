@@ -1,5 +1,6 @@
 """The local Ray instance `sweeper run` starts without RAY_ADDRESS listens on the loopback only,
-with token authentication on and its token file readable by its owner only."""
+with token authentication on and its token file readable by its owner only; its workers report
+Ray's stop inside a callback in one line."""
 from __future__ import annotations
 
 import ipaddress
@@ -14,6 +15,7 @@ import tempfile
 import pytest
 
 from conftest import ROOT
+from sweeper.run.ray_compat import STOPPED_WORKER_NOTICE
 
 pytestmark = pytest.mark.e2e  # starts a Ray instance of its own (~15 s)
 
@@ -57,8 +59,23 @@ def descendants(root: int) -> list[int]:
     return found
 
 
+@ray.remote
+def stopped_inside_a_callback() -> str:
+    # Ray's own SIGTERM handler (a worker's) firing inside a weakref callback, as when Ray stops
+    # a job's workers; returns what the worker wrote to stderr meanwhile.
+    import io, signal, sys, time, weakref
+
+    captured, sys.stderr = sys.stderr, io.StringIO()
+    class Held: pass
+    held = Held()
+    ref = weakref.ref(held, lambda _: (os.kill(os.getpid(), signal.SIGTERM), time.sleep(5)))
+    del held
+    text, sys.stderr = sys.stderr.getvalue(), captured
+    return text
+
+
 connect_ray()
-ray.get(ray.remote(lambda: 1).remote())  # a worker process too
+stopped_report = ray.get(stopped_inside_a_callback.remote())  # a worker process too
 sockets = listening()
 listeners = []
 for pid in descendants(os.getpid()):
@@ -71,7 +88,8 @@ for pid in descendants(os.getpid()):
                   if link.startswith("socket:[") and link[8:-1] in sockets]
 token = Path.home() / ".ray" / "auth_token"
 print("RESULT " + json.dumps({"listeners": listeners, "auth_mode": os.environ.get("RAY_AUTH_MODE"),
-                              "token_mode": oct(token.stat().st_mode & 0o777) if token.exists() else None}))
+                              "token_mode": oct(token.stat().st_mode & 0o777) if token.exists() else None,
+                              "stopped_report": stopped_report}))
 ray.shutdown()
 """
 
@@ -101,6 +119,9 @@ def test_the_local_default_listens_on_loopback_only_with_token_auth(tmp_path):
     assert not exposed, f"listening beyond the loopback: {exposed}"
     assert result["auth_mode"] == "token", "token authentication is on by default"
     assert result["token_mode"] == "0o600", "the token file is its owner's only"
+    # The job's workers run sweeper.run.ray_compat.quiet_stopped_workers: Ray's stop inside a
+    # callback is its one line, not a traceback ending in SystemExit.
+    assert result["stopped_report"] == STOPPED_WORKER_NOTICE + "\n", result["stopped_report"]
 
 
 def test_a_job_submitted_to_the_test_head_is_given_that_heads_address(ray_head):

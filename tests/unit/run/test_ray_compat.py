@@ -93,3 +93,42 @@ def test_an_untested_ray_is_refused_by_name(monkeypatch):
     monkeypatch.undo()
     assert ray.__version__.startswith(ray_compat.TESTED_RAY_VERSIONS), "the pinned Ray is a tested one"
     ray_compat.require_tested_ray()
+
+
+STOPPED_INSIDE_A_CALLBACK = r"""
+import os, signal, sys, time, weakref
+from sweeper.run.ray_compat import quiet_stopped_workers
+
+def sigterm_handler(signum, frame):  # Ray's worker handler, by name and by what it raises
+    raise SystemExit(1)
+
+def on_collect(ref):  # the signal lands inside an interpreter callback
+    os.kill(os.getpid(), signal.SIGTERM)
+    time.sleep(5)
+
+def failing(ref):
+    raise OSError("a callback's own error")
+
+signal.signal(signal.SIGTERM, sigterm_handler)
+quiet_stopped_workers()
+quiet_stopped_workers()  # a second call (a reused worker) wraps nothing twice
+class Held: pass
+held = Held(); ref = weakref.ref(held, on_collect); del held
+other = Held(); ref2 = weakref.ref(other, failing); del other
+print("RAN ON", flush=True)
+"""
+
+
+def test_rays_stop_inside_a_callback_is_one_line_and_other_ignored_errors_are_reported_whole():
+    import subprocess
+    import sys
+
+    from sweeper.run.ray_compat import STOPPED_WORKER_NOTICE
+
+    done = subprocess.run([sys.executable, "-c", STOPPED_INSIDE_A_CALLBACK], cwd=ROOT, capture_output=True,
+                          text=True, timeout=60)
+    assert done.returncode == 0 and "RAN ON" in done.stdout, done.stderr
+    errors = done.stderr.splitlines()
+    assert errors.count(STOPPED_WORKER_NOTICE) == 1, done.stderr
+    assert "SystemExit" not in done.stderr and "sigterm_handler" not in done.stderr, done.stderr
+    assert "Exception ignored" in done.stderr and "OSError: a callback's own error" in done.stderr, done.stderr
