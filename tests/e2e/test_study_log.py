@@ -1,4 +1,6 @@
-"""The smoke study's log in a file: split from tests/unit/run/test_log.py."""
+"""The smoke study as a user runs it on a laptop (a local Ray of its own, an override on the
+command line): its log in a file is plain and counts trials alike, and the override is recorded
+(in the study's spec history, its spec.yaml and `sweeper status`)."""
 from __future__ import annotations
 
 import os
@@ -10,7 +12,13 @@ import tempfile
 
 import pytest
 
-from conftest import ROOT, SMOKE_SPEC
+from conftest import ROOT, SMOKE_SPEC, run_sweeper
+from sweeper.store.layout import StudyLayout
+from sweeper.store.results import read_trials
+from sweeper.store.spec_history import entries
+
+ONE_SEED = "finetuning.seeds=[0]"
+"""The smoke study with one fine-tuning seed of its two: half its trials."""
 
 
 def left_seconds(line: str) -> float:
@@ -26,9 +34,9 @@ def elapsed_seconds(line: str) -> float:
 
 
 @pytest.mark.e2e
-def test_the_smoke_studys_log_in_a_file_is_plain_and_counts_trials_alike(tmp_path):
+def test_the_smoke_studys_log_in_a_file_is_plain_and_counts_trials_alike_and_its_override_is_recorded(tmp_path):
     """As a user runs it: no RAY_ADDRESS (a local Ray of its own, token auth on, in a fresh
-    HOME), stdout and stderr to a file."""
+    HOME), one override, stdout and stderr to a file."""
     ray_tmp = tempfile.mkdtemp(prefix="r", dir="/tmp")  # short: Ray's socket paths live below it
     env = {key: value for key, value in os.environ.items() if key not in (
         "RAY_ADDRESS", "RAY_AUTH_MODE", "RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER", "NO_COLOR", "RAY_COLOR_PREFIX",
@@ -38,7 +46,7 @@ def test_the_smoke_studys_log_in_a_file_is_plain_and_counts_trials_alike(tmp_pat
     spec.write_text(SMOKE_SPEC)
     try:
         with log.open("w") as out:
-            done = subprocess.run([sys.executable, "-m", "sweeper", "run", str(spec), "--storage", str(study)],
+            done = subprocess.run([sys.executable, "-m", "sweeper", "run", str(spec), ONE_SEED, "--storage", str(study)],
                                   stdout=out, stderr=subprocess.STDOUT, cwd=ROOT, env=env, timeout=600)
     finally:
         shutil.rmtree(ray_tmp, ignore_errors=True)
@@ -49,7 +57,7 @@ def test_the_smoke_studys_log_in_a_file_is_plain_and_counts_trials_alike(tmp_pat
                   "Configuration for experiment", "View detailed results", "repeated"):
         assert noise not in text, noise
     assert not re.search(r"^\([^)]*pid=\d+[^)]*\)\s*$", text, re.MULTILINE), "an empty worker line"
-    plan_line = re.search(r"^\[study\] smoke: .* ([\d,]+) fine-tuning trials, 40 result rows \(each "
+    plan_line = re.search(r"^\[study\] smoke: .* ([\d,]+) fine-tuning trials, 20 result rows \(each "
                           r"wordnet-usage-retrieval trial is also scored on wordnet-definition-retrieval\)", text,
                           re.MULTILINE)
     assert plan_line, text[:2000]
@@ -67,3 +75,12 @@ def test_the_smoke_studys_log_in_a_file_is_plain_and_counts_trials_alike(tmp_pat
     debug = (study / "logs" / "ray-debug.log").read_text()
     assert "Token authentication is enabled" in debug and "(fit_run pid=" in debug and "Running in local mode" in debug
     assert "\x1b[" not in debug
+
+    # The override, recorded.
+    rows = read_trials(StudyLayout(str(study))).to_pandas()
+    assert set(rows["seed"]) == {0} and len(rows) == 20 and (rows["status"] == "ok").all()
+    (entry,) = entries(StudyLayout(str(study)))
+    assert entry.plan["overrides"] == [ONE_SEED]
+    assert f"#   {ONE_SEED}" in (study / "spec.yaml").read_text()
+    status = run_sweeper("status", str(study), address="")
+    assert f"last run with overrides: {ONE_SEED}" in status.stdout and "20 ok" in status.stdout, status.stdout
