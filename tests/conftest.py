@@ -75,14 +75,14 @@ def ray_cli(*args: str, env=None, timeout: float = 600, new_session: bool = Fals
                           timeout=timeout, cwd=ROOT, start_new_session=new_session)
 
 
-def stop_process_group(pgid: int, grace_s: float = 3.0) -> None:
+def stop_process_group(pgid: int, grace_s: float = 1.0) -> None:
     """Stop one `ray start`'s processes (they share its process group) and nothing else:
     `ray stop --force` would also stop every other Ray on the machine (another test session's,
     a study running beside the tests)."""
     stop_process_groups([pgid], grace_s)
 
 
-def stop_process_groups(pgids: list[int], grace_s: float = 3.0) -> None:
+def stop_process_groups(pgids: list[int], grace_s: float = 1.0) -> None:
     """SIGTERM to every group at once, then SIGKILL to those still there after `grace_s` (a test
     head holds nothing to flush; its dashboard agents can take 15 s or more to leave on SIGTERM)."""
     import signal
@@ -351,9 +351,13 @@ def node_cluster():
         for process in starts.values():
             with contextlib.suppress(ProcessLookupError):
                 os.killpg(process.pid, signal.SIGTERM)
-        deadline = time.time() + 15
+        deadline = time.time() + 3  # the nodes hold nothing to flush: then SIGKILL
         for process in starts.values():  # reaped: a zombie `ray start` would keep its group "alive"
             with contextlib.suppress(subprocess.TimeoutExpired):
                 process.wait(timeout=max(0.1, deadline - time.time()))
+        for process in starts.values():
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(process.pid, signal.SIGKILL)
+            process.wait(timeout=30)
         stop_process_groups([process.pid for process in starts.values()], grace_s=2)
         shutil.rmtree(base, ignore_errors=True)
