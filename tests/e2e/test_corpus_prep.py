@@ -217,8 +217,11 @@ def test_a_killed_preparation_resumes_without_retokenising_finished_shards(ray_h
 
 def test_max_tokens_stops_reading_the_source(ray_head, corpora, tmp_path):
     address, _ = ray_head
-    total_rows = sum(1 for _ in documents_of(corpora["small"]))
-    config = CorpusConfig(source=str(corpora["small"]), tokenizer=corpora["tokenizer"], max_tokens=100_000)
+    # The 20-file source: the read-ahead bound below (16 blocks) is a fifth of it. On the
+    # 8-file one each file is a single block, so the bound was the whole source, and beside 2
+    # busy processes the tokenising actors did read all of it before the consumer stopped them.
+    total_rows = sum(1 for _ in documents_of(corpora["big"]))
+    config = CorpusConfig(source=str(corpora["big"]), tokenizer=corpora["tokenizer"], max_tokens=100_000)
     log = tmp_path / "reads.log"
     (result, _) = prepare_in_subprocess(address, config, tmp_path / "corpus", shard_tokens=1 << 16, read_log=log)
     assert result["meta"]["tokens"] == 100_000
@@ -227,9 +230,11 @@ def test_max_tokens_stops_reading_the_source(ray_head, corpora, tmp_path):
     needed_rows = result["meta"]["documents"]
     read_rows = sum(rows for _, _, _, rows, _ in read_log(log))
     # Read-ahead: per worker the block it tokenises and its generator's buffered blocks, plus
-    # what waits for the consumer; stated here as at most 8 blocks of BLOCK_DOCUMENTS in all
-    # (measured: 2,452 rows read for 935 needed, of 9,902).
+    # what waits for the consumer under Ray Data's object-store budget, which holds more while
+    # the consumer is slower. Measured: 8,542 rows read for 487 needed, of 84,703 (8.1 blocks of
+    # BLOCK_DOCUMENTS ahead), idle; 9,566 (8.9 blocks) beside 2 busy processes. Bound: twice
+    # the idle read-ahead.
     from trainables.corpus_prep import BLOCK_DOCUMENTS
 
-    assert read_rows <= needed_rows + 8 * BLOCK_DOCUMENTS, (read_rows, needed_rows, total_rows)
-    assert read_rows < total_rows / 2
+    assert read_rows <= needed_rows + 16 * BLOCK_DOCUMENTS, (read_rows, needed_rows, total_rows)
+    assert read_rows < total_rows / 4, (read_rows, needed_rows, total_rows)
