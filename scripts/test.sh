@@ -10,7 +10,7 @@
 #
 # Both tiers run on both cores (pytest-xdist). Measured on 2 cores, idle machine
 # (docs/benchmarks.md section 17): quick, 854 tests in 2m50s of pytest; the whole suite on a
-# fresh clone, 941 tests in 17m42s and 19m08s of pytest in the last two runs (28m32s on one
+# fresh clone, 941 tests in 17m38s to 19m08s of pytest over the last three idle runs (28m32s on one
 # core), both cores 92 % busy throughout.
 # Extra arguments go to pytest (`bash scripts/test.sh quick tests/unit/spec -k limits`); an
 # argument naming a test path replaces the tier's folder. No test collected is a failure.
