@@ -359,5 +359,4 @@ def node_cluster():
             with contextlib.suppress(ProcessLookupError):
                 os.killpg(process.pid, signal.SIGKILL)
             process.wait(timeout=30)
-        stop_process_groups([process.pid for process in starts.values()], grace_s=2)
         shutil.rmtree(base, ignore_errors=True)

@@ -5,7 +5,8 @@ A Ray upgrade may rename or remove any of these without notice; the unit tests f
 only the end-to-end tests (`-m e2e`) would notice. So each function here first checks the
 installed Ray against TESTED_RAY_VERSIONS and refuses an untested one with a RuntimeError
 naming it: moving to a new Ray means running the e2e tests on it, then adding its version
-here. Only the code that uses these functions checks (`sweeper plan`, `status` and `report`
+here. The one exception is the workers' setup hook, `quiet_stopped_workers`: it must not fail,
+and under another Ray it only falls back to Python's own report. Only the code that uses these functions checks (`sweeper plan`, `status` and `report`
 never import Ray). `tests/unit/run/test_ray_compat.py` fails on a private Ray or Tune name anywhere else.
 """
 from __future__ import annotations
@@ -76,11 +77,6 @@ def resume_held_trial(tune_controller, trial) -> None:
 STOPPED_WORKER_NOTICE = "Ray stopped this worker (SIGTERM) inside an interpreter callback; its report is left out"
 """The one line a worker prints instead of the report quiet_stopped_workers keeps back."""
 
-WORKER_SETUP_HOOK = "sweeper.run.ray_compat.quiet_stopped_workers"
-"""Every worker process of a study's job runs it as it starts (runtime_env's
-`worker_process_setup_hook`, sweeper.run.runner.connect_ray)."""
-
-
 def quiet_stopped_workers() -> None:
     """Ray stops a job's workers with SIGTERM as the job ends, after the study's results are
     written, and its handler raises SystemExit; where the signal lands inside an interpreter
@@ -106,6 +102,11 @@ def quiet_stopped_workers() -> None:
         previous(report)
 
     sys.unraisablehook = report_unless_stopped
+
+
+WORKER_SETUP_HOOK = f"{__name__}.{quiet_stopped_workers.__name__}"
+"""Every worker process of a study's job runs it as it starts (runtime_env's
+`worker_process_setup_hook`, sweeper.run.runner.connect_ray)."""
 
 
 PRINT_HANDLER = "ray_print_logs"
