@@ -12,6 +12,7 @@ import os
 import sys
 from pathlib import Path
 
+from sweeper.contract import registry
 from sweeper.plan import load as loading
 from sweeper.run.lease import EXIT_LEASE, LeaseHeld, hold_lease
 from sweeper.spec.names import location_problem
@@ -201,6 +202,9 @@ def main(argv: list[str] | None = None) -> int:
         # SpecErrors: every independent mistake, one a line
         print("\n".join(error.lines("spec error: ") if isinstance(error, SpecErrors) else [f"spec error: {error}"]),
               file=sys.stderr)
+        return EXIT_SPEC_ERROR
+    except registry.PluginError as error:
+        print(f"plugin error: {error}", file=sys.stderr)
         return EXIT_SPEC_ERROR
     except BrokenPipeError:  # `sweeper plan X | head -1`: the reader left; quiet, as other commands are
         devnull = os.open(os.devnull, os.O_WRONLY)

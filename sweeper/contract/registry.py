@@ -25,6 +25,7 @@ from __future__ import annotations
 import importlib
 import os
 import sys
+import traceback
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import Callable, Iterable, Iterator
@@ -161,19 +162,41 @@ def register_objective(info: ObjectiveInfo) -> ObjectiveInfo:
     return _current.register_objective(info)
 
 
+class PluginError(Exception):
+    """A module named in SWEEPER_PLUGINS could not be imported: the message names the module and
+    why (the CLI prints it and exits 2, before anything starts)."""
+
+
 def load_plugins() -> list[str]:
     """Import the modules named in SWEEPER_PLUGINS (they register families and objectives) into the
-    registry in use. A module imported before, into another registry, runs again for this one."""
+    registry in use. A module imported before, into another registry, runs again for this one.
+    Raises PluginError for a module that is not found or fails while it is imported."""
     names = [name.strip() for name in os.environ.get(PLUGINS_VARIABLE, "").split(",") if name.strip()]
     for name in names:
         if name in _current.plugins:
             continue
         _current.plugins.add(name)
-        if name in sys.modules:
-            importlib.reload(sys.modules[name])
-        else:
-            importlib.import_module(name)
+        try:
+            if name in sys.modules:
+                importlib.reload(sys.modules[name])
+            else:
+                importlib.import_module(name)
+        except Exception as error:
+            _current.plugins.discard(name)
+            raise PluginError(plugin_failure(name, error)) from error
     return names
+
+
+def plugin_failure(name: str, error: Exception) -> str:
+    """Why the plugin module `name` did not import, in one line: not found on the path, or the
+    exception it raised and the line of the plugin's own code (or the deepest line) it came from."""
+    if isinstance(error, ModuleNotFoundError) and error.name == name.split(".")[0]:
+        return (f"{PLUGINS_VARIABLE} names module '{name}', which is not importable here: no '{error.name}' "
+                f"on the module path (put the folder that holds it on PYTHONPATH)")
+    frames = traceback.extract_tb(error.__traceback__)
+    own = [frame for frame in frames if "importlib" not in frame.filename and "<frozen" not in frame.filename]
+    where = f" at {(own or frames)[-1].filename}:{(own or frames)[-1].lineno}" if frames else ""
+    return f"{PLUGINS_VARIABLE}: importing module '{name}' failed{where}: {type(error).__name__}: {error}"
 
 
 def resolve(implementation: str):

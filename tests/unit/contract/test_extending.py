@@ -125,3 +125,20 @@ def test_plan_costs_and_sizes_a_plugin_family_by_its_own_estimate(plugins, tmp_p
     memory = estimate_trial_peak(config, min(ft.micro_batch_size, ft.batch_size) * ESTIMATE.forward_rows,
                                  ft.max_length, ft.eval_batch_size, "cpu-fp32")
     assert f"    210m         1 tasks   {memory.peak_gb:.1f} GB" in printed.stdout, printed.stdout
+
+
+@pytest.mark.parametrize("plugin,named", [
+    ("no_such_plugin", ["module 'no_such_plugin', which is not importable here", "PYTHONPATH"]),
+    ("broken_plugin", ["importing module 'broken_plugin' failed at ", "broken_plugin.py:3: ModuleNotFoundError",
+                       "No module named 'no_such_dependency'"]),
+], ids=["not-on-the-path", "fails-while-imported"])
+def test_a_plugin_that_does_not_import_is_named_and_exits_2_without_a_traceback(tmp_path, plugin, named):
+    import subprocess
+    import sys
+
+    (tmp_path / "broken_plugin.py").write_text('"""A plugin whose own import fails."""\n\nimport no_such_dependency\n')
+    env = {**os.environ, registry.PLUGINS_VARIABLE: plugin, "PYTHONPATH": str(tmp_path)}
+    done = subprocess.run([sys.executable, "-m", "sweeper", "plan", str(SMOKE)], capture_output=True, text=True,
+                          cwd=ROOT, env=env)
+    assert done.returncode == 2 and "Traceback" not in done.stderr and not done.stdout, done.stderr
+    assert done.stderr.startswith("plugin error: ") and all(part in done.stderr for part in named), done.stderr
