@@ -165,20 +165,43 @@ def test_fsdp2_sharded_run_matches_the_single_process_run(ray_head_two_cpus, tmp
     weights, against 1.6 of movement from the initial weights, and a loss (~6.6) by <= its
     gradient's norm (~0.7) times that (measured: 6e-7 in L2, losses 3e-8 apart).
     The sharded study lives in an object store (Train persists the worker group's checkpoints
-    through the store's filesystem), the single-process one in a local folder, which starts with
-    a copy of the sharded study's prepared corpus and task data (the same keys: one preparation;
-    each study trains its own run)."""
+    through the store's filesystem) and runs through `sweeper run`. The single-process run is the
+    same spec's run with `pretraining_workers: 0`, trained by the study's own local-mode task body
+    (`fit_run`: Train's local mode, in this process) into a local folder, on the corpus the sharded
+    study prepared (the same key: one preparation)."""
+    import ray
+
+    from sweeper.run.corpora import corpus_config, corpus_dir
+    from sweeper.run.train_grid import fit_run, pretrain_config
+
     sharded_spec = ROOT / "tests" / "specs" / "fsdp.yaml"
     local_spec = tmp_path / "local.yaml"
-    local_spec.write_text(sharded_spec.read_text().replace("pretraining_workers: 2", "pretraining_workers: 0"))
-    logs, weights, sharded_study = {}, {}, object_store("fsdp/study")
-    for name, spec, study in (("fsdp", sharded_spec, sharded_study), ("local", local_spec, str(tmp_path / "local"))):
-        if name == "local":
-            folders.copy_tree_from(storage.join(sharded_study, "cache"), tmp_path / "local" / "cache")
-        result = run_sweeper("run", str(spec), "--storage", study, address=ray_head_two_cpus[0])
-        assert result.returncode == 0, result.stdout[-4000:] + result.stderr[-4000:]
-        assert (name == "local") != ("shard 0 written" in result.stdout), "the local study reuses the copied corpus"
-        run_dir = storage.join(study, "pretraining", "nano-clm-20")
+    # No W&B for the reference (tracking shapes no weight): the sharded study's is checked below.
+    local_spec.write_text("".join(line for line in sharded_spec.read_text().replace(
+        "pretraining_workers: 2", "pretraining_workers: 0").splitlines(keepends=True) if not line.startswith("tracking:")))
+    sharded_study = object_store("fsdp/study")
+    result = run_sweeper("run", str(sharded_spec), "--storage", sharded_study, address=ray_head_two_cpus[0])
+    assert result.returncode == 0, result.stdout[-4000:] + result.stderr[-4000:]
+    assert read_table(StudyLayout(sharded_study), TRIALS).num_rows == 2
+    # Offline W&B: the pretraining curve from rank 0, the trials from the driver (in the node's
+    # scratch folder when the study is in an object store).
+    assert list((folders.scratch_dir(storage.join(sharded_study, "pretraining", "nano-clm-20"), "") / "wandb")
+                .glob("offline-run-*/run-*.wandb"))
+    assert list((folders.scratch_dir(sharded_study, "") / "wandb").glob("offline-run-*/run-*.wandb"))
+
+    local = load_study(local_spec)
+    (run,) = local.plan.runs
+    corpus = corpus_dir(StudyLayout(sharded_study), corpus_config(local.spec, local.plan, run.tokenizer))
+    config = pretrain_config(run, local.spec, StudyLayout(str(tmp_path / "local")), corpus, {run.name: run})
+    ray.init(address=ray_head_two_cpus[0], log_to_driver=False)
+    try:
+        fit_run(config, {"cpus_per_worker": 1, "gpus_per_worker": 0, "max_failures": 0})
+    finally:
+        ray.shutdown()
+
+    logs, weights = {}, {}
+    for name, run_dir in (("fsdp", storage.join(sharded_study, "pretraining", "nano-clm-20")),
+                          ("local", config.run_dir)):
         final = folders.local_copy(storage.join(run_dir, "step-20"), "sweeper_checkpoint.json")
         assert json.loads((final / "config.json").read_text())["architectures"] == ["LlamaEncoderForMaskedLM"]
         logs[name] = [row["loss"] for row in json.loads((final / "train_log.json").read_text())]
@@ -187,12 +210,7 @@ def test_fsdp2_sharded_run_matches_the_single_process_run(ray_head_two_cpus, tmp
             assert storage.read_json(storage.join(run_dir, f"step-{step}", "sweeper_checkpoint.json"))["step"] == step
             # Optimizer state stays with the newest checkpoint only (keep_resume_checkpoints: 1).
             assert storage.exists(storage.join(run_dir, f"step-{step}", "training_state.pt")) == (step == 20)
-        assert storage.exists(storage.join(run_dir, "sweeper_done.json"))
-        assert read_table(StudyLayout(study), TRIALS).num_rows == 2
-        # Offline W&B: the pretraining curve from rank 0, the trials from the driver (in the
-        # node's scratch folder when the study is in an object store).
-        assert list((folders.scratch_dir(run_dir, "") / "wandb").glob("offline-run-*/run-*.wandb"))
-        assert list((folders.scratch_dir(study, "") / "wandb").glob("offline-run-*/run-*.wandb"))
+    assert storage.exists(storage.join(sharded_study, "pretraining", "nano-clm-20", "sweeper_done.json"))
     assert len(logs["fsdp"]) == len(logs["local"]) == 4
     assert all(abs(a - b) < 1e-3 * abs(b) for a, b in zip(logs["fsdp"], logs["local"])), logs  # <= 2e-4
     from trainables.model import build_model
