@@ -10,7 +10,7 @@
 #
 # Both tiers run on both cores (pytest-xdist). Measured on 2 cores, idle machine
 # (docs/benchmarks.md section 17): quick, 856 tests in 2m07s of pytest; the whole suite on a
-# fresh clone, 944 tests in 14m27s and 15m07s of pytest in two idle runs of one commit (23m44s
+# fresh clone, 944 tests in 14m27s to 15m34s of pytest in three idle runs of one commit (23m44s
 # beside 2 busy processes), both cores 90 % busy throughout.
 # Extra arguments go to pytest (`bash scripts/test.sh quick tests/unit/spec -k limits`); an
 # argument naming a test path replaces the tier's folder. No test collected is a failure.
