@@ -195,7 +195,8 @@ def plugin_failure(name: str, error: Exception) -> str:
                 f"on the module path (put the folder that holds it on PYTHONPATH)")
     frames = traceback.extract_tb(error.__traceback__)
     own = [frame for frame in frames if "importlib" not in frame.filename and "<frozen" not in frame.filename]
-    where = f" at {(own or frames)[-1].filename}:{(own or frames)[-1].lineno}" if frames else ""
+    last = (own or frames or [None])[-1]
+    where = f" at {last.filename}:{last.lineno}" if last else ""
     return f"{PLUGINS_VARIABLE}: importing module '{name}' failed{where}: {type(error).__name__}: {error}"
 
 
