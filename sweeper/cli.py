@@ -13,6 +13,7 @@ import sys
 from pathlib import Path
 
 from sweeper.contract import registry
+from sweeper.contract.heavy_imports import imports_frozen
 from sweeper.plan import load as loading
 from sweeper.run.lease import EXIT_LEASE, LeaseHeld, hold_lease
 from sweeper.spec.names import location_problem
@@ -121,7 +122,8 @@ def run_with_lease(args, study, layout: StudyLayout) -> int:
         apply_recompute(changes, layout)
     storage.make_dirs(layout.root)
     record_settings(spec, plan, layout)
-    from sweeper.run.runner import run_study  # imports Ray: only after the spec is known good
+    with imports_frozen():  # Ray, Tune, pandas, scipy.stats, matplotlib: only after the spec is known good
+        from sweeper.run.runner import run_study
 
     return run_study(study, layout, retry_failed=args.retry_failed)
 
@@ -136,7 +138,8 @@ def existing_study(location: str) -> StudyLayout | None:
 
 
 def command_status(args) -> int:
-    from sweeper.report.status import print_status
+    with imports_frozen():
+        from sweeper.report.status import print_status
 
     layout = existing_study(args.study_dir)
     if layout is None:
@@ -146,7 +149,8 @@ def command_status(args) -> int:
 
 
 def command_report(args) -> int:
-    from sweeper.report.writer import write_report
+    with imports_frozen():
+        from sweeper.report.writer import write_report
 
     layout = StudyLayout(storage.normalize(args.study_dir))
     if not storage.list_names(layout.results):

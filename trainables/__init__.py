@@ -6,21 +6,11 @@ classes, so checkpoints written by a study load with `AutoModel.from_pretrained(
 Every Ray worker process that computes imports this package first, and with it torch and
 transformers' model classes: some 3 CPU-s a process, and the e2e tests start about 150 such
 processes. That import runs with Python's cyclic garbage collector paused, and what it created
-is then frozen (`gc.freeze`: never traversed again): modules, classes and their tables live as
-long as the process, so the collector's passes over them found nothing to free and cost 0.5 CPU-s
-of every import (benchmarks/worker_import.py, docs/benchmarks.md section 17). The collector is
-left on or off as it was found.
+is then frozen (sweeper.contract.heavy_imports: 0.5 CPU-s of every import saved).
 """
-import gc
+from sweeper.contract.heavy_imports import imports_frozen
 
-_collecting = gc.isenabled()
-gc.disable()
-try:
+with imports_frozen():
     from trainables.model import register_with_auto_classes
-finally:
-    gc.freeze()
-    if _collecting:
-        gc.enable()
-    del _collecting
 
 register_with_auto_classes()

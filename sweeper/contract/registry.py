@@ -33,6 +33,7 @@ from typing import Callable, Iterable, Iterator
 from sweeper.contract.catalog import SHIPPED_TASKS, TaskStatistics, shipped_task_statistics
 from sweeper.contract.configs import TaskInfo, positive
 from sweeper.contract.estimates import EXTRACTIVE_QA, GENERIC, RETRIEVAL, FamilyEstimate
+from sweeper.contract.heavy_imports import imports_frozen
 
 PLUGINS_VARIABLE = "SWEEPER_PLUGINS"
 
@@ -177,10 +178,11 @@ def load_plugins() -> list[str]:
             continue
         _current.plugins.add(name)
         try:
-            if name in sys.modules:
-                importlib.reload(sys.modules[name])
-            else:
-                importlib.import_module(name)
+            with imports_frozen():  # a plugin may import torch, as the worker side does
+                if name in sys.modules:
+                    importlib.reload(sys.modules[name])
+                else:
+                    importlib.import_module(name)
         except Exception as error:
             _current.plugins.discard(name)
             raise PluginError(plugin_failure(name, error)) from error
