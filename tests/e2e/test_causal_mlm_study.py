@@ -75,7 +75,7 @@ def test_four_families_continue_mlm_natively_and_fine_tune_on_every_task_family(
         checkpoint = study / "pretraining" / name / "step-12"
         marker = storage.read_json(str(checkpoint / "sweeper_checkpoint.json"))
         assert marker["attention"] == "packed", "every family passes the packing probe, and it says so"
-        assert f"bidirectional, packed" in output
+        assert "bidirectional, packed" in output
         log = storage.read_json(str(checkpoint / "train_log.json"))
         # Steps 1-3 average ~7.3 (ln 1537) on a random model; by steps 10-12 at 3e-3 Qwen3 was
         # measured 0.56 nat lower. A mean over ~300 masked tokens varies by ~0.05 between batches.
@@ -112,31 +112,45 @@ def test_a_native_run_killed_mid_run_resumes_to_the_uninterrupted_weights(ray_he
     """As the study's own runs (tests/test_resume.py, local mode): the training process is
     SIGKILLed after a resume checkpoint, Ray retries the task, the loop resumes from the newest
     checkpoint (the family's own save_pretrained folder + AdamW state), and the final weights
-    are bit for bit those of a run never stopped."""
+    are bit for bit those of a run never stopped. That run is the same planned run trained by
+    the study's own local-mode task body (`fit_run`, in this process, one thread as in the task)
+    into a folder of its own, on the corpus the killed study prepared."""
+    import ray
+
+    from sweeper.plan.load import load_study
+    from sweeper.run.corpora import corpus_config, corpus_dir
+    from sweeper.run.train_grid import fit_run, pretrain_config
+
     source = build_tiny_causal_lm("gemma3", tmp_path / "tiny-gemma3")
-    text = SPEC.format(study="{study}", sources=f'"hf:{source}"', tasks="wordnet-supersense-cls", workers=0)
-    text = text.replace("steps: 12", "steps: 24").replace("save_every: 0", "save_every: 4")
-    finals = {}
-    for study in ("whole", "killed"):
-        spec = tmp_path / f"{study}.yaml"
-        spec.write_text(text.replace("{study}", f"native-{study}"))
-        folder = tmp_path / study
-        run_dir = str(folder / "pretraining" / "hf-tiny-gemma3-mlm40-24")
-        driver = start_sweeper("run", str(spec), "--storage", str(folder), address=ray_head_two_cpus[0])
-        if study == "killed":
-            def saved():
-                progress = storage.read_json(storage.join(run_dir, "progress.json"))
-                newest = RunLayout(run_dir).latest_resumable()
-                return progress if progress and newest and newest[0] >= 8 else None
-            progress = wait_for(saved, timeout=600, what="step 8's checkpoint", process=driver, poll_s=0.05)
-            os.kill(progress["pid"], signal.SIGKILL)  # the process running the training loop
-        output, _ = driver.communicate(timeout=900)
-        assert driver.returncode == 0, output[-5000:]
-        final = storage.read_json(storage.join(run_dir, "progress.json"))
-        assert final["step"] == 24
-        if study == "killed":
-            assert final["pid"] != progress["pid"] and final["started_from"] >= 8, final
-        finals[study] = load_file(str(folder / "pretraining" / "hf-tiny-gemma3-mlm40-24" / "step-24"
-                                      / "model.safetensors"))
+    text = SPEC.format(study="native-killed", sources=f'"hf:{source}"', tasks="wordnet-supersense-cls", workers=0)
+    spec = tmp_path / "killed.yaml"
+    spec.write_text(text.replace("steps: 12", "steps: 24").replace("save_every: 0", "save_every: 4"))
+    study = StudyLayout(str(tmp_path / "killed"))
+    run_dir = study.run("hf-tiny-gemma3-mlm40-24").root
+    driver = start_sweeper("run", str(spec), "--storage", study.root, address=ray_head_two_cpus[0])
+
+    def saved():
+        progress = storage.read_json(storage.join(run_dir, "progress.json"))
+        newest = RunLayout(run_dir).latest_resumable()
+        return progress if progress and newest and newest[0] >= 8 else None
+
+    progress = wait_for(saved, timeout=600, what="step 8's checkpoint", process=driver, poll_s=0.05)
+    os.kill(progress["pid"], signal.SIGKILL)  # the process running the training loop
+    output, _ = driver.communicate(timeout=900)
+    assert driver.returncode == 0, output[-5000:]
+    final = storage.read_json(storage.join(run_dir, "progress.json"))
+    assert final["step"] == 24 and final["pid"] != progress["pid"] and final["started_from"] >= 8, final
+
+    loaded = load_study(spec)
+    (run,) = loaded.plan.runs
+    whole = pretrain_config(run, loaded.spec, StudyLayout(str(tmp_path / "whole")),
+                            corpus_dir(study, corpus_config(loaded.spec, loaded.plan, run.tokenizer)), {run.name: run})
+    ray.init(address=ray_head_two_cpus[0], log_to_driver=False)
+    try:
+        fit_run(whole, {"cpus_per_worker": 1, "gpus_per_worker": 0, "max_failures": 0})
+    finally:
+        ray.shutdown()
+    finals = {name: load_file(storage.join(folder, "step-24", "model.safetensors"))
+              for name, folder in (("whole", whole.run_dir), ("killed", run_dir))}
     assert finals["whole"].keys() == finals["killed"].keys()
     assert all(finals["whole"][key].equal(value) for key, value in finals["killed"].items())
