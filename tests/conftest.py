@@ -9,6 +9,7 @@ import subprocess
 import sys
 import tempfile
 import uuid
+from collections.abc import Sequence
 from pathlib import Path
 
 import pytest
@@ -61,7 +62,9 @@ os.environ.pop("AWS_SESSION_TOKEN", None)
 
 from local_s3 import free_port  # noqa: E402
 # The quick tier's guard (tests/support/quick_tier.py): its hooks, registered through this conftest.
-from quick_tier import pytest_collection_modifyitems, pytest_runtest_makereport, pytest_runtest_protocol  # noqa: E402,F401
+from quick_tier import (  # noqa: E402,F401
+    is_e2e, pytest_collection_modifyitems, pytest_runtest_makereport, pytest_runtest_protocol,
+)
 
 
 def worker_pythonpath(test_file: str) -> str:
@@ -118,15 +121,51 @@ def sweeper_cache(tmp_path_factory) -> Path:
     return folder
 
 
+class SessionHead(Sequence):
+    """(GCS address, dashboard URL) of the session's head, started when first read and stopped
+    by `stop`; read again after that, it starts a new one."""
+
+    def __init__(self, cpus: int):
+        self.cpus, self._head, self._value = cpus, None, None
+
+    def __getitem__(self, index):
+        if self._head is None:
+            self._head = running_head(cpus=self.cpus)
+            self._value = next(self._head)
+        return self._value[index]
+
+    def __len__(self) -> int:
+        return 2
+
+    def stop(self) -> None:
+        if self._head is not None:
+            head, self._head = self._head, None
+            head.close()  # running_head's `finally`: its process group stopped, its folder removed
+
+
+_session_head = SessionHead(cpus=1)
+
+
 @pytest.fixture(scope="session")
 def ray_head(sweeper_cache):
-    """`ray start --head` on 127.0.0.1 with 1 CPU; yields (GCS address, dashboard URL).
+    """`ray start --head` on 127.0.0.1 with 1 CPU: (GCS address, dashboard URL).
 
     One CPU: a study on it runs one task or trial at a time, so it starts half the worker
     processes a 2-CPU head would (each ~5 CPU-seconds of Python and imports before any work),
     while the suite's other worker keeps the second core busy. A test that needs two things at
-    once (a 2-worker group, a trial beside its run) takes `ray_head_two_cpus`."""
-    yield from running_head(cpus=1)
+    once (a 2-worker group, a trial beside its run) takes `ray_head_two_cpus`.
+
+    Stopped before this process's first test without the e2e mark (`pytest_runtest_setup`): no
+    such test may use Ray (tests/support/quick_tier.py), and scripts/test.sh hands each worker its
+    tests/e2e/ files first, so the head would only idle through the rest of the session (with its
+    dashboard, ~4 CPU-s a minute). A test that reads it later starts it again."""
+    yield _session_head
+    _session_head.stop()
+
+
+def pytest_runtest_setup(item):
+    if not is_e2e(item):
+        _session_head.stop()
 
 
 @pytest.fixture(scope="module")
