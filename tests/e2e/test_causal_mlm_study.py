@@ -18,6 +18,7 @@ from sweeper.store.layout import RunLayout, StudyLayout
 from sweeper.store.results import TRIALS, read_table
 
 from conftest import run_sweeper
+from in_process_run import trained_in_process
 from test_resume import start_sweeper, wait_for
 from tiny_causal_lms import CAUSAL_KINDS, build_tiny_causal_lm
 
@@ -115,12 +116,6 @@ def test_a_native_run_killed_mid_run_resumes_to_the_uninterrupted_weights(ray_he
     are bit for bit those of a run never stopped. That run is the same planned run trained by
     the study's own local-mode task body (`fit_run`, in this process, one thread as in the task)
     into a folder of its own, on the corpus the killed study prepared."""
-    import ray
-
-    from sweeper.plan.load import load_study
-    from sweeper.run.corpora import corpus_config, corpus_dir
-    from sweeper.run.train_grid import fit_run, pretrain_config
-
     source = build_tiny_causal_lm("gemma3", tmp_path / "tiny-gemma3")
     text = SPEC.format(study="native-killed", sources=f'"hf:{source}"', tasks="wordnet-supersense-cls", workers=0)
     spec = tmp_path / "killed.yaml"
@@ -141,15 +136,7 @@ def test_a_native_run_killed_mid_run_resumes_to_the_uninterrupted_weights(ray_he
     final = storage.read_json(storage.join(run_dir, "progress.json"))
     assert final["step"] == 24 and final["pid"] != progress["pid"] and final["started_from"] >= 8, final
 
-    loaded = load_study(spec)
-    (run,) = loaded.plan.runs
-    whole = pretrain_config(run, loaded.spec, StudyLayout(str(tmp_path / "whole")),
-                            corpus_dir(study, corpus_config(loaded.spec, loaded.plan, run.tokenizer)), {run.name: run})
-    ray.init(address=ray_head_two_cpus[0], log_to_driver=False)
-    try:
-        fit_run(whole, {"cpus_per_worker": 1, "gpus_per_worker": 0, "max_failures": 0})
-    finally:
-        ray.shutdown()
+    whole = trained_in_process(spec, study.root, str(tmp_path / "whole"), ray_head_two_cpus[0])
     finals = {name: load_file(storage.join(folder, "step-24", "model.safetensors"))
               for name, folder in (("whole", whole.run_dir), ("killed", run_dir))}
     assert finals["whole"].keys() == finals["killed"].keys()

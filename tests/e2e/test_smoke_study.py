@@ -24,6 +24,7 @@ from sweeper.store.results import TRIALS, read_table
 import trainables  # noqa: F401  (registers the architecture)
 
 from conftest import ROOT, run_sweeper
+from in_process_run import trained_in_process
 
 pytestmark = pytest.mark.e2e
 SMOKE = ROOT / "search_spaces" / "smoke.yaml"
@@ -169,11 +170,6 @@ def test_fsdp2_sharded_run_matches_the_single_process_run(ray_head_two_cpus, tmp
     same spec's run with `pretraining_workers: 0`, trained by the study's own local-mode task body
     (`fit_run`: Train's local mode, in this process) into a local folder, on the corpus the sharded
     study prepared (the same key: one preparation)."""
-    import ray
-
-    from sweeper.run.corpora import corpus_config, corpus_dir
-    from sweeper.run.train_grid import fit_run, pretrain_config
-
     sharded_spec = ROOT / "tests" / "specs" / "fsdp.yaml"
     local_spec = tmp_path / "local.yaml"
     # No W&B for the reference (tracking shapes no weight): the sharded study's is checked below.
@@ -189,15 +185,7 @@ def test_fsdp2_sharded_run_matches_the_single_process_run(ray_head_two_cpus, tmp
                 .glob("offline-run-*/run-*.wandb"))
     assert list((folders.scratch_dir(sharded_study, "") / "wandb").glob("offline-run-*/run-*.wandb"))
 
-    local = load_study(local_spec)
-    (run,) = local.plan.runs
-    corpus = corpus_dir(StudyLayout(sharded_study), corpus_config(local.spec, local.plan, run.tokenizer))
-    config = pretrain_config(run, local.spec, StudyLayout(str(tmp_path / "local")), corpus, {run.name: run})
-    ray.init(address=ray_head_two_cpus[0], log_to_driver=False)
-    try:
-        fit_run(config, {"cpus_per_worker": 1, "gpus_per_worker": 0, "max_failures": 0})
-    finally:
-        ray.shutdown()
+    config = trained_in_process(local_spec, sharded_study, str(tmp_path / "local"), ray_head_two_cpus[0])
 
     logs, weights = {}, {}
     for name, run_dir in (("fsdp", storage.join(sharded_study, "pretraining", "nano-clm-20")),
