@@ -7,7 +7,8 @@ installed Ray against TESTED_RAY_VERSIONS and refuses an untested one with a Run
 naming it: moving to a new Ray means running the e2e tests on it, then adding its version
 here. The one exception is the workers' setup hook, `quiet_stopped_workers`: it must not fail,
 and under another Ray it only falls back to Python's own report. Only the code that uses these
-functions checks (`sweeper plan`, `status` and `report` never import Ray). `tests/unit/run/test_ray_compat.py` fails on a private Ray or Tune name anywhere else.
+functions checks (`sweeper plan`, `status` and `report` never import Ray).
+`tests/unit/run/test_ray_compat.py` fails on a private Ray or Tune name anywhere else.
 """
 from __future__ import annotations
 
