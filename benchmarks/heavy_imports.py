@@ -1,15 +1,18 @@
-"""Benchmark 17b: the CPU time a process spends on its heavy imports, with the cyclic garbage
-collector paused and then frozen (sweeper.contract.heavy_imports, as shipped) and with a collector
-that stays on throughout.
+"""Benchmark 17b: the CPU time a process spends on its heavy imports.
 
-Two imports, each sampled in fresh `python` processes:
-- worker: `ray`, then `trainables.finetune_loop` (what a trial's Ray worker imports first; the
-  package pauses and freezes around torch and transformers' model classes);
-- driver: `sweeper.run.runner` (what `sweeper run` imports once the spec is good: Ray Tune,
-  pandas, scipy.stats, matplotlib; sweeper/cli.py pauses and freezes around it), then a workload
-  of short-lived containers such as a driver's loop makes, so the full collections that follow
-  an import are counted too.
-The arms alternate; the collector-on arm patches `gc.disable` and `gc.freeze` to do nothing first.
+Two comparisons, each sampled in fresh `python` processes, the arms alternating:
+- the collector (sweeper.contract.heavy_imports, as shipped, against a collector that stays on
+  throughout: the second arm patches `gc.disable` and `gc.freeze` to do nothing first):
+  - worker: `ray`, then `trainables.finetune_loop` in `imports_frozen()` (what a trial's Ray
+    worker imports: sweeper.run.tune_grid.finetune_trainable);
+  - driver: `sweeper.run.runner` (what `sweeper run` imports once the spec is good: Ray Tune,
+    pandas, scipy.stats, matplotlib; sweeper/cli.py pauses and freezes around it), then a
+    workload of short-lived containers such as a driver's loop makes, so the full collections
+    that follow an import are counted too;
+- prep: what a worker that probes the environment and tokenises task data imports (`ray`, then
+  trainables.environment, trainables.tasks.data, every task family and transformers'
+  tokenizer classes, frozen), as shipped against the same with `trainables.model` too: what
+  such a worker imported while `import trainables` loaded the model classes.
 Prints each arm's median and the ratio.
 
     .venv/bin/python benchmarks/heavy_imports.py [--samples 5]
@@ -31,7 +34,9 @@ import ray
 if {collector_on}:
     gc.disable = gc.freeze = lambda: None  # the pause becomes a no-op: the collector stays on
 started = time.process_time()
-import trainables.finetune_loop
+from sweeper.contract.heavy_imports import imports_frozen
+with imports_frozen():
+    import trainables.finetune_loop
 print(time.process_time() - started)
 """,
     "driver": """
@@ -49,11 +54,30 @@ for i in range(400_000):  # a driver's loop: events, results, their dicts and li
         rows.clear()
 print(time.process_time() - started)
 """,
+    "prep": """
+import time
+import ray
+started = time.process_time()
+from sweeper.contract.heavy_imports import imports_frozen
+with imports_frozen():
+    import trainables.environment, trainables.tasks.data, trainables.tasks.classification, trainables.tasks.qa
+    import trainables.tasks.retrieval
+    from transformers import AutoTokenizer, PreTrainedTokenizerFast
+    if {with_model}:
+        import trainables.model
+print(time.process_time() - started)
+""",
 }
+ARMS = {
+    "worker": {"paused, then frozen (shipped)": {"collector_on": False}, "collector on": {"collector_on": True}},
+    "driver": {"paused, then frozen (shipped)": {"collector_on": False}, "collector on": {"collector_on": True}},
+    "prep": {"no model classes (shipped)": {"with_model": False}, "with the model classes": {"with_model": True}},
+}
+"""Each side's two arms (shipped first) and what each fills into the side's code."""
 
 
-def sample(side: str, collector_on: bool) -> float:
-    done = subprocess.run([sys.executable, "-c", MEASURE[side].format(collector_on=collector_on)], cwd=ROOT,
+def sample(side: str, fill: dict) -> float:
+    done = subprocess.run([sys.executable, "-c", MEASURE[side].format(**fill)], cwd=ROOT,
                           capture_output=True, text=True, check=True)
     return float(done.stdout.split()[-1])
 
@@ -62,17 +86,16 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--samples", type=int, default=5)
     args = parser.parse_args()
-    for side in MEASURE:
-        times = {"paused, then frozen (shipped)": [], "collector on": []}
+    for side, arms in ARMS.items():
+        times = {arm: [] for arm in arms}
         for _ in range(args.samples):
-            times["paused, then frozen (shipped)"].append(sample(side, collector_on=False))
-            times["collector on"].append(sample(side, collector_on=True))
+            for arm, fill in arms.items():
+                times[arm].append(sample(side, fill))
         medians = {arm: statistics.median(values) for arm, values in times.items()}
         for arm, values in times.items():
             print(f"{side}: {arm:30s} median {medians[arm]:.2f} CPU-s  ({', '.join(f'{v:.2f}' for v in values)})")
-        paused, on = medians["paused, then frozen (shipped)"], medians["collector on"]
-        print(f"{side}: saved per process {on - paused:.2f} CPU-s ({1 - paused / on:.0%}); ratio {paused / on:.2f}")
-
+        shipped, other = medians.values()
+        print(f"{side}: saved per process {other - shipped:.2f} CPU-s ({1 - shipped / other:.0%}); ratio {shipped / other:.2f}")
 
 if __name__ == "__main__":
     main()

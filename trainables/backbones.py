@@ -143,8 +143,8 @@ def load_hugging_face_model(folder: Path, dtype: torch.dtype, auto_class: str = 
 @lru_cache(maxsize=2)
 def cached_backbone(folder: str, dtype: torch.dtype) -> nn.Module:
     """The checkpoint's backbone as loaded, once per process and dtype (trials of one checkpoint
-    placed on one worker share it; each gets its own copy). Optimizer state stays behind."""
-    import trainables  # noqa: F401  (registers the study's architecture with the Auto classes)
+    placed on one worker share it; each gets its own copy). Optimizer state stays behind. The
+    study's architecture resolves through AutoModel: this module imports trainables.model."""
     from transformers import AutoModel
     from transformers.utils import logging as hf_logging
 

@@ -6,8 +6,8 @@ objectives, so every checkpoint has the same architecture and the same `config.j
 (`model.layers.N.self_attn.q_proj`, ...) so a Llama-family causal LM maps in by name for
 continued pretraining.
 
-Importing `trainables` registers the architecture with the Auto classes, so
-`AutoModel.from_pretrained(checkpoint)` works with no `trust_remote_code`; that locally
+Importing this module as `trainables.model` registers the architecture with the Auto classes,
+so `AutoModel.from_pretrained(checkpoint)` works with no `trust_remote_code`; that locally
 registered class is the one loaded even when a caller passes `trust_remote_code=True`.
 
 Checkpoints others can load: the classes are also registered for transformers' custom-code
@@ -410,3 +410,7 @@ def build_model(config: LlamaEncoderConfig, seed: int) -> LlamaEncoderForMaskedL
     """A freshly initialised model, N(0, initializer_range) weights, reproducible from `seed`."""
     torch.manual_seed(seed)
     return LlamaEncoderForMaskedLM(config)
+
+
+if __name__ == "trainables.model":  # the study's import; the copy a checkpoint carries registers nothing
+    register_with_auto_classes()

@@ -35,7 +35,7 @@ from functools import lru_cache
 from sweeper.plan.source_tree import open_inside, parse_json, read_json
 
 STUDY_MODEL_TYPE = "llama_encoder"
-"""The study's own architecture (trainables.model.MODEL_TYPE), registered by `import trainables`."""
+"""The study's own architecture (trainables.model.MODEL_TYPE), registered by `import trainables.model`."""
 SIZE_FIELDS = ("hidden_size", "num_hidden_layers", "num_attention_heads", "num_key_value_heads", "vocab_size",
                "intermediate_size", "head_dim", "max_position_embeddings")
 """config.json fields the plan's estimates read (where present)."""

@@ -17,6 +17,7 @@ from sweeper.plan.study_plan import StudyPlan
 from sweeper.plan.checkpoint_sources import SourceProblem, resolve_hub_revision
 from sweeper.contract.text_sources import source_identity, source_problem
 from sweeper.contract.configs import CorpusConfig, stable_key
+from sweeper.contract.heavy_imports import imports_frozen
 from sweeper.spec.reading import SpecError
 from sweeper.spec.study import StudySpec
 from sweeper.store import storage
@@ -159,8 +160,8 @@ def line_of(spec_path: Path, key: str) -> int | None:
 
 
 def prepare_corpus_task(config: CorpusConfig, out_dir: str) -> dict:
-    from trainables.corpus_prep import prepare_corpus
-
+    with imports_frozen():
+        from trainables.corpus_prep import prepare_corpus
     return prepare_corpus(config, out_dir)
 
 

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import ray
 
+from sweeper.contract.heavy_imports import imports_frozen
 from sweeper.spec.study import StudySpec
 from sweeper.store import environments
 from sweeper.store.layout import StudyLayout
@@ -16,8 +17,8 @@ without a record, and says so."""
 def describe_environment() -> dict:
     """Body of the probe's Ray task. Imports the worker side here, in the worker: importing it
     in the driver (trainables -> transformers) costs every study ~3 s of CPU at its start."""
-    from trainables.environment import describe
-
+    with imports_frozen():
+        from trainables.environment import describe
     return describe()
 
 

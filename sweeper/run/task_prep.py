@@ -23,6 +23,7 @@ from sweeper.plan.study_plan import task_points
 from sweeper.run.checkpoint_import import one_line
 from sweeper.contract.text_sources import SHIPPED_FILES, builtin_path, hub_dataset_revision
 from sweeper.contract import registry
+from sweeper.contract.heavy_imports import imports_frozen
 from sweeper.contract.registry import get_task
 from sweeper.contract.configs import FinetuneProtocol, TaskInfo, stable_key
 from sweeper.spec.study import StudySpec
@@ -42,7 +43,8 @@ def prepare_task(task: TaskInfo, family: str, tokenizer_folder: tuple[str, str],
     imported checkpoint (sweeper.run.checkpoint_import). `keyed`: the tokenizer's content hash and the
     source the folder's key was made from (`task_data_identity`), checked against the tokenizer
     read here and recorded in the folder's meta."""
-    from trainables.tasks.data import prepare_task_data
+    with imports_frozen():
+        from trainables.tasks.data import prepare_task_data
 
     location, marker = tokenizer_folder
     tokenizer_dir = folders.local_copy(location, marker, only=TOKENIZER_FOLDER)

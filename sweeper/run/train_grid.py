@@ -20,6 +20,7 @@ import ray
 
 from sweeper.plan.runs import PretrainingRun
 from sweeper.contract.configs import InitSource, PretrainConfig
+from sweeper.contract.heavy_imports import imports_frozen
 from sweeper.spec.study import StudySpec
 from sweeper.store import storage
 from sweeper.store.layout import TRAIN_LOG, StudyLayout
@@ -57,12 +58,20 @@ def pretrain_config(run: PretrainingRun, spec: StudySpec, layout: StudyLayout, c
     )
 
 
+def train_worker_loop(loop_config: dict) -> None:
+    """Body of each Ray Train worker (in local mode, of fit_run's own process): the run's loop."""
+    with imports_frozen():
+        from trainables.pretrain_loop import train_loop_per_worker
+    train_loop_per_worker(loop_config)
+
+
 def fit_run(run: PretrainConfig, resources: dict) -> dict:
     """Body of the Ray task that owns one run: build the TorchTrainer and fit it."""
     from ray.train import ControllerError, FailureConfig, RunConfig, ScalingConfig
     from ray.train.torch import TorchTrainer
 
-    from trainables.pretrain_loop import ray_checkpoint_config, train_loop_per_worker
+    with imports_frozen():
+        from trainables.pretrain_loop import ray_checkpoint_config
 
     storage.make_dirs(run.run_dir)
     # Train (worker group) tees a worker's prints to its logger as well: every line twice on the
@@ -80,7 +89,7 @@ def fit_run(run: PretrainConfig, resources: dict) -> dict:
 
     def trainer():
         return TorchTrainer(
-            train_loop_per_worker, train_loop_config={"run": run}, scaling_config=scaling,
+            train_worker_loop, train_loop_config={"run": run}, scaling_config=scaling,
             run_config=RunConfig(
                 name=run.name, storage_path=runs_path,
                 storage_filesystem=filesystem if storage.is_remote(run.run_dir) else None,

@@ -36,6 +36,7 @@ from sweeper.run.progress import ProgressLine
 from sweeper.run.recording import FINAL, ResultsRecorder, trial_row
 from sweeper.run.search import SEARCH_METRIC, search_score
 from sweeper.run.shards import EvaluationSets, Shard, study_shards
+from sweeper.contract.heavy_imports import imports_frozen
 from sweeper.contract.registry import get_task
 from sweeper.run.task_prep import corpus_tokenizers, prepare_tasks
 from sweeper.contract.tracking import start_wandb
@@ -55,8 +56,9 @@ def finetune_trainable(config: dict, shard: Shard, report_curve: bool = False) -
     trial by raising SystemExit inside such a report. The final result is marked final. A
     checkpoint that does not load (trainables.backbones.CheckpointUnloadable) ends the trial as
     failed with that one line as its error, reported as its final result."""
-    from trainables.backbones import CheckpointUnloadable
-    from trainables.finetune_loop import run_trial
+    with imports_frozen():
+        from trainables.backbones import CheckpointUnloadable
+        from trainables.finetune_loop import run_trial
 
     trial, started = shard.trial_config(config), time.time()
 

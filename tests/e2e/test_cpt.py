@@ -14,7 +14,7 @@ from transformers import AutoTokenizer, LlamaConfig, LlamaForCausalLM, PreTraine
 from sweeper.store import folders, storage
 from sweeper.store.layout import StudyLayout
 from sweeper.store.results import TRIALS, read_table
-import trainables  # noqa: F401
+import trainables.model  # registers the architecture
 from sweeper.contract.text_sources import iter_corpus_texts
 
 from conftest import ROOT, run_sweeper

@@ -21,7 +21,7 @@ from sweeper.report.writer import build_report
 from sweeper.store import folders, storage
 from sweeper.store.layout import StudyLayout
 from sweeper.store.results import TRIALS, read_table
-import trainables  # noqa: F401  (registers the architecture)
+import trainables.model  # noqa: F401  (registers the architecture)
 
 from conftest import ROOT, run_sweeper
 from in_process_run import trained_in_process

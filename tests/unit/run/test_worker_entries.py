@@ -84,7 +84,26 @@ def test_functions_that_import_the_worker_side_are_handed_to_ray_never_called():
                 referenced.update(d.id for d in node.args.defaults + node.args.kw_defaults if isinstance(d, ast.Name))
     assert not entries & called, f"called in the driver: {sorted(entries & called)}"
     assert entries <= referenced, f"not handed to Ray: {sorted(entries - referenced)}"
-    assert {"prepare_corpus_task", "prepare_task", "fit_run", "finetune_trainable", "describe_environment"} <= entries
+    assert {"prepare_corpus_task", "prepare_task", "fit_run", "train_worker_loop", "finetune_trainable",
+            "describe_environment"} <= entries
+
+
+def test_the_worker_side_is_imported_frozen_on_workers():
+    """Every import of trainables in the run stage sits in a `with imports_frozen():` block
+    (sweeper.contract.heavy_imports): the package itself imports nothing heavy, so these imports
+    are where a worker loads torch and transformers."""
+    unfrozen = []
+    for path in sorted(RUN_STAGE.glob("*.py")):
+        tree = ast.parse(path.read_text())
+        frozen = {id(inner) for node in ast.walk(tree) if isinstance(node, ast.With)
+                  and any(isinstance(item.context_expr, ast.Call) and getattr(item.context_expr.func, "id", None) == "imports_frozen"
+                          for item in node.items)
+                  for statement in node.body for inner in ast.walk(statement)}
+        unfrozen += [f"{path.name}:{node.lineno}" for node in ast.walk(tree)
+                     if isinstance(node, (ast.Import, ast.ImportFrom)) and id(node) not in frozen
+                     and any(name.partition(".")[0] == "trainables"
+                             for name in ([node.module or ""] if isinstance(node, ast.ImportFrom) else [a.name for a in node.names]))]
+    assert not unfrozen, f"imported without imports_frozen: {unfrozen}"
 
 
 def test_the_probe_runs_the_worker_sides_describe(monkeypatch):

@@ -1,8 +1,8 @@
-"""The backbone saves and loads through transformers' Auto classes (no trust_remote_code)."""
+"""The backbone saves and loads through transformers' Auto classes (no trust_remote_code): importing
+trainables.model registers them."""
 import torch
 from transformers import AutoConfig, AutoModel, AutoModelForMaskedLM
 
-import trainables  # noqa: F401  (registers the architecture)
 from trainables.model import LlamaEncoderConfig, LlamaEncoderForMaskedLM, LlamaEncoderModel, build_model
 
 

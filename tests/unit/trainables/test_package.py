@@ -1,32 +1,56 @@
-"""Importing the worker side (trainables/__init__.py) pauses the cyclic garbage collector for its
-heavy imports, freezes what they created, and leaves the collector as it found it."""
+"""Importing the worker side: the package itself loads nothing heavy, so the environment probe and
+data preparation never load transformers' model classes; the modules the driver's Ray tasks import
+are imported with the cyclic collector paused and then frozen, leaving the collector as found;
+and importing trainables.model registers the study's architecture with the Auto classes."""
 from __future__ import annotations
 
+import json
 import subprocess
 import sys
 
 from conftest import ROOT
 
 CHECK = """
-import gc
+import gc, json, sys
 {before}
-frozen_before = gc.get_freeze_count()
+light = sys.modules.copy()
 import trainables
-print(gc.isenabled(), gc.get_freeze_count() - frozen_before, "torch" in __import__("sys").modules)
+package_loads = sorted({{m.partition(".")[0] for m in sys.modules}} - {{m.partition(".")[0] for m in light}})
+frozen_before = gc.get_freeze_count()
+from sweeper.run.environment import describe_environment
+from sweeper.run.task_prep import prepare_task
+from sweeper.run.corpora import prepare_corpus_task
+frozen_by_driver_modules = gc.get_freeze_count() - frozen_before
+probed = describe_environment()
+import trainables.tasks.data, trainables.corpus_prep, trainables.tokenizer  # what preparing data runs
+import trainables.tasks.classification, trainables.tasks.qa, trainables.tasks.retrieval
+from transformers import AutoTokenizer, PreTrainedTokenizerFast
+frozen = gc.get_freeze_count() - frozen_before - frozen_by_driver_modules
+model_classes = "transformers.modeling_utils" in sys.modules
+from transformers import AutoConfig
+before_model = "llama_encoder" in AutoConfig.for_model.__globals__["CONFIG_MAPPING"]
+import trainables.model
+after_model = "llama_encoder" in AutoConfig.for_model.__globals__["CONFIG_MAPPING"]
+print(json.dumps({{"package_loads": package_loads, "collector": gc.isenabled(), "frozen": frozen,
+                  "torch_threads": probed["torch_threads"], "model_classes": model_classes,
+                  "registered": [before_model, after_model]}}))
 """
 
 
-def test_the_import_restores_the_collector_and_freezes_what_it_created():
+def test_the_probe_and_data_preparation_load_no_model_classes_and_their_imports_are_frozen():
     children = {state: subprocess.Popen([sys.executable, "-c", CHECK.format(before=before)], cwd=ROOT,
                                         stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
                 for state, before in (("on", ""), ("off", "gc.disable()"))}
-    printed = {}
+    seen = {}
     for state, child in children.items():
         out, err = child.communicate(timeout=120)
         assert child.returncode == 0, err[-3000:]
-        printed[state] = out.split()
-    enabled, frozen, torch_loaded = printed["on"]
-    assert enabled == "True" and torch_loaded == "True"
-    # torch and transformers' model classes: hundreds of thousands of objects, none traversed again.
-    assert int(frozen) > 100_000, frozen
-    assert printed["off"][0] == "False", "a collector that was off stays off"
+        seen[state] = json.loads(out)
+    on = seen["on"]
+    assert on["package_loads"] == ["trainables"], "importing the package alone loads nothing else"
+    assert not on["model_classes"], "the probe or data preparation loaded transformers' model classes"
+    assert on["torch_threads"] >= 1  # the probe ran: torch imported on the worker side
+    # torch (the probe's import): hundreds of thousands of objects, none traversed again.
+    assert on["frozen"] > 100_000, on["frozen"]
+    assert on["collector"] is True and seen["off"]["collector"] is False, "the collector is left as found"
+    assert on["registered"] == [False, True], "importing trainables.model registers llama_encoder"

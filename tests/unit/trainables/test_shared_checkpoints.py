@@ -1,7 +1,7 @@
 """Checkpoints others can load: a folder saved as pretraining saves it (`save_hf`, both its plain
 and its FSDP branch) carries its modeling code, so a process that cannot import `trainables` loads
 it with `trust_remote_code=True` and computes what the study's model computes; without that flag
-transformers refuses with its own message; and with `import trainables` the locally registered
+transformers refuses with its own message; and with `import trainables.model` the locally registered
 classes load, as before, without running anything of the folder."""
 from __future__ import annotations
 
@@ -19,7 +19,6 @@ from safetensors.torch import load_file, save_file
 from transformers import AutoConfig, AutoModel, AutoModelForMaskedLM
 from transformers.dynamic_module_utils import get_imports, get_relative_imports
 
-import trainables  # noqa: F401  (registers the architecture)
 from trainables import model as model_module
 from trainables.model import LlamaEncoderConfig, LlamaEncoderForMaskedLM, LlamaEncoderModel, build_model
 from trainables.pretrain_loop import save_hf
