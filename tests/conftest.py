@@ -50,6 +50,11 @@ os.environ["RAY_AUTH_MODE"] = "disabled"
 # (measured: nano runs 25-60x slower beside 2 busy processes). Every Ray a test starts
 # inherits this; a study a user starts keeps Ray's default.
 os.environ["RAY_worker_niceness"] = "0"
+# The suite runs on two pytest workers, one core each (scripts/test.sh): torch's OpenMP pool,
+# sized to the machine's cores by default, oversubscribes them in every test process and in what
+# it starts (measured: tests/unit/trainables on 2 workers, 10-15 % less CPU with one thread).
+# Trials and runs set their own thread counts (TrialConfig.runtime.threads, PretrainConfig.threads).
+os.environ.setdefault("OMP_NUM_THREADS", "1")
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("HF_DATASETS_OFFLINE", "1")
 # Credentials never leave the driver: workers get s3:// locations without `key:secret@` and use
