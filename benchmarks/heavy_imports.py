@@ -97,5 +97,6 @@ def main() -> None:
         shipped, other = medians.values()
         print(f"{side}: saved per process {other - shipped:.2f} CPU-s ({1 - shipped / other:.0%}); ratio {shipped / other:.2f}")
 
+
 if __name__ == "__main__":
     main()

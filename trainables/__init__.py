@@ -1,7 +1,7 @@
 """Worker side of the sweeper: models, objectives, data, tasks and the loops Ray runs.
 
 Importing the package itself imports nothing heavy, so a worker that only probes the environment
-or tokenises a corpus or a task never loads transformers' model classes (some 2 CPU-s a process,
+or tokenises a corpus or a task never loads transformers' model classes (about 1 CPU-s a process,
 docs/benchmarks.md section 17). Importing `trainables.model` (as every module that builds or
 loads the backbone does) registers the `llama_encoder` architecture with transformers' Auto
 classes, so checkpoints written by a study load with `AutoModel.from_pretrained(path)`.

@@ -6,10 +6,10 @@ run stage's Ray tasks import, sweeper/run); a driver imports Ray Tune, pandas, s
 matplotlib (sweeper/cli.py). What such an import creates (modules, classes, their tables) lives
 as long as the process, so the collector's passes over it during the import, and every full pass
 after it, find nothing to free: about 0.5 CPU-s of a worker's import and a tenth of a study
-driver's CPU (benchmarks/heavy_imports.py,
-docs/benchmarks.md section 17). `gc.freeze` moves everything alive at the end of the block to the
-permanent generation, which the collector never traverses again. It freezes cyclic garbage that
-exists at that moment too: one-time and small. The collector is left on or off as it was found.
+driver's CPU (benchmarks/heavy_imports.py, docs/benchmarks.md section 17). `gc.freeze` moves
+everything alive at the end of the block to the permanent generation, which the collector never
+traverses again. It freezes cyclic garbage that exists at that moment too: one-time and small.
+The collector is left on or off as it was found.
 """
 from __future__ import annotations
 
