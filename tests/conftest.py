@@ -65,7 +65,7 @@ os.environ["AWS_SECRET_ACCESS_KEY"] = "testing"
 os.environ["AWS_EC2_METADATA_DISABLED"] = "true"
 os.environ.pop("AWS_SESSION_TOKEN", None)
 
-from local_s3 import free_port  # noqa: E402
+from local_s3 import free_ports  # noqa: E402
 # The quick tier's guard (tests/support/quick_tier.py): its hooks, registered through this conftest.
 from quick_tier import (  # noqa: E402,F401
     is_e2e, pytest_collection_modifyitems, pytest_runtest_makereport, pytest_runtest_protocol,
@@ -183,14 +183,13 @@ def ray_head_two_cpus(sweeper_cache):
 
 def running_head(cpus: int, dashboard: bool = True):
     """Start a head, yield (GCS address, dashboard URL or None), stop it."""
-    port, dashboard_port = free_port(), free_port()
+    port, dashboard_port, *agent = free_ports(6)
     # As from an activated venv: the job's `python` entrypoint is this environment's python.
     env = {**os.environ, "RAY_AUTH_MODE": "disabled", "PATH": f"{BIN}{os.pathsep}{os.environ['PATH']}"}
     # Every listening port chosen free: Ray's fixed defaults (the job agent's 52365, ...) collide
     # with any other Ray on the machine (a study running beside the tests), and a job agent that
     # cannot bind leaves the head refusing every `ray job submit`.
-    agent_ports = [f"--dashboard-agent-listen-port={free_port()}", f"--dashboard-agent-grpc-port={free_port()}",
-                   f"--runtime-env-agent-port={free_port()}", f"--metrics-export-port={free_port()}"]
+    agent_ports = agent_port_options(agent)
     # A temp folder of its own (short: Ray's socket paths live below it). A job's driver is given
     # the address in `<temp folder>/ray_current_cluster`, which `ray start` writes: in the shared
     # /tmp/ray that is whichever Ray started last on the machine (a study or another suite beside
@@ -329,10 +328,11 @@ def node_env(name: str, folder: Path, watched: list[Path]) -> dict:
             "SWEEPER_NODE_AUDIT_ROOTS": os.pathsep.join(map(str, watched))}
 
 
-def agent_port_options() -> list[str]:
+def agent_port_options(ports: list[int] | None = None) -> list[str]:
     """Free ports for a node's agents: Ray's fixed defaults collide between nodes on one machine."""
-    return [f"--dashboard-agent-listen-port={free_port()}", f"--dashboard-agent-grpc-port={free_port()}",
-            f"--runtime-env-agent-port={free_port()}", f"--metrics-export-port={free_port()}"]
+    listen, grpc, runtime_env, metrics = ports or free_ports(4)
+    return [f"--dashboard-agent-listen-port={listen}", f"--dashboard-agent-grpc-port={grpc}",
+            f"--runtime-env-agent-port={runtime_env}", f"--metrics-export-port={metrics}"]
 
 
 @pytest.fixture(scope="module")
@@ -352,7 +352,7 @@ def node_cluster():
     # process of the cluster has anything to do there when the study is in an object store.
     watched = [*folders.values(), ROOT / "studies"]
     nodes = {name: ClusterNode(name, folder, node_env(name, folder, watched)) for name, folder in folders.items()}
-    port = free_port()
+    port, dashboard_port = free_ports(2)
     address = f"127.0.0.1:{port}"
     starts = {}
 
@@ -390,7 +390,7 @@ def node_cluster():
                              + (folders[name] / "ray-start.log").read_text()[-3000:])
 
     try:
-        join("head", 1, {}, ["--head", f"--port={port}", "--dashboard-host=127.0.0.1", f"--dashboard-port={free_port()}"])
+        join("head", 1, {}, ["--head", f"--port={port}", "--dashboard-host=127.0.0.1", f"--dashboard-port={dashboard_port}"])
         join("pretrain", 1, {"pretrain_node": 1}, [f"--address={address}"])
         join("trial", 2, {"trial_node": 2}, [f"--address={address}"])
         yield NodeCluster(address, nodes)

@@ -29,10 +29,19 @@ class LocalS3:
         return f"s3://testing:testing@{self.bucket}/{path}?{self.query}"
 
 
+def free_ports(count: int) -> list[int]:
+    """`count` distinct loopback ports free now: each socket stays bound until all are chosen (one
+    at a time, the kernel may hand the same port out twice, and Ray refuses a port given to two
+    of its components)."""
+    with contextlib.ExitStack() as stack:
+        sockets = [stack.enter_context(socket.socket()) for _ in range(count)]
+        for sock in sockets:
+            sock.bind(("127.0.0.1", 0))
+        return [sock.getsockname()[1] for sock in sockets]
+
+
 def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
+    return free_ports(1)[0]
 
 
 @contextlib.contextmanager
