@@ -10,8 +10,8 @@
 #
 # Both tiers run on both cores (pytest-xdist). Measured on 2 cores, idle machine
 # (docs/benchmarks.md section 17): quick, 862 tests in 2m07s of pytest; the whole suite on a
-# fresh clone, 948 tests in 14m55s and 13m24s of pytest idle (30m42s beside 2 busy processes),
-# both cores 89-90 % busy throughout. The machine's speed drifts from day to day (the same import
+# fresh clone, 948 tests in 13m33s and 13m22s of pytest idle (20m15s beside 2 busy processes),
+# both cores 89 % busy throughout. The machine's speed drifts from day to day (the same import
 # took 2.49, 3.44 and 2.55 CPU-s on three days), so these are one day's figures.
 # Extra arguments go to pytest (`bash scripts/test.sh quick tests/unit/spec -k limits`); an
 # argument naming a test path replaces the tier's folder. No test collected is a failure.
