@@ -90,7 +90,7 @@ def hf_trial(config_path: str, out_path: str) -> None:
                               Trainer, TrainingArguments, set_seed)
     from transformers.utils import logging as hf_logging
 
-    import trainables  # noqa: F401  (registers the architecture with AutoModel)
+    import trainables.model  # noqa: F401  (registers the architecture with AutoModel)
     from trainables.tasks.classification import IGNORE, word_level_tags
     from trainables.tasks.data import load_prepared
     from trainables.tasks.metrics import accuracy, entity_f1

@@ -30,11 +30,12 @@ TASK = "wordnet-supersense-cls"
 
 
 def bench_spec(args):
-    """micro.yaml narrowed to one checkpoint of `--preset` and one task, `--trials` seeds."""
+    """micro.yaml narrowed to one checkpoint of `--preset` (its first run, trained once) and one task,
+    `--trials` seeds."""
     from sweeper.plan.load import load_study
 
     spec = load_study(SPEC).spec
-    run = replace(spec.pretraining.runs[0], checkpoint_steps=[])
+    run = replace(spec.pretraining.runs[0], checkpoint_steps=[], replicates=1)
     return replace(
         spec, study="bench-trials", model=replace(spec.model, preset=args.preset),
         pretraining=replace(spec.pretraining, runs=[run]),
