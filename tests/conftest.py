@@ -352,14 +352,16 @@ def node_cluster():
     # process of the cluster has anything to do there when the study is in an object store.
     watched = [*folders.values(), ROOT / "studies"]
     nodes = {name: ClusterNode(name, folder, node_env(name, folder, watched)) for name, folder in folders.items()}
-    port, dashboard_port = free_ports(2)
+    # The head's ports chosen together: its agents' ports chosen later could be the two just freed.
+    port, dashboard_port, *head_agent_ports = free_ports(6)
     address = f"127.0.0.1:{port}"
     starts = {}
 
     def start(name: str, cpus: int, resources: dict, role: list[str]) -> None:
         with open(folders[name] / "ray-start.log", "w") as log:
             starts[name] = subprocess.Popen(
-                [str(BIN / "ray"), "start", "--block", *role, "--node-ip-address=127.0.0.1", *agent_port_options(),
+                [str(BIN / "ray"), "start", "--block", *role, "--node-ip-address=127.0.0.1",
+                 *agent_port_options(head_agent_ports if name == "head" else None),
                  f"--temp-dir={folders[name] / 'ray'}", f"--num-cpus={cpus}", "--num-gpus=0",
                  f"--resources={json.dumps(resources)}", "--disable-usage-stats"],
                 env=nodes[name].env, cwd=ROOT, stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
