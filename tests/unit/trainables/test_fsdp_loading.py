@@ -2,7 +2,7 @@
 CPU: while a resume checkpoint loads, rank 1 never holds the full model or the full optimizer
 state, and a run resumed half-way trains the weights of the uninterrupted run.
 
-Two process groups of two ranks each, real torch.distributed (~30 s): the first trains 4 steps
+Two process groups of two ranks each, real torch.distributed (~20 s): the first trains 4 steps
 (CLM then MLM, 2 micro batches a rank) and saves a checkpoint at step 2 as the loop does; the
 second, in fresh processes, resumes from it, measuring each rank's memory across the load, and
 trains steps 2 and 3.
@@ -50,9 +50,11 @@ CPU = torch.device("cpu")
 
 
 def sharded_run(folder: Path):
-    """4 steps, CLM then MLM from step 2 (the resume crosses the switch), 8 rows a rank."""
+    """4 steps, CLM then MLM from step 2 (the resume crosses the switch), 8 rows a rank of 8
+    tokens: the model's size is what the test measures, and a step's CPU grows with its tokens
+    (2 CPU-s a rank at 32 tokens a row)."""
     return replace(planned_run(STEPS, run_dir=str(folder / "run"), workers=WORLD, micro_batch_size=4),
-                   sharding="fsdp", model_config=MODEL)
+                   sharding="fsdp", model_config=MODEL, seq_len=8)
 
 
 def resident_kib() -> dict[str, int]:
@@ -141,10 +143,12 @@ def resumed(rank: int, folder: Path) -> None:
 @pytest.fixture(scope="module")
 def runs(tmp_path_factory):
     folder = tmp_path_factory.mktemp("fsdp")
+    torch.multiprocessing.spawn(uninterrupted, args=(folder,), nprocs=WORLD, join=True)
     with pytest.MonkeyPatch.context() as patch:
-        patch.setenv("MALLOC_MMAP_THRESHOLD_", str(64 * 1024))  # read by glibc as each rank starts
-        for worker in (uninterrupted, resumed):
-            torch.multiprocessing.spawn(worker, args=(folder,), nprocs=WORLD, join=True)
+        # Read by glibc as each rank starts; only the measured processes need it (it costs the
+        # others a page fault on every block it maps afresh: 6 system CPU-s here).
+        patch.setenv("MALLOC_MMAP_THRESHOLD_", str(64 * 1024))
+        torch.multiprocessing.spawn(resumed, args=(folder,), nprocs=WORLD, join=True)
     return folder
 
 
@@ -152,7 +156,7 @@ def state_bytes(state: dict) -> int:
     return sum(t.numel() * t.element_size() for entry in state["state"].values() for t in entry.values())
 
 
-@pytest.mark.slow  # with the next: ~50 CPU-s of the `runs` fixture (two gloo processes, twice)
+@pytest.mark.slow  # with the next: ~40 CPU-s of the `runs` fixture (two gloo processes, twice)
 def test_rank_1_never_holds_the_full_model_or_optimizer_state_while_a_checkpoint_loads(runs):
     state = torch.load(runs / f"step-{RESUME_AT}" / TRAINING_STATE, weights_only=True)
     optimizer_bytes = state_bytes(state["optimizer"])
