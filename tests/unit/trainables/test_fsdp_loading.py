@@ -51,8 +51,8 @@ CPU = torch.device("cpu")
 
 def sharded_run(folder: Path):
     """4 steps, CLM then MLM from step 2 (the resume crosses the switch), 8 rows a rank of 8
-    tokens: the model's size is what the test measures, and a step's CPU grows with its tokens
-    (2 CPU-s a rank at 32 tokens a row)."""
+    tokens: the model's size is what the test measures, not its tokens (rows of 32 tokens cost
+    the fixture 4 CPU-s more)."""
     return replace(planned_run(STEPS, run_dir=str(folder / "run"), workers=WORLD, micro_batch_size=4),
                    sharding="fsdp", model_config=MODEL, seq_len=8)
 
