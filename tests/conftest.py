@@ -255,11 +255,12 @@ def ray_log_tails(ray_tmp: str, lines: int = 20) -> str:
 
 def run_sweeper(*args: str, address: str, timeout: float = 900, env: dict | None = None) -> subprocess.CompletedProcess:
     """`python -m sweeper ...` as a user would run it, as a driver of the given cluster (`env`:
-    extra environment variables)."""
+    extra environment variables), in a process forked from one that imported the run stage
+    once (tests/support/cli_process.py: the imports a driver makes, not its work, are shared)."""
+    from cli_process import sweeper_cli
+
     env = {**os.environ, "RAY_ADDRESS": address, "PYTHONUNBUFFERED": "1", **(env or {})}
-    result = subprocess.run([sys.executable, "-m", "sweeper", *args], capture_output=True, text=True,
-                            env=env, cwd=ROOT, timeout=timeout)
-    return result
+    return sweeper_cli(*args, env=env, cwd=ROOT, timeout=timeout, stage="run")
 
 
 @pytest.fixture(scope="session")

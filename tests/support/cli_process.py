@@ -2,7 +2,7 @@
 exits with (`sweeper plan` refusing a spec, `sweeper status` of a damaged study, ...).
 
 The child is forked from a server process that imported `sweeper.cli` once (one server per test
-process, started at its first call: `python cli_process.py`), not a new interpreter: a
+process, started at its first call: `python cli_process.py cli`), not a new interpreter: a
 `sweeper plan` then costs its own work, not ~1 CPU-second of interpreter start and imports each
 time (about 130 such calls in the quick tier). The child is still a process of its own: its
 exit status is the command's (`sys.exit(main())`; 1 and a traceback on stderr for an uncaught
@@ -13,9 +13,19 @@ started it; the commands under test read theirs when they run.
 
 A quick-tier test's child gets the tier's guard (tests/support/start_rules.py) as a new
 interpreter would through child_guard/sitecustomize.py.
+
+`sweeper_cli(..., stage="run")` forks from a second server that has also imported what
+`sweeper run` imports once its spec is good (sweeper.run.runner: Ray, Ray Tune, pandas,
+matplotlib; about 2 CPU-s a driver, benchmarks/heavy_imports.py), as the command itself does,
+collector paused and frozen: the end-to-end tests run about 50 study drivers this way
+(tests/conftest.py `run_sweeper`). The child joins its Ray cluster, or starts one, itself; it
+runs the interpreter's exit handlers (Ray's shutdown among them) before it ends, as `python -m
+sweeper` does at exit. A folder the call's PYTHONPATH adds (a plugin's) is put on the child's
+module path, as a new interpreter would.
 """
 from __future__ import annotations
 
+import atexit
 import json
 import os
 import select
@@ -28,7 +38,9 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[2]
 SUPPORT = Path(__file__).resolve().parent
-_server: list[subprocess.Popen] = []
+STAGES = {"cli": ["sweeper.cli"], "run": ["sweeper.cli", "sweeper.run.runner"]}
+"""What each server imports before it forks: the command line, or the command line and the run stage."""
+_servers: dict[str, subprocess.Popen] = {}
 
 
 # --- the server (this file run as a script) -------------------------------------------------------
@@ -40,6 +52,8 @@ def run_command(request: dict) -> int:
 
     os.environ.clear()
     os.environ.update(request["env"])
+    added = [entry for entry in request["env"].get("PYTHONPATH", "").split(os.pathsep) if entry and entry not in sys.path]
+    sys.path[1:1] = added
     os.chdir(request["cwd"])
     null = os.open(os.devnull, os.O_RDONLY)
     os.dup2(null, 0)
@@ -72,11 +86,17 @@ def run_command(request: dict) -> int:
     return code or 0
 
 
-def serve() -> None:
-    """Fork a child per request line on stdin (JSON); answer `{"pid"}` when it starts and
-    `{"status"}` when it ends, one request at a time."""
+def serve(stage: str) -> None:
+    """Import the stage's modules, then fork a child per request line on stdin (JSON); answer
+    `{"pid"}` when it starts and `{"status"}` when it ends, one request at a time."""
+    import importlib
+
+    from sweeper.contract.heavy_imports import imports_frozen
+
     answers = os.fdopen(os.dup(1), "w")
-    import sweeper.cli  # noqa: F401  (the point: imported once, before the forks)
+    with imports_frozen():  # the point: imported once, before the forks, as the command imports them
+        for module in STAGES[stage]:
+            importlib.import_module(module)
 
     for line in sys.stdin:
         request = json.loads(line)
@@ -86,6 +106,7 @@ def serve() -> None:
             try:
                 code = run_command(request)
             finally:
+                atexit._run_exitfuncs()
                 for stream in (sys.stdout, sys.stderr):
                     try:
                         stream.flush()
@@ -101,13 +122,13 @@ def serve() -> None:
 
 # --- the client (the test process) ----------------------------------------------------------------
 
-def server() -> subprocess.Popen:
-    if not _server or _server[0].poll() is not None:
-        _server[:] = [subprocess.Popen(
-            [sys.executable, __file__], stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True, cwd=ROOT,
+def server(stage: str) -> subprocess.Popen:
+    if stage not in _servers or _servers[stage].poll() is not None:
+        _servers[stage] = subprocess.Popen(
+            [sys.executable, __file__, stage], stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True, cwd=ROOT,
             env={**os.environ, "PYTHONPATH": os.pathsep.join([str(ROOT), str(SUPPORT),
-                                                               *filter(None, [os.environ.get("PYTHONPATH")])])})]
-    return _server[0]
+                                                               *filter(None, [os.environ.get("PYTHONPATH")])])})
+    return _servers[stage]
 
 
 def answer(process: subprocess.Popen, timeout: float | None) -> dict | None:
@@ -121,12 +142,13 @@ def answer(process: subprocess.Popen, timeout: float | None) -> dict | None:
 
 
 def sweeper_cli(*args: str, env: dict | None = None, cwd: Path | str = ROOT, timeout: float = 300,
-                limits: dict[int, int] | None = None) -> subprocess.CompletedProcess:
+                limits: dict[int, int] | None = None, stage: str = "cli") -> subprocess.CompletedProcess:
     """Run `python -m sweeper *args` (environment `env`, default this process's; `limits`: the
-    child's resource limits, `resource.RLIMIT_*` -> value, as a `preexec_fn` would set them);
-    return it as `subprocess.run(..., capture_output=True, text=True)` would. A child past
-    `timeout` seconds is killed and TimeoutExpired raised."""
-    process = server()
+    child's resource limits, `resource.RLIMIT_*` -> value, as a `preexec_fn` would set them;
+    `stage`: what the server imported before forking, STAGES); return it as
+    `subprocess.run(..., capture_output=True, text=True)` would. A child past `timeout` seconds
+    is killed and TimeoutExpired raised."""
+    process = server(stage)
     with tempfile.TemporaryDirectory(prefix="cli-") as folder:
         out, err = os.path.join(folder, "stdout"), os.path.join(folder, "stderr")
         for path in (out, err):
@@ -146,4 +168,4 @@ def sweeper_cli(*args: str, env: dict | None = None, cwd: Path | str = ROOT, tim
 
 
 if __name__ == "__main__":
-    serve()
+    serve(sys.argv[1])
