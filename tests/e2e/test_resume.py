@@ -46,6 +46,21 @@ def wait_for(condition, timeout: float, what: str, process: subprocess.Popen | N
     pytest.fail(f"timed out waiting for {what}")
 
 
+def finished_output(driver: subprocess.Popen, timeout: float, address: str, run_dir: str | None = None) -> str:
+    """The driver's whole output once it exits; past `timeout` it is killed and the test fails
+    with what it printed, the head's resources and the run's progress (what a hang leaves to read)."""
+    try:
+        return driver.communicate(timeout=timeout)[0]
+    except subprocess.TimeoutExpired:
+        driver.kill()
+        output = driver.communicate()[0]
+        head = subprocess.run([str(Path(sys.executable).parent / "ray"), "status", f"--address={address}"],
+                              capture_output=True, text=True, timeout=120)
+        progress = storage.read_json(storage.join(run_dir, "progress.json"), default=None) if run_dir else None
+        pytest.fail(f"the driver ran past {timeout:.0f} s; its output:\n{output[-8000:]}\n"
+                    f"ray status:\n{head.stdout[-3000:]}{head.stderr[-1000:]}\nprogress: {progress}")
+
+
 def raw_trials(study_dir: Path):
     return read_table(StudyLayout(str(study_dir)), TRIALS).to_pandas()
 
@@ -198,7 +213,7 @@ def test_pretraining_process_killed_mid_run_resumes_to_the_planned_result(ray_he
     finally:
         for pid in paused:
             os.kill(pid, signal.SIGCONT)
-    output, _ = driver.communicate(timeout=600)
+    output = finished_output(driver, 600, ray_head[0], run_dir)
     assert driver.returncode == 0, output[-5000:]
     # The process that finished the run started from the newest complete checkpoint, not from
     # scratch or Ray's older one (its stdout, "resumed from step N", may not reach the driver
