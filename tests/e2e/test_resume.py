@@ -21,7 +21,7 @@ from sweeper.store import storage
 from sweeper.store.layout import RunLayout, StudyLayout
 from sweeper.store.results import TRIALS, read_table, table_dir
 
-from conftest import ROOT, run_sweeper
+from conftest import ROOT, ray_cli, run_sweeper
 
 pytestmark = pytest.mark.e2e
 SPECS = ROOT / "tests" / "specs"
@@ -54,8 +54,7 @@ def finished_output(driver: subprocess.Popen, timeout: float, address: str, run_
     except subprocess.TimeoutExpired:
         driver.kill()
         output = driver.communicate()[0]
-        head = subprocess.run([str(Path(sys.executable).parent / "ray"), "status", f"--address={address}"],
-                              capture_output=True, text=True, timeout=120)
+        head = ray_cli("status", f"--address={address}", timeout=120)
         progress = storage.read_json(storage.join(run_dir, "progress.json"), default=None) if run_dir else None
         pytest.fail(f"the driver ran past {timeout:.0f} s; its output:\n{output[-8000:]}\n"
                     f"ray status:\n{head.stdout[-3000:]}{head.stderr[-1000:]}\nprogress: {progress}")

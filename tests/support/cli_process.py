@@ -17,8 +17,8 @@ interpreter would through child_guard/sitecustomize.py.
 `sweeper_cli(..., stage="run")` forks from a second server that has also imported what
 `sweeper run` imports once its spec is good (sweeper.run.runner: Ray, Ray Tune, pandas,
 matplotlib; about 2 CPU-s a driver, benchmarks/heavy_imports.py), as the command itself does,
-collector paused and frozen: the end-to-end tests run about 50 study drivers this way
-(tests/conftest.py `run_sweeper`). The child joins its Ray cluster, or starts one, itself; it
+collector paused and frozen: the end-to-end tests' `run_sweeper` calls run this way
+(tests/conftest.py). The child joins its Ray cluster, or starts one, itself; it
 runs the interpreter's exit handlers (Ray's shutdown among them) before it ends, as `python -m
 sweeper` does at exit. A folder the call's PYTHONPATH adds (a plugin's) is put on the child's
 module path, as a new interpreter would.
