@@ -37,11 +37,15 @@ def dead_pid() -> int:
 
 
 def plant(location: str, **fields) -> dict:
-    """Another driver's lease (alive by default: this test's parent process, heartbeat now)."""
+    """Another driver's lease (alive by default: this test's parent process, heartbeat now),
+    written under the study folder's lock as another driver's `take_lease` writes it: unlocked,
+    a heartbeat that had just read its own lease would write it back over the planted one."""
     now = time.time()
     holder = {"token": uuid.uuid4().hex, "host": HOST, "pid": os.getppid(), "since": now - 60,
               "heartbeat_at": now, **fields}
-    storage.write_json(location, holder)
+    storage.make_dirs(storage.parent(location))
+    with lease_module._serialised(location):
+        storage.write_json(location, holder)
     return holder
 
 
