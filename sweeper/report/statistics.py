@@ -191,6 +191,14 @@ def decide(parts: list[Part], config: VerdictConfig) -> str:
 
 # --- the study's per-seed scores, arranged for pairing -------------------------------------------
 
+def selectable(runs: pd.DataFrame) -> pd.DataFrame:
+    """`runs` laid out for the findings' hundreds of selections: strings as Python objects (an
+    Arrow-backed column makes each selection a pyarrow `take`), one block per dtype, not per column
+    (benchmarks/verdict_speed.py)."""
+    runs = runs.astype({column: object for column, dtype in runs.dtypes.items() if isinstance(dtype, pd.StringDtype)})
+    return runs.set_axis(runs.index.astype(object)).copy()
+
+
 @dataclass(kw_only=True, slots=True)
 class SeedScores:
     """Category scores arranged for pairing, per arm (a configuration: the checkpoint of its first
@@ -235,7 +243,8 @@ class SeedScores:
         # The checkpoint cube's rows follow the arms: each arm's first run stands for it.
         index = {a: grid.checkpoints.index(c) for a, c in zip(first.index, first["checkpoint_id"])}
         return cls(cube=cube, checkpoints=index, categories_in_order=categories,
-                   runs=provenance.comparison_keys(first.drop(columns="checkpoint_id").rename_axis("checkpoint_id")),
+                   runs=selectable(provenance.comparison_keys(
+                       first.drop(columns="checkpoint_id").rename_axis("checkpoint_id"))),
                    replicate_cube=by_run, arms=arms, replicates=dict(zip(arms, counts.tolist())))
 
     def by_runs(self, arm_ids: Sequence[str]) -> bool:
