@@ -128,15 +128,15 @@ def sweeper_cache(tmp_path_factory) -> Path:
 
 
 class SessionHead(Sequence):
-    """(GCS address, dashboard URL) of the session's head, started when first read and stopped
-    by `stop`; read again after that, it starts a new one."""
+    """(GCS address, dashboard URL or None) of a head of the session, started when first read and
+    stopped by `stop`; read again after that, it starts a new one."""
 
-    def __init__(self, cpus: int):
-        self.cpus, self._head, self._value = cpus, None, None
+    def __init__(self, cpus: int, dashboard: bool):
+        self.cpus, self.dashboard, self._head, self._value = cpus, dashboard, None, None
 
     def __getitem__(self, index):
         if self._head is None:
-            self._head = running_head(cpus=self.cpus)
+            self._head = running_head(cpus=self.cpus, dashboard=self.dashboard)
             self._value = next(self._head)
         return self._value[index]
 
@@ -149,36 +149,49 @@ class SessionHead(Sequence):
             head.close()  # running_head's `finally`: its process group stopped, its folder removed
 
 
-_session_head = SessionHead(cpus=1)
+_session_head = SessionHead(cpus=1, dashboard=False)
+_jobs_head = SessionHead(cpus=1, dashboard=True)
 
 
 @pytest.fixture(scope="session")
 def ray_head(sweeper_cache):
-    """`ray start --head` on 127.0.0.1 with 1 CPU: (GCS address, dashboard URL).
+    """`ray start --head` on 127.0.0.1 with 1 CPU and no dashboard: (GCS address, None). A driver
+    joins it by GCS address; `ray job submit` needs `ray_jobs_head`.
 
     One CPU: a study on it runs one task or trial at a time, so it starts half the worker
     processes a 2-CPU head would (each ~5 CPU-seconds of Python and imports before any work),
     while the suite's other worker keeps the second core busy. A test that needs two things at
-    once (a 2-worker group, a trial beside its run) takes `ray_head_two_cpus`.
+    once (a 2-worker group, a trial beside its run) takes `ray_head_two_cpus`. No dashboard: it
+    costs a head 1.2 CPU-s at its start and 0.022-0.025 CPU-s a second idle (a 1-CPU head over
+    40 s idle: 2.35 CPU-s with it, 1.47 without), and this head lives through a worker's e2e files.
 
     Stopped before this process's first test without the e2e mark (`pytest_runtest_setup`): no
     such test may use Ray (tests/support/quick_tier.py), and scripts/test.sh hands each worker its
-    tests/e2e/ files first, so the head would only idle through the rest of the session (with its
-    dashboard, ~4 CPU-s a minute). A test that reads it later starts it again."""
+    tests/e2e/ files first, so the head would only idle through the rest of the session. A test
+    that reads it later starts it again."""
     yield _session_head
     _session_head.stop()
+
+
+@pytest.fixture(scope="session")
+def ray_jobs_head(sweeper_cache):
+    """As `ray_head`, with the dashboard and its job API: (GCS address, dashboard URL) for `ray job
+    submit`. Stopped before the first test that does not use it (a session fixture built on it,
+    the smoke study, is kept), so it does not idle beside the session head."""
+    yield _jobs_head
+    _jobs_head.stop()
 
 
 def pytest_runtest_setup(item):
     if not is_e2e(item):
         _session_head.stop()
+    if "ray_jobs_head" not in item.fixturenames:
+        _jobs_head.stop()
 
 
 @pytest.fixture(scope="module")
 def ray_head_two_cpus(sweeper_cache):
-    """As `ray_head`, with 2 CPUs and no dashboard (so no `ray job submit`: its files' drivers
-    join by GCS address), for one test file. The dashboard costs a head 1.2 CPU-s at its start
-    and 0.025 CPU-s a second idle (5.8 and 0.063 with it, 4.6 and 0.038 without)."""
+    """As `ray_head`, with 2 CPUs, for one test file."""
     yield from running_head(cpus=2, dashboard=False)
 
 
@@ -264,9 +277,9 @@ def run_sweeper(*args: str, address: str, timeout: float = 900, env: dict | None
 
 
 @pytest.fixture(scope="session")
-def smoke_study(ray_head, tmp_path_factory):
-    """The smoke study, submitted to the head with `ray job submit --working-dir .`."""
-    _, dashboard = ray_head
+def smoke_study(ray_jobs_head, tmp_path_factory):
+    """The smoke study, submitted to a head with `ray job submit --working-dir .`."""
+    _, dashboard = ray_jobs_head
     study_dir = tmp_path_factory.mktemp("smoke") / "study"
     submitted = submit_job(dashboard, "python", "-m", "sweeper", "run", "search_spaces/smoke.yaml",
                            "--storage", str(study_dir))

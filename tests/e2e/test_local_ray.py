@@ -124,15 +124,15 @@ def test_the_local_default_listens_on_loopback_only_with_token_auth(tmp_path):
     assert result["stopped_report"] == STOPPED_WORKER_NOTICE + "\n", result["stopped_report"]
 
 
-def test_a_job_submitted_to_the_test_head_is_given_that_heads_address(ray_head):
+def test_a_job_submitted_to_the_test_head_is_given_that_heads_address(ray_jobs_head):
     """Whatever Ray started last on this machine: Ray gives a job's driver the address `ray start`
-    wrote into its temp folder, and the test head has one of its own (conftest.ray_head). In the
+    wrote into its temp folder, and the test head has one of its own (conftest.running_head). In the
     shared /tmp/ray, a study or another suite started beside the tests sent the head's jobs to
     their own cluster, where they hung."""
     from conftest import submit_job
 
-    submitted = submit_job(ray_head[1], "python", "-c", "import os; print('ADDRESS', os.environ['RAY_ADDRESS'])")
+    submitted = submit_job(ray_jobs_head[1], "python", "-c", "import os; print('ADDRESS', os.environ['RAY_ADDRESS'])")
     assert submitted.returncode == 0, submitted.stdout[-3000:] + submitted.stderr[-3000:]
     # The head's GCS port (Ray names the host by its routable address, though it listens on all).
     given = re.search(r"^ADDRESS \S+:(\d+)$", submitted.stdout, re.MULTILINE)
-    assert given and given.group(1) == ray_head[0].rsplit(":", 1)[1], submitted.stdout[-3000:]
+    assert given and given.group(1) == ray_jobs_head[0].rsplit(":", 1)[1], submitted.stdout[-3000:]

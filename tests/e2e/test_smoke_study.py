@@ -95,12 +95,12 @@ def test_biphasic_run_switches_at_the_planned_step(smoke_study):
     assert marker["switch_step"] == 20
 
 
-def test_rerunning_the_study_redoes_nothing(smoke_study, ray_head):
+def test_rerunning_the_study_redoes_nothing(smoke_study, ray_jobs_head):
     study_dir, _ = smoke_study
     trials_before = sorted(p.name for p in (study_dir / "results" / "trials").rglob("*.parquet"))
     checkpoint = study_dir / "pretraining" / "nano-mlm40-40" / "step-40" / "model.safetensors"
     mtime = os.stat(checkpoint).st_mtime_ns
-    result = run_sweeper("run", str(SMOKE), "--storage", str(study_dir), address=ray_head[0])
+    result = run_sweeper("run", str(SMOKE), "--storage", str(study_dir), address=ray_jobs_head[0])
     assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
     assert "3 already done, 0 failed before (--retry-failed reruns them), 0 to train" in result.stdout
     assert "32 already recorded, 0 blocked by failed runs, 0 to run" in result.stdout  # trials, not rows
@@ -108,7 +108,7 @@ def test_rerunning_the_study_redoes_nothing(smoke_study, ray_head):
     assert os.stat(checkpoint).st_mtime_ns == mtime
 
 
-def test_a_checkpoint_step_added_to_a_finished_run_is_refused_naming_the_run_and_step(smoke_study, ray_head, tmp_path):
+def test_a_checkpoint_step_added_to_a_finished_run_is_refused_naming_the_run_and_step(smoke_study, ray_jobs_head, tmp_path):
     """It used to plan trials on `step-10`, which the finished run never wrote: each one failed."""
     study_dir, _ = smoke_study
     spec = yaml.safe_load(SMOKE.read_text())
@@ -116,7 +116,7 @@ def test_a_checkpoint_step_added_to_a_finished_run_is_refused_naming_the_run_and
     edited = tmp_path / "smoke.yaml"
     edited.write_text(yaml.safe_dump(spec))
     trials_before = sorted(p.name for p in (study_dir / "results" / "trials").rglob("*.parquet"))
-    result = run_sweeper("run", str(edited), "--storage", str(study_dir), address=ray_head[0])
+    result = run_sweeper("run", str(edited), "--storage", str(study_dir), address=ray_jobs_head[0])
     assert result.returncode == 2, result.stdout[-3000:] + result.stderr[-3000:]
     assert (f"{edited}: pretraining.runs[1].checkpoint_steps: run nano-clm-40 has already finished without a "
             "checkpoint at step 10") in result.stderr
@@ -124,7 +124,7 @@ def test_a_checkpoint_step_added_to_a_finished_run_is_refused_naming_the_run_and
     assert sorted(p.name for p in (study_dir / "results" / "trials").rglob("*.parquet")) == trials_before
 
 
-def test_a_damaged_part_and_markers_are_set_aside_and_the_rerun_redoes_exactly_their_trials(smoke_study, ray_head):
+def test_a_damaged_part_and_markers_are_set_aside_and_the_rerun_redoes_exactly_their_trials(smoke_study, ray_jobs_head):
     """A truncated Parquet part, an empty done marker and an empty live.json: the rerun names and
     quarantines the part, records exactly its trials again, and retrains nothing."""
     from datetime import datetime, timezone
@@ -142,9 +142,9 @@ def test_a_damaged_part_and_markers_are_set_aside_and_the_rerun_redoes_exactly_t
     (study_dir / "live.json").write_text("")
     between = datetime.now(timezone.utc)
 
-    status = run_sweeper("status", str(study_dir), address=ray_head[0])
+    status = run_sweeper("status", str(study_dir), address=ray_jobs_head[0])
     assert status.returncode == 0 and part.name in status.stdout + status.stderr, status.stdout + status.stderr
-    rerun = run_sweeper("run", str(SMOKE), "--storage", str(study_dir), address=ray_head[0])
+    rerun = run_sweeper("run", str(SMOKE), "--storage", str(study_dir), address=ray_jobs_head[0])
     assert rerun.returncode == 0, rerun.stdout[-4000:] + rerun.stderr[-3000:]
     trained = [t for t in plan_study(load_study(SMOKE).spec).trials if t.task != "wordnet-definition-retrieval"]
     assert f"{len(trained)} trials: {len(trained) - len(lost)} already recorded" in rerun.stdout  # SC: a row a trial
