@@ -23,17 +23,17 @@ def test_intermediate_checkpoint_trials_finish_before_its_run_does(ray_head_two_
     result = run_sweeper("run", str(ROOT / "tests" / "specs" / "pipeline.yaml"), "--storage", str(study),
                          address=ray_head_two_cpus[0])
     assert result.returncode == 0, result.stdout[-4000:] + result.stderr[-3000:]
-    run_dir = study / "pretraining" / "tiny-mlm40-100"
+    run_dir = study / "pretraining" / "tiny-mlm40-200"
     run_finished = datetime.fromtimestamp((run_dir / "sweeper_done.json").stat().st_mtime, tz=timezone.utc)
-    final_written = datetime.fromtimestamp((run_dir / "step-100" / "sweeper_checkpoint.json").stat().st_mtime,
+    final_written = datetime.fromtimestamp((run_dir / "step-200" / "sweeper_checkpoint.json").stat().st_mtime,
                                            tz=timezone.utc)
     trials = read_trials(StudyLayout(str(study))).to_pandas()
-    early = trials[trials["checkpoint_id"] == "tiny-mlm40-100-10"]
+    early = trials[trials["checkpoint_id"] == "tiny-mlm40-200-10"]
     assert len(early) == 2 and (early["status"] == "ok").all()
     # Recorded (so started, and finished) before the run wrote its final checkpoint.
     assert (early["finished_at"] < final_written).all(), (early["finished_at"].tolist(), final_written)
     assert final_written <= run_finished
-    late = trials[trials["checkpoint_id"] == "tiny-mlm40-100"]
+    late = trials[trials["checkpoint_id"] == "tiny-mlm40-200"]
     assert len(late) == 2 and (late["finished_at"] > final_written).all()
-    log = json.loads((run_dir / "step-100" / "train_log.json").read_text())
-    assert log[-1]["step"] == 100
+    log = json.loads((run_dir / "step-200" / "train_log.json").read_text())
+    assert log[-1]["step"] == 200
