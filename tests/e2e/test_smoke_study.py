@@ -18,13 +18,11 @@ from transformers import AutoConfig, AutoModel, AutoModelForMaskedLM
 from sweeper.plan.load import load_study
 from sweeper.plan.study_plan import plan_study
 from sweeper.report.writer import build_report
-from sweeper.store import folders, storage
 from sweeper.store.layout import StudyLayout
 from sweeper.store.results import TRIALS, read_table
 import trainables.model  # noqa: F401  (registers the architecture)
 
 from conftest import ROOT, run_sweeper
-from in_process_run import trained_in_process
 
 pytestmark = pytest.mark.e2e
 SMOKE = ROOT / "search_spaces" / "smoke.yaml"
@@ -155,60 +153,6 @@ def test_a_damaged_part_and_markers_are_set_aside_and_the_rerun_redoes_exactly_t
     assert json.loads(done_marker.read_text())["run_key"], "the run was marked done again"
     assert "## Damaged files" in (study_dir / "report.md").read_text()
 
-
-@pytest.mark.e2e
-def test_fsdp2_sharded_run_matches_the_single_process_run(ray_head_two_cpus, tmp_path, object_store):
-    """A real Train worker group (~40 s of fixed cost): two workers with `fully_shard` see the two
-    halves of each global batch and must train like the single-process run: the same loss curve and
-    weights. To first order: the float32 gradients differ by reduction order only, ~sqrt(512) *
-    2**-24 ~ 1.4e-6 of their clipped norm (<= 1); AdamW's update moves by at most ~1.3 / eps = 1.3e5
-    times a gradient's change, over learning rates summing to 8.5e-3: <= 1.5e-3 in L2 over all
-    weights, against 1.6 of movement from the initial weights, and a loss (~6.6) by <= its
-    gradient's norm (~0.7) times that (measured: 6e-7 in L2, losses 3e-8 apart).
-    The sharded study lives in an object store (Train persists the worker group's checkpoints
-    through the store's filesystem) and runs through `sweeper run`. The single-process run is the
-    same spec's run with `pretraining_workers: 0`, trained by the study's own local-mode task body
-    (`fit_run`: Train's local mode, in this process) into a local folder, on the corpus the sharded
-    study prepared (the same key: one preparation)."""
-    sharded_spec = ROOT / "tests" / "specs" / "fsdp.yaml"
-    local_spec = tmp_path / "local.yaml"
-    # No W&B for the reference (tracking shapes no weight): the sharded study's is checked below.
-    local_spec.write_text("".join(line for line in sharded_spec.read_text().replace(
-        "pretraining_workers: 2", "pretraining_workers: 0").splitlines(keepends=True) if not line.startswith("tracking:")))
-    sharded_study = object_store("fsdp/study")
-    result = run_sweeper("run", str(sharded_spec), "--storage", sharded_study, address=ray_head_two_cpus[0])
-    assert result.returncode == 0, result.stdout[-4000:] + result.stderr[-4000:]
-    assert read_table(StudyLayout(sharded_study), TRIALS).num_rows == 2
-    # Offline W&B: the pretraining curve from rank 0, the trials from the driver (in the node's
-    # scratch folder when the study is in an object store).
-    assert list((folders.scratch_dir(storage.join(sharded_study, "pretraining", "nano-clm-20"), "") / "wandb")
-                .glob("offline-run-*/run-*.wandb"))
-    assert list((folders.scratch_dir(sharded_study, "") / "wandb").glob("offline-run-*/run-*.wandb"))
-
-    config = trained_in_process(local_spec, sharded_study, str(tmp_path / "local"), ray_head_two_cpus[0])
-
-    logs, weights = {}, {}
-    for name, run_dir in (("fsdp", storage.join(sharded_study, "pretraining", "nano-clm-20")),
-                          ("local", config.run_dir)):
-        final = folders.local_copy(storage.join(run_dir, "step-20"), "sweeper_checkpoint.json")
-        assert json.loads((final / "config.json").read_text())["architectures"] == ["LlamaEncoderForMaskedLM"]
-        logs[name] = [row["loss"] for row in json.loads((final / "train_log.json").read_text())]
-        weights[name] = AutoModelForMaskedLM.from_pretrained(final).state_dict()
-        for step in (10, 20):
-            assert storage.read_json(storage.join(run_dir, f"step-{step}", "sweeper_checkpoint.json"))["step"] == step
-            # Optimizer state stays with the newest checkpoint only (keep_resume_checkpoints: 1).
-            assert storage.exists(storage.join(run_dir, f"step-{step}", "training_state.pt")) == (step == 20)
-    assert storage.exists(storage.join(sharded_study, "pretraining", "nano-clm-20", "sweeper_done.json"))
-    assert len(logs["fsdp"]) == len(logs["local"]) == 4
-    assert all(abs(a - b) < 1e-3 * abs(b) for a, b in zip(logs["fsdp"], logs["local"])), logs  # <= 2e-4
-    from trainables.model import build_model
-
-    initial = build_model(AutoConfig.from_pretrained(final), seed=0).state_dict()  # the spec's seed
-
-    def distance(x, y):
-        return float(sum(((x[k] - y[k]) ** 2).sum() for k in y) ** 0.5)
-
-    assert distance(weights["fsdp"], weights["local"]) < 1e-2 * distance(weights["local"], initial)  # <= 1e-3
 
 
 def test_smoke_report_figures_and_values_match_the_parquet_rows(smoke_study):
