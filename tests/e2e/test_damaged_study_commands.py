@@ -1,5 +1,5 @@
 """A finished study damaged in several ways at once, then `sweeper status`, `report` and `run` on it
-(`run` starts a local Ray): split from tests/unit/store/test_damaged_studies.py."""
+(`run` on the session's Ray head): split from tests/unit/store/test_damaged_studies.py."""
 from __future__ import annotations
 
 import hashlib
@@ -14,6 +14,8 @@ from pathlib import Path
 import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
+
+from conftest import run_sweeper
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "unit" / "store"))
 from test_damage import CLS, SMOKE, record_study, sweeper_cli  # noqa: E402
@@ -51,7 +53,7 @@ WRONG_SHAPES = {"resolved.json": "[1]", "pretraining/nano-mlm40-40/sweeper_run.j
 
 
 @pytest.fixture(scope="module")
-def damaged_study(tmp_path_factory):
+def damaged_study(tmp_path_factory, ray_head):
     """A finished study with: infinite and NaN scores in its parts; a lease with `pid:
     "not-a-pid"`; a garbage Optuna journal; a folder where plan.json goes; a partition folder
     that is a link to a folder outside the study; state files of the wrong JSON shape. Returns the study, what lies outside, the
@@ -79,7 +81,7 @@ def damaged_study(tmp_path_factory):
     results = {"status": sweeper_cli("status", str(study)), "report": sweeper_cli("report", str(study))}
     results["after read-only"] = tree(study, skip=("report.md", "figures"))
     results["outside after read-only"] = (outside / "part-0.parquet").read_bytes()
-    results["run"] = sweeper_cli("run", str(SMOKE), "--storage", str(study))
+    results["run"] = run_sweeper("run", str(SMOKE), "--storage", str(study), address=ray_head[0])
     return study, outside, before, results
 
 
