@@ -24,7 +24,7 @@ from sweeper.report import statistics as verdict_statistics  # noqa: E402
 from sweeper.report.findings import judge_grid  # noqa: E402
 
 
-def arrow_strings(grid, runs):
+def judge_grid_as_it_comes(grid, runs):
     """judge_grid without the conversion: the baseline."""
     shipped = verdict_statistics.selectable
     verdict_statistics.selectable = lambda frame: frame
@@ -50,10 +50,10 @@ def main() -> int:
     studies = [simulate(rng, Scenario(groups=GROUPS, run_sd=0.5, replicates=3)) for _ in range(args.studies)]
     for (grid, runs) in studies[:5]:  # the two paths decide alike
         assert [(v.verdict, v.evidence) for v in judge_grid(grid, runs)] == \
-            [(v.verdict, v.evidence) for v in arrow_strings(grid, runs)]
+            [(v.verdict, v.evidence) for v in judge_grid_as_it_comes(grid, runs)]
     shipped, baseline = [], []
     for _ in range(args.repeats):  # alternated, so drift in the machine's speed hits both
-        baseline.append(per_study_ms(arrow_strings, studies))
+        baseline.append(per_study_ms(judge_grid_as_it_comes, studies))
         shipped.append(per_study_ms(judge_grid, studies))
     print(f"{args.studies} studies, {args.repeats} repeats, CPU ms per study (median):")
     print(f"  as it comes (baseline)           {statistics.median(baseline):6.1f}  {[round(x, 1) for x in baseline]}")

@@ -177,7 +177,8 @@ def ray_head(sweeper_cache):
 def ray_jobs_head(sweeper_cache):
     """As `ray_head`, with the dashboard and its job API: (GCS address, dashboard URL) for `ray job
     submit`. Stopped before the first test that does not use it (a session fixture built on it,
-    the smoke study, is kept), so it does not idle beside the session head."""
+    the smoke study, is kept), so it does not idle through the worker's later files; while the
+    tests that use it run, a session head that earlier files started idles beside it."""
     yield _jobs_head
     _jobs_head.stop()
 
@@ -195,7 +196,7 @@ def ray_head_two_cpus(sweeper_cache):
     yield from running_head(cpus=2, dashboard=False)
 
 
-def running_head(cpus: int, dashboard: bool = True):
+def running_head(cpus: int, dashboard: bool):
     """Start a head, yield (GCS address, dashboard URL or None), stop it.
 
     A start that fails is tried once more, on new ports in a new folder, and the failure is

@@ -192,9 +192,9 @@ def decide(parts: list[Part], config: VerdictConfig) -> str:
 # --- the study's per-seed scores, arranged for pairing -------------------------------------------
 
 def selectable(runs: pd.DataFrame) -> pd.DataFrame:
-    """`runs` laid out for the findings' hundreds of selections: strings as Python objects (an
-    Arrow-backed column makes each selection a pyarrow `take`), one block per dtype, not per column
-    (benchmarks/verdict_speed.py)."""
+    """`runs` laid out for the findings' hundreds of selections: strings, index included, as Python
+    objects (an Arrow-backed column makes each selection a pyarrow `take`), NumPy columns in one
+    block per dtype, not one per column (benchmarks/verdict_speed.py)."""
     runs = runs.astype({column: object for column, dtype in runs.dtypes.items() if isinstance(dtype, pd.StringDtype)})
     return runs.set_axis(runs.index.astype(object)).copy()
 

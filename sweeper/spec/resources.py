@@ -22,7 +22,7 @@ Refused (impossible, or certain to fail hours in):
 
 Merely wasteful, and allowed: `sharding: fsdp` with fewer than two workers (nothing to shard
 over: the run trains unsharded, so a cluster spec runs as it is with `pretraining_workers: 0` on
-a laptop, as tests/e2e/test_smoke_study.py's FSDP test does); a GPU fraction that does not divide 1 (0.3:
+a laptop, as tests/e2e/test_fsdp_study.py's FSDP test does); a GPU fraction that does not divide 1 (0.3:
 three trials share a GPU and 10 % of it idles), CPUs that are not whole (threads are `int(cpus)`). The spec states no
 cluster size, so a worker group larger than the cluster is Ray's to report (it waits for
 resources).

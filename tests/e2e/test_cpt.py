@@ -3,8 +3,13 @@ Face Llama causal LM built from config and saved locally (with a tokenizer that 
 
 The study lives in an object store (a real S3 endpoint on the loopback): every stage reads and
 writes it through sweeper.store.storage, the continued run downloads its source checkpoint, trials
-download checkpoints and tokenised data, and a rerun, `status` and `report` work on the URI."""
+download checkpoints and tokenised data, and a rerun, `status` and `report` work on the URI. The
+URI carries keys of its own, which no output and no object of the study may hold (the run trains
+in Train's local mode; tests/e2e/test_fsdp_study.py checks a worker group's, with W&B)."""
 from __future__ import annotations
+
+import sys
+from pathlib import Path
 
 import pytest
 import torch
@@ -18,6 +23,10 @@ import trainables.model  # registers the architecture
 from sweeper.contract.text_sources import iter_corpus_texts
 
 from conftest import ROOT, run_sweeper
+from local_s3 import holding, objects_under
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "unit" / "store"))
+from test_secrets import KEY, SECRET, aws_environment  # noqa: E402,F401 (what the unit tests share; the autouse fixture)
 
 pytestmark = pytest.mark.e2e
 
@@ -74,10 +83,12 @@ def test_continued_pretraining_from_study_and_hub_checkpoints_in_an_object_store
     spec.write_text(SPEC.format(hf=hf_dir))
     plan = run_sweeper("plan", str(spec), "-v", address=ray_head[0])
     assert "nano-clm-dec20-mlm40-30" in plan.stdout and "hf-tiny-llama-mlm40-10" in plan.stdout, plan.stdout
-    study = object_store("cpt/study")
+    # Keys of its own in the URI (the environment holds others): they must stay with the driver.
+    study = object_store("cpt/study").replace("testing:testing@", f"{KEY}:{SECRET}@")
     result = run_sweeper("run", str(spec), "--storage", study, address=ray_head[0])
     assert result.returncode == 0, result.stdout[-5000:] + result.stderr[-3000:]
-    assert "testing:testing" not in result.stdout + result.stderr, "credentials are never printed"
+    assert KEY not in result.stdout + result.stderr and SECRET not in result.stdout + result.stderr, \
+        "credentials are never printed"
     assert not list(ROOT.glob("s3*")), "nothing of the study lands in a local folder named after the URI"
 
     own = storage.join(study, "pretraining", "nano-clm-dec20-mlm40-30", "step-10")
@@ -113,3 +124,6 @@ def test_continued_pretraining_from_study_and_hub_checkpoints_in_an_object_store
     assert status.returncode == 0 and "3 done" in status.stdout and "4 ok" in status.stdout, status.stdout + status.stderr
     report = run_sweeper("report", study, address=ray_head[0])
     assert report.returncode == 0 and "[report] s3://sweeper-tests/" in report.stdout, report.stdout + report.stderr
+    printed = "".join(done.stdout + done.stderr for done in (rerun, status, report))
+    assert KEY not in printed and SECRET not in printed
+    assert holding(objects_under(study), KEY, SECRET) == [], "no object of the study holds the keys"

@@ -10,7 +10,6 @@ import sys
 from dataclasses import dataclass
 from pathlib import Path
 
-import pyarrow.fs as pafs
 import pytest
 from transformers import AutoConfig, AutoModelForMaskedLM
 
@@ -21,6 +20,7 @@ import trainables.model  # noqa: F401  (registers the architecture)
 
 from conftest import ROOT, run_sweeper
 from in_process_run import trained_in_process
+from local_s3 import holding, objects_under
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "unit" / "store"))
 from test_secrets import KEY, SECRET, aws_environment  # noqa: E402,F401 (what the unit tests share; the autouse fixture)
@@ -100,27 +100,20 @@ def test_fsdp2_sharded_run_matches_the_single_process_run(fsdp_study, ray_head_t
     assert distance(weights["fsdp"], weights["local"]) < 1e-2 * distance(weights["local"], initial)  # <= 1e-3
 
 
-def files_holding(found: dict[str, bytes], *needles: str) -> list[str]:
-    return sorted(name for name, data in found.items() if any(n.encode() in data for n in needles))
-
-
 def test_a_study_with_keys_in_its_uri_leaves_them_nowhere(fsdp_study):
-    """Tracking on, `--storage` with keys: afterwards neither the key nor the secret is in any
-    object of the study, in any W&B offline file, or in the driver's output."""
+    """Tracking on, `--storage` with keys, a worker group: afterwards neither the key nor the secret
+    is in any object of the study, in any W&B offline file, or in the driver's output (the run in
+    Train's local mode: tests/e2e/test_cpt.py)."""
     assert KEY not in fsdp_study.output and SECRET not in fsdp_study.output, "credentials are never printed"
-    fs, root = storage.filesystem(storage.strip_credentials(fsdp_study.uri))
-    objects = {}
-    for info in fs.get_file_info(pafs.FileSelector(root, recursive=True)):
-        if info.type == pafs.FileType.File:
-            with fs.open_input_stream(info.path) as stream:
-                objects[info.path] = stream.read()
+    objects = objects_under(fsdp_study.uri)
     assert any("/results/trials/" in name for name in objects), sorted(objects)
-    assert files_holding(objects, KEY, SECRET) == []
+    assert holding(objects, KEY, SECRET) == []
+    root = storage.filesystem(storage.strip_credentials(fsdp_study.uri))[1]
     spec_copy = objects[f"{root}/spec.yaml"].decode()
     assert f'storage: "{storage.strip_credentials(fsdp_study.uri)}"' in spec_copy, spec_copy
 
     scratch = folders.scratch_dir(fsdp_study.uri, "")
     local = {str(path): path.read_bytes() for path in scratch.rglob("*") if path.is_file()}
     assert [name for name in local if "offline-run-" in name], "W&B wrote its offline files here"
-    assert files_holding(local, "sweeper-tests"), "the runs' configs went to W&B (stripped)"
-    assert files_holding(local, KEY, SECRET) == []
+    assert holding(local, "sweeper-tests"), "the runs' configs went to W&B (stripped)"
+    assert holding(local, KEY, SECRET) == []

@@ -154,7 +154,6 @@ def test_a_damaged_part_and_markers_are_set_aside_and_the_rerun_redoes_exactly_t
     assert "## Damaged files" in (study_dir / "report.md").read_text()
 
 
-
 def test_smoke_report_figures_and_values_match_the_parquet_rows(smoke_study):
     from matplotlib.image import imread
 

@@ -68,3 +68,23 @@ def local_s3(bucket: str = "sweeper", timeout_s: float = 60):
     finally:
         server.terminate()
         server.wait(timeout=30)
+
+
+def objects_under(location: str) -> dict[str, bytes]:
+    """Every object below an `s3://` location (its credentials or not): path -> bytes."""
+    import pyarrow.fs as pafs
+
+    from sweeper.store import storage
+
+    fs, root = storage.filesystem(storage.strip_credentials(location))
+    found = {}
+    for info in fs.get_file_info(pafs.FileSelector(root, recursive=True)):
+        if info.type == pafs.FileType.File:
+            with fs.open_input_stream(info.path) as stream:
+                found[info.path] = stream.read()
+    return found
+
+
+def holding(found: dict[str, bytes], *needles: str) -> list[str]:
+    """The names of the files in `found` (name -> bytes) that contain any of `needles`."""
+    return sorted(name for name, data in found.items() if any(needle.encode() in data for needle in needles))

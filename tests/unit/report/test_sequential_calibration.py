@@ -96,7 +96,8 @@ def blind_to_the_looks(fractions, look, alpha):
 def test_a_broken_boundary_makes_the_calibration_fail(broken, monkeypatch):
     monkeypatch.setattr(sequential, "nominal_level", broken)
     count = false_findings(2507_00994, stop_above=MAX_FALSE)
-    print(f"\n{broken.__name__}: false findings {count} (bound {MAX_FALSE} of {NULL_STUDIES})")
+    print(f"\n{broken.__name__}: {count} false findings when the simulation stopped (bound {MAX_FALSE} "
+          f"of {NULL_STUDIES})")
     assert count > MAX_FALSE, f"the calibration did not notice: {broken.__name__}"
 
 
