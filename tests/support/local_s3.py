@@ -71,18 +71,10 @@ def local_s3(bucket: str = "sweeper", timeout_s: float = 60):
 
 
 def objects_under(location: str) -> dict[str, bytes]:
-    """Every object below an `s3://` location (its credentials or not): path -> bytes."""
-    import pyarrow.fs as pafs
-
+    """Every object below a location: its path relative to the location -> its bytes."""
     from sweeper.store import storage
 
-    fs, root = storage.filesystem(storage.strip_credentials(location))
-    found = {}
-    for info in fs.get_file_info(pafs.FileSelector(root, recursive=True)):
-        if info.type == pafs.FileType.File:
-            with fs.open_input_stream(info.path) as stream:
-                found[info.path] = stream.read()
-    return found
+    return {name: storage.read_bytes(storage.join(location, name)) for name in storage.file_sizes(location)}
 
 
 def holding(found: dict[str, bytes], *needles: str) -> list[str]:
