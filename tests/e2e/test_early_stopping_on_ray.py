@@ -24,21 +24,24 @@ from test_early_stopping import es_spec, smoke_shard  # noqa: E402
 
 def curve_trainable(config):
     """Reports a curve whose level is the config's `level`, one seed 5 above it and the other 5
-    below: low levels are the points to stop. With `started` (a file path), seed 1 says its
-    worker runs and reports a second later, and seed 0 reports once it is told: seed 0 reaches
-    step 2 before its running sibling, so the scheduler must hold it and later resume it."""
+    below: low levels are the points to stop. With `started` (a path prefix), each seed says its
+    worker runs (`<started>-<seed>`) and reports only once its sibling's runs too, seed 1 a
+    second after seed 0. So whichever step 2 Tune's controller takes first, the other seed is
+    already RUNNING there (Tune sets that before a trial's first `train` call) and has not
+    reported it: the scheduler must hold the first and later resume it. (Seed 1 touching its file
+    and reporting a second later was not enough: with the machine loaded, seed 0's actor was
+    still starting, so seed 1 ran through unheld and no seed was ever held.)"""
     import time
     from pathlib import Path
 
     offset = 5.0 if config["seed"] else -5.0
     if config.get("started"):
-        started = Path(config["started"])
+        Path(f"{config['started']}-{config['seed']}").touch()
+        sibling = Path(f"{config['started']}-{1 - config['seed']}")
+        while not sibling.exists():
+            time.sleep(0.05)
         if config["seed"]:
-            started.touch()
             time.sleep(1.0)
-        else:
-            while not started.exists():
-                time.sleep(0.05)
     for step in (2, 4, 6):
         tune.report({"trial_key": "x", "learning_rate": 0.001, TIME_ATTR: step, "train_loss": 1.0,
                      "validation_score": config["level"] + offset + step,
@@ -87,7 +90,7 @@ def test_tune_stops_a_points_seeds_together_and_hands_their_last_point_to_the_se
     monkeypatch.setattr(early_stopping, "resume_held_trial", counted)
     trials, layout, shard = smoke_shard(tmp_path, 8)
     ft = load_study(es_spec(tmp_path)).spec.finetuning
-    searcher = ListSearcher([50.0, 60.0, 10.0, 70.0], started=str(tmp_path / "seed-1-started"))
+    searcher = ListSearcher([50.0, 60.0, 10.0, 70.0], started=str(tmp_path / "seed-started"))
     ray.init(address=ray_head_two_cpus[0], log_to_driver=False, runtime_env={"env_vars": {"PYTHONPATH": worker_pythonpath(__file__)}})
     try:
         recorder = ResultsRecorder("smoke", layout, shard, ProgressLine("finetune", 8, unit="trials"))
