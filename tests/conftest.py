@@ -208,13 +208,13 @@ def running_head(cpus: int, dashboard: bool):
     a second failure fails the test, with both failures' logs."""
     failures = []
     while True:
-        port, dashboard_port, *agent = free_ports(6)
+        port, dashboard_port = free_ports(2)
         # A temp folder of its own (short: Ray's socket paths live below it). A job's driver is given
         # the address in `<temp folder>/ray_current_cluster`, which `ray start` writes: in the shared
         # /tmp/ray that is whichever Ray started last on the machine (a study or another suite beside
         # this one), and a job of this head was sent there and hung.
         ray_tmp = tempfile.mkdtemp(prefix="r", dir="/tmp")
-        started, process_group = start_head(port, dashboard_port, agent, ray_tmp, cpus, dashboard)
+        started, process_group = start_head(port, dashboard_port, ray_tmp, cpus, dashboard)
         if started.returncode == 0:
             break
         failures.append(started.stdout + started.stderr + ray_log_tails(ray_tmp))
@@ -229,17 +229,15 @@ def running_head(cpus: int, dashboard: bool):
         shutil.rmtree(ray_tmp, ignore_errors=True)
 
 
-def start_head(port: int, dashboard_port: int, agent: list[int], ray_tmp: str, cpus: int,
-               dashboard: bool) -> tuple[subprocess.CompletedProcess, int]:
+def start_head(port: int, dashboard_port: int, ray_tmp: str, cpus: int, dashboard: bool) -> tuple[subprocess.CompletedProcess, int]:
     """`ray start --head` in a session of its own: (its result, the process group that every
     process it started is in, whether or not it succeeded)."""
     # As from an activated venv: the job's `python` entrypoint is this environment's python.
     env = {**os.environ, "RAY_AUTH_MODE": "disabled", "PATH": f"{BIN}{os.pathsep}{os.environ['PATH']}"}
-    # Every listening port chosen free: Ray's fixed defaults (the job agent's 52365, ...) collide
-    # with any other Ray on the machine (a study running beside the tests), and a job agent that
-    # cannot bind leaves the head refusing every `ray job submit`.
+    # No fixed port: Ray's defaults (the job agent's 52365) collide with any other Ray on the
+    # machine (a study running beside the tests); the agents' ports are their own (AGENT_PORTS).
     command = [str(BIN / "ray"), "start", "--head", "--node-ip-address=127.0.0.1", f"--port={port}",
-               *agent_port_options(agent), f"--temp-dir={ray_tmp}",
+               *AGENT_PORTS, f"--temp-dir={ray_tmp}",
                "--dashboard-host=127.0.0.1", f"--dashboard-port={dashboard_port}",
                f"--include-dashboard={str(dashboard).lower()}",
                f"--num-cpus={cpus}", "--num-gpus=0", "--disable-usage-stats"]
@@ -372,11 +370,15 @@ def node_env(name: str, folder: Path, watched: list[Path]) -> dict:
             "SWEEPER_NODE_AUDIT_ROOTS": os.pathsep.join(map(str, watched))}
 
 
-def agent_port_options(ports: list[int] | None = None) -> list[str]:
-    """Free ports for a node's agents: Ray's fixed defaults collide between nodes on one machine."""
-    listen, grpc, runtime_env, metrics = ports or free_ports(4)
-    return [f"--dashboard-agent-listen-port={listen}", f"--dashboard-agent-grpc-port={grpc}",
-            f"--runtime-env-agent-port={runtime_env}", f"--metrics-export-port={metrics}"]
+AGENT_PORTS = ["--dashboard-agent-listen-port=0"]
+"""A node's agents bind ports of the kernel's choosing and publish them (the session folder, the
+GCS, where the job API finds its agent); Ray 2.60 does so by default for all but the job agent's
+HTTP port (52365, which collides between nodes on one machine). A port chosen for an agent
+beforehand can be taken before the agent binds it, late in `ray start`: a job agent whose port is
+taken stays up without its HTTP server, `ray start` succeeds, and the head answers every `ray
+job submit` "No available agent to submit job" (seen once in CI; a port taken before `ray
+start` shows it every time). A GCS or dashboard port that is taken fails `ray start` itself,
+which `running_head` tries again."""
 
 
 @pytest.fixture(scope="module")
@@ -396,8 +398,7 @@ def node_cluster():
     # process of the cluster has anything to do there when the study is in an object store.
     watched = [*folders.values(), ROOT / "studies"]
     nodes = {name: ClusterNode(name, folder, node_env(name, folder, watched)) for name, folder in folders.items()}
-    # The head's ports chosen together: its agents' ports chosen later could be the two just freed.
-    port, dashboard_port, *head_agent_ports = free_ports(6)
+    port, dashboard_port = free_ports(2)
     address = f"127.0.0.1:{port}"
     starts = {}
 
@@ -405,7 +406,7 @@ def node_cluster():
         with open(folders[name] / "ray-start.log", "w") as log:
             starts[name] = subprocess.Popen(
                 [str(BIN / "ray"), "start", "--block", *role, "--node-ip-address=127.0.0.1",
-                 *agent_port_options(head_agent_ports if name == "head" else None),
+                 *AGENT_PORTS,
                  f"--temp-dir={folders[name] / 'ray'}", f"--num-cpus={cpus}", "--num-gpus=0",
                  f"--resources={json.dumps(resources)}", "--disable-usage-stats"],
                 env=nodes[name].env, cwd=ROOT, stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
