@@ -229,13 +229,14 @@ def running_head(cpus: int, dashboard: bool):
         shutil.rmtree(ray_tmp, ignore_errors=True)
 
 
-def start_head(port: int, dashboard_port: int, ray_tmp: str, cpus: int, dashboard: bool) -> tuple[subprocess.CompletedProcess, int]:
+def start_head(port: int, dashboard_port: int, ray_tmp: str, cpus: int,
+               dashboard: bool) -> tuple[subprocess.CompletedProcess, int]:
     """`ray start --head` in a session of its own: (its result, the process group that every
     process it started is in, whether or not it succeeded)."""
     # As from an activated venv: the job's `python` entrypoint is this environment's python.
     env = {**os.environ, "RAY_AUTH_MODE": "disabled", "PATH": f"{BIN}{os.pathsep}{os.environ['PATH']}"}
-    # No fixed port: Ray's defaults (the job agent's 52365) collide with any other Ray on the
-    # machine (a study running beside the tests); the agents' ports are their own (AGENT_PORTS).
+    # No fixed port: Ray's defaults collide with any other Ray on the machine (a study running
+    # beside the tests). The agents choose their own (AGENT_PORTS).
     command = [str(BIN / "ray"), "start", "--head", "--node-ip-address=127.0.0.1", f"--port={port}",
                *AGENT_PORTS, f"--temp-dir={ray_tmp}",
                "--dashboard-host=127.0.0.1", f"--dashboard-port={dashboard_port}",
@@ -370,15 +371,14 @@ def node_env(name: str, folder: Path, watched: list[Path]) -> dict:
             "SWEEPER_NODE_AUDIT_ROOTS": os.pathsep.join(map(str, watched))}
 
 
-AGENT_PORTS = ["--dashboard-agent-listen-port=0"]
+AGENT_PORTS = ("--dashboard-agent-listen-port=0",)
 """A node's agents bind ports of the kernel's choosing and publish them (the session folder, the
 GCS, where the job API finds its agent); Ray 2.60 does so by default for all but the job agent's
 HTTP port (52365, which collides between nodes on one machine). A port chosen for an agent
 beforehand can be taken before the agent binds it, late in `ray start`: a job agent whose port is
 taken stays up without its HTTP server, `ray start` succeeds, and the head answers every `ray
-job submit` "No available agent to submit job" (seen once in CI; a port taken before `ray
-start` shows it every time). A GCS or dashboard port that is taken fails `ray start` itself,
-which `running_head` tries again."""
+job submit` "No available agent to submit job" (docs/benchmarks.md section 17). A GCS or
+dashboard port that is taken fails `ray start` itself, which `running_head` tries again."""
 
 
 @pytest.fixture(scope="module")

@@ -28,9 +28,9 @@ def curve_trainable(config):
     worker runs (`<started>-<seed>`) and reports only once its sibling's runs too, seed 1 a
     second after seed 0. So whichever step 2 Tune's controller takes first, the other seed is
     already RUNNING there (Tune sets that before a trial's first `train` call) and has not
-    reported it: the scheduler must hold the first and later resume it. (Seed 1 touching its file
-    and reporting a second later was not enough: with the machine loaded, seed 0's actor was
-    still starting, so seed 1 ran through unheld and no seed was ever held.)"""
+    reported it: the scheduler must hold the first and later resume it. A seed that did not wait
+    for its sibling could reach step 2 while the sibling's actor was still starting (not yet
+    RUNNING) on a loaded machine, and run through unheld."""
     import time
     from pathlib import Path
 
