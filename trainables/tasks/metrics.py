@@ -77,3 +77,25 @@ def ndcg_at_k(rankings: list[list[str]], relevance: list[dict[str, float]], k: i
     """Mean NDCG@k x 100 over queries (`ndcg_of_query` for each `rankings[q]`, `relevance[q]`)."""
     scores = [ndcg_of_query(ranked, grades, k) for ranked, grades in zip(rankings, relevance)]
     return 100.0 * float(np.mean(scores)) if scores else 0.0
+
+
+# --- the authors' retrieval scoring ---
+# EncodEval's RetrievalEval.compute_metrics_instances (hgissbkh/EncodEval,
+# encodeval/eval_tasks/retrieval_eval.py) scores each query with
+# `sklearn.metrics.ndcg_score([relevance], [similarities], k=10)`, relevance binary over the
+# whole labelled pool: sklearn's ideal DCG is that of the pool's relevance sorted, so it is
+# normalised by all judged positives (at most 10 of them count), as `ndcg_of_query` is, not by
+# the positives among the ten retrieved.
+
+def authors_ndcg_of_query(ranked: list, relevant: list, k: int = 10) -> float:
+    """The authors' NDCG@k of one query in [0, 1], by `sklearn.metrics.ndcg_score`, from the
+    ranking's head alone: what sklearn reads of the whole pool is the relevance of its top k
+    and the number of relevant documents, so the pool is the k retrieved (`ranked`, best first)
+    followed by each relevant document not among them, then one irrelevant document (sklearn
+    needs two). Ties are ranked as `ranked` has them (the authors' call averages tied similarities:
+    equal float similarities, which trained embeddings do not give). No relevant document: 0."""
+    from sklearn.metrics import ndcg_score
+
+    head, relevant = list(ranked[:k]), set(relevant)
+    truth = [float(doc in relevant) for doc in head] + [1.0] * len(relevant - set(head)) + [0.0]
+    return float(ndcg_score([truth], [list(range(len(truth), 0, -1))], k=k))
