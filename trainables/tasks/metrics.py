@@ -80,22 +80,24 @@ def ndcg_at_k(rankings: list[list[str]], relevance: list[dict[str, float]], k: i
 
 
 # --- the authors' retrieval scoring ---
-# EncodEval's RetrievalEval.compute_metrics_instances (hgissbkh/EncodEval,
-# encodeval/eval_tasks/retrieval_eval.py) scores each query with
-# `sklearn.metrics.ndcg_score([relevance], [similarities], k=10)`, relevance binary over the
-# whole labelled pool: sklearn's ideal DCG is that of the pool's relevance sorted, so it is
-# normalised by all judged positives (at most 10 of them count), as `ndcg_of_query` is, not by
-# the positives among the ten retrieved.
+# EncodEval's RetrievalEval (hgissbkh/EncodEval, under `encodeval/eval_tasks/`; the version that
+# reads the `queries` / `corpus` / `qrels_<split>` sets its `encodeval/datasets.py` builds for
+# MS MARCO, NQ and MLDR, read through the code search) keeps each query's ten most similar
+# documents (`get_predictions_labels_at_k`) and scores them with
+# `sklearn.metrics.ndcg_score([labels of the ten], [their similarities])` (`compute_ndcgs`):
+# binary relevance, and the ideal ranking is that of those ten, so a relevant document not
+# retrieved costs nothing. (Other versions of the class in the index score the whole pool with
+# k=10; they read another data layout, `anchor` / `positive`, which those sets do not have.)
 
 def authors_ndcg_of_query(ranked: list, relevant: list, k: int = 10) -> float:
-    """The authors' NDCG@k of one query in [0, 1], by `sklearn.metrics.ndcg_score`, from the
-    ranking's head alone: what sklearn reads of the whole pool is the relevance of its top k
-    and the number of relevant documents, so the pool is the k retrieved (`ranked`, best first)
-    followed by each relevant document not among them, then one irrelevant document (sklearn
-    needs two). Ties are ranked as `ranked` has them (the authors' call averages tied similarities:
-    equal float similarities, which trained embeddings do not give). No relevant document: 0."""
+    """The authors' NDCG@k of one query in [0, 1]: `sklearn.metrics.ndcg_score` over the k
+    retrieved documents alone (`ranked`, best first), binary relevance. The ten are scored by
+    their rank (the authors' call passes their similarities: the same order, tied similarities
+    aside). A single retrieved document is padded with an irrelevant one below it (sklearn needs
+    two; the score is unchanged). None of the ten relevant: 0."""
     from sklearn.metrics import ndcg_score
 
-    head, relevant = list(ranked[:k]), set(relevant)
-    truth = [float(doc in relevant) for doc in head] + [1.0] * len(relevant - set(head)) + [0.0]
-    return float(ndcg_score([truth], [list(range(len(truth), 0, -1))], k=k))
+    relevant = set(relevant)
+    truth = [float(doc in relevant) for doc in list(ranked[:k])]
+    truth += [0.0] * (2 - len(truth)) if len(truth) < 2 else []
+    return float(ndcg_score([truth], [list(range(len(truth), 0, -1))]))

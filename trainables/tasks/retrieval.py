@@ -58,7 +58,7 @@ def tokenise(tokenizer, texts: list[str], max_length: int, scoring: str = "stand
     """Token ids and attention masks, padded to max_length. standard: the tokenizer's own special
     tokens (Llama-3's: BOS, no EOS); paper: text + EOS without special tokens (no BOS), truncated
     after, so a text longer than max_length loses its EOS, as in EncodEval's RetrievalEval
-    (`eurobert_tokenization_fn`, encodeval/eval_tasks/retrieval_eval.py)."""
+    (its `tokenize`: `add_special_tokens=False`; hgissbkh/EncodEval, under `encodeval/eval_tasks/`)."""
     if not texts:  # an evaluation-only set has no training split
         return np.zeros((0, max_length), dtype=np.int32), np.zeros((0, max_length), dtype=np.int8)
     if scoring == "paper":
@@ -130,8 +130,8 @@ def embed(model, ids: np.ndarray, mask: np.ndarray, batch_size: int, device) -> 
 
 def query_ndcg(ranked: list, relevant: list, scoring: str) -> float:
     """NDCG@10 of one query in [0, 1] from its top-10 (best first) and its relevant documents:
-    standard by `ndcg_of_query`, paper by sklearn's `ndcg_score` as the authors call it
-    (`authors_ndcg_of_query`)."""
+    standard by `ndcg_of_query` (ideal: every judged positive), paper by sklearn's `ndcg_score`
+    over the ten as the authors call it (ideal: the ten's own; `authors_ndcg_of_query`)."""
     if scoring == "paper":
         return authors_ndcg_of_query(ranked, relevant, k=NDCG_K)
     return ndcg_of_query(ranked, dict.fromkeys(relevant, 1), k=NDCG_K)
@@ -157,12 +157,11 @@ def ranking(model, split: dict, batch_size: int, device) -> np.ndarray:
 class Retrieval:
     """`trainables.tasks.family.TaskFamily` for query -> document ranking (NDCG@10).
     Loss setting: `retrieval_temperature`, the InfoNCE softmax temperature. Under `scoring:
-    paper` the inputs are the authors' (`tokenise`) and the score is sklearn's NDCG@10 as the
-    authors' EncodEval computes it, which normalises as the standard one does (by every judged
-    positive): the two conventions differ in the inputs, not in the ranking's score."""
+    paper` the inputs are the authors' (`tokenise`); either way both NDCG@10 of one ranking are
+    computed: standard, normalised by every judged positive; paper, the authors' sklearn
+    `ndcg_score` over the ten retrieved alone (`authors_ndcg_of_query`)."""
 
-    METRICS = {"standard": "ndcg@10", "paper": "ndcg@10"}
-    """Both conventions' metric is NDCG@10 normalised by all judged positives (`authors_ndcg_of_query`)."""
+    METRICS = {"standard": "ndcg@10", "paper": "ndcg@10_retrieved"}
 
     @staticmethod
     def encode(splits: dict[str, list[dict]], task: TaskInfo, tokenizer, max_length: int, settings: dict):
