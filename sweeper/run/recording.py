@@ -125,7 +125,8 @@ class ResultsRecorder(tune.Callback):
                 status, error))
         predictions = result.get("predictions") or []  # finetuning.keep_predictions: every row's examples
         for r in rows:
-            r["_predictions"] = [{**p, "task": r["task"]} for p in predictions if p["trial_key"] == r["trial_key"]]
+            r["_predictions"] = [{**p, "task": r["task"], "finished_at": r["finished_at"]}
+                                 for p in predictions if p["trial_key"] == r["trial_key"]]
         rows = [r for r in rows if r["trial_key"] not in self.shard.sets.recorded]
         for row in rows:
             row.update(self.extra)

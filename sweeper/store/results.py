@@ -289,6 +289,8 @@ def read_part(location: str) -> pa.Table:
 def keep_one_row_per_key(frame, table: str):
     if table == TRIALS:
         frame = frame.assign(_ok=frame["status"] == "ok").sort_values(["_ok", "finished_at"]).drop(columns="_ok")
+    elif table == PREDICTIONS:  # a trial's latest attempt (its rows share their trial row's finished_at)
+        frame = frame.sort_values("finished_at", kind="stable")
     return frame.drop_duplicates(ROW_KEY[table], keep="last")
 
 
@@ -305,7 +307,8 @@ def read_trials(layout: StudyLayout, noted: dict[str, str] | None = None) -> pa.
 def read_predictions(layout: StudyLayout, noted: dict[str, str] | None = None):
     """The `predictions` table as a pandas frame, one row per (trial, split, example): a trial run
     again after its predictions were written but before its row was (a killed driver) wrote them
-    twice, and the later write is kept, as compaction keeps it (`noted`: `read_table`)."""
+    twice, and the later attempt's (`finished_at`) is kept, as compaction keeps it (`noted`:
+    `read_table`)."""
     frame = read_table(layout, PREDICTIONS, noted).to_pandas()
     return keep_one_row_per_key(frame, PREDICTIONS).reset_index(drop=True)
 

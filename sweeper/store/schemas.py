@@ -115,9 +115,11 @@ PREDICTION_SCHEMA = pa.schema([
     ("example", pa.int64()),
     ("prediction", pa.string()),
     ("gold", pa.string()),
+    ("finished_at", pa.timestamp("ms", tz="UTC")),
 ])
 """One row per evaluated example of a trial (`finetuning.keep_predictions`): its split
-(validation, test), row index in the split, and prediction and gold as JSON (docs/results.md)."""
+(validation, test), row index in the split, prediction and gold as JSON (docs/results.md), and
+its trial row's `finished_at` (which attempt wrote it: the latest is kept)."""
 
 SCHEMAS = {TRIALS: TRIAL_SCHEMA, EVAL_CURVES: EVAL_CURVE_SCHEMA, PRETRAINING: PRETRAINING_SCHEMA,
            PREDICTIONS: PREDICTION_SCHEMA}
