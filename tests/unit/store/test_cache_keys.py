@@ -151,6 +151,8 @@ def test_paper_scoring_names_a_new_folder_and_standard_keeps_the_former_name(pro
     assert task_prep.task_data_identity("probe-cls", "a" * 16, paper)["settings"]["scoring"] == "paper"
     assert task_prep.task_folder_name("probe-cls", "a" * 16, paper) != task_prep.task_folder_name(
         "probe-cls", "a" * 16, protocol)
+    # Trial keys likewise: `scoring` is hashed only when set away from standard (KEYED_IF_SET).
+    assert "scoring" not in protocol.key_fields() and paper.key_fields()["scoring"] == "paper"
 
 
 def test_a_hub_task_is_keyed_by_the_commit_it_is_read_at(probe, monkeypatch):
