@@ -12,6 +12,7 @@ of the same checkpoint and task placed on one worker load them once.
 """
 from __future__ import annotations
 
+import json
 import math
 import re
 import time
@@ -30,7 +31,7 @@ from sweeper.store.cache_keys import checkpoint_tokenizer_digest
 from trainables.backbones import load_backbone
 from trainables.lr_schedule import linear_warmup_decay_lr
 from trainables.tasks.data import load_prepared
-from trainables.tasks.family import TaskFamily
+from trainables.tasks.family import SCORINGS, Evaluation, TaskFamily
 from trainables.tasks.packing import PROBE_TOLERANCE, PackedBackbone, packing_error
 
 
@@ -118,14 +119,43 @@ def device_and_autocast():
     return device, torch.autocast("cuda", dtype=torch.bfloat16, enabled=device.type == "cuda")
 
 
-def evaluate(model, family: TaskFamily, split: dict, meta: dict, trial: TrialConfig) -> float:
-    """The family's score of the current weights on one split, in [0, 100]."""
+def evaluate(model, family: TaskFamily, split: dict, meta: dict, trial: TrialConfig) -> Evaluation:
+    """Both conventions' scores of the current weights on one split, in [0, 100], and the
+    predictions they were computed from: the family's `evaluate`, or for a family without one
+    (a plugin written before it) its `score` under both names and no predictions."""
     model.eval()
     device, autocast = device_and_autocast()
+    own = getattr(family, "evaluate", None)
     with torch.no_grad(), autocast:
-        score = family.score(model, split, meta, trial.runtime.eval_batch_size, device, trial.protocol)
+        if own is not None:
+            evaluation = own(model, split, meta, trial.runtime.eval_batch_size, device, trial.protocol)
+        else:
+            score = family.score(model, split, meta, trial.runtime.eval_batch_size, device, trial.protocol)
+            evaluation = Evaluation(scores=dict.fromkeys(SCORINGS, score), predictions=[])
     model.train()
-    return score
+    return evaluation
+
+
+def metric_name(family: TaskFamily, trial: TrialConfig) -> str:
+    """The metric the trial's scores are (`metric` column): its family's name for the trial's
+    convention (`METRICS`), or the task's registry metric for a family that names none."""
+    return getattr(family, "METRICS", {}).get(trial.protocol.scoring, trial.task.metric)
+
+
+def scored(evaluations: dict[str, Evaluation], scoring: str) -> dict:
+    """The score columns of a row from its splits' evaluations: `validation_score` / `test_score`
+    under the trial's convention, and both conventions' under their own names."""
+    columns = {f"{split}_score": evaluation.scores[scoring] for split, evaluation in evaluations.items()}
+    return columns | {f"{convention}_{split}_score": evaluation.scores[convention]
+                      for split, evaluation in evaluations.items() for convention in SCORINGS}
+
+
+def prediction_rows(trial_key: str, evaluations: dict[str, Evaluation]) -> list[dict]:
+    """Rows of the store's `predictions` table: prediction and gold as JSON text, the form the
+    store keeps and a family's `rescore` reads back."""
+    return [{"trial_key": trial_key, "split": split, "example": int(p["example"]),
+             "prediction": json.dumps(p["prediction"]), "gold": json.dumps(p["gold"])}
+            for split, evaluation in evaluations.items() for p in evaluation.predictions]
 
 
 def backward_batch(family: TaskFamily, model, split: dict, indices: np.ndarray, micro: int, device,
@@ -210,22 +240,29 @@ def train_and_score(trial: TrialConfig, on_curve_point: CurvePointCallback | Non
         optimizer.step()
         optimizer.zero_grad(set_to_none=True)
         if runtime.eval_every and (step + 1) % runtime.eval_every == 0 and step + 1 < steps:
-            curve.append({"step": step + 1, "train_loss": loss_value,
-                          "validation_score": evaluate(model, family, splits["validation"], meta, trial)})
+            point = evaluate(model, family, splits["validation"], meta, trial).scores[protocol.scoring]
+            curve.append({"step": step + 1, "train_loss": loss_value, "validation_score": point})
             if on_curve_point is not None:
                 on_curve_point(step + 1, loss_value, curve[-1]["validation_score"])
     result = {"trial_key": trial.trial_key, "learning_rate": trial.learning_rate, "status": status,
               "train_loss": loss_value, "train_steps": step + 1 if status == "ok" else step,
-              "metric": trial.task.metric, "validation_score": float("nan"), "test_score": float("nan"),
+              "metric": metric_name(family, trial), "validation_score": float("nan"), "test_score": float("nan"),
               "also_evaluated": {}, "packing": "packed" if packing else "padded"}
+    predictions = []  # rows of the store's predictions table (runtime.keep_predictions)
     if status == "ok":
-        result["validation_score"] = evaluate(model, family, splits["validation"], meta, trial)
-        result["test_score"] = evaluate(model, family, splits["test"], meta, trial)
+        evaluations = {split: evaluate(model, family, splits[split], meta, trial) for split in ("validation", "test")}
+        result |= scored(evaluations, protocol.scoring)
+        predictions += prediction_rows(trial.trial_key, evaluations) if runtime.keep_predictions else []
         for companion in trial.companions:  # scored by the same family: they share its head
             other_meta, other_splits = cached_task_data(companion.task_data_dir)
+            evaluations = {split: evaluate(model, family, other_splits[split], other_meta, trial)
+                           for split in ("validation", "test")}
+            columns = scored(evaluations, protocol.scoring)
             result["also_evaluated"][companion.trial_key] = {
-                split: evaluate(model, family, other_splits[split], other_meta, trial)
-                for split in ("validation", "test")}
+                "validation": columns.pop("validation_score"), "test": columns.pop("test_score"), **columns}
+            predictions += prediction_rows(companion.trial_key, evaluations) if runtime.keep_predictions else []
+    if runtime.keep_predictions:
+        result["predictions"] = predictions
     result["curve"] = curve + [{"step": result["train_steps"], "train_loss": loss_value,
                                 "validation_score": result["validation_score"], "test_score": result["test_score"]}]
     result["wall_time_s"] = time.time() - started

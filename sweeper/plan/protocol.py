@@ -132,6 +132,44 @@ def presets_of(spec, plan) -> dict:
     return {preset: tuple({**MODEL_PRESETS[preset], **spec.model.overrides}[k] for k in SHAPE) for preset in sorted(used)}
 
 
+EVAL_TASKS = "EncodEval `encodeval/eval_tasks/`"
+"""Where the authors' task classes live (SequenceClassificationEval, TokenClassificationEval,
+QuestionAnsweringEval, RetrievalEval), read through the code search; the file of each class is
+not named where the search did not show it."""
+
+CONVENTIONS = {
+    "SC": {"paper": "class ids; accuracy; text + EOS, no BOS",
+           "standard": "class ids; accuracy; the tokenizer's special tokens (Llama-3: BOS, no EOS)"},
+    "TC": {"paper": "every sub-token its word's tag; per-sentence macro-F1 (scikit-learn, O included) of "
+                    "majority-voted word tags, averaged; words joined by spaces + EOS, no BOS",
+           "standard": "first sub-token of each word; seqeval entity micro-F1; the tokenizer's special tokens"},
+    "QA": {"paper": "2-label token tagging of the first gold answer; per-example F1 of token positions (empty "
+                    "= {0}), averaged; 'Question: {q}\\nContext: ' + context + EOS, no BOS, context truncated",
+           "standard": "start/end pointer head; SQuAD word F1 (n-best spans); BOS q EOS c EOS windows with doc_stride"},
+    "IR": {"paper": "binary relevance; NDCG@10 by sklearn ndcg_score over the ten retrieved (their own ideal "
+                    "ranking); text + EOS, no BOS",
+           "standard": "binary relevance; NDCG@10 normalised by every judged positive; the tokenizer's special tokens"},
+}
+"""Labels; metric; input format of each category under each `finetuning.scoring` convention."""
+
+CONVENTION_SOURCES = {"SC": "SequenceClassificationEval", "TC": "TokenClassificationEval",
+                      "QA": "QuestionAnsweringEval; paper section 3 ('TC and QA are trained using token-level "
+                            "cross-entropy')",
+                      "IR": "RetrievalEval (get_predictions_labels_at_k, compute_ndcgs, tokenize)"}
+
+
+def convention(category: str) -> Callable:
+    """What the spec's `finetuning.scoring` gives the category's labels, metric and inputs."""
+    return lambda spec, plan: CONVENTIONS[category][spec.finetuning.scoring]
+
+
+def cpt_start(spec, plan) -> str | None:
+    """Where the spec's continued-pretraining runs start (None: it has none)."""
+    if not any(run.init_from for run in plan.runs):
+        return None
+    return "each run from the decayed final checkpoint of its init_from run, trained on its own"
+
+
 def intermediate(spec, plan) -> dict:
     return {run.name: sorted(run.checkpoint_steps) for run in plan.runs if run.checkpoint_steps}
 
@@ -196,6 +234,11 @@ PAPER_PROTOCOL: tuple[ProtocolItem, ...] = (
                  setting="pretraining.runs[].warmup_steps / decay_steps of the init_from entry",
                  read=lambda spec, plan: sorted({(r.warmup_steps, r.decay_steps) for r in plan.runs if r.init_from}),
                  deliberate="the paper does not give it: a short re-warmup, then warmup-stable-decay (a setting)"),
+    ProtocolItem(item="CPT runs' starting checkpoints", paper="resumed from shared checkpoints whenever possible",
+                 source=PAPER, setting="pretraining.runs[].init_from", read=cpt_start,
+                 deliberate="sweeper trains each CPT run from the decayed checkpoint its init_from names "
+                            "(610m-clm-dec42k-...), none branched from another's; branching runs from shared "
+                            "checkpoints is issue #55's"),
     # --- fine-tuning -----------------------------------------------------------------------------
     ProtocolItem(item="data sets (hub ids)", paper=PAPER_SOURCES, source=ENCODEVAL,
                  setting="finetuning.tasks (sweeper/contract/catalog.py)",
@@ -207,9 +250,11 @@ PAPER_PROTOCOL: tuple[ProtocolItem, ...] = (
                         "mnli": "test = validation_matched, validation = train_test_split(0.95, seed 42)",
                         **{t: "own validation / test" for t in ("conll2003", "ontonotes5", "uner-en", "msmarco")},
                         "nq": "test split 50 / rest", "mldr-en": "own dev / test"}),
-    ProtocolItem(item="NQ's 50/50 draw", paper="unseeded (random.sample)", source=ENCODEVAL + " `nq()`",
-                 setting="trainables/tasks/adapters.py split_queries", read=lambda spec, plan: "seed 42",
-                 deliberate="the authors' draw has no seed and cannot be repeated; seed 42 makes ours repeatable"),
+    ProtocolItem(item="NQ's 50/50 draw", paper="unseeded (random.sample), drawn again by every run",
+                 source=ENCODEVAL + " `nq()`", setting="trainables/tasks/adapters.py split_queries",
+                 read=lambda spec, plan: "seed 42, the same halves for every trial",
+                 deliberate="the authors' draw has no seed and is redrawn each time a run loads NQ, so each of "
+                            "their runs scored other halves; seed 42 gives every trial the same, repeatable halves"),
     ProtocolItem(item="retrieval pool", source=ENCODEVAL, setting="the catalog's schema (beir, mldr-corpus)",
                  paper={t: "labelled documents" for t in ("msmarco", "nq", "mldr-en")},
                  read=lambda spec, plan: {k: v for k, v in task_values(spec, pool_rule).items()
@@ -246,6 +291,14 @@ PAPER_PROTOCOL: tuple[ProtocolItem, ...] = (
                  setting="finetuning.precision", read=ft("precision", "fp32")),
     ProtocolItem(item="final weights scored (no best-checkpoint pick)", paper="final", source=CONFIGS,
                  setting=f"{CODE}: trainables/finetune_loop.py"),
-    ProtocolItem(item="mean pooling (SC, IR); QA head: 2-label token head", paper="as stated", source=CONFIGS,
-                 setting=f"{CODE}: trainables/tasks/heads.py, qa.py"),
+    ProtocolItem(item="mean pooling (SC, IR)", paper="as stated", source=CONFIGS,
+                 setting=f"{CODE}: trainables/tasks/heads.py"),
+    ProtocolItem(item="tokens per example (max_length)", paper=2028,
+                 source="EncodEval `encodeval/eval_tasks/abstract_eval.py` (EvalConfig: round(0.99 x 2,048); "
+                        "the configs leave max_length empty)", setting="finetuning.max_length", read=ft("max_length")),
+    *(ProtocolItem(item=f"{category}: labels; metric; input format", paper=CONVENTIONS[category]["paper"],
+                   source=f"{EVAL_TASKS} {CONVENTION_SOURCES[category]}",
+                   setting=f"finetuning.scoring (trainables/tasks/{module})", read=convention(category))
+      for category, module in (("SC", "classification.py"), ("TC", "classification.py"), ("QA", "qa.py"),
+                               ("IR", "retrieval.py, metrics.py"))),
 )

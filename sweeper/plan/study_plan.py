@@ -141,7 +141,7 @@ def finetune_protocol(spec: StudySpec, task: str | None = None, learning_rate: f
         epochs=budget.epochs if budget and budget.epochs is not None else ft.epochs,
         max_length=ft.max_length, warmup_ratio=ft.warmup_ratio, optimizer=AdamWConfig.of(ft),
         max_train_examples=ft.max_train_examples, max_eval_examples=ft.max_eval_examples,
-        precision=ft.precision, weight_decay_exempt=ft.weight_decay_exempt,
+        precision=ft.precision, weight_decay_exempt=ft.weight_decay_exempt, scoring=ft.scoring,
         family_settings={key: getattr(ft, key) for key in family.settings} if family else {},
     )
 

@@ -2,7 +2,8 @@
 
 A trial row is the mark that a trial is done: rows are buffered and written in batches (one
 Parquet file per batch, every 50 rows or within 10 s of a trial's end, whichever comes first,
-even while no other trial finishes), its eval-curve points first. An Optuna
+even while no other trial finishes), its eval-curve points and (`finetuning.keep_predictions`)
+its predictions first. An Optuna
 sample's seeds are held until all are done, so the store only holds whole samples. `live.json`
 is the driver's heartbeat for `sweeper status`.
 
@@ -28,10 +29,11 @@ from sweeper.contract.registry import get_task
 from sweeper.contract.configs import params_text
 from sweeper.store import storage
 from sweeper.store.layout import StudyLayout
-from sweeper.store.results import EVAL_CURVES, PROTOCOL_COLUMNS, TRIALS, write_rows
+from sweeper.store.results import EVAL_CURVES, PREDICTIONS, PROTOCOL_COLUMNS, SCORE_COLUMNS, TRIALS, write_rows
 
 
 PROTOCOL_NAMES = tuple(name for name, _ in PROTOCOL_COLUMNS)
+SCORE_NAMES = tuple(name for name, _ in SCORE_COLUMNS)
 
 FINAL = "final"
 """Result field: False on a curve point reported under a trial scheduler, True on a trial's
@@ -67,11 +69,12 @@ def trial_row(study: str, trial: Trial, result: dict | None, status: str, error:
     return {
         "study": study, "trial_key": trial.trial_key, "checkpoint_id": ckpt.checkpoint_id,
         **checkpoint_columns(ckpt), "task": trial.task, "task_family": task.family,
-        "task_category": task.category, "metric": task.metric,
+        "task_category": task.category, "metric": result.get("metric") or task.metric,
         "search_mode": trial.search_mode,
         "learning_rate": trial.learning_rate,  # the planned trial's (at its searched point): the one copy
         "seed": trial.seed, "sample": trial.sample, **protocol_columns(trial), "status": status,
         "validation_score": result.get("validation_score"), "test_score": result.get("test_score"),
+        **{name: result.get(name) for name in SCORE_NAMES},
         "train_loss": result.get("train_loss"), "train_steps": result.get("train_steps"),
         "error": storage.redact(error) if error else error, "wall_time_s": result.get("wall_time_s"),
         "packing": result.get("packing"),
@@ -118,8 +121,12 @@ class ResultsRecorder(tune.Callback):
         for companion in self.shard.sets.companions(planned):
             scores = result.get("also_evaluated", {}).get(companion.trial_key, {})
             rows.append(trial_row(self.study, companion, {
-                **result, "validation_score": scores.get("validation"), "test_score": scores.get("test")},
+                **result, **scores, "validation_score": scores.get("validation"), "test_score": scores.get("test")},
                 status, error))
+        predictions = result.get("predictions") or []  # finetuning.keep_predictions: every row's examples
+        for r in rows:
+            r["_predictions"] = [{**p, "task": r["task"], "finished_at": r["finished_at"]}
+                                 for p in predictions if p["trial_key"] == r["trial_key"]]
         rows = [r for r in rows if r["trial_key"] not in self.shard.sets.recorded]
         for row in rows:
             row.update(self.extra)
@@ -139,7 +146,10 @@ class ResultsRecorder(tune.Callback):
             self.flush()
 
     def flush(self) -> None:
-        # Curves first: a trial row is the mark that a trial is done, so it goes last.
+        # Curves and predictions first: a trial row is the mark that a trial is done, so it goes
+        # last. A trial run again after a write but before its row (a killed driver) writes them
+        # again: readers and compaction keep one row per key, the latest (sweeper.store.results).
+        write_rows(self.layout, PREDICTIONS, [p for row in self.buffer for p in row.pop("_predictions", [])])
         write_rows(self.layout, EVAL_CURVES, [
             {**{k: row[k] for k in CURVE_SHARED}, **point}
             for row in self.buffer for point in row.pop("_curve", [])
@@ -177,6 +187,7 @@ class ResultsRecorder(tune.Callback):
             self.add_rows(trial.config, {**result, "curve": curve}, "stopped", None)
         else:
             self.add_rows(trial.config, result, result.get("status", "failed"), result.get("error"))
+        result.pop("predictions", None)  # recorded: Tune's experiment state need not carry them
 
     def on_trial_error(self, iteration, trials, trial, **info):
         self.curves.pop(trial.trial_id, None)

@@ -41,7 +41,8 @@ def trial_runtime(spec: StudySpec) -> TrialRuntime:
     """How trials run (never part of a key): micro batch, eval batch and curve, threads."""
     ft = spec.finetuning
     return TrialRuntime(micro_batch_size=ft.micro_batch_size, eval_batch_size=ft.eval_batch_size,
-                        eval_every=ft.eval_every, threads=max(1, int(spec.resources.cpus_per_trial)))
+                        eval_every=ft.eval_every, keep_predictions=ft.keep_predictions,
+                        threads=max(1, int(spec.resources.cpus_per_trial)))
 
 
 class EvaluationSets:

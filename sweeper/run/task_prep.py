@@ -6,8 +6,9 @@ the tokenizer's content hash (its files as the corpus or imported checkpoint hol
 a tokenizer retrained with another vocabulary or from other documents prepares new data even
 under the same tokenizer key), the task's definition and source data (the shipped or local files'
 content, or a hub data set's commit), the family's implementation, the data format version, the
-max length, the example caps and the encoding settings the task's family declares
-(`FamilyInfo.encoding_settings`, e.g. QA's doc_stride). A change of any of them prepares a new
+max length, the example caps, the encoding settings the task's family declares
+(`FamilyInfo.encoding_settings`, e.g. QA's doc_stride) and `finetuning.scoring` where it is not
+`standard` (the authors' inputs and labels). A change of any of them prepares a new
 folder and never serves a stale one; the trial checks, besides, that its checkpoint carries the
 tokenizer the data was encoded with (trainables.finetune_loop). A study sweeping max_length (or
 QA's doc_stride) prepares one folder per value its trials use: `data_variant` of the trial's
@@ -74,17 +75,25 @@ def task_source_identity(task: TaskInfo) -> dict:
 
 
 def encoding_settings(protocol: FinetuneProtocol, task: str) -> dict:
-    """The settings of the task's family that change its tokenised data, as the protocol has them."""
+    """The settings of the task's family that change its tokenised data, as the protocol has them,
+    and `scoring` (`finetuning.scoring`: the authors' inputs and labels differ from the standard
+    ones), which every family receives."""
     family = registry.family_of(get_task(task).family)
-    return {key: protocol.family_settings[key] for key in family.encoding_settings}
+    return {**{key: protocol.family_settings[key] for key in family.encoding_settings}, "scoring": protocol.scoring}
+
+
+def keyed_settings(settings: dict) -> dict:
+    """The encoding settings as a folder's key hashes them: `scoring` only away from `standard`,
+    so the folders prepared before the setting existed keep their names (and arrays)."""
+    return {key: value for key, value in settings.items() if key != "scoring" or value != "standard"}
 
 
 def data_variant(task: str, protocol: FinetuneProtocol, encoding_keys: tuple[str, ...] | None = None) -> tuple:
     """What, besides the tokenizer and the example caps, shapes the task's prepared data under this
     protocol: the max length and the family's encoding settings (`encoding_keys`, resolved on the
     driver, where a plugin's tasks are registered; looked up when not given)."""
-    if encoding_keys is None:
-        return (protocol.max_length, *encoding_settings(protocol, task).values())
+    if encoding_keys is None:  # `scoring` is left out: a study has one, never swept
+        encoding_keys = registry.family_of(get_task(task).family).encoding_settings
     return (protocol.max_length, *(protocol.family_settings[key] for key in encoding_keys))
 
 
@@ -95,7 +104,7 @@ def task_data_identity(task: str, tokenizer: str, protocol: FinetuneProtocol) ->
     return {"format": TASK_DATA_FORMAT, "task": info.identity(), "source": task_source_identity(info),
             "family": registry.family_of(info.family).implementation, "tokenizer": tokenizer,
             "max_length": protocol.max_length, "max_train": protocol.max_train_examples,
-            "max_eval": protocol.max_eval_examples, "settings": encoding_settings(protocol, task)}
+            "max_eval": protocol.max_eval_examples, "settings": keyed_settings(encoding_settings(protocol, task))}
 
 
 def task_folder_name(task: str, tokenizer: str, protocol: FinetuneProtocol) -> str:

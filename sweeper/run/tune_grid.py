@@ -44,7 +44,7 @@ from sweeper.run.version import code_version
 from sweeper.spec.study import StudySpec
 from sweeper.store import storage
 from sweeper.store.layout import CHECKPOINT_MARKER, StudyLayout
-from sweeper.store.results import EVAL_CURVES, TRIALS, compact, finished_trial_keys, write_rows
+from sweeper.store.results import EVAL_CURVES, PREDICTIONS, TRIALS, compact, finished_trial_keys, write_rows
 
 
 def finetune_trainable(config: dict, shard: Shard, report_curve: bool = False) -> None:
@@ -250,7 +250,7 @@ def run_shards(spec: StudySpec, shards: list[Shard], layout: StudyLayout, traina
         # Every outcome is in the store now; Tune's own state (an empty folder per trial and a
         # JSON rewritten as trials finish) is no record and is not kept.
         storage.remove_tree(storage.join(layout.tune, name))
-        for table in (TRIALS, EVAL_CURVES):
+        for table in (TRIALS, EVAL_CURVES, PREDICTIONS):
             compact(layout, table)
     progress.finish()
     if tracker is not None:

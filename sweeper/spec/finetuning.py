@@ -198,6 +198,13 @@ class FinetuningSpec(AdamWConfig):
     weight_decay_exempt: Literal["none", "bias_and_norm"] = "none"
     """Parameters AdamW does not decay: none; bias_and_norm: biases and LayerNorm/RMSNorm weights,
     as the Hugging Face Trainer (the authors') does."""
+    scoring: Literal["standard", "paper"] = "standard"
+    """standard: each family's usual labels, inputs and metric (seqeval entity F1, SQuAD F1, NDCG@10);
+    paper: the authors' (EncodEval's) where a family implements them; every result row carries both
+    conventions' scores either way (docs/paper-protocol.md, docs/results.md)."""
+    keep_predictions: bool = False
+    """Also store every evaluated example's prediction and gold (the `predictions` table of
+    docs/results.md), so a score can be recomputed from the rows."""
     eval_batch_size: int = 128
     """Examples per forward pass when scoring."""
     eval_every: int = 0

@@ -43,7 +43,8 @@ from sweeper.store.layout import StudyLayout
 from sweeper.store.quarantine import link_text, quarantined, relative  # noqa: F401 - quarantined: re-exported
 
 from sweeper.store.schemas import (  # noqa: F401 - re-exported: the tables are named from here
-    EVAL_CURVES, EVAL_CURVE_SCHEMA, PARTITION, PRETRAINING, PRETRAINING_SCHEMA, PROTOCOL_COLUMNS, ROW_KEY, SCHEMAS, TRIAL_SCHEMA, TRIALS)
+    EVAL_CURVES, EVAL_CURVE_SCHEMA, PARTITION, PREDICTIONS, PREDICTION_SCHEMA, PRETRAINING, PRETRAINING_SCHEMA,
+    PROTOCOL_COLUMNS, ROW_KEY, SCHEMAS, SCORE_COLUMNS, TRIAL_SCHEMA, TRIALS)
 
 
 def table_dir(layout: StudyLayout, table: str) -> str:
@@ -134,7 +135,8 @@ def read_table(layout: StudyLayout, table: str, noted: dict[str, str] | None = N
     return SCHEMAS[table].empty_table()
 
 
-REQUIRED = {TRIALS: ["trial_key", "status"], EVAL_CURVES: ["trial_key", "step"], PRETRAINING: ["run_key", "step"]}
+REQUIRED = {TRIALS: ["trial_key", "status"], EVAL_CURVES: ["trial_key", "step"], PRETRAINING: ["run_key", "step"],
+            PREDICTIONS: ROW_KEY[PREDICTIONS]}
 """Columns no row of a table may lack: its row key, and a trial's status (a part written without
 one, or hand-edited, reads it as null: its rows could be counted nowhere)."""
 
@@ -287,6 +289,8 @@ def read_part(location: str) -> pa.Table:
 def keep_one_row_per_key(frame, table: str):
     if table == TRIALS:
         frame = frame.assign(_ok=frame["status"] == "ok").sort_values(["_ok", "finished_at"]).drop(columns="_ok")
+    elif table == PREDICTIONS:  # a trial's latest attempt (its rows share their trial row's finished_at)
+        frame = frame.sort_values("finished_at", kind="stable")
     return frame.drop_duplicates(ROW_KEY[table], keep="last")
 
 
@@ -298,6 +302,15 @@ def read_trials(layout: StudyLayout, noted: dict[str, str] | None = None) -> pa.
     frame = keep_one_row_per_key(table.to_pandas(), TRIALS)
     frame = frame.sort_values(["checkpoint_id", "task", "learning_rate", "seed"])
     return pa.Table.from_pandas(frame, schema=TRIAL_SCHEMA, preserve_index=False)
+
+
+def read_predictions(layout: StudyLayout, noted: dict[str, str] | None = None):
+    """The `predictions` table as a pandas frame, one row per (trial, split, example): a trial run
+    again after its predictions were written but before its row was (a killed driver) wrote them
+    twice, and the later attempt's (`finished_at`) is kept, as compaction keeps it (`noted`:
+    `read_table`)."""
+    frame = read_table(layout, PREDICTIONS, noted).to_pandas()
+    return keep_one_row_per_key(frame, PREDICTIONS).reset_index(drop=True)
 
 
 FINISHED = frozenset({"ok", "diverged", "stopped"})

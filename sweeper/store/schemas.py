@@ -1,4 +1,4 @@
-"""The results store's three tables: their names, Parquet schemas, partition columns and row keys
+"""The results store's four tables: their names, Parquet schemas, partition columns and row keys
 (docs/results.md documents each column). `sweeper.store.results` reads and writes them."""
 from __future__ import annotations
 
@@ -7,6 +7,7 @@ import pyarrow as pa
 TRIALS = "trials"
 EVAL_CURVES = "eval_curves"
 PRETRAINING = "pretraining"
+PREDICTIONS = "predictions"
 
 PROTOCOL_COLUMNS = [
     ("batch_size", pa.int64()),
@@ -26,6 +27,16 @@ PROTOCOL_COLUMNS = [
 (`FinetuningSpec.SEARCH_FIELDS`, named as there; null where the field does not reach the task's
 protocol, e.g. doc_stride outside QA), and `params`: the swept ones of its point as JSON ('{}':
 only the learning rate is swept). Parts written before these columns read them as null."""
+
+SCORE_COLUMNS = [
+    ("paper_validation_score", pa.float64()),
+    ("paper_test_score", pa.float64()),
+    ("standard_validation_score", pa.float64()),
+    ("standard_test_score", pa.float64()),
+]
+"""Both conventions' scores of a trial (`finetuning.scoring`: `validation_score` / `test_score` are
+its own convention's), from the same predictions. Parts written before these columns read them
+as null."""
 
 TRIAL_SCHEMA = pa.schema([
     ("study", pa.string()),
@@ -57,6 +68,7 @@ TRIAL_SCHEMA = pa.schema([
     ("status", pa.string()),
     ("validation_score", pa.float64()),
     ("test_score", pa.float64()),
+    *SCORE_COLUMNS,
     ("train_loss", pa.float64()),
     ("train_steps", pa.int64()),
     ("error", pa.string()),
@@ -96,6 +108,21 @@ PRETRAINING_SCHEMA = pa.schema([
     ("tokens_per_s", pa.float64()),
 ])
 
-SCHEMAS = {TRIALS: TRIAL_SCHEMA, EVAL_CURVES: EVAL_CURVE_SCHEMA, PRETRAINING: PRETRAINING_SCHEMA}
-PARTITION = {TRIALS: "task", EVAL_CURVES: "task", PRETRAINING: "run_name"}
-ROW_KEY = {TRIALS: ["trial_key"], EVAL_CURVES: ["trial_key", "step"], PRETRAINING: ["run_key", "step"]}
+PREDICTION_SCHEMA = pa.schema([
+    ("task", pa.string()),
+    ("trial_key", pa.string()),
+    ("split", pa.string()),
+    ("example", pa.int64()),
+    ("prediction", pa.string()),
+    ("gold", pa.string()),
+    ("finished_at", pa.timestamp("ms", tz="UTC")),
+])
+"""One row per evaluated example of a trial (`finetuning.keep_predictions`): its split
+(validation, test), row index in the split, prediction and gold as JSON (docs/results.md), and
+its trial row's `finished_at` (which attempt wrote it: the latest is kept)."""
+
+SCHEMAS = {TRIALS: TRIAL_SCHEMA, EVAL_CURVES: EVAL_CURVE_SCHEMA, PRETRAINING: PRETRAINING_SCHEMA,
+           PREDICTIONS: PREDICTION_SCHEMA}
+PARTITION = {TRIALS: "task", EVAL_CURVES: "task", PRETRAINING: "run_name", PREDICTIONS: "task"}
+ROW_KEY = {TRIALS: ["trial_key"], EVAL_CURVES: ["trial_key", "step"], PRETRAINING: ["run_key", "step"],
+           PREDICTIONS: ["trial_key", "split", "example"]}

@@ -66,3 +66,49 @@ def test_every_yaml_block_of_the_docs_plans(block, tmp_path):
         assert expected in result.stderr, result.stderr
     else:
         assert result.returncode == 0, result.stderr
+
+
+def results_snippet() -> str:
+    """The python block of docs/results.md that recomputes a trial's scores with `rescore`."""
+    text = (ROOT / "docs" / "results.md").read_text()
+    (block,) = [b for b in re.findall(r"^```python\n(.*?)^```", text, re.M | re.S) if "rescore(" in b]
+    return block
+
+
+def test_the_results_page_recomputes_a_trials_scores_from_its_predictions(tmp_path, monkeypatch):
+    """docs/results.md's `rescore` snippet, run as written against a store holding a retrieval
+    trial's row and predictions, the predictions written twice (a trial run again after a killed
+    driver wrote them): they read once, and each score is recomputed exactly."""
+    import numpy as np
+    import torch
+
+    from sweeper.store.layout import StudyLayout
+    from sweeper.store.results import PREDICTIONS, TRIALS, read_predictions, write_rows
+    from trainables.finetune_loop import prediction_rows, scored
+    from trainables.tasks.retrieval import Retrieval
+
+    rng = np.random.default_rng(0)
+    table = torch.nn.functional.normalize(torch.from_numpy(rng.normal(size=(12 + 40, 8)).astype(np.float32)), dim=1)
+
+    class Lookup(torch.nn.Module):
+        def forward(self, input_ids, attention_mask):
+            return table[input_ids[:, 0]]
+
+    positives = [rng.choice(40, size=rng.integers(1, 4), replace=False) for _ in range(12)]
+    split = {"query_input_ids": np.arange(12, dtype=np.int32)[:, None], "query_attention_mask": np.ones((12, 1), np.int8),
+             "doc_input_ids": (12 + np.arange(40, dtype=np.int32))[:, None], "doc_attention_mask": np.ones((40, 1), np.int8),
+             "positive_offsets": np.cumsum([0] + [len(p) for p in positives]).astype(np.int64),
+             "positive_docs": np.concatenate(positives).astype(np.int64)}
+    halves = {"validation": split, "test": split}
+    evaluations = {name: Retrieval.evaluate(Lookup(), part, {}, 8, torch.device("cpu"), None)
+                   for name, part in halves.items()}
+    assert evaluations["test"].scores["paper"] != evaluations["test"].scores["standard"]  # several positives
+    study = StudyLayout(str(tmp_path / "studies" / "paper"))
+    rows = [{**p, "task": "wordnet-usage-retrieval"} for p in prediction_rows("k1", evaluations)]
+    write_rows(study, PREDICTIONS, rows)
+    write_rows(study, PREDICTIONS, rows)  # the retried trial's
+    write_rows(study, TRIALS, [{"trial_key": "k1", "status": "ok", "task": "wordnet-usage-retrieval",
+                                "task_family": "retrieval", **scored(evaluations, "paper")}])
+    assert len(read_predictions(study)) == len(rows) == 24
+    monkeypatch.chdir(tmp_path)
+    exec(results_snippet(), {})

@@ -12,9 +12,18 @@ that couples the examples of a batch: it backpropagates the loss of the whole op
 batch `rows` in forward passes of at most `micro` units and returns its value (retrieval's
 gradient-cached in-batch negatives). Without it the loop accumulates `loss` micro-batch by
 micro-batch (`trainables.finetune_loop.backward_batch`).
+
+Optional, for `finetuning.scoring` and `finetuning.keep_predictions`: `evaluate(model, split, meta,
+batch_size, device, protocol) -> Evaluation` scores a split under both conventions (`standard`, and
+`paper`: the authors') from one set of predictions, and returns the predictions; `rescore(predictions,
+scoring) -> float` recomputes a split's score from those predictions alone (after a JSON round trip,
+as the store's `predictions` table holds them), equal to `evaluate`'s; `METRICS` names each
+convention's metric (the `metric` column). A family without `evaluate` is scored by `score` under
+both names, with its task's registry metric and no predictions.
 """
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import Protocol
 
 import numpy as np
@@ -25,6 +34,20 @@ from sweeper.contract.configs import FinetuneProtocol, TaskInfo
 
 Split = dict[str, np.ndarray]
 """One prepared split: named arrays, as saved in `<split>.npz` (strings as numpy unicode arrays)."""
+
+
+@dataclass(frozen=True, slots=True)
+class Evaluation:
+    """Both conventions' scores of one split's predictions, and the predictions themselves."""
+    scores: dict[str, float]
+    """{"paper": ..., "standard": ...}, each on 0-100, both computed from the same predictions."""
+    predictions: list[dict]
+    """One per evaluated example: {"example": row index in the split, "prediction": ..., "gold": ...},
+    both JSON-serialisable."""
+
+
+SCORINGS = ("standard", "paper")
+"""The conventions `finetuning.scoring` names; every `Evaluation` scores both."""
 
 
 class TaskFamily(Protocol):

@@ -77,3 +77,27 @@ def ndcg_at_k(rankings: list[list[str]], relevance: list[dict[str, float]], k: i
     """Mean NDCG@k x 100 over queries (`ndcg_of_query` for each `rankings[q]`, `relevance[q]`)."""
     scores = [ndcg_of_query(ranked, grades, k) for ranked, grades in zip(rankings, relevance)]
     return 100.0 * float(np.mean(scores)) if scores else 0.0
+
+
+# --- the authors' retrieval scoring ---
+# EncodEval's RetrievalEval (hgissbkh/EncodEval, under `encodeval/eval_tasks/`; the version that
+# reads the `queries` / `corpus` / `qrels_<split>` sets its `encodeval/datasets.py` builds for
+# MS MARCO, NQ and MLDR, read through the code search) keeps each query's ten most similar
+# documents (`get_predictions_labels_at_k`) and scores them with
+# `sklearn.metrics.ndcg_score([labels of the ten], [their similarities])` (`compute_ndcgs`):
+# binary relevance, and the ideal ranking is that of those ten, so a relevant document not
+# retrieved costs nothing. (Other versions of the class in the index score the whole pool with
+# k=10; they read another data layout, `anchor` / `positive`, which those sets do not have.)
+
+def authors_ndcg_of_query(ranked: list, relevant: list, k: int = 10) -> float:
+    """The authors' NDCG@k of one query in [0, 1]: `sklearn.metrics.ndcg_score` over the k
+    retrieved documents alone (`ranked`, best first), binary relevance. The ten are scored by
+    their rank (the authors' call passes their similarities: the same order, tied similarities
+    aside). A single retrieved document is padded with an irrelevant one below it (sklearn needs
+    two; the score is unchanged). None of the ten relevant: 0."""
+    from sklearn.metrics import ndcg_score
+
+    relevant = set(relevant)
+    truth = [float(doc in relevant) for doc in list(ranked[:k])]
+    truth += [0.0] * (2 - len(truth)) if len(truth) < 2 else []
+    return float(ndcg_score([truth], [list(range(len(truth), 0, -1))]))

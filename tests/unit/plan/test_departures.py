@@ -39,7 +39,19 @@ def test_paper_yaml_departs_only_where_the_table_says_deliberately(paper):
     assert not undeclared, undeclared
     deliberate = {d.item.item for d in departures(spec, plan) if d.item.deliberate}
     assert deliberate == {"vocabulary", "models / evaluated checkpoints", "NQ's 50/50 draw",
-                          "CPT schedule (re-warmup, decay)"}
+                          "CPT schedule (re-warmup, decay)", "CPT runs' starting checkpoints"}
+
+
+def test_standard_scoring_and_another_length_are_departures_the_table_names(paper):
+    """The scoring rows read `finetuning.scoring` off the spec: `standard` departs in each of the four
+    categories, with what the standard convention does; max_length is the authors' 2,028."""
+    spec, plan = paper
+    standard = replace(spec, finetuning=replace(spec.finetuning, scoring="standard", max_length=2027))
+    found = {d.item.item: d.value for d in departures(standard, plan) if not d.item.deliberate}
+    assert set(found) == {f"{c}: labels; metric; input format" for c in ("SC", "TC", "QA", "IR")} | {
+        "tokens per example (max_length)"}
+    assert "seqeval entity micro-F1" in found["TC: labels; metric; input format"]
+    assert found["tokens per example (max_length)"] == 2027
 
 
 def test_every_item_names_its_source_and_setting_and_reads_or_is_fixed_in_code():
@@ -84,7 +96,7 @@ def test_sweeper_plan_prints_the_departures_and_the_negatives():
     assert "departures from the paper (docs/paper-protocol.md):" in out
     assert "vocabulary: 128,257 here, 128,256 in the paper (Llama-3 tokenizer); deliberate: Llama-3 has no mask" in out
     assert "  retrieval negatives per query: 31 (" in out
-    assert "departures from the paper (docs/paper-protocol.md): none but 4 deliberate" in out
+    assert "departures from the paper (docs/paper-protocol.md): none but 5 deliberate" in out
 
 
 def test_an_unknown_protocol_is_a_spec_error(tmp_path):

@@ -37,6 +37,10 @@ MALFORMED = [
      "finetuning.task_budgets.wordnet-supersense-qa.epochs", "must be positive"),
     ("QA stride beyond half a window", with_change("  doc_stride: 8 ", "  doc_stride: 30 "), "finetuning.doc_stride",
      "must be in [0, max_length / 2)"),
+    ("misspelt scoring", with_change("  max_steps: 8 ", "  scoring: papr\n  max_steps: 8 "), "finetuning.scoring",
+     "'papr' is not one of 'standard', 'paper'"),
+    ("keep_predictions not a boolean", with_change("  max_steps: 8 ", "  keep_predictions: 3\n  max_steps: 8 "),
+     "finetuning.keep_predictions", "expected true or false"),
     ("unknown sharding", with_change("  cpus_per_trial: 1", "  sharding: zero3\n  cpus_per_trial: 1"),
      "resources.sharding", "'zero3' is not one of 'ddp', 'fsdp'"),
     ("mapping for scalar", with_change("  preset: nano ", "  preset:\n    name: nano "), "model.preset", "expected a string"),
@@ -142,6 +146,18 @@ def test_error_carries_the_yaml_line(tmp_path):
         load_study(path).spec
     line = next(i for i, text in enumerate(path.read_text().splitlines(), 1) if "1.4" in text)
     assert caught.value.line == line and f"bad.yaml:{line}:" in str(caught.value)
+
+
+@pytest.mark.parametrize("setting", ["scoring: papr", "keep_predictions: 3"])
+def test_a_bad_scoring_setting_names_its_file_line_and_key(tmp_path, setting):
+    path = tmp_path / "bad.yaml"
+    path.write_text(with_change("  max_steps: 8 ", f"  {setting}\n  max_steps: 8 "))
+    with pytest.raises(SpecError) as caught:
+        load_study(path).spec
+    line = next(i for i, text in enumerate(path.read_text().splitlines(), 1) if text.strip() == setting)
+    key = f"finetuning.{setting.split(':')[0]}"
+    assert caught.value.line == line and caught.value.key_path == key
+    assert str(caught.value).startswith(f"{path}:{line}: {key}:")
 
 
 def test_every_malformed_file_exits_2_names_its_key_and_starts_no_ray(tmp_path):

@@ -139,6 +139,22 @@ def test_an_encoding_setting_names_a_new_folder():
     assert task_prep.task_folder_name(qa, "a" * 16, protocol) != task_prep.task_folder_name(qa, "a" * 16, other)
 
 
+def test_paper_scoring_names_a_new_folder_and_standard_keeps_the_former_name(probe):
+    """`finetuning.scoring: paper` encodes other inputs and labels: its own folder; `standard`
+    (the default) hashes as before the setting existed, so prepared data is found again."""
+    protocol = probe["protocol"]
+    assert protocol.scoring == "standard"
+    identity = task_prep.task_data_identity("probe-cls", "a" * 16, protocol)
+    assert "scoring" not in identity["settings"]
+    assert task_prep.encoding_settings(protocol, "probe-cls")["scoring"] == "standard"  # what the family reads
+    paper = replace(protocol, scoring="paper")
+    assert task_prep.task_data_identity("probe-cls", "a" * 16, paper)["settings"]["scoring"] == "paper"
+    assert task_prep.task_folder_name("probe-cls", "a" * 16, paper) != task_prep.task_folder_name(
+        "probe-cls", "a" * 16, protocol)
+    # Trial keys likewise: `scoring` is hashed only when set away from standard (KEYED_IF_SET).
+    assert "scoring" not in protocol.key_fields() and paper.key_fields()["scoring"] == "paper"
+
+
 def test_a_hub_task_is_keyed_by_the_commit_it_is_read_at(probe, monkeypatch):
     """Its id and the commit the hub names now (pinned for the preparation); offline, the id alone."""
     names = {}

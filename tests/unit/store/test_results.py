@@ -2,12 +2,14 @@
 from datetime import datetime, timedelta, timezone
 from pathlib import Path
 
+import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
 from sweeper.store.layout import StudyLayout
 from sweeper.store.results import (
-    PRETRAINING, TRIALS, compact, finished_trial_keys, read_table, read_trials, table_dir, write_rows,
+    PREDICTIONS, PRETRAINING, SCORE_COLUMNS, TRIAL_SCHEMA, TRIALS, compact, finished_trial_keys, read_predictions,
+    read_table, read_trials, table_dir, write_rows,
 )
 
 
@@ -59,6 +61,38 @@ def test_compaction_merges_batches_into_one_file_per_partition(study):
     assert after.set_index("trial_key").loc["k0-0", "status"] == "ok"
     assert sorted(before["trial_key"]) == sorted(after["trial_key"])
     assert compact(study, TRIALS) == 0
+
+
+def prediction(key, split, example, value, task="t", minutes=0):
+    return {"task": task, "trial_key": key, "split": split, "example": example, "prediction": f"[{value}]",
+            "gold": "[1]", "finished_at": datetime(2026, 1, 1, tzinfo=timezone.utc) + timedelta(minutes=minutes)}
+
+
+def test_predictions_written_again_by_a_retried_trial_read_and_compact_to_one_row_per_example(study):
+    first = [prediction("a", split, i, 0) for split in ("validation", "test") for i in range(3)]
+    write_rows(study, PREDICTIONS, first + [prediction("b", "test", 0, 5, task="u")])
+    retried = [prediction(p["trial_key"], p["split"], p["example"], 9, minutes=5) for p in first]
+    write_rows(study, PREDICTIONS, retried)  # the trial ran again (a later attempt)
+    write_rows(study, PREDICTIONS, first[:1])  # an earlier attempt's part listed last: still not kept
+    assert read_table(study, PREDICTIONS).num_rows == 14
+    frame = read_predictions(study)
+    assert len(frame) == 7 and not frame.duplicated(["trial_key", "split", "example"]).any()
+    assert set(frame.loc[frame["trial_key"] == "a", "prediction"]) == {"[9]"}  # the later write wins
+    assert compact(study, PREDICTIONS) == 3
+    compacted = read_table(study, PREDICTIONS).to_pandas()
+    assert len(compacted) == 7 and set(compacted.loc[compacted["trial_key"] == "a", "prediction"]) == {"[9]"}
+
+
+def test_a_part_written_before_the_score_columns_reads_them_as_null(study):
+    scores = {name for name, _ in SCORE_COLUMNS}
+    old_schema = pa.schema([f for f in TRIAL_SCHEMA if f.name not in scores and f.name != "task"])
+    folder = Path(table_dir(study, TRIALS)) / "task=t"
+    folder.mkdir(parents=True)
+    pq.write_table(pa.Table.from_pylist([{k: row("old").get(k) for k in old_schema.names}], schema=old_schema),
+                   folder / "part-old.parquet")
+    write_rows(study, TRIALS, [{**row("new"), "paper_test_score": 3.0}])
+    table = read_trials(study).to_pandas().set_index("trial_key")
+    assert table[sorted(scores)].loc["old"].isna().all() and table.loc["new", "paper_test_score"] == 3.0
 
 
 def test_duckdb_polars_and_pandas_read_the_store_without_the_project(study):

@@ -151,11 +151,10 @@ class LookupEncoder(nn.Module):
         return self.table[input_ids[:, 0]]
 
 
-def test_family_score_equals_dense_ndcg():
-    queries, docs, relevance = planted_pool(seed=3)
-    model = LookupEncoder(torch.cat([queries, docs]))
+def lookup_split(relevance: list[dict]) -> dict:
+    """A prepared retrieval split whose input ids are rows of a `LookupEncoder`'s table."""
     positives = [sorted(grades) for grades in relevance]
-    split = {
+    return {
         "query_input_ids": np.arange(N_QUERIES, dtype=np.int32)[:, None],
         "query_attention_mask": np.ones((N_QUERIES, 1), dtype=np.int8),
         "doc_input_ids": (N_QUERIES + np.arange(N_DOCS, dtype=np.int32))[:, None],
@@ -163,6 +162,11 @@ def test_family_score_equals_dense_ndcg():
         "positive_offsets": np.cumsum([0] + [len(p) for p in positives]).astype(np.int64),
         "positive_docs": np.asarray([d for p in positives for d in p], dtype=np.int64),
     }
+
+
+def test_family_score_equals_dense_ndcg():
+    queries, docs, relevance = planted_pool(seed=3)
+    model, split = LookupEncoder(torch.cat([queries, docs])), lookup_split(relevance)
     score = Retrieval.score(model, split, {}, batch_size=333, device=torch.device("cpu"), protocol=None)
     assert score == ndcg(dense_ranking(queries, docs, 10), relevance)
 
@@ -238,3 +242,76 @@ def test_a_100k_pool_scores_within_the_memory_bound():
     assert out["score_peak"] <= embeddings + out["score_bound"] + n_queries * 8
     assert out["score"] == pytest.approx(100 / np.log2(5), abs=1e-9)  # float64 mean of 2,000 equal terms: ~1e-12 off
     print(json.dumps(out))  # the figures docs/retrieval.md quotes (pytest -s)
+
+
+# --- finetuning.scoring: the authors' NDCG@10 and inputs ------------------------------------------
+
+def test_the_authors_ndcg_is_sklearns_over_the_ten_retrieved_and_differs_from_the_standard():
+    """EncodEval's RetrievalEval keeps each query's ten most similar documents and calls
+    `ndcg_score([their labels], [their similarities])`: the ideal ranking is the ten's own. Three
+    positives, two retrieved (ranks 1 and 4), one not: the two normalisations differ."""
+    from sklearn.metrics import ndcg_score
+
+    from trainables.tasks.metrics import authors_ndcg_of_query, ndcg_of_query
+
+    relevant, pool = {0, 5, 15}, 20
+    similarities = -np.arange(pool, dtype=np.float64)
+    similarities[5] = -2.5  # ranking: 0, 1, 2, 5, 3, 4, 6, ... ; 15 is 15th
+    ranked = [int(d) for d in np.argsort(-similarities, kind="stable")[:10]]
+    assert ranked[:4] == [0, 1, 2, 5] and 15 not in ranked
+    # The authors' computation, step by step: top 10 by argsort, their similarities and labels.
+    top = np.argsort(similarities)[-10:]
+    authors = ndcg_score([[int(d in relevant) for d in top]], [similarities[top].tolist()])
+    by_hand = (1 + 1 / np.log2(5)) / (1 + 1 / np.log2(3))  # DCG / ideal DCG of the two retrieved positives
+    assert authors == pytest.approx(by_hand, abs=1e-12)
+    assert authors_ndcg_of_query(ranked, list(relevant)) == pytest.approx(by_hand, abs=1e-12)
+    # The standard normalisation: every judged positive (three), as sklearn over the whole pool with k=10.
+    standard = (1 + 1 / np.log2(5)) / (1 + 1 / np.log2(3) + 1 / np.log2(4))
+    assert ndcg_of_query(ranked, dict.fromkeys(relevant, 1)) == pytest.approx(standard, abs=1e-12)
+    assert ndcg_score([[float(d in relevant) for d in range(pool)]], [similarities], k=10) == pytest.approx(standard)
+    assert by_hand - standard > 0.2
+    # No relevant document among the ten scores 0, as in sklearn; one retrieved and relevant, 1.
+    assert authors_ndcg_of_query([3, 4], [9]) == 0.0 == ndcg_of_query([3, 4], {9: 1})
+    assert authors_ndcg_of_query(["7"], ["7"]) == 1.0
+
+
+def test_evaluate_scores_both_conventions_and_rescore_recomputes_them_from_json():
+    from trainables.tasks.family import SCORINGS
+
+    queries, docs, relevance = planted_pool(seed=5)
+    model, split = LookupEncoder(torch.cat([queries, docs])), lookup_split(relevance)
+    cpu = torch.device("cpu")
+    evaluation = Retrieval.evaluate(model, split, {}, 333, cpu, None)
+    assert len(evaluation.predictions) == N_QUERIES
+    first = evaluation.predictions[0]
+    assert len(first["prediction"]) == 10 and first["gold"] == [str(d) for d in sorted(relevance[0])]
+    stored = json.loads(json.dumps(evaluation.predictions))  # what the predictions table gives back
+    for scoring in SCORINGS:
+        assert Retrieval.rescore(stored, scoring) == evaluation.scores[scoring]
+    # The standard score is the one `score` has always given (the dense reference's).
+    assert evaluation.scores["standard"] == Retrieval.score(model, split, {}, 333, cpu, None) \
+        == ndcg(dense_ranking(queries, docs, 10), relevance)
+    # Normalised by fewer positives (those retrieved), the paper's score is never below the standard one.
+    assert evaluation.scores["paper"] >= evaluation.scores["standard"]
+
+
+def test_paper_inputs_are_text_and_eos_without_bos_and_standard_inputs_are_unchanged():
+    from tiny_checkpoints import LLAMA3_BOS, LLAMA3_EOS, train_tokenizer
+
+    from trainables.tasks.retrieval import tokenise
+
+    tokenizer = train_tokenizer("llama")  # Llama-3's shape: BOS added, no EOS
+    tokenizer.pad_token = LLAMA3_EOS
+    bos, eos = tokenizer.convert_tokens_to_ids([LLAMA3_BOS, LLAMA3_EOS])
+    texts = ["Query: a small dog", "Document: " + "word " * 80]
+    ids, mask = tokenise(tokenizer, texts, 16)
+    assert (ids[:, 0] == bos).all()  # the tokenizer's own special tokens, as before
+    plain = tokenizer(texts[0], add_special_tokens=False)["input_ids"]
+    paper, paper_mask = tokenise(tokenizer, texts, 16, "paper")
+    assert paper[0, :len(plain) + 1].tolist() == plain + [eos] and paper_mask[0].sum() == len(plain) + 1
+    assert bos not in paper[0].tolist()
+    # A text longer than max_length is cut after the EOS was appended (EncodEval's order): no EOS left.
+    assert paper_mask[1].all() and eos not in paper[1].tolist() and bos not in paper[1].tolist()
+    wordpiece = train_tokenizer("bert")  # no EOS: its SEP ends the text
+    cut, _ = tokenise(wordpiece, texts[:1], 16, "paper")
+    assert wordpiece.sep_token_id in cut[0].tolist() and wordpiece.cls_token_id not in cut[0].tolist()
