@@ -77,3 +77,26 @@ def ndcg_at_k(rankings: list[list[str]], relevance: list[dict[str, float]], k: i
     """Mean NDCG@k x 100 over queries (`ndcg_of_query` for each `rankings[q]`, `relevance[q]`)."""
     scores = [ndcg_of_query(ranked, grades, k) for ranked, grades in zip(rankings, relevance)]
     return 100.0 * float(np.mean(scores)) if scores else 0.0
+
+
+# --- the authors' QA scoring ---
+# EncodEval's QuestionAnsweringEval (encodeval/eval_tasks, hgissbkh/EncodEval): QA as token
+# tagging, scored by the F1 of the tagged token positions against the gold ones, per example.
+
+def position_f1(predicted, gold) -> float:
+    """F1 in [0, 1] of one example's predicted token positions against its gold positions, as
+    EncodEval's `QuestionAnsweringEval.compute_f1s`: an empty set counts as {0} on either side
+    (position 0 is never an answer token, so "no answer" for an unanswerable question scores 1
+    and "no answer" against a real answer scores 0). Positions may be any hashable token names."""
+    predicted, gold = set(predicted) or {0}, set(gold) or {0}
+    overlap = len(predicted & gold)
+    if overlap == 0:
+        return 0.0
+    precision, recall = overlap / len(predicted), overlap / len(gold)
+    return 2 * precision * recall / (precision + recall)
+
+
+def token_f1(predicted: list, gold: list) -> float:
+    """Mean `position_f1` over examples x 100 (the authors' QA score); NaN for no examples."""
+    scores = [position_f1(p, g) for p, g in zip(predicted, gold, strict=True)]
+    return 100.0 * float(np.mean(scores)) if scores else float("nan")
