@@ -222,14 +222,14 @@ class Oracle(nn.Module):
         return starts, ends
 
 
-def encoded(tokenizer, scoring: str | None) -> tuple[dict, dict]:
+def encoded(tokenizer, scoring: str | None, max_length: int = 48) -> tuple[dict, dict]:
     from sweeper.contract.registry import get_task
 
     task = get_task("squad-v2")
     rows = [{"id": r["id"], "question": r["question"], "context": r["context"],
              "answers": {"text": r["answers"], "answer_start": r["starts"]}} for r in RECORDS + long_records()]
     settings = {"doc_stride": 8} if scoring is None else {"doc_stride": 8, "scoring": scoring}
-    arrays, meta = ExtractiveQA.encode({"validation": rows}, task, tokenizer, 48, settings)
+    arrays, meta = ExtractiveQA.encode({"validation": rows}, task, tokenizer, max_length, settings)
     return arrays["validation"], meta
 
 
@@ -341,3 +341,31 @@ def test_the_train_split_keeps_no_text_arrays(wordpiece):
     assert "doc_stride unused" in ExtractiveQA.describe(meta)
     with pytest.raises(ValueError, match="unknown scoring"):
         ExtractiveQA.encode({"test": rows}, get_task("squad-v2"), wordpiece, 64, {"doc_stride": 8, "scoring": "papr"})
+
+
+def test_packed_and_padded_passes_tag_alike(wordpiece):
+    """Packing returns zeros on padding (trainables.tasks.packing); tags are read on real tokens
+    only, so the packed pass gives the padded pass's loss and predictions."""
+    from trainables.tasks.packing import PackedBackbone
+
+    split, meta = encoded(wordpiece, "paper", max_length=512)
+    assert not split["attention_mask"][:3].all(1).any(), "short rows, padded"
+    torch.manual_seed(0)
+    backbone = PackedBackbone(LlamaEncoderModel(LlamaEncoderConfig(
+        vocab_size=len(wordpiece), hidden_size=32, intermediate_size=64, num_hidden_layers=1, num_attention_heads=4,
+        num_key_value_heads=2)))
+    model = ExtractiveQA.build(backbone, meta)
+    with torch.no_grad():  # a head that tags the zeros packing returns on padding, if it ever reads them
+        model.head.bias.copy_(torch.tensor([0.0, 0.5]))
+    outcomes = {}
+    for packing in (False, True):
+        model.backbone.packing = packing
+        loss = ExtractiveQA.loss(model, split, np.arange(len(split["input_ids"])), DEVICE, protocol("paper")).item()
+        with torch.no_grad():
+            evaluation = ExtractiveQA.evaluate(model.eval(), split, meta, 2, DEVICE, protocol("paper"))
+        outcomes[packing] = (loss, evaluation)
+    assert outcomes[True][0] == pytest.approx(outcomes[False][0], rel=1e-5)
+    assert outcomes[True][1].predictions == outcomes[False][1].predictions
+    assert any(p["prediction"] for p in outcomes[True][1].predictions), "the random head tags some tokens"
+    lengths = split["attention_mask"].sum(1)
+    assert all(max(p["prediction"], default=0) < lengths[p["example"]] for p in outcomes[True][1].predictions)
