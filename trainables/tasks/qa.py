@@ -8,9 +8,9 @@ has no BOS either, as Qwen's). Position 0 is the null answer, always before the 
 window that does not hold the answer is trained to point there, and a SQuAD v2 question is
 answered "" when the best null score over its windows beats its best span.
 
-paper (the authors'): token tagging, as EncodEval's `QuestionAnsweringEval`
-(`encodeval/eval_tasks/question_answering_eval.py`, hgissbkh/EncodEval; its configs/QA/*.yaml
-load `AutoModelForTokenClassification` with `num_labels: 2`). One row per example:
+paper (the authors'): token tagging, as EncodEval's `QuestionAnsweringEval` (its `tokenize`,
+`sanitize_predictions_labels` and `compute_f1s`; in `encodeval/eval_tasks/` of hgissbkh/EncodEval,
+whose configs/QA/*.yaml load `AutoModelForTokenClassification` with `num_labels: 2`). One row per example:
 `"Question: {q}\nContext: "` + context + EOS, without the tokenizer's special tokens, the
 context cut at max_length (no windows, so `doc_stride` is not used). Every real token is
 labelled: 1 inside the first gold answer, 0 elsewhere (question prefix and EOS included),

@@ -369,3 +369,30 @@ def test_packed_and_padded_passes_tag_alike(wordpiece):
     assert any(p["prediction"] for p in outcomes[True][1].predictions), "the random head tags some tokens"
     lengths = split["attention_mask"].sum(1)
     assert all(max(p["prediction"], default=0) < lengths[p["example"]] for p in outcomes[True][1].predictions)
+
+
+def test_a_trial_trains_and_scores_the_paper_convention(tmp_path, wordpiece_dir):
+    """Prepared through the task-data step with `scoring: paper`, a whole trial (packed) trains
+    the tagging head and reports the token F1 as its scores."""
+    from dataclasses import replace
+
+    from sweeper.contract.configs import TrialConfig, TrialRuntime
+    from sweeper.contract.registry import family_of, get_task
+    from trainables.finetune_loop import run_trial
+    from trainables.tasks import data as task_data
+
+    task = get_task("wordnet-supersense-qa")
+    family = family_of(task.family)
+    task_data.prepare_task_data(task, family.implementation, wordpiece_dir, 96, str(tmp_path), 32, 24,
+                                {"doc_stride": 8, "scoring": "paper"})
+    meta, splits = task_data.load_prepared(str(tmp_path))
+    assert meta["scoring"] == "paper" and set(splits["train"]) == {"input_ids", "attention_mask", "labels"}
+    result = run_trial(TrialConfig(
+        trial_key="paper-qa", task=task, family=family.implementation, seed=0, checkpoint_path=None,
+        protocol=replace(protocol("paper"), max_length=96, max_steps=3), task_data_dir=str(tmp_path),
+        runtime=TrialRuntime(micro_batch_size=4, eval_batch_size=8),
+        random_init_config={"vocab_size": 512, "hidden_size": 32, "intermediate_size": 64, "num_hidden_layers": 1,
+                            "num_attention_heads": 4, "num_key_value_heads": 2}))
+    assert result["status"] == "ok" and result["train_steps"] == 3, result
+    assert np.isfinite(result["train_loss"])
+    assert 0.0 <= result["validation_score"] <= 100.0 and 0.0 <= result["test_score"] <= 100.0
