@@ -101,3 +101,26 @@ def authors_ndcg_of_query(ranked: list, relevant: list, k: int = 10) -> float:
     truth = [float(doc in relevant) for doc in list(ranked[:k])]
     truth += [0.0] * (2 - len(truth)) if len(truth) < 2 else []
     return float(ndcg_score([truth], [list(range(len(truth), 0, -1))]))
+
+
+# --- the authors' QA scoring ---
+# EncodEval's QuestionAnsweringEval (encodeval/eval_tasks, hgissbkh/EncodEval): QA as token
+# tagging, scored by the F1 of the tagged token positions against the gold ones, per example.
+
+def position_f1(predicted, gold) -> float:
+    """F1 in [0, 1] of one example's predicted token positions against its gold positions, as
+    EncodEval's `QuestionAnsweringEval.compute_f1s`: an empty set counts as {0} on either side
+    (position 0 is never an answer token, so "no answer" for an unanswerable question scores 1
+    and "no answer" against a real answer scores 0). Positions may be any hashable token names."""
+    predicted, gold = set(predicted) or {0}, set(gold) or {0}
+    overlap = len(predicted & gold)
+    if overlap == 0:
+        return 0.0
+    precision, recall = overlap / len(predicted), overlap / len(gold)
+    return 2 * precision * recall / (precision + recall)
+
+
+def token_f1(predicted: list, gold: list) -> float:
+    """Mean `position_f1` over examples x 100 (the authors' QA score); NaN for no examples."""
+    scores = [position_f1(p, g) for p, g in zip(predicted, gold, strict=True)]
+    return 100.0 * float(np.mean(scores)) if scores else float("nan")
