@@ -238,8 +238,11 @@ class FinetuneProtocol:
     weight_decay_exempt: Literal["none", "bias_and_norm"] = "none"
     """Parameters AdamW does not decay: none (all of them decay); bias_and_norm: biases and
     normalisation weights (LayerNorm, RMSNorm), as the Hugging Face Trainer's AdamW."""
+    scoring: Literal["standard", "paper"] = "standard"
+    """standard: each family's usual labels, inputs and metric; paper: the authors' (EncodEval's)
+    labels, inputs and metric where a family implements them (docs/paper-protocol.md)."""
 
-    KEYED_IF_SET: ClassVar = {"precision": "fp32", "weight_decay_exempt": "none"}
+    KEYED_IF_SET: ClassVar = {"precision": "fp32", "weight_decay_exempt": "none", "scoring": "standard"}
     """Fields hashed only when they differ from these defaults (what every trial ran with before
     they existed), so the keys of earlier trials stay."""
 

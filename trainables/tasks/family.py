@@ -15,6 +15,7 @@ micro-batch (`trainables.finetune_loop.backward_batch`).
 """
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import Protocol
 
 import numpy as np
@@ -25,6 +26,16 @@ from sweeper.contract.configs import FinetuneProtocol, TaskInfo
 
 Split = dict[str, np.ndarray]
 """One prepared split: named arrays, as saved in `<split>.npz` (strings as numpy unicode arrays)."""
+
+
+@dataclass(frozen=True, slots=True)
+class Evaluation:
+    """Both conventions' scores of one split's predictions, and the predictions themselves."""
+    scores: dict[str, float]
+    """{"paper": ..., "standard": ...}, each on 0-100, both computed from the same predictions."""
+    predictions: list[dict]
+    """One per evaluated example: {"example": row index in the split, "prediction": ..., "gold": ...},
+    both JSON-serialisable."""
 
 
 class TaskFamily(Protocol):
