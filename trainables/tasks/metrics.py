@@ -77,3 +77,20 @@ def ndcg_at_k(rankings: list[list[str]], relevance: list[dict[str, float]], k: i
     """Mean NDCG@k x 100 over queries (`ndcg_of_query` for each `rankings[q]`, `relevance[q]`)."""
     scores = [ndcg_of_query(ranked, grades, k) for ranked, grades in zip(rankings, relevance)]
     return 100.0 * float(np.mean(scores)) if scores else 0.0
+
+
+# --- the authors' TC scoring ---
+# EncodEval (hgissbkh/EncodEval, branch MLM_vs_CLM), encodeval/eval_tasks/token_classification_eval.py:
+# `compute_f1s` scores each sentence's word tags with scikit-learn and averages over sentences.
+
+def sentence_macro_f1(predicted_tags: list[list[str]], gold_tags: list[list[str]]) -> float:
+    """The authors' token-classification score x 100: per sentence scikit-learn's macro-F1 of the
+    predicted against the gold word tags, called as they call it (`average="macro"`, no `labels`:
+    the mean over the tags in that sentence's gold or predicted tags, "O" included; each such tag
+    has a true or a predicted occurrence, so `zero_division` never applies), then the mean over
+    sentences. A sentence without words is left out (EncodEval fails on one); NaN for none."""
+    from sklearn.metrics import f1_score
+
+    scores = [f1_score(gold, predicted, average="macro")
+              for predicted, gold in zip(predicted_tags, gold_tags, strict=True) if gold]
+    return 100.0 * float(np.mean(scores)) if scores else float("nan")
