@@ -35,6 +35,8 @@ from trainables.tasks.heads import LinearHead
 from trainables.tasks.metrics import accuracy, entity_f1, sentence_macro_f1
 
 IGNORE = -100
+OFFSET_ROWS = 512
+"""Rows tokenised per call where character offsets are needed (`words_by_offsets`)."""
 
 
 def scoring_of(settings: dict) -> str:
@@ -198,13 +200,13 @@ class TokenClassification(SequenceClassification):
             words = [list(row[task.text_fields[0]]) for row in rows]
             gold = [[label_of(t, task.label_names) for t in row[task.label_field]] for row in rows]
             if scoring == "paper":
-                enc, word_index = words_by_offsets(words, tokenizer, max_length)
+                token_ids, word_index = words_by_offsets(words, tokenizer, max_length)
             else:
-                enc, word_index = first_subtokens(words, tokenizer, max_length)
+                token_ids, word_index = first_subtokens(words, tokenizer, max_length)
             token_labels = np.full((len(rows), max_length), IGNORE, dtype=np.int64)
             for i, positions in enumerate(word_index >= 0):
                 token_labels[i, positions] = [index[gold[i][w]] for w in word_index[i, positions]]
-            arrays[split] = {**token_arrays(enc, len(rows), max_length), "labels": token_labels,
+            arrays[split] = {**token_ids, "labels": token_labels,
                              "word_index": word_index, "gold_tags": np.asarray([json.dumps(g) for g in gold])}
         return arrays, {"labels": labels, "scoring": scoring}
 
@@ -235,7 +237,7 @@ def first_subtokens(words: list[list[str]], tokenizer, max_length: int):
             if word is not None and word != previous:
                 word_index[i, position] = word
             previous = word
-    return enc, word_index
+    return token_arrays(enc, len(words), max_length), word_index
 
 
 def words_by_offsets(words: list[list[str]], tokenizer, max_length: int):
@@ -245,17 +247,25 @@ def words_by_offsets(words: list[list[str]], tokenizer, max_length: int):
     before a word belongs to that word); tokens at offset (0, 0) (padding) and past the last word
     (the EOS) carry -1."""
     ending = end_of_text(tokenizer)
-    enc = tokenizer([" ".join(w) + ending for w in words], truncation=True, max_length=max_length,
-                    padding="max_length", add_special_tokens=False, return_offsets_mapping=True)
+    token_ids = {"input_ids": np.zeros((len(words), max_length), dtype=np.int32),
+                 "attention_mask": np.zeros((len(words), max_length), dtype=np.int8)}
     word_index = np.full((len(words), max_length), -1, dtype=np.int32)
-    for i, sentence in enumerate(words):
-        lengths = np.asarray([len(word) for word in sentence], dtype=np.int64)
-        ends = np.cumsum(lengths + 1) - 1  # each word's end: its start plus its length, one space between
-        offsets = np.asarray(enc["offset_mapping"][i], dtype=np.int64).reshape(-1, 2)
-        word = np.searchsorted(ends, offsets[:, 0], side="right")
-        real = (offsets != 0).any(1) & (word < len(sentence))
-        word_index[i, real] = word[real]
-    return enc, word_index
+    # A few hundred rows a call: offsets come back as one Python tuple per position, padding
+    # included (14k CoNLL rows x 2,028 positions would hold gigabytes of them at once).
+    for start in range(0, len(words), OFFSET_ROWS):
+        rows = words[start:start + OFFSET_ROWS]
+        enc = tokenizer([" ".join(w) + ending for w in rows], truncation=True, max_length=max_length,
+                        padding="max_length", add_special_tokens=False, return_offsets_mapping=True)
+        for key, array in token_arrays(enc, len(rows), max_length).items():
+            token_ids[key][start:start + len(rows)] = array
+        for i, sentence in enumerate(rows, start):
+            lengths = np.asarray([len(word) for word in sentence], dtype=np.int64)
+            ends = np.cumsum(lengths + 1) - 1  # each word's end: its start plus its length, one space between
+            offsets = np.asarray(enc["offset_mapping"][i - start], dtype=np.int64).reshape(-1, 2)
+            word = np.searchsorted(ends, offsets[:, 0], side="right")
+            real = (offsets != 0).any(1) & (word < len(sentence))
+            word_index[i, real] = word[real]
+    return token_ids, word_index
 
 
 def majority_vote(votes: list[int]) -> int:

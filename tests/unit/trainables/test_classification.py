@@ -15,13 +15,15 @@ import string
 import numpy as np
 import pytest
 import torch
+from hypothesis import given, settings
+from hypothesis import strategies as st
 from sklearn.metrics import f1_score
 
 from sweeper.contract.configs import AdamWConfig, FinetuneProtocol, TaskInfo
 from trainables.model import LlamaEncoderConfig, LlamaEncoderModel
 from trainables.tasks.classification import SequenceClassification, TokenClassification, majority_vote, tag_scores
 from trainables.tasks.data import load_task_splits
-from trainables.tasks.metrics import entity_f1, sentence_macro_f1
+from trainables.tasks.metrics import entity_f1, macro_f1, sentence_macro_f1
 from trainables.tasks.packing import PackedBackbone
 
 from test_task_adapters import local
@@ -97,6 +99,13 @@ def test_sentence_macro_f1_is_the_mean_of_scikit_learns_macro_f1_per_sentence():
     assert not np.isclose(sentence_macro_f1(predicted, gold), 100 * pooled)
     assert sentence_macro_f1(gold, gold) == 100.0
     assert np.isnan(sentence_macro_f1([], []))
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.lists(st.tuples(st.sampled_from(TAGS), st.sampled_from(TAGS)), min_size=1, max_size=30))
+def test_macro_f1_equals_scikit_learns_bit_for_bit(pairs):
+    gold, predicted = [g for g, _ in pairs], [p for _, p in pairs]
+    assert macro_f1(gold, predicted) == f1_score(gold, predicted, average="macro")
 
 
 def test_the_majority_vote_and_its_ties_as_encodevals_expression():
@@ -275,3 +284,16 @@ def test_the_standard_encoding_is_todays_bit_for_bit(name, max_length):
                 digest.update(array.tobytes())
         assert digest.hexdigest() == STANDARD_DIGESTS[name, max_length]
         assert meta["scoring"] == "standard"
+
+
+def test_offsets_tokenised_a_few_rows_at_a_time_give_the_same_arrays(monkeypatch):
+    from trainables.tasks import classification
+
+    task = local("conll2003")
+    splits = load_task_splits(task, None, None)
+    whole = TokenClassification.encode(splits, task, wordpiece(), 16, {"scoring": "paper"})[0]
+    assert len(splits["train"]) == 5
+    monkeypatch.setattr(classification, "OFFSET_ROWS", 2)  # the train split in calls of 2, 2 and 1 rows
+    for split, arrays in TokenClassification.encode(splits, task, wordpiece(), 16, {"scoring": "paper"})[0].items():
+        for key, array in arrays.items():
+            assert np.array_equal(array, whole[split][key]), (split, key)
