@@ -297,3 +297,32 @@ def test_offsets_tokenised_a_few_rows_at_a_time_give_the_same_arrays(monkeypatch
     for split, arrays in TokenClassification.encode(splits, task, wordpiece(), 16, {"scoring": "paper"})[0].items():
         for key, array in arrays.items():
             assert np.array_equal(array, whole[split][key]), (split, key)
+
+
+def test_a_trial_trains_and_scores_token_classification_on_the_papers_encoding(tmp_path, wordpiece_dir):
+    from dataclasses import replace
+
+    from sweeper.contract.configs import TrialConfig, TrialRuntime
+    from sweeper.contract.registry import family_of, get_task
+    from trainables.finetune_loop import run_trial
+    from trainables.tasks import data as task_data
+
+    task = get_task("wordnet-supersense-tag")
+    family = family_of(task.family).implementation
+    task_data.prepare_task_data(task, family, wordpiece_dir, 32, str(tmp_path), 64, 32, {"scoring": "paper"})
+    meta, splits = task_data.load_prepared(str(tmp_path))
+    assert meta["scoring"] == "paper"
+    word_index = splits["train"]["word_index"]
+    assert ((np.diff(word_index, axis=1) == 0) & (word_index[:, 1:] >= 0)).any(), "words of several sub-tokens"
+    def trial(scoring: str) -> dict:
+        return run_trial(TrialConfig(
+            trial_key=scoring, task=task, family=family, seed=0, checkpoint_path=None,
+            protocol=replace(protocol(scoring), max_length=32, max_steps=2), task_data_dir=str(tmp_path),
+            runtime=TrialRuntime(micro_batch_size=4, eval_batch_size=16),
+            random_init_config={"vocab_size": 512, "hidden_size": 32, "intermediate_size": 64,
+                                "num_hidden_layers": 2, "num_attention_heads": 4, "num_key_value_heads": 2}))
+
+    result = trial("paper")
+    assert result["status"] == "ok" and 0 <= result["test_score"] <= 100, result
+    with pytest.raises(ValueError, match="encoded for scoring: paper, the trial scores standard"):
+        trial("standard")  # refused, not scored on the other convention's inputs
