@@ -91,9 +91,9 @@ def hf_trial(config_path: str, out_path: str) -> None:
     from transformers.utils import logging as hf_logging
 
     import trainables.model  # noqa: F401  (registers the architecture with AutoModel)
-    from trainables.tasks.classification import IGNORE, word_level_tags
+    from trainables.tasks.classification import IGNORE, tag_scores, word_level_tags
     from trainables.tasks.data import load_prepared
-    from trainables.tasks.metrics import accuracy, entity_f1
+    from trainables.tasks.metrics import accuracy
 
     hf_logging.set_verbosity_error()
     trial = pickle.loads(Path(config_path).read_bytes())
@@ -146,8 +146,8 @@ def hf_trial(config_path: str, out_path: str) -> None:
     for name in ("validation", "test"):
         logits = trainer.predict(data[name]).predictions
         predicted = np.asarray(logits).argmax(-1)
-        scores[name] = (entity_f1(*word_level_tags(predicted, splits[name], meta["labels"])) if token_level
-                        else accuracy(predicted, splits[name]["labels"]))
+        scores[name] = (tag_scores(*word_level_tags(predicted, splits[name], meta["labels"]))[protocol.scoring]
+                        if token_level else accuracy(predicted, splits[name]["labels"]))
     finished = time.perf_counter()
     Path(out_path).write_text(json.dumps({
         "trial_key": trial.trial_key, "task": trial.task.name, "compute_s": finished - started,

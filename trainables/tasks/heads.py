@@ -12,8 +12,8 @@ def mean_pool(hidden: torch.Tensor, attention_mask: torch.Tensor) -> torch.Tenso
 
 class LinearHead(nn.Module):
     """A linear layer on the backbone's last hidden states: on their mean over non-padding tokens
-    (`pooled`, sequence classification) or on every token (token classification, trained and
-    scored on each word's first sub-token)."""
+    (`pooled`, sequence classification) or on every token (token classification: the labelled
+    sub-tokens, `trainables.tasks.classification`)."""
 
     def __init__(self, backbone: nn.Module, num_labels: int, pooled: bool):
         super().__init__()
