@@ -63,7 +63,8 @@ class DataSpec:
     vocab_size: int = 2048
     """Vocabulary size when the tokenizer is trained here."""
     seq_len: int = 128
-    """Tokens per packed pretraining sequence (the paper: 1,024); a grid plans one run per value."""
+    """Tokens per packed pretraining row (the authors' packer block: 2,048, two samples a row under
+    sample_lengths: variable); a grid plans one run per value."""
     max_documents: int | None = None
     """Read at most this many corpus documents (None: all)."""
     order_seed: int = 0
