@@ -165,11 +165,12 @@ PAPER_PROTOCOL: tuple[ProtocolItem, ...] = (
                  paper=("variable", 2048), source=f"paper section 2, footnote 6; {PACKER} (`random_size`)",
                  setting="data.sample_lengths, data.seq_len",
                  read=lambda spec, plan: (spec.data.sample_lengths, first(spec.data.seq_len))),
-    ProtocolItem(item="packer details: a sample ends up to 11 tokens short at a document end; samples shuffled "
-                      "one by one", paper="as stated", source=f"{PACKER}, {OPTIMUS} `trainer/data.py`",
-                 setting=f"{CODE}: trainables/corpus.py", read=lambda spec, plan: "full length; a block's two "
-                 "samples in one step", deliberate="a sample's cut is then a function of its block alone, so the "
-                 "sample order stays a pure function of the step (exact resume, no sample index)"),
+    ProtocolItem(item="packer details: sample ends, shuffle",
+                 paper="a sample may end up to 11 tokens short at a document end; samples shuffled one by one",
+                 source=f"{PACKER} `_pack`, {OPTIMUS} `trainer/data.py`", setting=f"{CODE}: trainables/corpus.py",
+                 read=lambda spec, plan: "every sample its drawn length; a block's two samples in one step",
+                 deliberate="a sample's cut is then a function of its block alone, so the sample order stays a "
+                            "pure function of the step (exact resume, no sample index)"),
     ProtocolItem(item="samples per step", paper=2304, source=PAPER,
                  setting="pretraining.global_batch_size (rows; x 2 under data.sample_lengths: variable)",
                  read=lambda spec, plan: first(spec.pretraining.global_batch_size) * samples_per_row(spec)),
