@@ -29,9 +29,9 @@ Data: synthetic token ids (torch.randint over the vocabulary, seed 0) cut into d
 50-400 tokens, each closed by the separator, written as a one-file corpus and read through the
 real `trainables.corpus.PackedCorpus` (no Ray, no datasets): the windows in its seeded order,
 document ids, positions, the special mask and flash-attn's `cu_seqlens` are built on the host
-each step, as the loop's batches are. Paper presets run the paper's shapes (vocabulary
-128,257, 1,024 tokens, `pretraining.micro_batch_size` of search_spaces/paper.yaml: 8 rows a
-pass) with `--passes` (2) accumulated passes a step; CPU presets the shapes of their studies
+each step, as the loop's batches are. Paper presets run the shapes of search_spaces/paper.yaml (`data.vocab_size`, rows of
+`data.seq_len` tokens, `pretraining.micro_batch_size` rows a pass; documents, not its two
+samples a row) with `--passes` (2) accumulated passes a step; CPU presets the shapes of their studies
 (benchmarks/memory_plan.py's cases). Nothing here imports ray, optuna, datasets or pandas.
 
 The GPU run (H100 80 GB): by default 210m, 610m and 1b x MLM-40 and CLM, 210m CLM with
@@ -83,9 +83,6 @@ PEAK_BF16_TFLOPS = (
 )
 """Dense bf16 TFLOP/s from NVIDIA's datasheets (half the 'with sparsity' figure), by a part of
 `torch.cuda.get_device_name()` (first match: "NVIDIA H100 80GB HBM3" is the SXM part)."""
-PAPER_VOCAB = 128_257
-"""The paper's vocabulary (Llama 3's 128,256 plus the mask token), as benchmarks/memory_plan.py."""
-PAPER_SEQ_LEN = 1024
 SEPARATOR_ID, MASK_ID, SPECIAL_IDS = 2, 4, [0, 1, 2, 3, 4]
 DOCUMENT_TOKENS = (50, 400)
 """Synthetic documents' lengths, separator included (as memory_plan's packed batches)."""
@@ -111,10 +108,12 @@ class GpuCase:
         return self.case.rows // self.case.micro_batch_size
 
 
-def paper_micro_batch() -> int:
+def paper_shape() -> tuple[int, int, int]:
+    """(vocabulary, row length, rows a pass) of search_spaces/paper.yaml."""
     import yaml
 
-    return yaml.safe_load((ROOT / "search_spaces" / "paper.yaml").read_text())["pretraining"]["micro_batch_size"]
+    paper = yaml.safe_load((ROOT / "search_spaces" / "paper.yaml").read_text())
+    return paper["data"]["vocab_size"], paper["data"]["seq_len"], paper["pretraining"]["micro_batch_size"]
 
 
 def shape(preset: str, args) -> tuple[int, int, int]:
@@ -124,7 +123,7 @@ def shape(preset: str, args) -> tuple[int, int, int]:
         known = [c for c in CPU_CASES if c.preset == preset] or [c for c in CPU_CASES if c.preset == "tiny"]
         vocab, seq_len, micro = known[0].vocab_size, known[0].seq_len, known[0].micro_batch_size
     else:
-        vocab, seq_len, micro = PAPER_VOCAB, PAPER_SEQ_LEN, paper_micro_batch()
+        vocab, seq_len, micro = paper_shape()
     return args.vocab_size or vocab, args.seq_len or seq_len, args.micro_batch or micro
 
 

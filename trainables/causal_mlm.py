@@ -17,7 +17,8 @@ Before training, the attention is checked on the worker, never assumed (`attenti
   (`attention`).
 
 The vocabulary grows by the [MASK] token the corpus preparation added to the tokenizer (and by
-nothing when the model's embedding already has the rows): new rows start at the mean embedding
+nothing when the model's embedding already has the rows, or the mask is one of the tokenizer's
+reserved tokens: `data.mask_token: reserved`): new rows start at the mean embedding
 (and, untied, the mean LM-head row), as `trainables.convert` does. A checkpoint is the causal
 LM's own `save_pretrained` folder: `AutoModel.from_pretrained` loads it (the fine-tuning grid
 does), `AutoModelForCausalLM` too.

@@ -20,6 +20,20 @@ trailing zeros, so a seed list whose last entry is r >= 1 is never that of repli
 nor of another (block, replicate): each replicate's order differs, replicate 0's is the one
 above bit for bit, and every order stays a pure function of (order_seed, replicate, position),
 so a resumed replicate reads on exactly.
+
+Samples (`sample_lengths`). `fixed`: a window is one sample; positions and attention restart
+with every document. `variable`: the authors' packer (Nicolas-BZRD/EuroBERT,
+optimus/dataprocess/pack_dataset.py, `_pack` with `random_size`) draws a length a uniform in
+[12, block - 12], cuts a sample of a tokens, then one of block - a, so each `block` (2,048)
+tokens hold two samples of 12 to block - 12 tokens (mean block / 2), documents joined by their
+EOS inside a sample; their model restarts positions and attention per sample (flash-attn
+varlen over the samples' cu_seq_lens, optimus/trainer/data.py). Here a seq_len-token window is
+such a block: its cut is drawn per window from `SeedSequence([order_seed, order block],
+spawn_key=(1,))`, the same for every run and replicate (the authors pack once), so a row is two
+whole samples, never padded, and a step reads global_batch x seq_len tokens. Left out: they end
+a sample up to 11 tokens short where a document ends in its last 12 tokens (the next document
+starts the next sample); here a sample always has its drawn length. Their loader shuffles
+samples one by one; here a window's two samples stay in the same step.
 """
 from __future__ import annotations
 
@@ -32,6 +46,7 @@ import numpy as np
 import pyarrow.fs as pafs
 import torch
 
+from sweeper.contract.configs import MIN_SAMPLE
 from sweeper.store import folders, storage
 from sweeper.store.layout import CORPUS_MARKER
 from trainables.corpus_prep import read_index
@@ -47,7 +62,8 @@ class PackedCorpus:
     Shards are read memory-mapped (node-local copies of an object-store corpus, made for the
     shards a window touches, when it first does); a window may span two shards."""
 
-    def __init__(self, corpus_dir: str, seq_len: int, order_seed: int, replicate: int = 0):
+    def __init__(self, corpus_dir: str, seq_len: int, order_seed: int, replicate: int = 0,
+                 sample_lengths: str = "fixed"):
         self.corpus_dir = corpus_dir
         self.meta = storage.read_json(storage.join(corpus_dir, CORPUS_MARKER))
         if self.meta is None:
@@ -68,6 +84,12 @@ class PackedCorpus:
             raise ValueError(f"corpus has {int(self.shard_starts[-1])} tokens, fewer than seq_len={seq_len}")
         self.special_ids = torch.tensor(self.meta["special_ids"])
         self._orders: dict[tuple[int, int], np.ndarray] = {}
+        if sample_lengths not in ("fixed", "variable"):
+            raise ValueError(f"sample_lengths {sample_lengths!r} is not fixed or variable")
+        if sample_lengths == "variable" and seq_len < 2 * MIN_SAMPLE:
+            raise ValueError(f"seq_len {seq_len} holds no two samples of {MIN_SAMPLE} tokens")
+        self.variable = sample_lengths == "variable"
+        self._splits: dict[int, np.ndarray] = {}
 
     def _block_order(self, epoch: int, block: int) -> np.ndarray:
         """Permutation of one block's windows (two kept: a batch may straddle blocks)."""
@@ -79,6 +101,19 @@ class PackedCorpus:
                 self._orders.pop(next(iter(self._orders)))
             self._orders[(epoch, block)] = np.random.default_rng(seed).permutation(size)
         return self._orders[(epoch, block)]
+
+    def split_at(self, window: int) -> int:
+        """Where window `window` is cut into its two samples (`variable`): a in [12, seq_len - 12],
+        as the authors' `np.random.randint(min_doc_size, block_size - (min_doc_size - 1))`."""
+        block, offset = divmod(window, ORDER_BLOCK_WINDOWS)
+        if block not in self._splits:
+            size = min(ORDER_BLOCK_WINDOWS, self.num_windows - block * ORDER_BLOCK_WINDOWS)
+            # spawn_key keeps this stream apart from the orders' seeds ([order_seed, epoch, ...]).
+            rng = np.random.default_rng(np.random.SeedSequence([self.order_seed, block], spawn_key=(1,)))
+            if len(self._splits) >= 2:
+                self._splits.pop(next(iter(self._splits)))
+            self._splits[block] = rng.integers(MIN_SAMPLE, self.seq_len - MIN_SAMPLE + 1, size)
+        return int(self._splits[block][offset])
 
     def window_at(self, position: int) -> int:
         """The window at `position` of the endless sample sequence (epoch after epoch)."""
@@ -115,10 +150,14 @@ class PackedCorpus:
 
     def batch(self, step: int, global_batch: int, rank: int = 0, world_size: int = 1) -> TokenBatch:
         """This rank's slice of global batch `step`, on the CPU."""
-        rows = [self.tokens(w * self.seq_len, (w + 1) * self.seq_len)
-                for w in self.window_indices(step, global_batch, rank, world_size)]
+        windows = self.window_indices(step, global_batch, rank, world_size)
+        rows = [self.tokens(w * self.seq_len, (w + 1) * self.seq_len) for w in windows]
         input_ids = torch.from_numpy(np.stack(rows).astype(np.int64))
-        document_ids, position_ids = document_layout(input_ids, self.meta["separator_id"])
+        if self.variable:
+            splits = torch.tensor([self.split_at(w) for w in windows])
+            document_ids, position_ids = sample_layout(splits, self.seq_len)
+        else:
+            document_ids, position_ids = document_layout(input_ids, self.meta["separator_id"])
         return TokenBatch(input_ids, document_ids, position_ids, special_mask=torch.isin(input_ids, self.special_ids),
                           cu_seqlens=varlen_segments(document_ids))
 
@@ -150,3 +189,12 @@ def document_layout(input_ids: torch.Tensor, separator_id: int) -> tuple[torch.T
     starts[:, 1:] = torch.where(document_ids[:, 1:] != document_ids[:, :-1], index[:, 1:], 0)
     starts = torch.cummax(starts, dim=1).values
     return document_ids, index - starts
+
+
+def sample_layout(splits: torch.Tensor, seq_len: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """Segment ids of rows each holding two samples, the second from `splits[row]` on (the
+    batch's `document_ids`: attention and CLM targets stay inside a sample), and positions
+    restarting with each sample."""
+    index = torch.arange(seq_len).expand(len(splits), seq_len)
+    sample_ids = (index >= splits[:, None]).long()
+    return sample_ids, index - splits[:, None] * sample_ids

@@ -154,7 +154,7 @@ def publish_tokenizer(config: CorpusConfig, files: list[str], out_dir: str):
     if not storage.exists(storage.join(location, TOKENIZER_DONE)):
         limit = min(config.tokenizer_sample_documents, config.max_documents or config.tokenizer_sample_documents)
         tokenizer = load_or_train_tokenizer(config.tokenizer, sample_texts(files, config.text_column, limit),
-                                            config.vocab_size)
+                                            config.vocab_size, config.mask_token)
         if not tokenizer.is_fast:
             raise ValueError(f"tokenizer {config.tokenizer!r} has no fast (Rust) implementation")
         if storage.is_remote(location):

@@ -1,7 +1,8 @@
 """Pretraining objectives: one loss signature (`ObjectiveLoss`), MLM and CLM implementing it.
 
-A batch is a `TokenBatch` of packed windows; document boundaries come from the corpus packing,
-so no objective lets attention or a target cross documents. Which loss a step uses is the run's
+A batch is a `TokenBatch` of packed windows; segment boundaries (documents, or samples under
+`data.sample_lengths: variable`) come from the corpus packing, so no objective lets attention or
+a target cross them. Which loss a step uses is the run's
 business (`PretrainConfig.phase_at`); a loss is named by `module:function` in
 `sweeper.contract.registry.OBJECTIVES` and resolved on the worker, so a new objective is a function with
 this signature plus one registration line.
@@ -29,9 +30,10 @@ class TokenBatch:
 
     input_ids: torch.Tensor
     document_ids: torch.Tensor
-    """Packed document of each token (a separator closes its own document)."""
+    """Packed segment of each token: its document (a separator closes its own document), or its
+    sample under `data.sample_lengths: variable` (trainables.corpus)."""
     position_ids: torch.Tensor
-    """Position inside its document (restarts at 0 with every document)."""
+    """Position inside its segment (restarts at 0 with every document, or sample)."""
     special_mask: torch.Tensor
     """True at special tokens (separators), which no objective selects as a target."""
     cu_seqlens: torch.Tensor | None = None

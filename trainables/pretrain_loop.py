@@ -389,7 +389,7 @@ def train_loop_per_worker(loop_config: dict) -> None:
     context = ray.train.get_context()
     rank, world = context.get_world_rank(), context.get_world_size()
     device = torch.device("cuda" if torch.cuda.is_available() and run.use_gpu else "cpu")
-    corpus = PackedCorpus(run.corpus_dir, run.seq_len, run.data_seed, run.replicate)
+    corpus = PackedCorpus(run.corpus_dir, run.seq_len, run.data_seed, run.replicate, run.sample_lengths)
     resume_context, unknown_to_ray = resume_point(run)
     with resume_context as resume:
         model = prepared_model(resume, run, corpus.meta["vocab_size"], world, device)

@@ -6,6 +6,7 @@ when called (no torch).
 """
 from __future__ import annotations
 
+import re
 from collections.abc import Iterable
 
 SPECIAL_TOKENS = ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]"]
@@ -39,15 +40,34 @@ def train_wordpiece_tokenizer(texts: Iterable[str], vocab_size: int):
     )
 
 
-def load_or_train_tokenizer(name: str, texts: Iterable[str], vocab_size: int):
-    """`train-wordpiece` trained on `texts`, or a Hugging Face tokenizer (texts unread)."""
+def load_or_train_tokenizer(name: str, texts: Iterable[str], vocab_size: int, mask_token: str = "added"):
+    """`train-wordpiece` trained on `texts`, or a Hugging Face tokenizer (texts unread). A
+    tokenizer without a mask token (causal LMs': Llama-3) gets one: under `reserved` its first
+    reserved special token where it has one, else (and under `added`) a new [MASK] row."""
     if name == "train-wordpiece":
         return train_wordpiece_tokenizer(texts, vocab_size)
     from transformers import AutoTokenizer
 
     tokenizer = AutoTokenizer.from_pretrained(name, trust_remote_code=False)
-    if tokenizer.mask_token is None:  # causal-LM tokenizers (Llama-3) have none: add one
-        tokenizer.add_special_tokens({"mask_token": "[MASK]"})
+    if tokenizer.mask_token is None:
+        reserved = first_reserved_token(tokenizer) if mask_token == "reserved" else None
+        if mask_token == "reserved" and reserved is None:
+            print(f"[corpus] tokenizer {name!r} has no reserved special token: [MASK] is added as a new row",
+                  flush=True)
+        tokenizer.add_special_tokens({"mask_token": reserved or "[MASK]"})
     if tokenizer.pad_token is None:
         tokenizer.pad_token = tokenizer.eos_token or tokenizer.mask_token
     return tokenizer
+
+
+RESERVED = re.compile(r"<\|reserved_special_token_(\d+)\|>")
+"""Llama-3's unused special tokens (`<|reserved_special_token_0|>` is id 128,002)."""
+
+
+def first_reserved_token(tokenizer) -> str | None:
+    """The reserved special token of lowest number, or None. The authors' MLM takes id 128,002 of
+    Llama-3 as its mask (Nicolas-BZRD/EuroBERT, optimus/trainer/configuration/model.py
+    `mask_token_id`), which is Llama-3's `<|reserved_special_token_0|>`."""
+    found = [(int(match.group(1)), token.content) for token in tokenizer.added_tokens_decoder.values()
+             if token.special and (match := RESERVED.fullmatch(token.content))]
+    return min(found)[1] if found else None

@@ -81,9 +81,15 @@ class CorpusConfig:
     """Stop the token stream at this many tokens (None: the whole source)."""
     tokenizer_sample_documents: int = 100_000
     """A trained tokenizer learns from the stream's first this many documents."""
+    mask_token: str = "added"
+    """A hub tokenizer without a mask token: `added` ([MASK], one more row) or `reserved` (its
+    first reserved special token, vocabulary unchanged; `added` where it has none)."""
 
 
 # --- pretraining -------------------------------------------------------------------------------
+
+MIN_SAMPLE = 12
+"""Shortest sample of `sample_lengths: variable` (`min_doc_size` of the authors' packer)."""
 
 @dataclass(frozen=True, kw_only=True, slots=True)
 class PhaseConfig:
@@ -160,7 +166,10 @@ class PretrainConfig:
     global_batch_size: int
     """Sequences per optimizer step, over all workers and micro-batches."""
     seq_len: int
-    """Tokens per packed sequence."""
+    """Tokens per packed row."""
+    sample_lengths: str = "fixed"
+    """`fixed`: a row is one sample (positions and attention per document); `variable`: two
+    samples of MIN_SAMPLE tokens or more (the authors' packer: trainables.corpus)."""
     peak_lr: float
     """Learning rate of the stable phase of the warmup-stable-decay schedule."""
     optimizer: AdamWConfig

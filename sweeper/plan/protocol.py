@@ -21,6 +21,8 @@ from sweeper.spec.parsing import values_of
 ENCODEVAL = "EncodEval `encodeval/datasets.py`"
 CONFIGS = "EncodEval `configs/{SC,TC,QA,IR}/*.yaml`"
 PAPER = "paper, training setup"
+OPTIMUS = "the authors' Optimus (Nicolas-BZRD/EuroBERT `optimus/`)"
+PACKER = "Nicolas-BZRD/EuroBERT `optimus/dataprocess/pack_dataset.py`"
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
@@ -105,6 +107,15 @@ def retrieval_negatives(spec) -> int | None:
     return finetune_protocol(spec, tasks[0]).in_batch_negatives
 
 
+def samples_per_row(spec) -> int:
+    """Samples a pretraining row holds (trainables.corpus)."""
+    return 2 if spec.data.sample_lengths == "variable" else 1
+
+
+def one_or_all(values: set):
+    return next(iter(values)) if len(values) == 1 else sorted(values)
+
+
 def first(value):
     values = values_of(value)
     return values[0] if len(values) == 1 else list(values)
@@ -183,13 +194,36 @@ PAPER_PROTOCOL: tuple[ProtocolItem, ...] = (
     ProtocolItem(item="tokenizer", paper="meta-llama/Meta-Llama-3-8B", source=PAPER, setting="data.tokenizer",
                  read=lambda spec, plan: spec.data.tokenizer),
     ProtocolItem(item="vocabulary", paper=128_256, source="Llama-3 tokenizer", setting="data.vocab_size",
-                 read=lambda spec, plan: spec.data.vocab_size,
-                 deliberate="Llama-3 has no mask token: MLM needs one, so [MASK] is added (one row of the "
-                            "embedding and of the LM head); CLM runs share the vocabulary"),
-    ProtocolItem(item="packed length per sample", paper=1024, source="the authors' runs (1,024 packed)",
-                 setting="data.seq_len", read=lambda spec, plan: first(spec.data.seq_len)),
-    ProtocolItem(item="attention: causal for CLM, bidirectional for MLM and fine-tuning, within documents",
+                 read=lambda spec, plan: spec.data.vocab_size),
+    ProtocolItem(item="[MASK]: a reserved special token of the tokenizer, no added row", paper="reserved",
+                 source=f"{OPTIMUS} `trainer/configuration/model.py` (mask_token_id 128,002, Llama-3's "
+                        "<|reserved_special_token_0|>), `trainer/model/load.py`",
+                 setting="data.mask_token", read=lambda spec, plan: spec.data.mask_token),
+    ProtocolItem(item="pretraining samples: lengths, block (two samples of 12 to block - 12 tokens per block)",
+                 paper=("variable", 2048), source=f"paper section 2, footnote 6; {PACKER} (`random_size`)",
+                 setting="data.sample_lengths, data.seq_len",
+                 read=lambda spec, plan: (spec.data.sample_lengths, first(spec.data.seq_len))),
+    ProtocolItem(item="packer details: sample ends, shuffle",
+                 paper="a sample may end up to 11 tokens short at a document end; samples shuffled one by one",
+                 source=f"{PACKER} `_pack`, {OPTIMUS} `trainer/data.py`", setting=f"{CODE}: trainables/corpus.py",
+                 read=lambda spec, plan: "every sample its drawn length; a block's two samples in one step",
+                 deliberate="a sample's cut is then a function of its block alone, so the sample order stays a "
+                            "pure function of the step (exact resume, no sample index)"),
+    ProtocolItem(item="samples per step", paper=2304, source=PAPER,
+                 setting="pretraining.global_batch_size (rows; x 2 under data.sample_lengths: variable)",
+                 read=lambda spec, plan: first(spec.pretraining.global_batch_size) * samples_per_row(spec)),
+    ProtocolItem(item="tokens per step", paper=2_373_120, source="paper footnote 6 (2,304 x 1,030)",
+                 setting="pretraining.global_batch_size x data.seq_len",
+                 read=lambda spec, plan: one_or_all({run.tokens_per_step for run in plan.runs}),
+                 deliberate="1,030 is the mean of a uniform from 12 to 2,048; the authors' packer cuts every "
+                            "2,048 tokens into two samples (mean 1,024): 2,304 samples hold 2,359,296 tokens"),
+    ProtocolItem(item="attention: causal for CLM, bidirectional for MLM and fine-tuning",
                  paper="as stated", source=PAPER, setting=f"{CODE}: trainables/objectives.py, trainables/model.py"),
+    ProtocolItem(item="pretraining attention and positions (the paper does not say)", paper="within a sample",
+                 source=f"{OPTIMUS} `trainer/data.py` (cu_seq_lens per sample), `trainer/model/model.py` (RoPE "
+                        "positions from cu_seq_lens)", setting="data.sample_lengths (fixed: within a document)",
+                 read=lambda spec, plan: "within a sample" if spec.data.sample_lengths == "variable"
+                 else "within a document"),
     # --- objectives ------------------------------------------------------------------------------
     ProtocolItem(item="MLM masking ratios", paper=[0.2, 0.3, 0.4, 0.5], source="paper, masking-ratio study",
                  setting="pretraining.runs[].mask_ratio",
@@ -204,8 +238,6 @@ PAPER_PROTOCOL: tuple[ProtocolItem, ...] = (
                  setting=f"{CODE}: data.order_seed (one per study)"),
     ProtocolItem(item="steps of a base run", paper=42_000, source=PAPER, setting="pretraining.steps",
                  read=pre("steps")),
-    ProtocolItem(item="sequences per step", paper=2304, source=PAPER, setting="pretraining.global_batch_size",
-                 read=pre("global_batch_size")),
     ProtocolItem(item="peak learning rate", paper=5e-4, source=PAPER, setting="pretraining.optimizer.peak_lr",
                  read=opt("peak_lr")),
     ProtocolItem(item="AdamW betas / eps / weight decay / grad clip", paper=((0.9, 0.95), 1e-5, 0.1, 1.0),

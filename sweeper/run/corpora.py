@@ -60,18 +60,20 @@ def corpus_config(spec: StudySpec, plan: StudyPlan, tokenizer: str | None) -> Co
     return CorpusConfig(source=data.corpus, text_column=data.text_column, tokenizer=tokenizer or data.tokenizer,
                         vocab_size=data.vocab_size, max_documents=data.max_documents,
                         max_tokens=effective_max_tokens(spec, plan),
-                        tokenizer_sample_documents=data.tokenizer_sample_documents)
+                        tokenizer_sample_documents=data.tokenizer_sample_documents, mask_token=data.mask_token)
 
 
 def corpus_dir(layout: StudyLayout, config: CorpusConfig) -> str:
     """`cache/corpus-<key>`: the key covers every input of the corpus preparation and of its
-    tokenizer, and no more (a hub tokenizer's corpus does not change with data.vocab_size).
+    tokenizer, and no more (a hub tokenizer's corpus does not change with data.vocab_size;
+    data.sample_lengths is no input: samples are cut from the stream as it is read).
 
     A corpus a study began under the narrower key of earlier versions (`legacy_corpus_key`) is
     kept: preparing it again would train another tokenizer (WordPiece training is not the same
     from one process to the next), and the study's checkpoints carry the one they trained with."""
     legacy = layout.corpus(legacy_corpus_key(config))
-    if any(storage.exists(storage.join(legacy, *done)) for done in LEGACY_STARTED):
+    reserved = config.mask_token != "added" and config.tokenizer != TRAINED_TOKENIZER  # not in the legacy key
+    if not reserved and any(storage.exists(storage.join(legacy, *done)) for done in LEGACY_STARTED):
         return legacy
     return layout.corpus(stable_key(corpus_identity(config)))
 
@@ -95,6 +97,8 @@ def corpus_identity(config: CorpusConfig) -> dict:
              "tokenizer_content": tokenizer_identity(config.tokenizer)}
     if config.tokenizer == TRAINED_TOKENIZER:
         shape |= {"vocab_size": config.vocab_size, "tokenizer_sample_documents": config.tokenizer_sample_documents}
+    if config.mask_token != "added" and config.tokenizer != TRAINED_TOKENIZER:  # a hub tokenizer's mask
+        shape["mask_token"] = config.mask_token  # keyed away from its default: earlier corpora keep their keys
     return shape
 
 

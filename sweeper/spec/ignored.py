@@ -141,8 +141,9 @@ def harmless_settings(spec) -> Problems:
 
 
 def study_settings(spec) -> Problems:
-    """Sections that shape only the study's own runs, given when it trains none; the tokenizer's sample size with a tokenizer from elsewhere; tracking settings
-    with tracking off."""
+    """Sections that shape only the study's own runs, given when it trains none; the tokenizer's
+    sample size with a tokenizer from elsewhere; the mask token with no hub tokenizer; tracking
+    settings with tracking off."""
     if not spec.pretraining.runs:
         for name, default in (("model", ModelSpec()), ("data", DataSpec())):
             if getattr(spec, name) != default:
@@ -153,6 +154,10 @@ def study_settings(spec) -> Problems:
         yield "data.tokenizer_sample_documents", (
             f"has no effect with tokenizer {spec.data.tokenizer!r}: it is read when the tokenizer is trained here "
             f"(tokenizer: {trained_here}); remove it")
+    hub_sources = any(source.startswith("hf:") for entry in spec.pretraining.runs for source in entry.init_from or [])
+    if spec.data.tokenizer == trained_here and not hub_sources and spec.data.mask_token != DataSpec().mask_token:
+        yield "data.mask_token", (f"has no effect with tokenizer {trained_here}, which has its own [MASK], and no "
+                                  "hf: source; it is read for a hub tokenizer without a mask token; remove it")
     if not spec.tracking.wandb:
         for name in (f.name for f in fields(TrackingConfig) if f.name != "wandb"):
             if getattr(spec.tracking, name) != getattr(TrackingConfig(), name):

@@ -8,10 +8,10 @@ from __future__ import annotations
 
 import itertools
 from dataclasses import asdict, dataclass, field, fields
-from typing import ClassVar
+from typing import ClassVar, Literal
 
 from sweeper.contract.catalog import MODEL_PRESETS
-from sweeper.contract.configs import non_blank, positive, seeds
+from sweeper.contract.configs import MIN_SAMPLE, non_blank, positive, seeds
 from sweeper.spec.reading import shown, suggestion
 from sweeper.spec.settings import override_items, override_problems
 
@@ -63,7 +63,8 @@ class DataSpec:
     vocab_size: int = 2048
     """Vocabulary size when the tokenizer is trained here."""
     seq_len: int = 128
-    """Tokens per packed pretraining sequence (the paper: 1,024); a grid plans one run per value."""
+    """Tokens per packed pretraining row (the authors' packer block: 2,048, two samples a row under
+    sample_lengths: variable); a grid plans one run per value."""
     max_documents: int | None = None
     """Read at most this many corpus documents (None: all)."""
     order_seed: int = 0
@@ -73,6 +74,13 @@ class DataSpec:
     None: what the longest run reads plus 5 %. Reading stops there."""
     tokenizer_sample_documents: int = 100_000
     """A tokenizer trained here (`train-wordpiece`) learns from the corpus's first this many documents."""
+    sample_lengths: Literal["fixed", "variable"] = "fixed"
+    """`fixed`: every sample is a seq_len-token window, positions and attention per document;
+    `variable`: the authors' packer (12 to seq_len - 12 tokens, two samples per seq_len-token
+    row, positions and attention per sample: trainables.corpus)."""
+    mask_token: Literal["added", "reserved"] = "added"
+    """MLM's mask token where the tokenizer has none: `added` (a [MASK] row) or `reserved` (its
+    first reserved special token, vocabulary unchanged, as the authors do; `added` without one)."""
 
     GRID_FIELDS: ClassVar = ("seq_len",)
     """Fields that take a grid: one run per value (sweeper.plan.runs)."""
@@ -81,12 +89,17 @@ class DataSpec:
         yield from non_blank(self, "corpus", "text_column", "tokenizer")
         yield from positive(self, "vocab_size", "seq_len", "max_documents", "max_tokens", "tokenizer_sample_documents")
         yield from seeds(self, "order_seed")
+        if self.sample_lengths == "variable":
+            for seq_len in (self.seq_len if isinstance(self.seq_len, (list, tuple)) else (self.seq_len,)):
+                if isinstance(seq_len, int) and seq_len < 2 * MIN_SAMPLE:
+                    yield "seq_len", (f"{seq_len} is below {2 * MIN_SAMPLE}: variable samples are {MIN_SAMPLE} "
+                                      f"tokens or more, two per row")
 
     def identity(self) -> dict:
         """What enters run keys: every field, less those added later while at their defaults
         (so the keys of studies recorded before them stay the same)."""
         identity, defaults = asdict(self), {f.name: f.default for f in fields(self)}
-        for added in ("max_tokens", "tokenizer_sample_documents"):
+        for added in ("max_tokens", "tokenizer_sample_documents", "sample_lengths", "mask_token"):
             if identity[added] == defaults[added]:
                 del identity[added]
         return identity

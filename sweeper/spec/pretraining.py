@@ -190,8 +190,8 @@ class PretrainingSpec:
     """Default step budget of a run (None: the presets' scale: 600 for CPU presets, the paper's
     42,000 otherwise; catalog.SCALE_DEFAULTS)."""
     global_batch_size: int | None = None
-    """Sequences per optimizer step, over all workers (None: 16 for CPU presets, the paper's 2,304
-    otherwise)."""
+    """Sequences (rows of data.seq_len tokens; two samples each under data.sample_lengths: variable)
+    per optimizer step, over all workers (None: 16 for CPU presets, the paper's 2,304 otherwise)."""
     warmup_steps: int | None = None
     """Linear warmup steps of the warmup-stable-decay schedule (None: the paper's 2,000 where
     warmup and decay fit in steps, else 5 % of steps)."""

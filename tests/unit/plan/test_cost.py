@@ -150,7 +150,7 @@ def test_the_paper_plan_prints_trial_memory_and_plans_cleanly():
 
 def test_a_trial_that_cannot_fit_exits_2_naming_tasks_and_settings(tmp_path):
     text = (ROOT / "search_spaces" / "paper.yaml").read_text()
-    text = text.replace("  micro_batch_size: 4 ", "  micro_batch_size: 32 ").replace(
+    text = text.replace("  micro_batch_size: 4             # examples", "  micro_batch_size: 32 # examples").replace(
         "  gpus_per_trial: 1 ", "  gpus_per_trial: 0.25 ")
     spec = tmp_path / "paper_packed.yaml"
     spec.write_text(text)

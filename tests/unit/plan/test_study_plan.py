@@ -94,9 +94,9 @@ def test_gpu_hour_estimate_follows_the_documented_cost_model():
     spec = load_study(SPECS / "paper.yaml").spec
     run = next(r for r in plan_study(spec).runs if r.name == "210m-mlm40-42k")
     n = parameter_count(run.model_config)
-    # 12 layers x (4 x 768^2 attention + 3 x 768 x 3072 MLP + 2 x 768 norms) + norm + LM head 128,257 x 768
-    assert n == 12 * (4 * 768 * 768 + 3 * 768 * 3072 + 2 * 768) + 768 + 128_257 * 768
-    tokens = 42_000 * 2304 * 1024
+    # 12 layers x (4 x 768^2 attention + 3 x 768 x 3072 MLP + 2 x 768 norms) + norm + LM head 128,256 x 768
+    assert n == 12 * (4 * 768 * 768 + 3 * 768 * 3072 + 2 * 768) + 768 + 128_256 * 768
+    tokens = 42_000 * 1152 * 2048  # rows of 2,048 tokens, two samples each (2,304 samples)
     expected_hours = 6 * n * tokens / (989e12 * 0.4 * 3600)
     assert abs(pretraining_cost(spec, (run,)).gpu_hours - expected_hours) < 1e-6  # float64, ~88 h: ~1e-14 apart
 

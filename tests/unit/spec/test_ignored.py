@@ -106,6 +106,9 @@ CASES = [
             (at("data: {vocab_size: 1024,", "data: {tokenizer: bert-base-uncased, tokenizer_sample_documents: 10, "
                                             "vocab_size: 1024,"),),
             "data.tokenizer_sample_documents", "train-wordpiece"),
+    Ignored("a reserved mask token with the tokenizer trained here",
+            (at("data: {vocab_size: 1024,", "data: {mask_token: reserved, vocab_size: 1024,"),),
+            "data.mask_token", "train-wordpiece"),
     Ignored("a W&B project with tracking off", (at("study: ignored\n", "study: ignored\ntracking: {project: mine}\n"),),
             "tracking.project", "wandb: false"),
     Ignored("a model section in a study that trains nothing", (
