@@ -23,9 +23,9 @@ nothing downstream of the plan reads them from the spec.
 Each run is trained `replicates` times (sweeper.plan.replicates; a sequential plan's looks set
 each run's count): replicate 0 is the run above, replicate r >= 1 `<name>-rep<r>`; a continued
 replicate r continues from its source's replicate r, the source trained as often as its most
-replicated continuation (`planned_counts`); the plan lists the replicates 0 first (from scratch, then continued), then the replicates 1, ... Names:
-sweeper.plan.run_names; Hugging Face sources: sweeper.plan.hf_init; checks that need the planned
-runs: sweeper.plan.load.
+replicated continuation (`planned_counts`); the plan lists the replicates 0 first (from
+scratch, then continued), then the replicates 1, ... Names: sweeper.plan.run_names; Hugging
+Face sources: sweeper.plan.hf_init; checks that need the planned runs: sweeper.plan.load.
 """
 from __future__ import annotations
 

@@ -190,3 +190,19 @@ def test_rows_carry_replicate_and_arm_and_parts_written_before_read_them_as_null
     recorded = read_trials(layout).to_pandas().set_index("trial_key")
     assert recorded.loc[[r["trial_key"] for r in old], ["replicate", "arm"]].isna().all().all()
     assert recorded.loc[rows[0]["trial_key"], "arm"] == rows[0]["arm"]
+
+
+def test_replicates_continued_from_one_hugging_face_checkpoint_are_said_to_share_it(tmp_path):
+    """A Hugging Face source is one fixed checkpoint (no replicates to grow): every replicate
+    continues from it, and the plan says what their spread is about."""
+    from transformers import LlamaConfig
+
+    LlamaConfig(vocab_size=300, hidden_size=64, intermediate_size=96, num_hidden_layers=2, num_attention_heads=8,
+                num_key_value_heads=2).save_pretrained(tmp_path / "llama")  # the plan reads config.json only
+    hf = f"hf:{tmp_path / 'llama'}"
+    study = load_study(edited_spec(tmp_path, ("    - objective: clm ", CPT[1].replace("      replicates: 2\n", "").replace(
+        "[nano-clm-40]", f'["{hf}"]'))))
+    assert [(r.replicate, r.init_from) for r in study.plan.runs if r.init_from] == [(r, hf) for r in range(3)]
+    (line,) = replicate_source_lines(study.spec)
+    assert line.startswith(f"    one fixed source: hf-llama-mlm40-10 x3 from {hf}: their replicates "
+                           "differ by initialisation and data order from that one checkpoint"), line

@@ -34,7 +34,8 @@ def looks_counts(seed: int) -> tuple[list[dict[str, int]], dict[str, str]]:
 
 def test_no_look_has_a_continued_run_with_more_replicates_than_its_source(monkeypatch):
     counts, sources = looks_counts(0)
-    assert sources == {"610m-clm-dec42k-mlm40-44k": "610m-clm-42k", "610m-mlm40-dec42k-mlm40-44k": "610m-mlm40-42k"}
+    assert sources == {"610m-clm-dec42k-mlm40-44k": "610m-clm-42k",
+                       "610m-mlm40-dec42k-mlm40-44k": "610m-mlm40-42k"}
     assert len(counts) > 1 and any(counts[-1][run] > DESIGN.first for run in sources), counts
     for look in counts:
         assert all(look[source] >= look[run] for run, source in sources.items()), look
