@@ -148,6 +148,8 @@ def run_looks(grid: TrialGrid, runs: pd.DataFrame, design: SequentialSpec, recor
 def study_sources(runs: pd.DataFrame, base: pd.Series) -> dict[str, str]:
     """Per continued run (replicate 0's name), the study run it continues (replicate 0's name);
     runs from a Hugging Face checkpoint (`hf:...`) have no source with replicates."""
+    if "init_from" not in runs:  # a hand-built frame without it: no continued runs
+        return {}
     replicate = runs["replicate"].fillna(0).astype(int)
     own = runs["init_from"].notna() & (replicate == 0) & ~runs["init_from"].astype(str).str.startswith("hf:")
     return {base[i]: runs.at[i, "init_from"] for i in runs.index[own]}

@@ -237,7 +237,7 @@ def plan_lines(study) -> list[str]:
     took = time.perf_counter() - start
     (runs, runs_low, runs_high), (gpu, gpu_low, gpu_high) = cost.runs, cost.hours
     share = gpu / cost.maximum_hours if cost.maximum_hours else math.nan
-    sizes = ", ".join(str(len(f)) for f in parts.findings)
+    sizes = ", ".join(str(len(f)) for f in parts.findings) or "no"
     return [f"  sequential replicates:  looks at {', '.join(map(str, design.looks()))} runs per configuration "
             f"(alpha {design.alpha:g} per finding over all looks, futility below {design.futility:.0%})",
             f"    pretraining GPU-h: first look {first:,.1f}; expected {gpu:,.1f} ({share:.0%} of the maximum; "
