@@ -10,7 +10,8 @@ spec plans for (`planning_effect`, `planning_run_sd`; points on the 0-100 scale)
   the fine-tuning seeds' noise on a replicate's category score, averaged over the spec's seeds
   (the shared seed effect cancels in the pairing; averaging over a category's tasks is not
   counted, so the figure leans high). Every part is modelled as a plain paired comparison at that
-  effect, margins and spread parts included.
+  effect, margins and spread parts included, drawn independently of the others (parts that share
+  arms are correlated in a study: not modelled).
 - **The rule** is sweeper.report.sequential's, vectorised over simulated studies: at look k the
   p-values come from `statistics.paired_test` (the report's test) over the first n_k units; per
   finding, Holm over its parts at `boundaries.nominal_level` of alpha / (m - r); an open part from
