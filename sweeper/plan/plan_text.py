@@ -10,7 +10,22 @@ from sweeper.plan.cost import (describe_external, finetuning_comparison, finetun
 from sweeper.plan.departures import protocol_lines
 from sweeper.plan.load import LoadedStudy
 from sweeper.plan.memory_check import run_figure, summary, trial_summary
+from sweeper.plan.replicates import shared_sources
+from sweeper.plan.runs import planned_counts
 from sweeper.plan.study_plan import run_count_text, trained_trials, trial_count_text
+
+
+def replicate_source_lines(spec) -> list[str]:
+    """The sources trained more often than their entries ask (a continued replicate r continues
+    from its source's own replicate r: sweeper.plan.replicates), and the continued runs whose
+    replicates share one Hugging Face checkpoint."""
+    _, continued, growth = planned_counts(spec)
+    lines = [f"    source grown: {g.line()}" for g in growth]
+    if shared := shared_sources(continued):
+        lines.append(f"    one fixed source: {'; '.join(shared)}: their replicates differ by initialisation and data "
+                     "order from that one checkpoint, so their spread (and a verdict on them) is about it, not about "
+                     "training such a source again")
+    return lines
 
 
 def plan_lines(study: LoadedStudy, verbose: bool = False) -> list[str]:
@@ -20,8 +35,9 @@ def plan_lines(study: LoadedStudy, verbose: bool = False) -> list[str]:
     lines = [f"study {spec.study}"]
     if study.overrides:
         lines.append(f"  overrides:              {' '.join(study.overrides)}")
-    lines += [f"  pretraining runs:       {run_count_text(spec, plan)}",
-              f"  evaluated checkpoints:  {len(plan.checkpoints)} ({final} final + "
+    lines.append(f"  pretraining runs:       {run_count_text(spec, plan)}")
+    lines += replicate_source_lines(spec)
+    lines += [              f"  evaluated checkpoints:  {len(plan.checkpoints)} ({final} final + "
               f"{len(plan.checkpoints) - final - external} intermediate" + (f" + {external} from elsewhere)" if external else ")")]
     lines += [f"    from elsewhere: {describe_external(c.external)}" for c in plan.checkpoints if c.external is not None]
     trained, also = trained_trials(plan)

@@ -21,10 +21,11 @@ planned before a field was swept keeps its name, its key and its folder. The res
 travel on the run (`PretrainingRun.peak_lr`, `.optimizer`, ...; the swept ones in `params`):
 nothing downstream of the plan reads them from the spec.
 Each run is trained `replicates` times (sweeper.plan.replicates; a sequential plan's looks set
-each run's count): replicate 0 is the run above, replicate r >= 1 `<name>-rep<r>`; the plan lists
-the replicates 0 first (from scratch, then continued), then the replicates 1, ... Names:
-sweeper.plan.run_names; Hugging Face sources: sweeper.plan.hf_init; checks that need the planned
-runs: sweeper.plan.load.
+each run's count): replicate 0 is the run above, replicate r >= 1 `<name>-rep<r>`; a continued
+replicate r continues from its source's replicate r, the source trained as often as its most
+replicated continuation (`planned_counts`); the plan lists the replicates 0 first (from
+scratch, then continued), then the replicates 1, ... Names: sweeper.plan.run_names; Hugging
+Face sources: sweeper.plan.hf_init; checks that need the planned runs: sweeper.plan.load.
 """
 from __future__ import annotations
 
@@ -36,7 +37,7 @@ from dataclasses import asdict, dataclass, field, replace
 from sweeper.plan.hf_init import planned_hf_init
 from sweeper.plan.phases import (describe, leading_clm_share, long_form_phases, masking_defaults, phase,
                                  short_form_phases, switch_choices, switch_step)
-from sweeper.plan.replicates import arm_name, by_replicate, replicate_name, replicated
+from sweeper.plan.replicates import SourceGrowth, arm_name, by_replicate, grown_sources, replicate_name, replicated
 from sweeper.plan.run_names import AXIS_TAGS, format_steps, run_name, tag
 from sweeper.contract import registry
 from sweeper.contract.catalog import MODEL_PRESETS
@@ -296,23 +297,38 @@ def expand_runs(spec: StudySpec, include_cpt: bool = True, counts: Mapping[str, 
         runs[run.name] = run
         entry_of.setdefault(run.name, entry)
 
+    scratch, continued, _ = planned_counts(spec, include_cpt, counts)
+    for entry, run, r, _ in by_replicate(scratch):
+        add(replicated(spec, run, r), entry)
+    base = dict(runs)
+    for entry, run, r, source in by_replicate(continued):  # replicate r from its source's own (grown_sources)
+        add(replicated(spec, run, r, base.get(replicate_name(source, r)) if r else None), entry)
+    return list(runs.values())
+
+
+def planned_counts(spec: StudySpec, include_cpt: bool = True,
+                   counts: Mapping[str, int] | None = None) -> tuple[list, list, list[SourceGrowth]]:
+    """(scratch, continued, growth): the (entry, run, replicates, source) of every replicate 0
+    from scratch and continued, replicates as the entry (or `counts`) asks, each study-run source
+    raised to the most replicates of a run continued from it (`growth`: the sources raised)."""
     pre, counts = spec.pretraining, counts or {}
     scratch = [(entry, run, counts.get(run.name, pre.replicates_of(grid)), None) for entry, grid in enumerate(pre.runs)
                if grid.init_from is None for run in scratch_runs(spec, grid)]
-    for entry, run, r, _ in by_replicate(scratch):
-        add(replicated(spec, run, r), entry)
-    if include_cpt:
-        base, continued = dict(runs), []
-        for entry, grid in enumerate(pre.runs):
-            if grid.init_from is None:
-                continue
-            for source, steps, ratio, settings in itertools.product(
-                    grid.init_from, grid.steps or [pre.steps], grid.mask_ratio, run_settings(spec, grid, None)):
-                run = continued_run(spec, grid, source, base, steps, ratio, settings)
-                continued.append((entry, run, counts.get(run.name, pre.replicates_of(grid)), source))
-        for entry, run, r, source in by_replicate(continued):  # replicate r from its source's, if any
-            add(replicated(spec, run, r, base.get(replicate_name(source, r)) if r else None), entry)
-    return list(runs.values())
+    if not include_cpt:
+        return scratch, [], []
+    origins: dict[str, PretrainingRun] = {}
+    for _, run, _, _ in scratch:
+        origins.setdefault(run.name, run)
+    continued = []
+    for entry, grid in enumerate(pre.runs):
+        if grid.init_from is None:
+            continue
+        for source, steps, ratio, settings in itertools.product(
+                grid.init_from, grid.steps or [pre.steps], grid.mask_ratio, run_settings(spec, grid, None)):
+            run = continued_run(spec, grid, source, origins, steps, ratio, settings)
+            continued.append((entry, run, counts.get(run.name, pre.replicates_of(grid)), source))
+    scratch, growth = grown_sources(scratch, continued)
+    return scratch, continued, growth
 
 
 def continued_run(spec: StudySpec, grid: RunGridSpec, source: str, base: dict, steps: int, ratio: float,

@@ -17,6 +17,8 @@ that data, read against group-sequential boundaries:
   far, at the level it now has) is below `futility` stops: its runs get no more replicates for it
   and it ends *cannot tell*. Non-binding: the boundaries do not count on it, so stopping lowers
   no error rate's guarantee.
+- **Whole pipelines.** A continued run's count raises its source's at the same look
+  (`with_sources`): replicate r continues from the source's replicate r, never a shared one.
 - A look whose replicates are not all recorded is **pending** (`Outcome.pending`): the driver
   trains them; the report says so. A killed driver replays the looks from the store, so it
   neither loses nor repeats a run or a look.
@@ -123,6 +125,7 @@ def run_looks(grid: TrialGrid, runs: pd.DataFrame, design: SequentialSpec, recor
     base = base_runs(runs.reindex(grid.checkpoints))
     replicate = runs.reindex(grid.checkpoints)["replicate"].fillna(0).astype(int).to_numpy()
     looks, fractions = design.looks(), design.fractions()
+    sources = study_sources(runs.reindex(grid.checkpoints), base)
     counts = {run: design.first for run in dict.fromkeys(base)}
     outcome = Outcome(design=design)
     states: dict[tuple[int, str], tuple[str, Part, int]] = {}  # (finding, part) -> (decision, part, look)
@@ -138,8 +141,29 @@ def run_looks(grid: TrialGrid, runs: pd.DataFrame, design: SequentialSpec, recor
         if not open_arms or k == len(looks) - 1:
             break
         grow = {base[arm] for arm in open_arms if arm in base.index}  # an arm is its replicate 0's checkpoint
-        counts = {run: looks[k + 1] if run in grow else n for run, n in counts.items()}
+        counts = with_sources({run: looks[k + 1] if run in grow else n for run, n in counts.items()}, sources)
     return outcome
+
+
+def study_sources(runs: pd.DataFrame, base: pd.Series) -> dict[str, str]:
+    """Per continued run (replicate 0's name), the study run it continues (replicate 0's name);
+    runs from a Hugging Face checkpoint (`hf:...`) have no source with replicates."""
+    if "init_from" not in runs:  # a hand-built frame without it: no continued runs
+        return {}
+    replicate = runs["replicate"].fillna(0).astype(int)
+    own = runs["init_from"].notna() & (replicate == 0) & ~runs["init_from"].astype(str).str.startswith("hf:")
+    return {base[i]: runs.at[i, "init_from"] for i in runs.index[own]}
+
+
+def with_sources(counts: dict[str, int], sources: dict[str, str]) -> dict[str, int]:
+    """`counts` with each source's raised to its continued runs' at the same look: continued
+    replicate r continues from the source's own replicate r (sweeper.plan.replicates), so the plan
+    trains them, and the look reads (and waits for) every replicate it trains."""
+    out = dict(counts)
+    for run, source in sources.items():
+        if run in out and source in out:
+            out[source] = max(out[source], out[run])
+    return out
 
 
 def decide_look(verdicts: list[Verdict], states: dict, look: int, fractions: tuple[float, ...],

@@ -13,6 +13,7 @@ import pyarrow.parquet as pq
 import pytest
 
 from sweeper.plan.load import load_study
+from sweeper.plan.plan_text import plan_lines as plan_text_lines, replicate_source_lines
 from sweeper.plan.replicates import init_seed
 from sweeper.plan.study_plan import EvaluatedCheckpoint, plan_study, run_count_text
 from sweeper.run.train_grid import pretrain_config
@@ -116,7 +117,7 @@ def test_a_replicate_reads_the_shared_corpus_in_its_own_order_a_pure_function_of
     assert [corpus[1].window_at(first + i) for i in range(50)] != [corpus[1].window_at(i) for i in range(50)]
 
 
-def test_a_continued_replicate_continues_its_sources_replicate_when_there_is_one(tmp_path):
+def test_a_continued_replicate_continues_its_sources_own_replicate_the_source_grown_to_match(tmp_path):
     spec, plan = plan_of(tmp_path, CPT)
     _, plain = plan_of(tmp_path, ("    - objective: clm ", CPT[1].replace("      replicates: 2\n", "")
                                   .replace("      replicates: 3\n", "")), name="plain.yaml")
@@ -124,17 +125,38 @@ def test_a_continued_replicate_continues_its_sources_replicate_when_there_is_one
     cpt = "nano-clm-dec40-mlm40-50"
     assert {name for name in runs if name.startswith(cpt)} == {cpt, f"{cpt}-rep1", f"{cpt}-rep2"}
     assert [runs[n].init_from_run for n in (cpt, f"{cpt}-rep1", f"{cpt}-rep2")] == \
-        ["nano-clm-40", "nano-clm-40-rep1", "nano-clm-40"], "rep2 continues the source itself: it has no rep2"
+        ["nano-clm-40", "nano-clm-40-rep1", "nano-clm-40-rep2"], "the source (x2 asked) is trained a third time"
+    assert runs["nano-clm-40-rep2"].seed == init_seed(0, 2)
     assert runs[f"{cpt}-rep1"].identity["init_from"] == runs["nano-clm-40-rep1"].run_key
-    assert runs[f"{cpt}-rep2"].identity["init_from"] == runs["nano-clm-40"].run_key
+    assert runs[f"{cpt}-rep2"].identity["init_from"] == runs["nano-clm-40-rep2"].run_key
     assert {(r.name, r.run_key) for r in plain.runs} <= {(r.name, r.run_key) for r in plan.runs}
     assert len({runs[n].run_key for n in (cpt, f"{cpt}-rep1", f"{cpt}-rep2")}) == 3
     config = pretrain_config(runs[f"{cpt}-rep1"], spec, StudyLayout(str(tmp_path / "s")), "corpus", runs)
     assert "nano-clm-40-rep1" in config.init.location and config.replicate == 1 and config.data_offset_steps == 40
-    assert run_count_text(spec, plan) == "7 (4 configurations; replicates: runs[1] x2, runs[2] x3)"
+    assert run_count_text(spec, plan) == "8 (4 configurations; replicates: runs[1] x2, runs[2] x3)"
+    assert replicate_source_lines(spec) == [
+        f"    source grown: nano-clm-40 (runs[1] x2) trained x3: every replicate r of {cpt} continues from its own "
+        "replicate r of the source"]
     missing = edited_spec(tmp_path, CPT, ("init_from: [nano-clm-40]", "init_from: [nano-clm-40-rep1]"), name="m.yaml")
     with pytest.raises(Exception, match="no run named 'nano-clm-40-rep1'"):
         load_study(missing).spec  # a continued entry names a configuration; its replicates pair up by themselves
+
+
+def test_micro_continued_five_times_plans_five_distinct_source_replicates_per_arm():
+    """The issue's reproduction (#53): micro.yaml's CPT entry at 5 replicates, its sources at 3.
+    Before, replicates 3 and 4 both continued from the source's replicate 0 (pseudo-replication)."""
+    study = load_study(Path("search_spaces/micro.yaml"), ["pretraining.runs[4].replicates=5"])
+    runs = {run.name: run for run in study.plan.runs}
+    for source in ("nano-clm-600", "nano-mlm40-600"):
+        cpt = source.replace("-600", "-dec600-mlm40-700")
+        origins = [runs[cpt if r == 0 else f"{cpt}-rep{r}"].init_from_run for r in range(5)]
+        assert origins == [source] + [f"{source}-rep{r}" for r in range(1, 5)]
+        keys = [runs[source if r == 0 else f"{source}-rep{r}"].run_key for r in range(5)]
+        assert len(set(keys)) == 5
+        assert [runs[cpt if r == 0 else f"{cpt}-rep{r}"].identity.get("init_from") for r in range(1, 5)] == keys[1:]
+    lines = plan_text_lines(study)
+    assert ("    source grown: nano-clm-600 (runs[2] x3) trained x5: every replicate r of nano-clm-dec600-mlm40-700 "
+            "continues from its own replicate r of the source") in lines
 
 
 def test_random_search_draws_the_same_points_for_every_replicate_of_a_checkpoint(tmp_path):
@@ -168,3 +190,19 @@ def test_rows_carry_replicate_and_arm_and_parts_written_before_read_them_as_null
     recorded = read_trials(layout).to_pandas().set_index("trial_key")
     assert recorded.loc[[r["trial_key"] for r in old], ["replicate", "arm"]].isna().all().all()
     assert recorded.loc[rows[0]["trial_key"], "arm"] == rows[0]["arm"]
+
+
+def test_replicates_continued_from_one_hugging_face_checkpoint_are_said_to_share_it(tmp_path):
+    """A Hugging Face source is one fixed checkpoint (no replicates to grow): every replicate
+    continues from it, and the plan says what their spread is about."""
+    from transformers import LlamaConfig
+
+    LlamaConfig(vocab_size=300, hidden_size=64, intermediate_size=96, num_hidden_layers=2, num_attention_heads=8,
+                num_key_value_heads=2).save_pretrained(tmp_path / "llama")  # the plan reads config.json only
+    hf = f"hf:{tmp_path / 'llama'}"
+    study = load_study(edited_spec(tmp_path, ("    - objective: clm ", CPT[1].replace("      replicates: 2\n", "").replace(
+        "[nano-clm-40]", f'["{hf}"]'))))
+    assert [(r.replicate, r.init_from) for r in study.plan.runs if r.init_from] == [(r, hf) for r in range(3)]
+    (line,) = replicate_source_lines(study.spec)
+    assert line.startswith(f"    one fixed source: hf-llama-mlm40-10 x3 from {hf}: their replicates "
+                           "differ by initialisation and data order from that one checkpoint"), line

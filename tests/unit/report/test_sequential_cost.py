@@ -1,29 +1,111 @@
-"""`sweeper plan` on a sequential plan (`pretraining.sequential`): the real command line, in a
-child process, on the end-to-end test's spec (tests/test_sequential_e2e.py; no Ray) prints the
-first look's runs and the sequential lines: the looks, and the first-look, expected and maximum
-pretraining GPU-hours beside the fixed design at the maximum."""
+"""The expected cost `sweeper plan` prints for a sequential plan (sweeper.report.sequential_cost):
+its vectorised rule against the report's own look code on the same simulated data, and the real
+command line, in a child process, on paper.yaml and on the end-to-end test's spec (no Ray)."""
 from __future__ import annotations
 
 import os
 import re
 import subprocess
 import sys
+import time
+
+import numpy as np
+import pytest
+
+from sweeper.report import sequential
+from sweeper.report.findings import Verdict
+from sweeper.report.sequential_cost import StudyParts, close_looks, run_counts
+from sweeper.report.statistics import Part, VerdictConfig, paired_test
+from sweeper.spec.sequential import SequentialSpec
 
 from conftest import ROOT
 sys.path.insert(0, str(ROOT / "tests" / "e2e"))
 from test_sequential_study import planted_study  # noqa: E402 (the e2e study's spec, planned here)
 
+FINDINGS = ((0, 1, 2), (3, 4))
+PARTS = StudyParts(findings=FINDINGS, runs=(("mlm", "clm"), ("mlm", "split"), ("clm", "split"), ("mlm", "cpt-mlm"),
+                                            ("cpt-clm", "cpt-mlm")),
+                   sources={"cpt-clm": "clm", "cpt-mlm": "mlm"})
+RUNS = ["mlm", "clm", "split", "cpt-clm", "cpt-mlm"]
+MEANS = np.array([0.9, 0.0, 1.6, 0.6, 0.3])
+"""Per part, the planted mean difference (unit SD 1): parts decided early, late, futile, never."""
+
+
+def report_looks(differences: np.ndarray, design: SequentialSpec) -> tuple[list[int], dict[str, int]]:
+    """One study through `sequential.decide_look` (what `run_looks` calls at every look), with the
+    run counts grown as `run_looks` grows them: each part's closing look, and the runs' counts."""
+    states: dict = {}
+    looks = design.looks()
+    counts = dict.fromkeys(RUNS, design.first)
+    for look, n in enumerate(looks):
+        p_support, p_contradict = paired_test(differences[:, :n], 0.0, VerdictConfig())
+        parts = [Part(comparison=f"part {i}", arms=PARTS.runs[i], p_support=float(p_support[i]),
+                      p_contradict=float(p_contradict[i]), units=n) for i in range(len(differences))]
+        verdicts = [Verdict(f + 1, "claim", "", [], [parts[i] for i in members]) for f, members in enumerate(FINDINGS)]
+        open_arms = sequential.decide_look(verdicts, states, look, design.fractions(), design, [])
+        if not open_arms or look == len(looks) - 1:
+            break
+        counts = sequential.with_sources({r: looks[look + 1] if r in open_arms else c for r, c in counts.items()},
+                                         PARTS.sources)
+    closing = {label: at for (_, label), (_, _, at) in states.items()}
+    return [closing[f"part {i}"] for i in range(len(differences))], counts
+
+
+@pytest.mark.parametrize("design", [SequentialSpec(), SequentialSpec(first=4, step=2, maximum=12, futility=0.2)])
+def test_the_vectorised_rule_stops_where_the_reports_look_code_stops(design):
+    rng = np.random.default_rng(53)
+    differences = rng.normal(MEANS[None, :, None], 1.0, (40, len(MEANS), design.maximum))
+    closing = close_looks(differences, FINDINGS, design)
+    counts = run_counts(closing, PARTS, RUNS, design)
+    for study in range(len(differences)):
+        expected, expected_counts = report_looks(differences[study], design)
+        assert closing[study].tolist() == expected, study
+        assert dict(zip(RUNS, counts[study].tolist())) == expected_counts, study
+    assert len(np.unique(closing)) >= 3, "the studies stop at several looks"
+    assert (counts[:, RUNS.index("clm")] >= counts[:, RUNS.index("cpt-clm")]).all()
+
+
+def plan_output(spec, *overrides, env=None) -> str:
+    printed = subprocess.run([sys.executable, "-m", "sweeper", "plan", str(spec), *overrides], capture_output=True,
+                             text=True, cwd=ROOT, env={**os.environ, **(env or {})})
+    assert printed.returncode == 0, printed.stdout + printed.stderr
+    return printed.stdout
+
+
+def test_paper_expected_cost_is_the_simulated_rules_not_a_one_comparison_floor():
+    """#53's acceptance: paper.yaml made sequential (looks at 3-15) expects 64-83 % of the maximum's
+    pretraining GPU-hours (the old one-comparison z model printed 50 %)."""
+    out = plan_output(ROOT / "search_spaces/paper.yaml", "pretraining.sequential={first: 3, step: 3, maximum: 15}")
+    cost = next(line for line in out.splitlines() if "pretraining GPU-h: first look" in line)
+    expected, maximum = (float(x.replace(",", "")) for x in
+                         re.search(r"expected ([0-9,.]+) .*maximum ([0-9,.]+)", cost).groups())
+    assert 0.64 <= expected / maximum <= 0.83, cost
+    low, high = (float(x.replace(",", "")) for x in re.search(r"10-90 %: ([0-9,.]+)-([0-9,.]+)\)", cost).groups())
+    assert low <= expected <= high, cost
+    runs = next(line for line in out.splitlines() if "pretraining runs: expected" in line)
+    assert "(15, 6, 6, 8, 3 parts)" in runs and "seed SD 1 over 5 seeds" in runs, runs
+
 
 def test_plan_prints_the_looks_and_the_expected_and_maximum_cost(tmp_path):
     spec, _, env = planted_study(tmp_path, effect=30.0)
-    printed = subprocess.run([sys.executable, "-m", "sweeper", "plan", str(spec)], capture_output=True, text=True,
-                             cwd=ROOT, env={**os.environ, **env})
-    assert printed.returncode == 0, printed.stdout + printed.stderr
-    out = printed.stdout
+    out = plan_output(spec, env=env)
     assert "pretraining runs:       6 = 2 configurations x 3 replicates" in out, out
     assert "sequential replicates:  looks at 3, 4 runs per configuration (alpha 0.05 per finding" in out, out
     cost = next(line for line in out.splitlines() if "pretraining GPU-h: first look" in line)
-    assert "; expected " in cost and "runs per configuration if its comparisons differ by 1 points" in cost, cost
     assert "(8 runs, the fixed design at 4)" in cost, cost
-    expected = float(re.search(r"expected [0-9.]+ \(([0-9.]+) runs per configuration", cost).group(1))
-    assert 3 <= expected <= 4, cost
+    runs = float(re.search(r"pretraining runs: expected ([0-9.]+)", out).group(1))
+    assert 6 <= runs <= 8, out
+
+
+def test_the_figure_is_the_same_on_every_call_and_quick_once_the_boundaries_are_known():
+    design = SequentialSpec()
+    from sweeper.report.sequential_cost import expected_cost
+
+    parts = StudyParts(findings=((0, 1, 2),), runs=(("a", "b"), ("a", "c"), ("b", "c")), sources={})
+    hours = {"a": 1.0, "b": 2.0, "c": 3.0}
+    first = expected_cost(design, parts, hours, seeds=5)
+    start = time.perf_counter()
+    again = expected_cost(design, parts, hours, seeds=5)
+    assert time.perf_counter() - start < 2.0
+    assert first == again and first.maximum_runs == 45 and first.maximum_hours == 90.0
+    assert 9 <= first.runs[1] <= first.runs[0] <= first.runs[2] <= 45
