@@ -78,7 +78,8 @@ def results_snippet() -> str:
 def test_the_results_page_recomputes_a_trials_scores_from_its_predictions(tmp_path, monkeypatch):
     """docs/results.md's `rescore` snippet, run as written against a store holding a retrieval
     trial's row and predictions, the predictions written twice (a trial run again after a killed
-    driver wrote them): they read once, and each score is recomputed exactly."""
+    driver wrote them): they read once, and each score of the trial's convention is recomputed
+    exactly."""
     import numpy as np
     import torch
 
@@ -108,7 +109,8 @@ def test_the_results_page_recomputes_a_trials_scores_from_its_predictions(tmp_pa
     write_rows(study, PREDICTIONS, rows)
     write_rows(study, PREDICTIONS, rows)  # the retried trial's
     write_rows(study, TRIALS, [{"trial_key": "k1", "status": "ok", "task": "wordnet-usage-retrieval",
-                                "task_family": "retrieval", **scored(evaluations, "paper")}])
+                                "task_family": "retrieval", "metric": Retrieval.METRICS["paper"],
+                                **scored(evaluations, "paper")}])
     assert len(read_predictions(study)) == len(rows) == 24
     monkeypatch.chdir(tmp_path)
     exec(results_snippet(), {})
