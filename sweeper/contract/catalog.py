@@ -16,8 +16,8 @@ QQP), `hgissbkh/conll2003-en`, `hgissbkh/ontonotes5`, `hgissbkh/uner_en`, `rajpu
 `BeIR/msmarco` + `BeIR/msmarco-qrels`, `BeIR/nq` + `BeIR/nq-qrels`, and `hgissbkh/mldr-en`. Their
 splits are the authors' too: GLUE, SQuAD and ReCoRD test on the official validation split with
 5 % of train (seed 42) as validation; the TC copies and MS MARCO / MLDR carry their own
-validation and test splits; NQ's test queries are split 50/50 (seed 42: the authors' draw is
-unseeded). Each retrieval evaluation ranks the labelled documents of its validation and test
+validation and test splits; NQ's test queries are split 50/50 (seed 42; the authors' draw follows each
+run's fine-tuning seed). Each retrieval evaluation ranks the labelled documents of its validation and test
 queries, not the corpus (trainables.tasks.pools). docs/paper-protocol.md says where each schema
 detail comes from and which are assumed.
 """

@@ -29,6 +29,8 @@ class RowShape:
     max_length: int
     doc_stride: int
     padded: bool = False
+    scoring: str = "standard"
+    """`finetuning.scoring`: under `paper` a QA example is one row, its context cut at max_length."""
 
     def cap(self, tokens: float) -> float:
         return self.max_length if self.padded else min(tokens, self.max_length)
@@ -45,9 +47,17 @@ def one_row(stats: TaskStatistics, shape: RowShape) -> tuple[int, float]:
     return 1, shape.cap(stats.mean_tokens)
 
 
+QA_PAPER_FRAME = 6
+"""About the tokens of the authors' QA frame around question and context ("Question: ",
+"\nContext: ", EOS) in a BPE vocabulary; an estimate, as the mean lengths it is added to."""
+
+
 def qa_windows(stats: TaskStatistics, shape: RowShape) -> tuple[int, float]:
     """(windows per example, tokens per window) of the mean example, as trainables.tasks.qa cuts
-    it: [CLS] question [SEP] context-window [SEP], the question cut at max_length / 2."""
+    it: [CLS] question [SEP] context-window [SEP], the question cut at max_length / 2. Under
+    `scoring: paper`, one row: the authors' frame, question and context, cut at max_length."""
+    if shape.scoring == "paper":
+        return 1, shape.cap(stats.question_tokens + stats.context_tokens + QA_PAPER_FRAME)
     question = min(stats.question_tokens, shape.max_length // 2)
     width = shape.max_length - question - 3
     if stats.context_tokens <= width:

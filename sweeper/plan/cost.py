@@ -114,7 +114,7 @@ def trial_tokens(spec: StudySpec, task: str, padded: bool = False,
     protocol = protocol or finetune_protocol(spec, task)
     estimate = family_of(info.family).estimate
     stride = protocol.family_settings.get("doc_stride", ft.at({}).doc_stride)
-    shape = RowShape(protocol.max_length, stride, padded)
+    shape = RowShape(protocol.max_length, stride, padded, protocol.scoring)
     train, validation, test = stats.split_rows(ft.max_train_examples, ft.max_eval_examples)
     # The loop's batches hold rows (a QA batch holds windows, not whole examples): steps follow them.
     rows_per_example, tokens_per_row = estimate.training_rows(stats, shape)

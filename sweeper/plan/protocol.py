@@ -282,11 +282,15 @@ PAPER_PROTOCOL: tuple[ProtocolItem, ...] = (
                         "mnli": "test = validation_matched, validation = train_test_split(0.95, seed 42)",
                         **{t: "own validation / test" for t in ("conll2003", "ontonotes5", "uner-en", "msmarco")},
                         "nq": "test split 50 / rest", "mldr-en": "own dev / test"}),
-    ProtocolItem(item="NQ's 50/50 draw", paper="unseeded (random.sample), drawn again by every run",
-                 source=ENCODEVAL + " `nq()`", setting="trainables/tasks/adapters.py split_queries",
+    ProtocolItem(item="NQ's 50/50 draw", paper="Python's random.sample after set_seed(fine-tuning seed)",
+                 source=ENCODEVAL + " `nq()`, `encodeval/eval_tasks/abstract_eval.py` `EvalConfig.__post_init__`",
+                 setting="trainables/tasks/adapters.py split_queries",
                  read=lambda spec, plan: "seed 42, the same halves for every trial",
-                 deliberate="the authors' draw has no seed and is redrawn each time a run loads NQ, so each of "
-                            "their runs scored other halves; seed 42 gives every trial the same, repeatable halves"),
+                 deliberate="nq() draws with Python's global random, which EvalConfig seeds with the run's "
+                            "fine-tuning seed (transformers.set_seed) before it loads the data: their halves "
+                            "follow the fine-tuning seed (as far as nothing else draws from random in between), "
+                            "so a seed's scores mix the model and the split; seed 42 gives every trial the same "
+                            "halves, so seeds vary the model alone"),
     ProtocolItem(item="retrieval pool", source=ENCODEVAL, setting="the catalog's schema (beir, mldr-corpus)",
                  paper={t: "labelled documents" for t in ("msmarco", "nq", "mldr-en")},
                  read=lambda spec, plan: {k: v for k, v in task_values(spec, pool_rule).items()

@@ -17,6 +17,7 @@ from sweeper.plan.load import load_study
 from sweeper.plan.study_plan import plan_study
 from sweeper.contract.catalog import PAPER_TASK_STATISTICS
 from sweeper.contract.registry import get_task, task_statistics
+from sweeper.contract.estimates import QA_PAPER_FRAME
 
 
 @pytest.fixture(scope="module")
@@ -89,12 +90,22 @@ def test_max_length_caps_each_row(paper, monkeypatch):
 
 
 def test_a_long_qa_context_is_counted_in_windows(paper, monkeypatch):
-    spec = with_finetuning(paper[0], max_length=512, doc_stride=128)
+    spec = with_finetuning(paper[0], max_length=512, doc_stride=128, scoring="standard")
     with_statistics(monkeypatch, "squad", context_tokens=1_000, question_tokens=12)
     # width 512 - 12 - 3 = 497: windows start at 0, 369 and 503 (the last ends at the context's end).
     tokens = trial_tokens(spec, "squad")
     _, validation, test = task_statistics("squad").split_rows()
     assert tokens.scored == pytest.approx(3 * 512 * (validation + test))  # same product, float64
+
+
+def test_a_long_qa_context_under_paper_scoring_is_one_row_cut_at_max_length(paper, monkeypatch):
+    """The authors' QA cuts the context: one row per example, whatever its length."""
+    spec = with_finetuning(paper[0], max_length=512, doc_stride=128, scoring="paper")
+    with_statistics(monkeypatch, "squad", context_tokens=1_000, question_tokens=12)
+    _, validation, test = task_statistics("squad").split_rows()
+    assert trial_tokens(spec, "squad").scored == pytest.approx(512 * (validation + test))
+    with_statistics(monkeypatch, "squad", context_tokens=100, question_tokens=12)
+    assert trial_tokens(spec, "squad").scored == pytest.approx((100 + 12 + QA_PAPER_FRAME) * (validation + test))
 
 
 def test_msmarco_trials_pay_for_their_companions(paper, monkeypatch):
