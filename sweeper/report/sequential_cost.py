@@ -63,11 +63,12 @@ def plan_lines(study) -> list[str]:
     maximum = pretraining_cost(spec, widest.runs).gpu_hours
     expected = expected_replicates(design)
     # Continued runs cost what they add, scratch runs their whole budget: every configuration has
-    # `first` replicates at the first look, so a replicate costs first / first-look replicates.
-    expected_hours = first / design.first * expected
+    # the first look's replicates, so a replicate costs first / first-look replicates.
+    expected_hours = first / design.looks()[0] * expected
+    skipped = [f"    {design.skipped()}"] if design.skipped() else []
     return [f"  sequential replicates:  looks at {', '.join(map(str, design.looks()))} runs per configuration "
             f"(alpha {design.alpha:g} per finding over all looks, futility below {design.futility:.0%})",
             f"    pretraining GPU-h: first look {first:,.1f}; expected {expected_hours:,.1f} "
             f"({expected:.1f} runs per configuration if its comparisons differ by {design.planning_effect:g} points, "
             f"run SD {design.planning_run_sd:g}); maximum {maximum:,.1f} "
-            f"({len(widest.runs)} runs, the fixed design at {design.maximum})"]
+            f"({len(widest.runs)} runs, the fixed design at {design.maximum})", *skipped]
