@@ -13,7 +13,7 @@ here against the simulation). Two breakages must fail the bound: CPT replicates 
 source replicate (the plan's old fallback: replicates from the source's count on continued from
 its replicate 0) and the plain t-test, which ignores skew.
 
-Measured (seed 7, 20,000 findings, ~10 CPU-s in all): skew-t 3.0-5.0 % fixed, 3.8-4.6 %
+Measured (seed 7, 20,000 findings; the module ~20 CPU-s): skew-t 3.0-5.0 % fixed, 3.8-4.6 %
 sequential under normal, t3 and unequal-SD; centred-exponential 4.4-5.3 % fixed (5.3 % at 3 runs,
 where the skew-t is the plain t: a narrow pass), 5.4 % (one part) and 6.0 % (three) sequential;
 the plain t-test 7.0 % there at 9 and 15 runs (three parts).
