@@ -2,8 +2,9 @@
 its maximum: the false-verdict rate over all looks under nulls, power at the paper's 610m
 effects, and the pretraining runs it trains (sweeper.report.sequential).
 
-Simulated studies (tests/verdict_simulation.py) of one 610m @ 42k group, each configuration
-trained `maximum` times; a sequential study reads only the replicates its looks ask for (the
+Simulated studies (tests/support/verdict_simulation.py: continued-pretraining replicates carry
+their own source replicate's effect, as the plan builds them) of one 610m @ 42k group, each
+configuration trained `maximum` times; a sequential study reads only the replicates its looks ask for (the
 first `first`, then `step` more for the configurations of the comparisons still open), which is
 what the driver would have trained. The fixed design reads all of them (`findings.judge_grid`).
 The paper's effects are benchmarks/verdict_power.py's. docs/statistics.md quotes the figures.
@@ -22,7 +23,7 @@ import pandas as pd
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
-sys.path.insert(0, str(ROOT / "tests"))
+sys.path.insert(0, str(ROOT / "tests" / "support"))
 sys.path.insert(0, str(ROOT / "benchmarks"))
 from verdict_power import PAPER_EFFECTS  # noqa: E402
 from verdict_simulation import GROUPS, Scenario, simulate  # noqa: E402

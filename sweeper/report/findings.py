@@ -22,7 +22,8 @@ from sweeper.plan.run_names import format_steps
 from sweeper.report import analysis, provenance
 from sweeper.report.grid import TrialGrid
 from sweeper.report.statistics import (CANNOT_TELL, Part, SeedScores, Spreads, VerdictConfig, decide, describe,
-                                       pair_part, paired_test, spread_part, test_name, unit_name)
+                                       pair_part, paired_test, skewness, spread_part, test_name,
+                                       unit_name)
 
 CATEGORIES = ("SC", "TC", "QA", "IR")  # the paper's categories, which its findings speak of
 
@@ -168,9 +169,10 @@ def best_everywhere_test(part: Part, ratios: list[float], categories: list[str],
     part.numbers = "; ".join(f"{c}: " + ", ".join(f"{ratio_text(r)} {means[i, k]:.2f}" for i, r in enumerate(ratios))
                              + f" (best {ratio_text(ratios[int(means[:, k].argmax())])})"
                              for k, c in enumerate(categories))
-    part.test = (f"one-sided {test_name(config)}s over {units} per (ratio pair, category); intersection-union "
+    part.test = (f"one-sided {test_name(config, y.shape[2])}s over {units} per (ratio pair, category); intersection-union "
                  "over ratios, Bonferroni within")
     pairs = (y[:, None] - y[None, :])[off_diagonal]
+    part.skewness = skewness(pairs)
     part.noise, part.units = float(np.median(pairs.std(axis=-1, ddof=1))), y.shape[2]
     part.inside, part.one_sided = n_categories * (n_ratios - 1), True
     if np.isnan(part.p_support) or np.isnan(part.p_contradict):
@@ -187,6 +189,7 @@ def compromise_test(part: Part, ratios: list[float], categories: list[str], y: n
     others = [i for i in range(len(ratios)) if i != reference]
     above, below = paired_test(average[reference] - average[others], -config.tie_margin, config)
     part.noise = float((average[reference] - average[others]).std(axis=-1, ddof=1).max())
+    part.skewness = skewness(average[reference] - average[others])
     part.units, part.one_sided = y.shape[2], True
     part.p_support = float(np.max(above))
     part.p_contradict = float(min(1.0, len(others) * np.min(below)))
@@ -194,7 +197,7 @@ def compromise_test(part: Part, ratios: list[float], categories: list[str], y: n
                     + ", ".join(f"{ratio_text(r)} {describe(average[i])}" for i, r in enumerate(ratios))
                     + "; " + ", ".join(f"{ratio_text(config.reference_ratio)} minus {ratio_text(ratios[i])} "
                                        f"{describe(average[reference] - average[i])}" for i in others))
-    part.test = (f"{test_name(config)}s over {units} against a {config.tie_margin:g}-point margin, "
+    part.test = (f"{test_name(config, y.shape[2])}s over {units} against a {config.tie_margin:g}-point margin, "
                  "intersection-union over the other ratios")
     if np.isnan(part.p_support) or np.isnan(part.p_contradict):
         part.missing = "the units do not vary: no test"
@@ -280,10 +283,11 @@ def split_beats_part(scores: SeedScores, mlm: str, splits: pd.DataFrame, label: 
     part.p_support = float(min(1.0, len(splits) * np.min(above)))
     part.p_contradict = float(np.max(below))
     part.noise = float(np.max((y[1:] - y[0]).std(axis=-1, ddof=1)))
+    part.skewness = skewness(y[1:] - y[0])
     part.units, part.inside, part.one_sided = y.shape[1], len(splits), True
     part.numbers = ("mean of " + "/".join(categories) + f": MLM {describe(y[0])}, "
                     + ", ".join(f"{ratio_text(f)} CLM {describe(y[i + 1])}" for i, f in enumerate(splits["clm_fraction"])))
-    part.test = f"one-sided {test_name(config)}s over {scores.units(ids, y.shape[1])}, Bonferroni over {len(splits)} split(s)"
+    part.test = f"one-sided {test_name(config, y.shape[1])}s over {scores.units(ids, y.shape[1])}, Bonferroni over {len(splits)} split(s)"
     if np.isnan(part.p_support) or np.isnan(part.p_contradict):
         part.missing = "the units do not vary: no test"
     return part
@@ -306,10 +310,11 @@ def reliable_part(scores: SeedScores, split: str, mlm: str, others: list[str], l
     part.p_support = float(np.max(above))
     part.p_contradict = float(min(1.0, len(differences) * np.min(below)))
     part.noise, part.units, part.one_sided = float(np.max(differences.std(axis=-1, ddof=1))), y.shape[2], True
+    part.skewness = skewness(differences)
     part.numbers = "; ".join([f"{c} minus MLM {describe(y[0, k] - y[1, k])}" for k, c in enumerate(categories)]
                              + [f"mean minus {o} {describe(y[0].mean(axis=0) - y[2 + i].mean(axis=0))}"
                                 for i, o in enumerate(others)])
-    part.test = (f"{test_name(config)}s over {scores.units(ids, y.shape[2])} against a {config.tie_margin:g}-point "
+    part.test = (f"{test_name(config, y.shape[2])}s over {scores.units(ids, y.shape[2])} against a {config.tie_margin:g}-point "
                  "margin, intersection-union over categories and splits")
     if np.isnan(part.p_support) or np.isnan(part.p_contradict):
         part.missing = "the units do not vary: no test"

@@ -46,7 +46,7 @@ def smallest_p(test: str, units: int) -> float:
     """The smallest p-value a part's test can give over `units` paired units, both directions tried
     (twice the smaller one-sided p, as `statistics.Part.p_value`): 0 for the t-test (continuous);
     for the Wilcoxon signed-rank test, scipy's exact test on units that all point one way."""
-    if test == "t" or units < 1:
+    if test in ("t", "skew-t") or units < 1:
         return 0.0
     one_sided = stats.wilcoxon(np.arange(1.0, units + 1), alternative="greater", method="exact").pvalue
     return min(1.0, 2 * float(one_sided))

@@ -221,8 +221,9 @@ def final_verdicts(verdicts: list[Verdict], states: dict, looks: int) -> list[Ve
             else:
                 when = f"look {look + 1} of {looks}" if look is not None else "open"
                 why = {FUTILE: " (futile: stopped)", CANNOT_TELL: " (no boundary reached by the last look)"}.get(decision, "")
+                note = f" ({at.note})" if at.note else ""
                 lines.append(f"{at.comparison}: {at.numbers}; {at.test}; p = {p_text(at.p_value)} at {when}, "
-                             f"group-sequential -> {shown.verdict}{why}")
+                             f"group-sequential -> {shown.verdict}{why}{note}")
                 shown.test = f"{at.test}; group-sequential, {when}{why}"
             parts.append(shown)
         outcomes = [p.verdict for p in parts]

@@ -239,6 +239,7 @@ def plan_lines(study) -> list[str]:
     (runs, runs_low, runs_high), (gpu, gpu_low, gpu_high) = cost.runs, cost.hours
     share = gpu / cost.maximum_hours if cost.maximum_hours else math.nan
     sizes = ", ".join(str(len(f)) for f in parts.findings) or "no"
+    skipped = [f"    {design.skipped()}"] if design.skipped() else []
     return [f"  sequential replicates:  looks at {', '.join(map(str, design.looks()))} runs per configuration "
             f"(alpha {design.alpha:g} per finding over all looks, futility below {design.futility:.0%})",
             f"    pretraining GPU-h: first look {first:,.1f}; expected {gpu:,.1f} ({share:.0%} of the maximum; "
@@ -247,4 +248,4 @@ def plan_lines(study) -> list[str]:
             f"    pretraining runs: expected {runs:,.1f} (10-90 %: {runs_low:,.0f}-{runs_high:,.0f}): the report's rule "
             f"simulated over {PATHS:,} studies of this plan's findings ({sizes} parts), every comparison differing "
             f"by {design.planning_effect:g} points, run SD {design.planning_run_sd:g} + seed SD {SEED_SD:g} over "
-            f"{seeds} seeds ({took:.2f} s)"]
+            f"{seeds} seeds ({took:.2f} s)", *skipped]

@@ -1,5 +1,5 @@
-"""The verdicts' test machinery: per-seed score arrays, paired t-tests, intervals, Holm's
-adjustment, and how a finding's parts become its verdict (docs/statistics.md). What each of the
+"""The verdicts' test machinery: per-seed score arrays, paired tests (`sweeper.report.paired`),
+intervals, Holm's adjustment, and how a finding's parts become its verdict (docs/statistics.md). What each of the
 paper's findings claims, and which parts it is split into, is `sweeper.report.findings`.
 
 Configurations (arms) are compared by their pretraining runs when each has two or more (a run's
@@ -29,6 +29,7 @@ from scipy import stats
 
 from sweeper.report import analysis, provenance
 from sweeper.report.grid import Sensitivity, TrialGrid
+from sweeper.report.paired import paired_t, paired_test, skew_note, skewness, test_name  # noqa: F401 (re-exported)
 
 SUPPORTS, CONTRADICTS, CANNOT_TELL = "supports", "contradicts", "cannot tell"
 
@@ -45,8 +46,10 @@ class VerdictConfig:
     """The paper's default masking ratio: the MLM run that stands for MLM, and the compromise."""
     reliable_split: float = 0.25
     """The CLM share finding 4 calls the most reliable."""
-    test: str = "t"
-    """`t`: paired t-tests; `wilcoxon`: Wilcoxon signed-rank tests (the robustness card's)."""
+    test: str = "skew-t"
+    """`skew-t`: per direction the larger p of the paired t-test and Hall's skewness-corrected t
+    (`skew_corrected_t`); `t`: paired t-tests; `wilcoxon`: Wilcoxon signed-rank tests (the
+    robustness card's)."""
     crossfit: bool = True
     """Score each seed at the point chosen on the other seeds (no winner's curse); False: the
     paper's selection on all seeds (the robustness card's)."""
@@ -82,6 +85,10 @@ class Part:
     family: int = 1
     """Parts tested in its finding (Holm's first step divides alpha by this many)."""
     alpha: float = 0.05
+    skewness: float = math.nan
+    """Adjusted sample skewness of the tested differences (the largest in size over its tests)."""
+    note: str = ""
+    """What skewed differences do to the part's error rate (`skew_note`), when they look skewed."""
 
     @property
     def detectable(self) -> float:
@@ -103,7 +110,8 @@ class Part:
     def line(self) -> str:
         if self.missing:
             return f"{self.comparison}: cannot tell ({self.missing})"
-        return f"{self.comparison}: {self.numbers}; {self.test}; p = {p_text(self.p_adjusted)} (Holm) -> {self.verdict}"
+        note = f" ({self.note})" if self.note else ""
+        return f"{self.comparison}: {self.numbers}; {self.test}; p = {p_text(self.p_adjusted)} (Holm) -> {self.verdict}{note}"
 
 
 @functools.lru_cache(maxsize=256)
@@ -122,32 +130,6 @@ def p_text(p: float) -> str:
 
 
 # --- tests --------------------------------------------------------------------------------------
-
-def paired_t(differences: np.ndarray, shift: float = 0.0) -> tuple[np.ndarray, np.ndarray]:
-    """One-sided paired t-tests of the mean of `differences` (last axis: seeds) against `shift`:
-    (p for 'above shift', p for 'below shift'). NaN where the seeds do not vary (no test)."""
-    differences = np.asarray(differences, dtype=float)
-    n = differences.shape[-1]
-    sd = differences.std(axis=-1, ddof=1)
-    with np.errstate(divide="ignore", invalid="ignore"):
-        t = np.where(sd > 0, (differences.mean(axis=-1) - shift) / (sd / np.sqrt(n)), np.nan)
-    return stats.t.sf(t, n - 1), stats.t.cdf(t, n - 1)
-
-
-def paired_test(differences: np.ndarray, shift: float, config: VerdictConfig) -> tuple[np.ndarray, np.ndarray]:
-    """`paired_t`, or Wilcoxon signed-rank tests when `config.test` says so (scipy; exact for
-    small samples: with 5 units its smallest two-sided p is 0.0625)."""
-    if config.test == "t":
-        return paired_t(differences, shift)
-    d = np.asarray(differences, dtype=float) - shift
-    flat = d.reshape(-1, d.shape[-1])
-    above, below = np.full(len(flat), np.nan), np.full(len(flat), np.nan)
-    for i, row in enumerate(flat):
-        if np.count_nonzero(row) >= 1 and len(row) >= 2:
-            above[i] = stats.wilcoxon(row, alternative="greater").pvalue
-            below[i] = stats.wilcoxon(row, alternative="less").pvalue
-    return above.reshape(d.shape[:-1]), below.reshape(d.shape[:-1])
-
 
 def interval(values: np.ndarray) -> tuple[float, float, float]:
     """Mean over seeds and its 95 % Student-t interval (low, high)."""
@@ -177,6 +159,7 @@ def decide(parts: list[Part], config: VerdictConfig) -> str:
     tested = sum(not math.isnan(p) for p in p_values)
     for part, adjusted in zip(parts, holm(p_values)):
         part.p_adjusted, part.family, part.alpha = adjusted, max(tested, 1), config.alpha
+        part.note = "" if part.missing else skew_note(part.units, part.family, part.skewness, config.test)
         if part.missing or math.isnan(adjusted) or adjusted >= config.alpha:
             part.verdict = CANNOT_TELL
         else:
@@ -300,10 +283,11 @@ def pair_part(scores: SeedScores, a: str, b: str, label: str, categories: Sequen
     difference = both[0] - both[1]
     part.p_support, part.p_contradict = (float(p) for p in paired_test(difference, shift, config))
     part.noise, part.units = float(difference.std(ddof=1)), both.shape[1]
+    part.skewness = skewness(difference)
     what = categories[0] if len(categories) == 1 else "mean of " + "/".join(categories)
     part.numbers = (f"{what}: {a} {describe(both[0])} vs {b} {describe(both[1])}, "
                     f"difference {describe(difference)}")
-    part.test = f"{test_name(config)} over {scores.units([a, b], both.shape[1])}, {two_sided(shift)}"
+    part.test = f"{test_name(config, both.shape[1])} over {scores.units([a, b], both.shape[1])}, {two_sided(shift)}"
     if np.isnan(part.p_support):
         part.missing = "the units do not vary: no test"
     return part
@@ -311,10 +295,6 @@ def pair_part(scores: SeedScores, a: str, b: str, label: str, categories: Sequen
 
 def unit_name(scores: SeedScores, arm_ids: Sequence[str]) -> str:
     return "pretraining runs" if scores.by_runs(arm_ids) else "seeds"
-
-
-def test_name(config: VerdictConfig) -> str:
-    return "paired t-test" if config.test == "t" else "Wilcoxon signed-rank test"
 
 
 # --- learning-rate sensitivity --------------------------------------------------------------------
@@ -389,12 +369,13 @@ def spread_part(spreads: Spreads, clm: str, mlm: str, label: str, config: Verdic
     above, below = paired_test(units, 0.0, config)
     part.p_support, part.p_contradict = float(below), float(above)
     part.noise, part.units = float(units.std(ddof=1)), len(units)
+    part.skewness = skewness(units)
     mean, low, high = interval(units)
     shown = ({"CLM": np.mean(estimates[ids[0]]), "MLM": np.mean(estimates[ids[1]])} if estimates else {})
     sd = "; ".join(f"{k} SD over rates {math.sqrt(max(v, 0)):.2f}" for k, v in shown.items())
     part.numbers = ((sd + "; " if sd else "") + f"CLM minus MLM learning-rate variance {mean:.2f} "
                     f"[{low:.2f}, {high:.2f}] points² ({sensitivity.rates} rates, seed noise removed)")
-    part.test = f"{test_name(config)} over {len(units)} {unit_text}, two-sided"
+    part.test = f"{test_name(config, len(units))} over {len(units)} {unit_text}, two-sided"
     if np.isnan(part.p_support):
         part.missing = "the units do not vary: no test"
     return part

@@ -301,9 +301,9 @@ class PretrainingSpec:
 
     def replicates_of(self, entry: RunGridSpec) -> int:
         """How many times the runs of `entry` are trained: its own count, else the study's (a
-        sequential plan's first look: its later looks set each run's count)."""
+        sequential plan's first look, `SequentialSpec.looks`: its later looks set each run's count)."""
         if self.sequential is not None:
-            return self.sequential.first
+            return self.sequential.looks()[0]
         return self.replicates if entry.replicates is None else entry.replicates
 
     def phase_settings(self, objective: str, given: dict) -> dict:

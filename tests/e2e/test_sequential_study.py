@@ -31,7 +31,7 @@ from sweeper.contract import registry
 pytestmark = pytest.mark.e2e
 
 PLUGINS = ROOT / "tests" / "plugins"
-DESIGN = "  sequential: {first: 3, step: 1, maximum: 4}\n"
+DESIGN = "  sequential: {first: 3, step: 1, maximum: 4, every_count: true}\n"
 SPEC = nano_study("planted", "    - {objective: mlm}\n    - {objective: clm}\n", """\
   tasks: [planted-sc]
   learning_rates: [0.001]

@@ -7,9 +7,15 @@ MLM-40 checkpoints; each configuration trained `replicates` times. 4 categories 
 each, 3-6 learning rates from 1e-5, 5 fine-tuning seeds. A trial's score is
 
     task base + planted effect (arm, category) + run effect (run, category; SD `run_sd`)
+    [+ the source replicate's run effect, for a continued-pretraining run]
     - learning-rate curve (arm: quadratic in log lr, `depth` points at 1e-5, 0 at its optimum)
     + seed effect (task, seed; shared by every checkpoint and rate: the pairing)
     + model noise (SD `noise` of the arm) + evaluation noise (SD 0.3, validation and test apart),
+
+Continued-pretraining runs are drawn as the plan builds them: replicate r continues from its
+source's replicate r and carries that run's effect, shared by every run continued from it
+(`shared_from` simulates the old fallback: replicates from it on continued from replicate 0). Run
+effects are normal, or for the arms in `skewed` occasional bad runs (run_sd x (1 - Exp(1))).
 
 built straight into a `TrialGrid` with its run columns: the verdicts then run the code a report
 runs (`findings.judge_grid`). `trial_rows` writes the same study as the store's rows, so a test can
@@ -85,6 +91,22 @@ class Scenario:
     """Fixed count of tasks per category (None: 1-3, drawn per study)."""
     rates: int | None = None
     """Fixed count of learning rates from 1e-5 (None: 3-6, drawn per study)."""
+    skewed: tuple = ()
+    """Arm tags whose run effects are skewed: occasional bad runs, run_sd x (1 - Exp(1))."""
+    shared_from: int | None = None
+    """CPT replicates from this one on continue from source replicate 0 (the old fallback)."""
+
+    def source_rows(self, runs: pd.DataFrame) -> np.ndarray:
+        """Per checkpoint, the row of the source run's final checkpoint whose run effect it carries
+        (its own source replicate, or 0 from `shared_from` on); -1 for a run from scratch."""
+        final = {(n.removesuffix(f"-rep{r}"), r): i for i, (n, r, s, t) in
+                 enumerate(zip(runs["run_name"], runs["replicate"], runs["checkpoint_step"], runs["total_steps"])) if s == t}
+        out = np.full(len(runs), -1)
+        for i, (source, r) in enumerate(zip(runs["init_from"], runs["replicate"])):
+            if isinstance(source, str):
+                r = r if self.shared_from is None or r < self.shared_from else 0
+                out[i] = final[(source, r)]
+        return out
 
     def checkpoints(self) -> list[dict]:
         """The study's checkpoints' run columns, with `arm_tag` (the planted effects' key)."""
@@ -111,6 +133,7 @@ class Scenario:
 
 @functools.cache
 def runs_table(scenario_key: tuple) -> pd.DataFrame:
+    """The study's checkpoints (`Scenario.checkpoints`), by groups and replicates."""
     groups, replicates = scenario_key
     return pd.DataFrame(Scenario(groups=groups, replicates=replicates).checkpoints()).set_index("checkpoint_id")
 
@@ -126,7 +149,14 @@ def simulate(rng: np.random.Generator, scenario: Scenario) -> tuple[TrialGrid, p
     category = np.array([CATEGORIES.index(c) for _, c in tasks])
     base = rng.uniform(40, 85, n_task)
     effect = np.array([[scenario.effects.get(t, {}).get(c, 0.0) for _, c in tasks] for t in tags])
-    run_effect = rng.normal(0, scenario.run_sd, (n_ck, len(CATEGORIES)))[:, category] if scenario.run_sd else 0.0
+    run_effect = 0.0
+    if scenario.run_sd:
+        draws = rng.normal(0, scenario.run_sd, (n_ck, len(CATEGORIES)))
+        skewed = np.isin([t.removesuffix("-early") for t in tags], scenario.skewed)
+        draws[skewed] = scenario.run_sd * (1 - rng.exponential(1.0, (skewed.sum(), len(CATEGORIES))))
+        source = scenario.source_rows(runs)
+        draws += np.where(source[:, None] >= 0, draws[np.maximum(source, 0)], 0.0)
+        run_effect = draws[:, category]
     shape = (np.log10(lrs / BEST_LR) / math.log10(1e-5 / BEST_LR)) ** 2
     curve = np.array([scenario.depth.get(t.removesuffix("-early"), 2.0) for t in tags])[:, None] * shape[None, :]
     noise = np.array([scenario.noise.get(t, SIGMA) for t in tags])[:, None, None, None]

@@ -12,7 +12,7 @@ from sweeper.spec.sequential import SequentialSpec
 from sweeper.store.layout import StudyLayout
 from sweeper.store.results import TRIALS, read_trials, write_rows
 
-DESIGN = SequentialSpec(first=3, step=1, maximum=4)
+DESIGN = SequentialSpec(first=3, step=1, maximum=4, every_count=True)
 ARMS = {"nano-mlm40-12": ("mlm", 0.4, 0.0), "nano-clm-12": ("clm", None, 1.0)}
 RUN_SCORES = {"nano-mlm40-12": [50.1, 49.8, 50.3, 49.9], "nano-clm-12": [50.0, 50.2, 49.7, 50.1]}
 """Equal arms: no boundary is reached at the first look, so it asks for a fourth replicate."""

@@ -1,0 +1,35 @@
+"""The verdicts' false-verdict rates under centred-exponential run differences (one arm with
+occasional bad runs, no source effect: the worst case of tests/support/part_simulation.py), per
+test, parts of a finding and runs per arm, fixed design: the table `paired.SKEWED_RATES` holds
+and the report's skew note quotes; then the sequential design's. 20,000 simulated findings per
+cell, seed 7 (the calibration's draws): ~15 CPU-s.
+
+    PYTHONPATH=. .venv/bin/python benchmarks/skew_rates.py
+"""
+from __future__ import annotations
+
+import sys
+import time
+from pathlib import Path
+
+TESTS = Path(__file__).resolve().parents[1] / "tests"
+sys.path[:0] = [str(TESTS / "support"), str(TESTS / "unit" / "report")]
+from test_skew_calibration import fixed_rate, sequential_rate, DESIGN  # noqa: E402
+
+from sweeper.report.statistics import VerdictConfig  # noqa: E402
+
+
+def main() -> None:
+    started = time.process_time()
+    for test in ("skew-t", "t"):
+        config = VerdictConfig(test=test)
+        for parts in (1, 3):
+            rates = [(n, round(100 * fixed_rate("centred-exponential", parts, n, config, source_sd=0.0), 1))
+                     for n in (3, 6, 9, 12, 15)]
+            sequential = 100 * sequential_rate("centred-exponential", parts, config, source_sd=0.0)
+            print(f"{test}, {parts} part(s): fixed {rates}; sequential {DESIGN.looks()} {sequential:.1f}")
+    print(f"{time.process_time() - started:.0f} CPU-s")
+
+
+if __name__ == "__main__":
+    main()
