@@ -28,7 +28,7 @@ import functools
 import math
 
 import numpy as np
-from scipy import optimize, stats
+from scipy import optimize, special, stats
 
 SEARCH = (0.0, 40.0)
 """Where a boundary is looked for (a z-value): a level of 1e-300 sits below 40."""
@@ -61,9 +61,10 @@ def efficacy_bounds(fractions: tuple[float, ...], alpha: float) -> tuple[float, 
             bounds.append(float(stats.norm.isf(increment)))
         else:
             step = math.sqrt(t - previous)
+            weighted = density * trapezoid_weights(grid)  # the trapezoid rule as one dot product
 
             def crossing(c: float) -> float:  # P(no earlier crossing, S_k >= c sqrt(t))
-                return trapezoid(density * stats.norm.sf((c * math.sqrt(t) - grid) / step), grid)
+                return float(weighted @ special.ndtr((grid - c * math.sqrt(t)) / step))  # ndtr(-x) = norm.sf(x)
 
             bounds.append(float(optimize.brentq(lambda c: crossing(c) - increment, *SEARCH, xtol=1e-9)))
         # Carry the density to this look, on the region below its boundary.
@@ -72,13 +73,20 @@ def efficacy_bounds(fractions: tuple[float, ...], alpha: float) -> tuple[float, 
             density = stats.norm.pdf(new_grid / math.sqrt(t)) / math.sqrt(t)
         else:
             kernel = np.exp(-0.5 * ((new_grid[:, None] - grid[None, :]) / step) ** 2) / (step * math.sqrt(2 * math.pi))
-            density = trapezoid(kernel * density[None, :], grid, axis=1)
+            density = kernel @ weighted  # the trapezoid rule over the previous grid, for every new point
         grid, previous = new_grid, t
     return tuple(bounds)
 
 
 def trapezoid(values: np.ndarray, grid: np.ndarray, axis: int = -1):
     return np.trapezoid(values, grid, axis=axis)
+
+
+def trapezoid_weights(grid: np.ndarray) -> np.ndarray:
+    """w with `w @ values == trapezoid(values, grid)`: the integral as a dot product, so the kernel
+    step is one matrix-vector product instead of a grid x grid product summed (about 10x less)."""
+    gaps = np.diff(grid)
+    return np.concatenate([[gaps[0] / 2], (gaps[:-1] + gaps[1:]) / 2, [gaps[-1] / 2]])
 
 
 def nominal_level(fractions: tuple[float, ...], look: int, alpha: float) -> float:
