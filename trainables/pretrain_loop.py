@@ -53,6 +53,7 @@ import torch
 from sweeper.contract.tracking import start_wandb
 from sweeper.contract.configs import PretrainConfig
 from sweeper.contract.registry import resolve
+from sweeper.contract.schedules import wsd_lr
 from sweeper.store import folders, storage
 from sweeper.store.layout import (
     CHECKPOINT_MARKER,
@@ -67,7 +68,6 @@ from trainables import sharding
 from trainables.corpus import PackedCorpus
 from trainables.model import LlamaEncoderConfig, LlamaEncoderForMaskedLM, build_model
 from trainables.objectives import LossContext, ObjectiveLoss, RowDraws
-from trainables.lr_schedule import wsd_lr
 from trainables.train_step import StepResult, train_step  # noqa: F401 (re-exported for benchmarks)
 
 RETENTION_METRIC = "retention_priority"

@@ -25,8 +25,10 @@ the work a length-bucketing loop would do; padded, the worker does more (`padded
 from __future__ import annotations
 
 import math
+from collections.abc import Mapping
 from dataclasses import dataclass
 
+from sweeper.plan.branches import Branch, new_steps
 from sweeper.plan.checkpoint_sources import PACKING_TESTED, ExternalCheckpoint
 from sweeper.plan.runs import PretrainingRun
 from sweeper.plan.study_plan import StudyPlan, finetune_protocol, protocol_text
@@ -85,13 +87,17 @@ def gpu_hours(flops: float, spec: StudySpec) -> float:
     return flops / (spec.cost.gpu_peak_tflops * 1e12 * spec.cost.utilization * 3600)
 
 
-def pretraining_cost(spec: StudySpec, runs: tuple[PretrainingRun, ...]) -> StageCost:
+def pretraining_cost(spec: StudySpec, runs: tuple[PretrainingRun, ...],
+                     branches: Mapping[str, Branch] | None = None) -> StageCost:
+    """Every run's steps; with `branches` (sweeper.plan.branches) only the steps a run trains
+    itself, its trunk's prefix left out."""
     flops, unknown = 0.0, 0
     for run in runs:
         if not run.model_config:
             unknown += 1
             continue
-        flops += 6 * parameter_count(run.model_config) * run.total_steps * run.tokens_per_step
+        steps = new_steps(run, branches) if branches is not None else run.total_steps
+        flops += 6 * parameter_count(run.model_config) * steps * run.tokens_per_step
     return StageCost(flops, gpu_hours(flops, spec), unknown)
 
 

@@ -5,7 +5,8 @@ from __future__ import annotations
 
 import os
 
-from sweeper.plan.cost import (describe_external, finetuning_comparison, finetuning_cost, parameter_count,
+from sweeper.plan.branches import Branch, prefix_branches
+from sweeper.plan.cost import (StageCost, describe_external, finetuning_comparison, finetuning_cost, parameter_count,
                                parameters_text, pretraining_cost, wall_time_lines)
 from sweeper.plan.departures import protocol_lines
 from sweeper.plan.load import LoadedStudy
@@ -28,6 +29,20 @@ def replicate_source_lines(spec) -> list[str]:
     return lines
 
 
+def sharing_lines(spec, plan, branches: dict[str, Branch], cost: StageCost) -> list[str]:
+    """What training each shared prefix once would save (sweeper.plan.branches). Information
+    only: `sweeper run` does not branch runs yet (issue #55), so the figures above count every step."""
+    if not branches:
+        return []
+    shared = pretraining_cost(spec, plan.runs, branches)
+    saved = cost.gpu_hours - shared.gpu_hours
+    steps = sum(branch.step for branch in branches.values())
+    runs = f"{len(branches)} runs train" if len(branches) != 1 else "1 run trains"
+    return [f"      {runs} their first steps as another run does ({steps:,} steps; `plan -v`); "
+            f"each prefix trained once: {shared.gpu_hours:,.1f} GPU-h (-{saved:,.1f}, -{saved / cost.gpu_hours:.0%}), "
+            "not yet scheduled: `sweeper run` trains every run from scratch (issue #55), as the figure above counts"]
+
+
 def plan_lines(study: LoadedStudy, verbose: bool = False) -> list[str]:
     spec, plan = study.spec, study.plan
     final = sum(1 for c in plan.checkpoints if c.run is not None and c.step == c.run.total_steps)
@@ -46,11 +61,14 @@ def plan_lines(study: LoadedStudy, verbose: bool = False) -> list[str]:
     lines.append(f"  {('result rows' if also else 'fine-tuning trials') + ':':<24}{trial_count_text(spec, plan)}")
     lines += wall_time_lines(spec, plan, len(os.sched_getaffinity(0)))  # a CPU study: its duration here
     pre_cost, ft_cost = pretraining_cost(spec, plan.runs), finetuning_cost(spec, plan)
+    branches = prefix_branches(plan.runs)
     lines.append(f"  estimated GPU-hours at {spec.cost.gpu_peak_tflops:g} TFLOP/s x {spec.cost.utilization:.0%} utilisation "
                  "(6 x parameters x tokens):")
     for stage, cost in (("pretraining", pre_cost), ("fine-tuning", ft_cost)):
         extra = f" (+ {cost.unknown} items sized at run time)" if cost.unknown else ""
         lines.append(f"    {stage:12s} {cost.gpu_hours:>12,.1f} GPU-h  ({cost.flops:.2e} FLOPs){extra}")
+        if stage == "pretraining":
+            lines += sharing_lines(spec, plan, branches, pre_cost)
     lines.append(f"    {'total':12s} {pre_cost.gpu_hours + ft_cost.gpu_hours:>12,.1f} GPU-h")
     # fine-tuning: the padded figure and the paper's units
     lines += (finetuning_comparison(spec, plan, ft_cost) + trial_summary(spec, study.trial_memory)
@@ -61,6 +79,9 @@ def plan_lines(study: LoadedStudy, verbose: bool = False) -> list[str]:
             size = parameters_text(parameter_count(run.model_config, include_embedding=True)) \
                 if run.model_config else "size from its source"
             extra = f", from {run.init_from}" if run.init_from else ""
+            if branch := branches.get(run.name):
+                extra += (f", shares its first {branch.step:,} steps: could start from {branch.trunk} at step "
+                          f"{branch.step:,} and train {run.total_steps - branch.step:,} (not yet scheduled)")
             lines.append(f"    {run.name}  ({run.objective}, {run.total_steps:,} steps, {size}{extra}, "
                          f"checkpoints {list(run.checkpoint_steps)}, {run_figure(run_memory)})")
     return lines + protocol_lines(spec, plan, verbose)  # departures from a claimed protocol (#36)
