@@ -220,6 +220,14 @@ class PretrainConfig:
     """Train on a CUDA device (bf16 autocast) when one is there."""
     tracking: TrackingConfig = field(default_factory=TrackingConfig)
     """Experiment tracking (W&B), from rank 0 only."""
+    branch_from: str | None = None
+    """The checkpoint folder, at `branch_step`, of the run this one shares its first steps with
+    (sweeper.plan.branches): a run with no checkpoint of its own starts there (weights, optimizer
+    state, step) instead of from scratch; its log starts at that step."""
+    branch_step: int = 0
+    """The step `branch_from` was saved at (0: the run trains from its own start)."""
+    branch_steps: tuple[int, ...] = ()
+    """Steps other runs branch from this one at: saved there with their training state kept."""
 
     def phase_at(self, step: int) -> PhaseConfig:
         return phase_at(self.phases, step)
