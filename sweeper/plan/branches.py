@@ -27,6 +27,7 @@ import numpy as np
 from sweeper.contract.configs import phase_at
 from sweeper.contract.schedules import wsd_lr
 from sweeper.plan.runs import PretrainingRun
+from sweeper.spec.study import StudySpec
 
 
 @dataclass(frozen=True, slots=True)
@@ -110,3 +111,8 @@ def new_steps(run: PretrainingRun, branches: dict[str, Branch]) -> int:
     """Steps the run trains itself: all of them, less those its trunk trains for it."""
     branch = branches.get(run.name)
     return run.total_steps - (branch.step if branch else 0)
+
+
+def shared_prefixes(spec: StudySpec, runs) -> dict[str, Branch]:
+    """The branches `sweeper run` trains (`pretraining.share_prefixes`; none when false)."""
+    return prefix_branches(runs) if spec.pretraining.share_prefixes else {}

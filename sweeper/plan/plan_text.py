@@ -30,17 +30,20 @@ def replicate_source_lines(spec) -> list[str]:
 
 
 def sharing_lines(spec, plan, branches: dict[str, Branch], cost: StageCost) -> list[str]:
-    """What training each shared prefix once would save (sweeper.plan.branches). Information
-    only: `sweeper run` does not branch runs yet (issue #55), so the figures above count every step."""
+    """What training each shared prefix once saves (sweeper.plan.branches), or, with
+    `share_prefixes: false`, would save."""
     if not branches:
         return []
-    shared = pretraining_cost(spec, plan.runs, branches)
-    saved = cost.gpu_hours - shared.gpu_hours
+    every = pretraining_cost(spec, plan.runs)
+    saved = every.gpu_hours - pretraining_cost(spec, plan.runs, branches).gpu_hours
     steps = sum(branch.step for branch in branches.values())
-    runs = f"{len(branches)} runs train" if len(branches) != 1 else "1 run trains"
-    return [f"      {runs} their first steps as another run does ({steps:,} steps; `plan -v`); "
-            f"each prefix trained once: {shared.gpu_hours:,.1f} GPU-h (-{saved:,.1f}, -{saved / cost.gpu_hours:.0%}), "
-            "not yet scheduled: `sweeper run` trains every run from scratch (issue #55), as the figure above counts"]
+    runs = f"{len(branches)} runs start" if len(branches) != 1 else "1 run starts"
+    if spec.pretraining.share_prefixes:
+        return [f"      {runs} from another run's checkpoint ({steps:,} shared steps, `plan -v`): "
+                f"{saved:,.1f} GPU-h saved, -{saved / every.gpu_hours:.0%} of {every.gpu_hours:,.1f} from scratch "
+                "(pretraining.share_prefixes)"]
+    return [f"      every run from scratch (pretraining.share_prefixes: false); sharing prefixes would save "
+            f"{saved:,.1f} GPU-h (-{saved / every.gpu_hours:.0%}, {steps:,} steps)"]
 
 
 def plan_lines(study: LoadedStudy, verbose: bool = False) -> list[str]:
@@ -60,8 +63,9 @@ def plan_lines(study: LoadedStudy, verbose: bool = False) -> list[str]:
         lines.append(f"  fine-tuning trials:     {trained:,} ({also})")
     lines.append(f"  {('result rows' if also else 'fine-tuning trials') + ':':<24}{trial_count_text(spec, plan)}")
     lines += wall_time_lines(spec, plan, len(os.sched_getaffinity(0)))  # a CPU study: its duration here
-    pre_cost, ft_cost = pretraining_cost(spec, plan.runs), finetuning_cost(spec, plan)
     branches = prefix_branches(plan.runs)
+    pre_cost = pretraining_cost(spec, plan.runs, branches if spec.pretraining.share_prefixes else None)
+    ft_cost = finetuning_cost(spec, plan)
     lines.append(f"  estimated GPU-hours at {spec.cost.gpu_peak_tflops:g} TFLOP/s x {spec.cost.utilization:.0%} utilisation "
                  "(6 x parameters x tokens):")
     for stage, cost in (("pretraining", pre_cost), ("fine-tuning", ft_cost)):
@@ -79,9 +83,10 @@ def plan_lines(study: LoadedStudy, verbose: bool = False) -> list[str]:
             size = parameters_text(parameter_count(run.model_config, include_embedding=True)) \
                 if run.model_config else "size from its source"
             extra = f", from {run.init_from}" if run.init_from else ""
-            if branch := branches.get(run.name):
-                extra += (f", shares its first {branch.step:,} steps: could start from {branch.trunk} at step "
-                          f"{branch.step:,} and train {run.total_steps - branch.step:,} (not yet scheduled)")
+            if (branch := branches.get(run.name)) and spec.pretraining.share_prefixes:
+                extra += f", from {branch.trunk} at step {branch.step:,}, trains {run.total_steps - branch.step:,}"
+            elif branch:
+                extra += f", from scratch (shares its first {branch.step:,} steps with {branch.trunk})"
             lines.append(f"    {run.name}  ({run.objective}, {run.total_steps:,} steps, {size}{extra}, "
                          f"checkpoints {list(run.checkpoint_steps)}, {run_figure(run_memory)})")
     return lines + protocol_lines(spec, plan, verbose)  # departures from a claimed protocol (#36)

@@ -2,6 +2,8 @@
 run does, found from the per-step learning rates and phases, and what `sweeper plan` says of it."""
 from __future__ import annotations
 
+from dataclasses import replace
+
 import numpy as np
 import pytest
 from conftest import ROOT, edited_spec
@@ -112,11 +114,24 @@ def test_under_wsd_two_lengths_share_until_the_shorter_decay_and_a_switch_at_mos
         assert shared == min(short - decay, switch)  # the decay start, or the switch before it
 
 
-def test_plan_counts_every_step_and_says_what_sharing_would_save(paper):
+def test_plan_counts_new_steps_and_says_what_sharing_saved(paper):
     study, _ = paper
     lines = plan_lines(study, verbose=True)
     text = "\n".join(lines)
-    assert "    pretraining       7,924.8 GPU-h" in text  # `sweeper run` trains every run from scratch today
-    assert "each prefix trained once: 5,643.7 GPU-h" in text and "not yet scheduled" in text
+    assert "    pretraining       5,643.7 GPU-h" in text
+    assert "22 runs start from another run's checkpoint (368,000 shared steps, `plan -v`): 2,281.1 GPU-h saved" in text
     line = next(line for line in lines if line.startswith("    610m-clm-10k-mlm40-42k  ("))
-    assert "could start from 610m-clm-42k at step 10,000 and train 32,000" in line
+    assert "from 610m-clm-42k at step 10,000, trains 32,000" in line
+
+
+def test_share_prefixes_false_counts_every_step_and_keeps_every_key(paper):
+    study, _ = paper
+    alone = replace(study, spec=replace(study.spec, pretraining=replace(study.spec.pretraining, share_prefixes=False)))
+    text = "\n".join(plan_lines(alone, verbose=True))
+    assert "    pretraining       7,924.8 GPU-h" in text
+    assert "every run from scratch (pretraining.share_prefixes: false); sharing prefixes would save 2,281.1 GPU-h" in text
+    assert "610m-clm-10k-mlm40-42k  (clm-mlm, 42,000 steps, 756M params, from scratch (shares its first 10,000 " \
+           "steps with 610m-clm-42k)" in text
+    again = plan_study(alone.spec)
+    assert [(r.name, r.run_key) for r in again.runs] == [(r.name, r.run_key) for r in study.plan.runs]
+    assert [t.trial_key for t in again.trials] == [t.trial_key for t in study.plan.trials]
