@@ -135,3 +135,4 @@ def test_share_prefixes_false_counts_every_step_and_keeps_every_key(paper):
     again = plan_study(alone.spec)
     assert [(r.name, r.run_key) for r in again.runs] == [(r.name, r.run_key) for r in study.plan.runs]
     assert [t.trial_key for t in again.trials] == [t.trial_key for t in study.plan.trials]
+
