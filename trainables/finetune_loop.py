@@ -26,10 +26,10 @@ from torch import nn
 
 from sweeper.contract.configs import TrialConfig
 from sweeper.contract.registry import resolve
+from sweeper.contract.schedules import linear_warmup_decay_lr
 from sweeper.store import storage
 from sweeper.store.cache_keys import checkpoint_tokenizer_digest
 from trainables.backbones import load_backbone
-from trainables.lr_schedule import linear_warmup_decay_lr
 from trainables.tasks.data import load_prepared
 from trainables.tasks.family import SCORINGS, Evaluation, TaskFamily
 from trainables.tasks.packing import PROBE_TOLERANCE, PackedBackbone, packing_error

@@ -21,6 +21,13 @@ workers Ray Train persists the directory (to any storage URI) under
 store). The run folder is a study location: a path, or a URI whose files the loop reads through
 node-local copies.
 
+A branch (`PretrainConfig.branch_from`, sweeper.plan.branches) is a run whose first steps are its
+trunk's: with no checkpoint of its own it starts from the trunk's checkpoint at the branch step
+as a resume would (weights, optimizer state, step) and trains on. The batches and draws of a step
+depend on the step alone, so on CPU its weights are those of the same run trained from scratch,
+byte for byte (tests/e2e/test_branching.py); on GPU up to kernel nondeterminism. The trunk saves
+at each of its `branch_steps` and keeps those checkpoints whole.
+
 One step is `trainables.train_step.train_step`: the worker's rows in micro-batches of
 `micro_batch_size`, gradients accumulated and normalised over the whole global batch.
 
@@ -53,6 +60,7 @@ import torch
 from sweeper.contract.tracking import start_wandb
 from sweeper.contract.configs import PretrainConfig
 from sweeper.contract.registry import resolve
+from sweeper.contract.schedules import wsd_lr
 from sweeper.store import folders, storage
 from sweeper.store.layout import (
     CHECKPOINT_MARKER,
@@ -67,7 +75,6 @@ from trainables import sharding
 from trainables.corpus import PackedCorpus
 from trainables.model import LlamaEncoderConfig, LlamaEncoderForMaskedLM, build_model
 from trainables.objectives import LossContext, ObjectiveLoss, RowDraws
-from trainables.lr_schedule import wsd_lr
 from trainables.train_step import StepResult, train_step  # noqa: F401 (re-exported for benchmarks)
 
 RETENTION_METRIC = "retention_priority"
@@ -86,18 +93,26 @@ def evaluated_steps(run: PretrainConfig) -> set[int]:
     return set(run.checkpoint_steps) | {run.total_steps}
 
 
+def kept_steps(run: PretrainConfig) -> set[int]:
+    """Checkpoints retention never deletes: the evaluated ones and those other runs branch from."""
+    return evaluated_steps(run) | set(run.branch_steps)
+
+
 def saved_steps(run: PretrainConfig, upto: int) -> list[int]:
     """Steps the run saves a checkpoint at, up to `upto` (the plan; the same on every restart)."""
-    evaluated = evaluated_steps(run)
-    return [s for s in range(1, upto + 1) if s in evaluated or (run.save_every and s % run.save_every == 0)]
+    kept = kept_steps(run)
+    return [s for s in range(1, upto + 1) if s in kept or (run.save_every and s % run.save_every == 0)]
 
 
-def retention(saved: list[int], evaluated: set[int], keep: int) -> tuple[set[int], set[int]]:
+def retention(saved: list[int], evaluated: set[int], keep: int,
+              branch: set[int] | frozenset[int] = frozenset()) -> tuple[set[int], set[int]]:
     """(checkpoints to delete, checkpoints whose training state to drop) among `saved`: the
     newest `keep` are resume points and keep everything; of the older ones, evaluated ones keep
-    their weights (fine-tuning reads them) and resume-only ones are no longer needed."""
+    their weights (fine-tuning reads them), resume-only ones are no longer needed, and those
+    other runs branch from (`branch`) keep everything (a branch starts from their state)."""
     older = sorted(saved)[:-keep] if keep > 0 else sorted(saved)
-    return {s for s in older if s not in evaluated}, {s for s in older if s in evaluated}
+    return ({s for s in older if s not in evaluated and s not in branch},
+            {s for s in older if s in evaluated and s not in branch})
 
 
 def ray_checkpoint_config(run: PretrainConfig):
@@ -108,12 +123,12 @@ def ray_checkpoint_config(run: PretrainConfig):
     the end (the final checkpoint is evaluated and the latest) it is `retention`'s set."""
     from ray.train import CheckpointConfig
 
-    return CheckpointConfig(num_to_keep=len(evaluated_steps(run)) + run.keep_resume_checkpoints - 1,
+    return CheckpointConfig(num_to_keep=len(kept_steps(run)) + run.keep_resume_checkpoints - 1,
                             checkpoint_score_attribute=RETENTION_METRIC, checkpoint_score_order="max")
 
 
 def retention_priority(run: PretrainConfig, step: int) -> int:
-    return step + (EVALUATED_PRIORITY if step in evaluated_steps(run) else 0)
+    return step + (EVALUATED_PRIORITY if step in kept_steps(run) else 0)
 
 
 def apply_retention(run: PretrainConfig, done: int) -> None:
@@ -124,12 +139,12 @@ def apply_retention(run: PretrainConfig, done: int) -> None:
     evaluated = evaluated_steps(run)
     if run.workers == 0:
         present = {s: loc for s, loc in layout.saved_checkpoints().items() if s <= done}
-        drop, strip = retention(list(present), evaluated, run.keep_resume_checkpoints)
+        drop, strip = retention(list(present), evaluated, run.keep_resume_checkpoints, set(run.branch_steps))
         for step in sorted(drop):
             storage.remove(storage.join(present[step], CHECKPOINT_MARKER))  # incomplete first, then gone
             storage.remove_tree(present[step])
     else:
-        _, strip = retention(saved_steps(run, done), evaluated, run.keep_resume_checkpoints)
+        _, strip = retention(saved_steps(run, done), evaluated, run.keep_resume_checkpoints, set(run.branch_steps))
     for step in sorted(strip):
         storage.remove(storage.join(layout.checkpoint(step), TRAINING_STATE))
 
@@ -285,7 +300,19 @@ def resume_point(run: PretrainConfig):
         unknown = [step for step in sorted(layout.saved_checkpoints()) if ray_step < step <= newer[0]] \
             if run.workers > 0 else []
         return contextlib.nullcontext(folders.local_copy(newer[1], CHECKPOINT_MARKER)), unknown
+    if checkpoint is None and run.branch_from:
+        return contextlib.nullcontext(folders.local_copy(branch_point(run), CHECKPOINT_MARKER)), []
     return (checkpoint.as_directory() if checkpoint is not None else contextlib.nullcontext(None)), []
+
+
+def branch_point(run: PretrainConfig) -> str:
+    """The trunk's checkpoint a branch starts from, checked: complete, at the branch step, with
+    its training state (sweeper.run schedules a branch only once it is)."""
+    marker = storage.read_json(storage.join(run.branch_from, CHECKPOINT_MARKER))
+    if marker is None or marker.get("step") != run.branch_step or TRAINING_STATE not in marker.get("files", {}):
+        raise RuntimeError(f"{run.name} branches from {storage.display(run.branch_from)} at step {run.branch_step}, "
+                           "which is not a complete checkpoint of that step with its training state")
+    return run.branch_from
 
 
 def register_with_ray(run: PretrainConfig, step: int) -> None:
@@ -395,6 +422,8 @@ def train_loop_per_worker(loop_config: dict) -> None:
         model = prepared_model(resume, run, corpus.meta["vocab_size"], world, device)
         optimizer = torch.optim.AdamW(model.parameters(), lr=run.peak_lr, **run.optimizer.torch_kwargs())
         start, log = restore_training_state(resume, model, optimizer, run, world) if resume else (0, [])
+        if run.branch_from and start == run.branch_step:  # its own checkpoints are all later
+            log = []  # the trunk's steps: this run logs from its branch step on
         for step in unknown_to_ray:
             register_with_ray(run, step)
     if start and rank == 0:
@@ -408,7 +437,7 @@ def train_loop_per_worker(loop_config: dict) -> None:
     if rank == 0:
         tracker = start_wandb(run.tracking, name=run.name, run_id=run.run_key, location=run.run_dir,
                               config={k: v for k, v in asdict(run).items() if k != "tracking"})
-    evaluated = evaluated_steps(run)
+    kept = kept_steps(run)
     autocast_dtype = torch.bfloat16 if device.type == "cuda" else None
     window_started, window_tokens, loss_sum, loss_count = time.time(), 0, 0.0, 0
     for step in range(start, run.total_steps):
@@ -427,7 +456,7 @@ def train_loop_per_worker(loop_config: dict) -> None:
         loss_sum, loss_count = loss_sum + result.loss, loss_count + 1
         window_tokens += batch.input_ids.numel() * world
         done = step + 1
-        saving = done in evaluated or (run.save_every and done % run.save_every == 0)
+        saving = done in kept or (run.save_every and done % run.save_every == 0)
         if done % run.log_every == 0 or saving:
             elapsed = time.time() - window_started
             row = {"step": done, "phase": phase.objective, "loss": loss_sum / loss_count, "lr": lr,

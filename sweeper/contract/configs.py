@@ -108,6 +108,16 @@ class PhaseConfig:
     """The objective's settings (MLM: mask_ratio, random_replace, keep_original)."""
 
 
+def phase_at(phases: tuple[PhaseConfig, ...], step: int) -> PhaseConfig:
+    """The phase 0-based `step` trains in (past the last phase's end: the last one). The worker
+    trains by it (`PretrainConfig.phase_at`); the plan compares runs' steps by it
+    (sweeper.plan.branches)."""
+    for phase in phases:
+        if phase.start_step <= step < phase.end_step:
+            return phase
+    return phases[-1]
+
+
 @dataclass(frozen=True, kw_only=True, slots=True)
 class InitSource:
     """Where a run's weights start."""
@@ -177,7 +187,7 @@ class PretrainConfig:
     warmup_steps: int
     """Steps of linear warmup from 0 to peak_lr."""
     decay_steps: int
-    """Final steps of decay from peak_lr to 0 (trainables.lr_schedule.wsd_lr)."""
+    """Final steps of decay from peak_lr to 0 (sweeper.contract.schedules.wsd_lr)."""
     seed: int
     """Weight initialisation and masking seed (a replicate's own: sweeper.plan.replicates.init_seed)."""
     data_seed: int
@@ -210,12 +220,17 @@ class PretrainConfig:
     """Train on a CUDA device (bf16 autocast) when one is there."""
     tracking: TrackingConfig = field(default_factory=TrackingConfig)
     """Experiment tracking (W&B), from rank 0 only."""
+    branch_from: str | None = None
+    """The checkpoint folder, at `branch_step`, of the run this one shares its first steps with
+    (sweeper.plan.branches): a run with no checkpoint of its own starts there (weights, optimizer
+    state, step) instead of from scratch; its log starts at that step."""
+    branch_step: int = 0
+    """The step `branch_from` was saved at (0: the run trains from its own start)."""
+    branch_steps: tuple[int, ...] = ()
+    """Steps other runs branch from this one at: saved there with their training state kept."""
 
     def phase_at(self, step: int) -> PhaseConfig:
-        for phase in self.phases:
-            if phase.start_step <= step < phase.end_step:
-                return phase
-        return self.phases[-1]
+        return phase_at(self.phases, step)
 
     def tokens_seen(self, step: int) -> int:
         """Pretraining tokens behind step `step`, those of the starting checkpoint included."""

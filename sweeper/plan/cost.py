@@ -25,8 +25,10 @@ the work a length-bucketing loop would do; padded, the worker does more (`padded
 from __future__ import annotations
 
 import math
+from collections.abc import Mapping
 from dataclasses import dataclass
 
+from sweeper.plan.branches import Branch, new_steps, shared_prefixes
 from sweeper.plan.checkpoint_sources import PACKING_TESTED, ExternalCheckpoint
 from sweeper.plan.runs import PretrainingRun
 from sweeper.plan.study_plan import StudyPlan, finetune_protocol, protocol_text
@@ -85,13 +87,17 @@ def gpu_hours(flops: float, spec: StudySpec) -> float:
     return flops / (spec.cost.gpu_peak_tflops * 1e12 * spec.cost.utilization * 3600)
 
 
-def pretraining_cost(spec: StudySpec, runs: tuple[PretrainingRun, ...]) -> StageCost:
+def pretraining_cost(spec: StudySpec, runs: tuple[PretrainingRun, ...],
+                     branches: Mapping[str, Branch] | None = None) -> StageCost:
+    """Every run's steps; with `branches` (sweeper.plan.branches) only the steps a run trains
+    itself, its trunk's prefix left out."""
     flops, unknown = 0.0, 0
     for run in runs:
         if not run.model_config:
             unknown += 1
             continue
-        flops += 6 * parameter_count(run.model_config) * run.total_steps * run.tokens_per_step
+        steps = new_steps(run, branches) if branches is not None else run.total_steps
+        flops += 6 * parameter_count(run.model_config) * steps * run.tokens_per_step
     return StageCost(flops, gpu_hours(flops, spec), unknown)
 
 
@@ -233,8 +239,9 @@ class WallTime:
     """Runs and trials sized only at run time (a Hugging Face source): not in the figure."""
 
 
-def run_cpu_seconds(run: PretrainingRun) -> float | None:
-    """CPU seconds of one pretraining run, or None when its size is known only at run time."""
+def run_cpu_seconds(run: PretrainingRun, start: int = 0) -> float | None:
+    """CPU seconds of one pretraining run from step `start` (a branch's), or None when its size
+    is known only at run time."""
     if not run.model_config:
         return None
     flops_per_token = 6 * parameter_count(run.model_config)
@@ -242,7 +249,7 @@ def run_cpu_seconds(run: PretrainingRun) -> float | None:
     for phase in run.phases:
         kind = "mlm" if phase.objective == "mlm" else "clm"  # another objective: full logits, as CLM
         per_token = CPU_CALIBRATION["pretrain_token_s"][kind] + flops_per_token / CPU_CALIBRATION["pretrain_flops_per_s"][kind]
-        seconds += (phase.end_step - phase.start_step) * run.tokens_per_step * per_token
+        seconds += max(0, phase.end_step - max(phase.start_step, start)) * run.tokens_per_step * per_token
     return seconds
 
 
@@ -255,13 +262,19 @@ def cpu_wall_time(spec: StudySpec, plan: StudyPlan, cpus: int) -> WallTime | Non
     if res.gpus_per_worker or res.gpus_per_trial:
         return None
     unknown, chain, runs = 0, {}, {run.name: run for run in plan.runs}
-    for run in plan.runs:  # sources before the runs continued from them (plan order)
-        seconds = run_cpu_seconds(run)
+    branches = shared_prefixes(spec, plan.runs)
+    starts = {name: branch.step for name, branch in branches.items()}
+    # trunks before their branches (longest first), sources before the runs continued from them
+    for run in sorted(plan.runs, key=lambda r: (r.init_from_run is not None, -r.total_steps)):
+        seconds = run_cpu_seconds(run, starts.get(run.name, 0))
         if seconds is None:
             unknown += 1
             continue
-        chain[run.name] = seconds / max(res.cpus_per_worker, 1) + chain.get(run.init_from_run, 0.0)
-    pretraining = sum(run_cpu_seconds(run) or 0.0 for run in runs.values())
+        # a branch starts once its trunk has trained the shared steps
+        trunk = (chain.get(branches[run.name].trunk, 0.0) * starts[run.name] / runs[branches[run.name].trunk].total_steps
+                 if run.name in branches else 0.0)
+        chain[run.name] = seconds / max(res.cpus_per_worker, 1) + chain.get(run.init_from_run, 0.0) + trunk
+    pretraining = sum(run_cpu_seconds(run, starts.get(run.name, 0)) or 0.0 for run in runs.values())
     finetuning, longest_trial = 0.0, 0.0
     for trial in plan.trials:
         if get_task(trial.task).train_task:
@@ -290,7 +303,8 @@ def wall_time_lines(spec: StudySpec, plan: StudyPlan, cpus: int) -> list[str]:
     estimate = cpu_wall_time(spec, plan, cpus)
     if estimate is None:  # a GPU study: its GPU-hours over one node's GPUs, every GPU busy
         gpus = spec.resources.gpus_per_node
-        hours = pretraining_cost(spec, plan.runs).gpu_hours + finetuning_cost(spec, plan).gpu_hours
+        hours = (pretraining_cost(spec, plan.runs, shared_prefixes(spec, plan.runs)).gpu_hours
+                 + finetuning_cost(spec, plan).gpu_hours)
         return [f"  estimated wall time on one node of {gpus} GPUs (resources.gpus_per_node): "
                 f"~{duration_text(hours * 3600 / gpus)} (the GPU-hours below over its GPUs, every GPU busy)"]
     extra = f" (+ {estimate.unknown} runs or trials sized at run time)" if estimate.unknown else ""

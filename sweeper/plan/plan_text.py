@@ -5,7 +5,8 @@ from __future__ import annotations
 
 import os
 
-from sweeper.plan.cost import (describe_external, finetuning_comparison, finetuning_cost, parameter_count,
+from sweeper.plan.branches import Branch, prefix_branches
+from sweeper.plan.cost import (StageCost, describe_external, finetuning_comparison, finetuning_cost, parameter_count,
                                parameters_text, pretraining_cost, wall_time_lines)
 from sweeper.plan.departures import protocol_lines
 from sweeper.plan.load import LoadedStudy
@@ -28,6 +29,23 @@ def replicate_source_lines(spec) -> list[str]:
     return lines
 
 
+def sharing_lines(spec, plan, branches: dict[str, Branch], cost: StageCost) -> list[str]:
+    """What training each shared prefix once saves (sweeper.plan.branches), or, with
+    `share_prefixes: false`, would save."""
+    if not branches:
+        return []
+    every = pretraining_cost(spec, plan.runs)
+    saved = every.gpu_hours - pretraining_cost(spec, plan.runs, branches).gpu_hours
+    steps = sum(branch.step for branch in branches.values())
+    runs = f"{len(branches)} runs start" if len(branches) != 1 else "1 run starts"
+    if spec.pretraining.share_prefixes:
+        return [f"      {runs} from another run's checkpoint ({steps:,} shared steps, `plan -v`): "
+                f"{saved:,.1f} GPU-h saved, -{saved / every.gpu_hours:.0%} of {every.gpu_hours:,.1f} from scratch "
+                "(pretraining.share_prefixes)"]
+    return [f"      every run from scratch (pretraining.share_prefixes: false); sharing prefixes would save "
+            f"{saved:,.1f} GPU-h (-{saved / every.gpu_hours:.0%}, {steps:,} steps)"]
+
+
 def plan_lines(study: LoadedStudy, verbose: bool = False) -> list[str]:
     spec, plan = study.spec, study.plan
     final = sum(1 for c in plan.checkpoints if c.run is not None and c.step == c.run.total_steps)
@@ -45,12 +63,16 @@ def plan_lines(study: LoadedStudy, verbose: bool = False) -> list[str]:
         lines.append(f"  fine-tuning trials:     {trained:,} ({also})")
     lines.append(f"  {('result rows' if also else 'fine-tuning trials') + ':':<24}{trial_count_text(spec, plan)}")
     lines += wall_time_lines(spec, plan, len(os.sched_getaffinity(0)))  # a CPU study: its duration here
-    pre_cost, ft_cost = pretraining_cost(spec, plan.runs), finetuning_cost(spec, plan)
+    branches = prefix_branches(plan.runs)
+    pre_cost = pretraining_cost(spec, plan.runs, branches if spec.pretraining.share_prefixes else None)
+    ft_cost = finetuning_cost(spec, plan)
     lines.append(f"  estimated GPU-hours at {spec.cost.gpu_peak_tflops:g} TFLOP/s x {spec.cost.utilization:.0%} utilisation "
                  "(6 x parameters x tokens):")
     for stage, cost in (("pretraining", pre_cost), ("fine-tuning", ft_cost)):
         extra = f" (+ {cost.unknown} items sized at run time)" if cost.unknown else ""
         lines.append(f"    {stage:12s} {cost.gpu_hours:>12,.1f} GPU-h  ({cost.flops:.2e} FLOPs){extra}")
+        if stage == "pretraining":
+            lines += sharing_lines(spec, plan, branches, pre_cost)
     lines.append(f"    {'total':12s} {pre_cost.gpu_hours + ft_cost.gpu_hours:>12,.1f} GPU-h")
     # fine-tuning: the padded figure and the paper's units
     lines += (finetuning_comparison(spec, plan, ft_cost) + trial_summary(spec, study.trial_memory)
@@ -61,6 +83,10 @@ def plan_lines(study: LoadedStudy, verbose: bool = False) -> list[str]:
             size = parameters_text(parameter_count(run.model_config, include_embedding=True)) \
                 if run.model_config else "size from its source"
             extra = f", from {run.init_from}" if run.init_from else ""
+            if (branch := branches.get(run.name)) and spec.pretraining.share_prefixes:
+                extra += f", from {branch.trunk} at step {branch.step:,}, trains {run.total_steps - branch.step:,}"
+            elif branch:
+                extra += f", from scratch (shares its first {branch.step:,} steps with {branch.trunk})"
             lines.append(f"    {run.name}  ({run.objective}, {run.total_steps:,} steps, {size}{extra}, "
                          f"checkpoints {list(run.checkpoint_steps)}, {run_figure(run_memory)})")
     return lines + protocol_lines(spec, plan, verbose)  # departures from a claimed protocol (#36)

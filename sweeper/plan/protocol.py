@@ -14,6 +14,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass
 
+from sweeper.plan.branches import shared_prefixes
 from sweeper.contract.catalog import MODEL_PRESETS
 from sweeper.contract.registry import get_task
 from sweeper.spec.parsing import values_of
@@ -178,6 +179,9 @@ def cpt_start(spec, plan) -> str | None:
     """Where the spec's continued-pretraining runs start (None: it has none)."""
     if not any(run.init_from for run in plan.runs):
         return None
+    branches = shared_prefixes(spec, plan.runs)
+    if any(branches.get(run.name) for run in plan.runs if run.init_from):  # sweeper.plan.branches
+        return "resumed from shared checkpoints whenever possible"
     return "each run from the decayed final checkpoint of its init_from run, trained on its own"
 
 
@@ -268,9 +272,9 @@ PAPER_PROTOCOL: tuple[ProtocolItem, ...] = (
                  deliberate="the paper does not give it: a short re-warmup, then warmup-stable-decay (a setting)"),
     ProtocolItem(item="CPT runs' starting checkpoints", paper="resumed from shared checkpoints whenever possible",
                  source=PAPER, setting="pretraining.runs[].init_from", read=cpt_start,
-                 deliberate="sweeper trains each CPT run from the decayed checkpoint its init_from names "
-                            "(610m-clm-dec42k-...), none branched from another's; branching runs from shared "
-                            "checkpoints is issue #55's"),
+                 deliberate="pretraining.share_prefixes: false trains each CPT run from the decayed checkpoint "
+                            "its init_from names (610m-clm-dec42k-...), none branched from another's (for "
+                            "comparison and debugging; the default shares them: sweeper.plan.branches)"),
     # --- fine-tuning -----------------------------------------------------------------------------
     ProtocolItem(item="data sets (hub ids)", paper=PAPER_SOURCES, source=ENCODEVAL,
                  setting="finetuning.tasks (sweeper/contract/catalog.py)",

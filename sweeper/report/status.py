@@ -14,13 +14,14 @@ import os
 import time
 from collections import Counter
 
+from sweeper.plan.branches import shared_prefixes
 from sweeper.plan.load import LoadedStudy
 from sweeper.plan.study_plan import trained_trials
 from sweeper.report import data_problems
 from sweeper.report.analysis import STATUSES
 from sweeper.report.sequential import study_looks
 from sweeper.store import environments, storage
-from sweeper.store.layout import StudyLayout
+from sweeper.store.layout import CHECKPOINT_MARKER, StudyLayout
 from sweeper.store.quarantine import quarantined, relative
 from sweeper.store.results import read_trials
 from sweeper.store.spec_history import entries
@@ -70,6 +71,7 @@ def study_status(layout: StudyLayout, study: LoadedStudy) -> dict:
     study = at_latest_look(study, trials)
     spec, plan = study.spec, study.plan
     now = time.time()
+    branches = shared_prefixes(spec, plan.runs)  # a branch waits for its trunk (sweeper.run.train_grid)
     for run in plan.runs:
         run_layout = layout.run(run.name)
         if run_layout.is_done(run.run_key, damaged=damaged.__setitem__):
@@ -81,6 +83,9 @@ def study_status(layout: StudyLayout, study: LoadedStudy) -> dict:
         progress = read_marker(run_layout.progress, PROGRESS_FIELDS, damaged)
         if progress is not None and now - progress["updated_at"] < STALE_AFTER_S:
             runs["running"].append(f"{run.name} (step {progress['step']}/{progress['total_steps']})")
+        elif (branch := branches.get(run.name)) and not storage.exists(
+                storage.join(layout.checkpoint(branch.trunk, branch.step), CHECKPOINT_MARKER)):
+            runs["pending"].append(f"{run.name} (waits for {branch.trunk} to reach step {branch.step:,})")
         else:
             runs["pending"].append(run.name)
     planned = {t.trial_key for t in plan.trials}

@@ -9,6 +9,14 @@ checkpoints land in the run's folder (sweeper.store.layout), and Train resumes a
 name from the latest one. The loop receives a typed `PretrainConfig` (sweeper.contract.configs). The
 study may live in an object store: Train is handed the store's pyarrow filesystem, and the
 run's markers are single objects (sweeper.store.storage).
+
+With `pretraining.share_prefixes` (the default) a run whose first steps are another run's
+(sweeper.plan.branches) is a branch: its trunk saves and keeps a whole checkpoint at the branch
+step, and the branch starts from it as soon as it is written, beside its trunk. A branch with
+checkpoints of its own resumes from them; one whose trunk failed before the branch step fails
+with that reason; one whose trunk finished without that checkpoint (trained before the branch
+was planned) trains from scratch and says so. Once every branch from a step is done and its
+trunk too, that checkpoint's training state is dropped.
 """
 from __future__ import annotations
 
@@ -18,20 +26,23 @@ from dataclasses import asdict
 
 import ray
 
+from sweeper.plan.branches import Branch, shared_prefixes
 from sweeper.plan.runs import PretrainingRun
 from sweeper.contract.configs import InitSource, PretrainConfig
 from sweeper.contract.heavy_imports import imports_frozen
 from sweeper.spec.study import StudySpec
 from sweeper.store import storage
-from sweeper.store.layout import TRAIN_LOG, StudyLayout
+from sweeper.store.layout import TRAIN_LOG, TRAINING_STATE, StudyLayout
 from sweeper.store.results import PRETRAINING, write_rows
 
 
 def pretrain_config(run: PretrainingRun, spec: StudySpec, layout: StudyLayout, corpus_dir: str,
-                    runs_by_name: dict[str, PretrainingRun]) -> PretrainConfig:
+                    runs_by_name: dict[str, PretrainingRun], branch: Branch | None = None,
+                    branch_steps: tuple[int, ...] = ()) -> PretrainConfig:
     """Everything the worker loop reads, typed (workers never import the driver). Its locations
     carry no credentials (`storage.strip_credentials`): workers reach the bucket through their
-    own provider chain."""
+    own provider chain. `branch`: the run starts from its trunk's checkpoint at the branch step;
+    `branch_steps`: the steps its own branches start from (saved and kept whole)."""
     pre, res = spec.pretraining, spec.resources
     if run.init_from_run:
         source = runs_by_name[run.init_from_run]
@@ -55,6 +66,8 @@ def pretrain_config(run: PretrainingRun, spec: StudySpec, layout: StudyLayout, c
         micro_batch_size=pre.micro_batch_size, activation_checkpointing=pre.activation_checkpointing,
         keep_resume_checkpoints=pre.keep_resume_checkpoints,
         use_gpu=res.gpus_per_worker > 0, tracking=spec.tracking,
+        branch_from=storage.strip_credentials(layout.checkpoint(branch.trunk, branch.step)) if branch else None,
+        branch_step=branch.step if branch else 0, branch_steps=branch_steps,
     )
 
 
@@ -150,6 +163,16 @@ class PretrainingGrid:
         self.failed = {run.name for run in runs if run.name not in self.done
                        and layout.run(run.name).has_failed(run.run_key) and not retry_failed}
         self.waiting = [run for run in runs if run.name not in self.done | self.failed]
+        # Shared prefixes (sweeper.plan.branches): a branch waits for its trunk's checkpoint at
+        # the branch step, which the trunk saves and keeps whole (PretrainConfig.branch_steps).
+        self.branches = shared_prefixes(spec, runs)
+        self.branch_steps: dict[str, set[int]] = {}
+        for branch in self.branches.values():
+            self.branch_steps.setdefault(branch.trunk, set()).add(branch.step)
+        self.released: set[tuple[str, int]] = set()  # (trunk, step) whose training state is dropped
+        # Branches with checkpoints of their own resume from them, their trunk's no longer needed.
+        self.resumed = {run.name for run in self.waiting
+                        if run.name in self.branches and layout.run(run.name).saved_checkpoints()}
         self.total = len(self.waiting)
         self.futures: dict = {}
         self.listings: dict[str, tuple[float, set[int]]] = {}  # run name -> (listed at, complete steps)
@@ -180,10 +203,52 @@ class PretrainingGrid:
                 self.failed.add(run.name)
                 print(f"[pretrain] {run.name} skipped: its source {run.init_from_run} failed", flush=True)
             elif run.init_from_run is None or run.init_from_run in self.done:
+                branch = self.branches.get(run.name)
+                if branch is not None and run.name not in self.resumed and not self.trunk_ready(branch):
+                    if branch.trunk in self.failed:
+                        self.fail_branch(run, branch)
+                        continue
+                    if branch.trunk not in self.done:
+                        continue  # its trunk has not reached the branch step yet
+                    print(f"[pretrain] {run.name} trains from scratch: its trunk {branch.trunk} finished without "
+                          f"a resumable checkpoint at step {branch.step} (trained before it had this branch)", flush=True)
+                    branch = None
                 self.waiting.remove(run)
                 storage.write_json(self.layout.run(run.name).started, {"run_key": run.run_key, "identity": run.identity})
-                config = pretrain_config(run, self.spec, self.layout, self.corpus_dirs[run.tokenizer], self.by_name)
+                config = pretrain_config(run, self.spec, self.layout, self.corpus_dirs[run.tokenizer], self.by_name,
+                                         branch, tuple(sorted(self.branch_steps.get(run.name, ()))))
                 self.futures[self.task.remote(config, self.resources)] = run
+
+    def trunk_ready(self, branch: Branch) -> bool:
+        """Whether the trunk's checkpoint at the branch step is complete, training state included."""
+        return (branch.step in self.complete_steps(self.by_name[branch.trunk])
+                and storage.exists(storage.join(self.layout.checkpoint(branch.trunk, branch.step), TRAINING_STATE)))
+
+    def fail_branch(self, run: PretrainingRun, branch: Branch) -> None:
+        """A branch whose trunk failed before the branch step: failed too, with the reason."""
+        message = f"its trunk {branch.trunk} failed before step {branch.step}, where this run starts from it"
+        storage.write_json(self.layout.run(run.name).failed, {"run_key": run.run_key, "error": message,
+                                                               "failed_at": time.time()})
+        self.waiting.remove(run)
+        self.failed.add(run.name)
+        print(f"[pretrain] {run.name} FAILED: {message}", flush=True)
+
+    def release_branch_points(self) -> None:
+        """Drop the training state (the optimizer's, the bulk) of a finished trunk's checkpoint
+        once every branch from it is done: the weights stay, as an evaluated checkpoint's do."""
+        for trunk, steps in self.branch_steps.items():
+            if trunk not in self.done:
+                continue
+            for step in steps - {self.by_name[trunk].total_steps}:
+                if (trunk, step) not in self.released and all(
+                        b.run in self.done for b in self.branches.values() if (b.trunk, b.step) == (trunk, step)):
+                    storage.remove(storage.join(self.layout.checkpoint(trunk, step), TRAINING_STATE))
+                    self.released.add((trunk, step))
+
+    @property
+    def awaiting_trunks(self) -> bool:
+        """A waiting run is a branch (it may start once its trunk passes the branch step)."""
+        return any(run.name in self.branches for run in self.waiting)
 
     def poll(self, timeout: float | None = 0.0) -> None:
         """Record what finished (waiting up to `timeout` s for a run to end; None: until one
@@ -195,7 +260,7 @@ class PretrainingGrid:
             ready, _ = ray.wait(list(self.futures), num_returns=len(self.futures), timeout=0)
         for future in ready:
             self.record(future, self.futures.pop(future))
-        if ready:
+        if ready or self.awaiting_trunks:
             self.start()
 
     def record(self, future, run: PretrainingRun) -> None:
@@ -211,6 +276,7 @@ class PretrainingGrid:
             return
         record_finished_run(self.spec.study, self.layout, run, outcome["wall_time_s"])
         self.done.add(run.name)
+        self.release_branch_points()
         finished = self.total - len(self.waiting) - len(self.futures)
         print(f"[pretrain] {run.name} done in {outcome['wall_time_s']:.0f}s ({finished}/{self.total})", flush=True)
 

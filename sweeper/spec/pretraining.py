@@ -222,6 +222,11 @@ class PretrainingSpec:
     keep_resume_checkpoints: int = 1
     """Resume-only checkpoints (save_every) kept per run; evaluated checkpoints are always kept
     and drop their optimizer state once the run has moved past them."""
+    share_prefixes: bool = True
+    """Train each shared prefix once (sweeper.plan.branches): a run whose first steps are another
+    run's (a shorter WSD run until its decay, a CLM -> MLM run until its switch) starts from that
+    run's checkpoint there; the same weights (on CPU byte for byte), fewer steps. Not in run keys.
+    false: every run from scratch."""
     compile: bool = False
     """torch.compile each transformer block (fixed shapes: compiled once per run); pays on GPU over
     long runs, not on a few hundred CPU steps (benchmarks/pretrain_throughput.py --compile)."""

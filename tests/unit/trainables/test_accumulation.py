@@ -3,6 +3,7 @@ checkpointing and checkpoint retention (trainables.train_step, trainables.pretra
 from __future__ import annotations
 
 import copy
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
@@ -141,12 +142,14 @@ def test_retention_keeps_evaluated_checkpoints_and_the_newest_resume_points():
     assert retention(saved, {3, 6}, keep=1) == ({1, 2, 4, 5}, {3})
     assert retention(saved, {3, 6}, keep=2) == ({1, 2, 4}, {3})
     assert retention(saved[:3], {3, 6}, keep=1) == ({1, 2}, set())  # the newest keeps its state
+    # a step another run branches from keeps its weights and its training state
+    assert retention(saved, {3, 6}, keep=1, branch={2, 3}) == ({1, 4, 5}, set())
 
 
 @settings(max_examples=40, deadline=None)
 @given(total=st.integers(2, 40), every=st.integers(0, 7), keep=st.integers(1, 3),
-       intermediate=st.sets(st.integers(1, 39), max_size=3))
-def test_rays_top_n_by_priority_ends_with_the_retention_set(total, every, keep, intermediate):
+       intermediate=st.sets(st.integers(1, 39), max_size=3), branch=st.sets(st.integers(1, 39), max_size=2))
+def test_rays_top_n_by_priority_ends_with_the_retention_set(total, every, keep, intermediate, branch):
     """Ray Train (2.60) keeps the `num_to_keep` checkpoints of highest score plus always the latest
     (CheckpointManager._save_state_and_delete_old_checkpoints); with our priorities it never
     deletes an evaluated checkpoint or one of the newest `keep`, and ends with `retention`'s set
@@ -155,8 +158,9 @@ def test_rays_top_n_by_priority_ends_with_the_retention_set(total, every, keep, 
 
     run = planned_run(total, save_every=every, checkpoint_steps=tuple(s for s in sorted(intermediate) if s < total),
                       keep=keep)
+    run = replace(run, branch_steps=tuple(s for s in sorted(branch) if s < total))  # kept like evaluated ones
     num_to_keep = ray_checkpoint_config(run).num_to_keep
-    evaluated, kept = evaluated_steps(run), []
+    evaluated, kept = evaluated_steps(run) | set(run.branch_steps), []
     for step in saved_steps(run, total):
         kept = sorted(kept + [step], key=lambda s: retention_priority(run, s))
         kept = [s for i, s in enumerate(kept) if i >= len(kept) - num_to_keep or s == step]

@@ -31,7 +31,7 @@ import torch.distributed as dist
 
 from sweeper.contract.registry import resolve
 from sweeper.store.layout import TRAINING_STATE
-from trainables.lr_schedule import wsd_lr
+from sweeper.contract.schedules import wsd_lr
 from trainables.objectives import LossContext, RowDraws
 from trainables.pretrain_loop import (
     full_states, prepared_model, restore_training_state, save_hf, write_training_state,

@@ -16,7 +16,7 @@ from trainables.objectives import (
     IGNORE, LossContext, MaskingConfig, ObjectiveLoss, RowDraws, TokenBatch, clm_loss, clm_targets, mask_tokens,
     mlm_loss,
 )
-from trainables.lr_schedule import linear_warmup_decay_lr, wsd_lr
+from sweeper.contract.schedules import linear_warmup_decay_lr, wsd_lr
 
 VOCAB, MASK_ID, SEP_ID = 512, 4, 3
 MLM_SETTINGS = {"mask_ratio": 0.3, "random_replace": 0.0, "keep_original": 0.0}

@@ -1,0 +1,118 @@
+"""The run graph: which planned runs train identically for their first steps, and so could
+start from another run's state there instead of from scratch (issue #55).
+
+Two runs share their first `s` steps when everything that shapes those steps is equal: the
+model and its initialisation (preset, model config, init seed, replicate, starting checkpoint),
+the data (corpus, sequence length, batch, and so the sample order, a function of the step and the
+replicate: trainables.corpus), the optimizer, and for every step t < s the learning rate
+(`sweeper.contract.schedules.wsd_lr`, the worker's own schedule) and the phase trained
+(`sweeper.contract.configs.phase_at`, the worker's own lookup: objective, loss and settings). The
+loss draws are a function of (seed, step, row) (trainables.objectives.RowDraws), so they agree
+too. Under warmup-stable-decay the learning rates agree until the shorter run's decay begins; a
+CLM -> MLM run agrees with the CLM run until its switch step. Nothing is matched by name.
+
+Each run's trunk is the run it shares the most steps with among the runs before it in the order
+longest first (then plan order): the graph has no cycle, the longest run of a family trains from
+scratch, and, as in a trie, the steps left to train are the fewest any order gives. Replicates
+never share (their seeds and sample orders differ), so each has its own trunk.
+"""
+from __future__ import annotations
+
+import json
+from collections import defaultdict
+from dataclasses import asdict, dataclass
+
+import numpy as np
+
+from sweeper.contract.configs import phase_at
+from sweeper.contract.schedules import wsd_lr
+from sweeper.plan.runs import PretrainingRun
+from sweeper.spec.study import StudySpec
+
+
+@dataclass(frozen=True, slots=True)
+class Branch:
+    """A run that starts from its trunk's state at `step` (weights, optimizer, data position)."""
+
+    run: str
+    trunk: str
+    step: int
+    """Steps shared with the trunk: the run trains from `step` to its total_steps."""
+
+
+def start_signature(run: PretrainingRun) -> str:
+    """Everything about a run that is not a function of the step: runs of different signatures
+    share no step."""
+    identity = run.identity
+    fixed = {"preset": run.preset, "model": run.model_config, "seed": run.seed, "replicate": run.replicate,
+             "init_from_run": run.init_from_run, "init_from_hf": run.init_from_hf, "hf_init": run.hf_init,
+             "steps_before": run.steps_before, "optimizer": asdict(run.optimizer),
+             "global_batch_size": run.global_batch_size, "seq_len": run.seq_len,
+             "study_seed": identity.get("seed"),
+             **{key: identity.get(key) for key in ("data", "random_replace", "keep_original")}}
+    return json.dumps(fixed, sort_keys=True, default=str)
+
+
+def lr_steps(run: PretrainingRun) -> np.ndarray:
+    """The learning rate of each of the run's steps, as the worker sets it."""
+    return np.array([wsd_lr(step, peak_lr=run.peak_lr, total_steps=run.total_steps, warmup_steps=run.warmup_steps,
+                            decay_steps=run.decay_steps) for step in range(run.total_steps)], dtype=np.float64)
+
+
+def phase_steps(run: PretrainingRun, codes: dict[str, int]) -> np.ndarray:
+    """A code per step for the phase the worker trains it in (equal code, equal objective, loss
+    and settings; `codes` is shared by the runs compared)."""
+    texts = {id(phase): json.dumps([phase.objective, phase.loss, phase.settings], sort_keys=True, default=str)
+             for phase in run.phases}
+    return np.array([codes.setdefault(texts[id(phase_at(run.phases, step))], len(codes))
+                     for step in range(run.total_steps)], dtype=np.int64)
+
+
+def shared_steps(a: tuple[np.ndarray, np.ndarray], b: tuple[np.ndarray, np.ndarray]) -> int:
+    """How many first steps two runs' (learning rates, phase codes) agree on."""
+    n = min(len(a[0]), len(b[0]))
+    differ = np.flatnonzero((a[0][:n] != b[0][:n]) | (a[1][:n] != b[1][:n]))
+    return int(differ[0]) if len(differ) else n
+
+
+def prefix_branches(runs: tuple[PretrainingRun, ...] | list[PretrainingRun]) -> dict[str, Branch]:
+    """Each run that shares a prefix with another: its trunk and the shared steps (runs absent
+    train from scratch). Runs whose steps are only known at run time (no model config) are left out."""
+    families: dict[str, list[tuple[int, PretrainingRun]]] = defaultdict(list)
+    for index, run in enumerate(runs):
+        if run.model_config and run.total_steps > 0:
+            families[start_signature(run)].append((index, run))
+    branches: dict[str, Branch] = {}
+    schedules: dict[tuple, np.ndarray] = {}
+    for family in families.values():
+        if len(family) < 2:
+            continue
+        codes: dict[str, int] = {}
+        steps: dict[str, tuple[np.ndarray, np.ndarray]] = {}
+        for _, run in family:
+            schedule = (run.peak_lr, run.total_steps, run.warmup_steps, run.decay_steps)
+            if schedule not in schedules:
+                schedules[schedule] = lr_steps(run)
+            steps[run.name] = (schedules[schedule], phase_steps(run, codes))
+        earlier: list[PretrainingRun] = []
+        for _, run in sorted(family, key=lambda item: (-item[1].total_steps, item[0])):
+            best, trunk = 0, None
+            for other in earlier:  # longest first, so a tie keeps the longer trunk
+                shared = shared_steps(steps[run.name], steps[other.name])
+                if shared > best:
+                    best, trunk = shared, other
+            if trunk is not None:
+                branches[run.name] = Branch(run.name, trunk.name, best)
+            earlier.append(run)
+    return branches
+
+
+def new_steps(run: PretrainingRun, branches: dict[str, Branch]) -> int:
+    """Steps the run trains itself: all of them, less those its trunk trains for it."""
+    branch = branches.get(run.name)
+    return run.total_steps - (branch.step if branch else 0)
+
+
+def shared_prefixes(spec: StudySpec, runs) -> dict[str, Branch]:
+    """The branches `sweeper run` trains (`pretraining.share_prefixes`; none when false)."""
+    return prefix_branches(runs) if spec.pretraining.share_prefixes else {}
