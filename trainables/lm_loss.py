@@ -4,7 +4,7 @@ Two ways to compute the summed cross-entropy of `hidden @ weight.T` against `lab
 of IGNORE count for nothing), chosen by `pretraining.lm_loss` (`auto`: `fused` on a GPU,
 `reference` on a CPU, where the chunked loss measured 3-8 % slower, its backward recomputing the
 logits, and the small vocabularies of the CPU presets leave nothing to save; docs/benchmarks.md
-section 9):
+section 18):
 
 - `reference`: the full logits in the compute dtype (bf16 under autocast), cast to float32,
   then `F.cross_entropy`: rows x vocabulary floats held two or three times over (logits, their
@@ -105,7 +105,9 @@ class ChunkedLinearCrossEntropy(torch.autograd.Function):
                 grad_logits = probs.to(dtype)  # as autograd casts the float32 gradient back to the matmul's dtype
                 if grad_hidden is not None:
                     grad_hidden[rows] = (grad_logits @ weight_c).to(hidden.dtype)
-                if grad_weight is not None:
+                if grad_weight is not None and grad_weight.dtype == dtype:
+                    grad_weight.addmm_(grad_logits.T, hidden_c)  # no chunk-sized temporary
+                elif grad_weight is not None:  # bf16 product, float32 sum: the chunk's rounding as reference's
                     grad_weight += grad_logits.T @ hidden_c
         return grad_hidden, None if grad_weight is None else grad_weight.to(weight.dtype), None, None, None
 
@@ -159,7 +161,7 @@ def head_loss_for(lm_loss: str, device: torch.device) -> Callable:
         if _CUDA_KERNEL[0] is None:
             warnings.warn("pretraining.lm_loss: fused found neither liger-kernel nor cut-cross-entropy: "
                           "using the chunked PyTorch loss (install one of them on the GPU nodes for the "
-                          "kernel; docs/benchmarks.md section 9)", stacklevel=2)
+                          "kernel; docs/benchmarks.md section 18)", stacklevel=2)
     return chunked_linear_cross_entropy if _CUDA_KERNEL[0] is None else kernel_loss
 
 
