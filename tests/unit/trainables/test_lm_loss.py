@@ -161,3 +161,46 @@ def test_head_loss_choice():
     assert head_loss_for("fused", torch.device("cpu")) is chunked_linear_cross_entropy
     with pytest.raises(ValueError, match="lm_loss 'fast'"):
         head_loss_for("fast", torch.device("cpu"))
+
+
+def sharded_gradients(rank: int, folder, lm_loss_choice: str) -> None:
+    """One CLM and one MLM loss on a model sharded over two gloo ranks (FSDP2, as the loop shards
+    it): the head loss runs inside the root's forward, where the head's weight is gathered."""
+    import torch.distributed as dist
+
+    from trainables.model import LlamaEncoderConfig, build_model
+    from trainables.objectives import LossContext, RowDraws, clm_loss, mlm_loss
+    from trainables.sharding import mixed_precision, shard
+
+    from test_accumulation import MASK_ID, VOCAB, packed_batch
+
+    torch.set_num_threads(1)
+    dist.init_process_group("gloo", init_method=f"file://{folder}/rendezvous-{lm_loss_choice}", rank=rank,
+                            world_size=2)
+    lm_loss.CHUNK_ELEMENTS = 3 * VOCAB  # 3 rows a chunk: several chunks per rank
+    model = shard(build_model(LlamaEncoderConfig(vocab_size=VOCAB, hidden_size=32, intermediate_size=64,
+                                                 num_hidden_layers=2), seed=5), mixed_precision(torch.device("cpu")))
+    batch = packed_batch(4, 16, seed=0).rows(2 * rank, 2 * rank + 2)
+    context = LossContext(draws=RowDraws(0, 0, first_row=2 * rank), mask_token_id=MASK_ID, vocab_size=VOCAB,
+                          lm_loss=lm_loss_choice)
+    for objective, settings in ((clm_loss, {}), (mlm_loss, {"mask_ratio": 0.4, "random_replace": 0.0,
+                                                            "keep_original": 0.0})):
+        summed, _ = objective(model, batch, settings, context.rows(0))
+        summed.backward()
+    grads = {name: p.grad.full_tensor() for name, p in model.named_parameters()}
+    if rank == 0:
+        torch.save(grads, folder / f"{lm_loss_choice}.pt")
+    dist.destroy_process_group()
+
+
+@pytest.mark.slow  # two gloo process groups of two ranks (~20 CPU-s)
+def test_fused_loss_under_fsdp2_gives_the_reference_gradients(tmp_path):
+    """The wiring under FSDP2 (the numerics are bounded above): float32 rounding apart, the same
+    gradient of every parameter, the LM head's included."""
+    for choice in ("fused", "reference"):
+        torch.multiprocessing.spawn(sharded_gradients, args=(tmp_path, choice), nprocs=2, join=True)
+    fused, reference = (torch.load(tmp_path / f"{c}.pt", weights_only=True) for c in ("fused", "reference"))
+    assert fused.keys() == reference.keys() and "lm_head.weight" in fused
+    for name, grad in reference.items():
+        assert grad.abs().sum() > 0, name
+        torch.testing.assert_close(fused[name], grad, rtol=1e-4, atol=1e-6, msg=name)
