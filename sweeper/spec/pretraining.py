@@ -230,7 +230,7 @@ class PretrainingSpec:
     """How the LM head's cross-entropy is computed (trainables.lm_loss): fused (in chunks of rows,
     or a CUDA kernel where liger-kernel or cut-cross-entropy is installed: no full logits tensor),
     reference (the full float32 logits), auto (fused on a GPU, reference on a CPU, where it is faster
-    and memory is not short: docs/benchmarks.md section 9). Equal up to float rounding: not in run keys."""
+    and memory is not short: docs/benchmarks.md section 18). Equal up to float rounding: not in run keys."""
     seed: int = 0
     """Weight-initialisation seed (the same for every run; replicate r >= 1 derives its own)."""
     replicates: int = 1
