@@ -66,7 +66,7 @@ import tempfile
 import time
 import traceback
 import warnings
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -262,7 +262,7 @@ def sweeper_loop(run, device, warmup: int, caught: list[str]) -> dict:
     from trainables.corpus import PackedCorpus
     from trainables.objectives import LossContext, RowDraws
     from trainables.pretrain_loop import begin_step, configure, initial_model
-    from trainables.train_step import train_step
+    from trainables.train_step import adamw, train_step
 
     corpus = PackedCorpus(run.corpus_dir, run.seq_len, run.data_seed, run.replicate)
     before = torch.cuda.memory_allocated(device) if device.type == "cuda" else 0
@@ -272,7 +272,7 @@ def sweeper_loop(run, device, warmup: int, caught: list[str]) -> dict:
         with torch.device(device):  # initialised where it trains, as bare_loop's model
             model = initial_model(run, corpus.meta["vocab_size"])
         configure(model, run)
-        optimizer = torch.optim.AdamW(model.parameters(), lr=run.peak_lr, **run.optimizer.torch_kwargs())
+        optimizer = adamw(model.parameters(), run.peak_lr, run.optimizer.torch_kwargs(), device)
         autocast_dtype = torch.bfloat16 if device.type == "cuda" else None
         losses, tokens, started, warm_s = {}, 0, None, 0.0
         for step in range(run.total_steps):
@@ -282,7 +282,8 @@ def sweeper_loop(run, device, warmup: int, caught: list[str]) -> dict:
             phase, loss, _ = begin_step(run, step, optimizer, losses)
             batch = corpus.batch(step, run.global_batch_size).to(device)
             context = LossContext(draws=RowDraws(run.seed, step, first_row=0, device=device),
-                                  mask_token_id=corpus.meta["mask_token_id"], vocab_size=model.config.vocab_size)
+                                  mask_token_id=corpus.meta["mask_token_id"], vocab_size=model.config.vocab_size,
+                                  lm_loss=run.lm_loss)
             result = train_step(model, optimizer, batch, loss, phase.settings, context,
                                 micro_batch_size=run.micro_batch_size, grad_clip=run.optimizer.grad_clip,
                                 autocast_dtype=autocast_dtype)
@@ -332,6 +333,8 @@ def run_case(gpu_case: GpuCase, args, device, corpus_dir: str, bare_rates: dict,
         run = bench_run(corpus_dir, Path(run_dir), config, case.objective, steps, case.rows, case.seq_len,
                         log_every=steps, threads=args.threads, device=device.type, compile_blocks=gpu_case.compile,
                         micro_batch=case.micro_batch_size, activation_checkpointing=case.activation_checkpointing)
+        run = replace(run, lm_loss=args.lm_loss)
+        row["lm_loss"] = args.lm_loss
         row["sweeper"] = sweeper_loop(run, device, warmup, caught)
     if "tokens_per_s" in row["bare"]:
         row["ratio"] = row["sweeper"]["tokens_per_s"] / row["bare"]["tokens_per_s"]
@@ -427,6 +430,9 @@ def main() -> int:
     parser.add_argument("--seq-len", type=int, default=None)
     parser.add_argument("--vocab-size", type=int, default=None)
     parser.add_argument("--threads", type=int, default=os.cpu_count())
+    parser.add_argument("--lm-loss", choices=["auto", "fused", "reference"], default="auto",
+                        help="the sweeper step's pretraining.lm_loss (auto: fused on CUDA; the sections-4/7 "
+                             "figures of 2026-11-27 predate it: reference)")
     parser.add_argument("--peak-tflops", type=float, default=None, help="dense bf16 peak for MFU (default: by device name)")
     parser.add_argument("--budget-s", type=float, default=300.0,
                         help="start no case whose predicted time would end the run past this many seconds")

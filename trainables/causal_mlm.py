@@ -31,6 +31,7 @@ from transformers.modeling_outputs import MaskedLMOutput
 
 from trainables.backbones import HuggingFaceBackbone, load_hugging_face_model
 from trainables.convert import grow_rows
+from trainables.lm_loss import logits_cross_entropy
 from trainables.tasks.packing import PROBE_TOLERANCE, packing_error
 
 PROBE_TOKENS = 8
@@ -74,7 +75,10 @@ class CausalLMForMaskedLM(nn.Module):
 
     def forward(self, input_ids: torch.Tensor, attention_mask: torch.Tensor | None = None,
                 document_ids: torch.Tensor | None = None, position_ids: torch.Tensor | None = None,
-                causal: bool = False, logits_positions: torch.Tensor | None = None, **_unused) -> MaskedLMOutput:
+                causal: bool = False, logits_positions: torch.Tensor | None = None,
+                labels: torch.Tensor | None = None, head_loss=None, **_unused) -> MaskedLMOutput:
+        """As `LlamaEncoderForMaskedLM.forward`; `head_loss` is used where the family's head is a
+        plain linear layer (no bias, no soft-capping), else the loss is taken on its logits."""
         if causal:
             raise ValueError("a causal LM continued natively is trained with MLM only (causal=False)")
         if self.padded and document_ids is not None:
@@ -84,10 +88,15 @@ class CausalLMForMaskedLM(nn.Module):
                                    position_ids=position_ids).last_hidden_state
         if logits_positions is not None:
             hidden = hidden[logits_positions]
-        logits = self.causal_lm.get_output_embeddings()(hidden)
+        head = self.causal_lm.get_output_embeddings()
         cap = getattr(self.config, "final_logit_softcapping", None)
+        if head_loss is not None and not cap and getattr(head, "bias", None) is None:
+            return MaskedLMOutput(loss=head_loss(hidden, head.weight, labels))
+        logits = head(hidden)
         if cap:  # Gemma 2/3: the LM head's logits are soft-capped in the family's own forward
             logits = torch.tanh(logits / cap) * cap
+        if head_loss is not None:
+            return MaskedLMOutput(loss=logits_cross_entropy(logits, labels))
         return MaskedLMOutput(logits=logits)
 
     def per_document(self, input_ids: torch.Tensor, document_ids: torch.Tensor,

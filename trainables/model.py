@@ -362,6 +362,10 @@ class LlamaEncoderForMaskedLM(LlamaEncoderPreTrainedModel):
 
     `forward(..., causal=True)` is the CLM view of the same weights. `logits_positions` lets the
     objectives project only the positions that carry a loss (the LM head dominates small models).
+    With `head_loss` and `labels` (one per selected position) the output is `loss` =
+    `head_loss(hidden, lm_head.weight, labels)` and no logits: the pretraining objectives pass a
+    loss that need not materialise them (trainables.lm_loss). It runs inside `forward` so the
+    head's weight is the gathered one under FSDP2.
     """
 
     def __init__(self, config: LlamaEncoderConfig):
@@ -379,6 +383,8 @@ class LlamaEncoderForMaskedLM(LlamaEncoderPreTrainedModel):
         causal: bool = False,
         logits_positions: torch.Tensor | None = None,
         cu_seqlens: torch.Tensor | None = None,
+        labels: torch.Tensor | None = None,
+        head_loss: Callable | None = None,
         **_unused,
     ) -> MaskedLMOutput:
         hidden = self.model(
@@ -387,6 +393,8 @@ class LlamaEncoderForMaskedLM(LlamaEncoderPreTrainedModel):
         ).last_hidden_state
         if logits_positions is not None:
             hidden = hidden[logits_positions]
+        if head_loss is not None:
+            return MaskedLMOutput(loss=head_loss(hidden, self.lm_head.weight, labels))
         return MaskedLMOutput(logits=self.lm_head(hidden))
 
 

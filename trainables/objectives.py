@@ -19,9 +19,8 @@ from dataclasses import dataclass, field, replace
 from typing import Protocol
 
 import torch
-import torch.nn.functional as F
 
-IGNORE = -100
+from trainables.lm_loss import IGNORE, head_loss_for
 
 
 @dataclass(frozen=True, slots=True)
@@ -116,6 +115,9 @@ class LossContext:
     """The only source of randomness a loss may use (`draws.uniform`, `draws.integers`)."""
     mask_token_id: int
     vocab_size: int
+    lm_loss: str = "auto"
+    """How the LM head's loss is computed (`pretraining.lm_loss`, trainables.lm_loss.head_loss_for):
+    `fused` (chunked, or a CUDA kernel), `reference` (the full logits), `auto` (fused on a GPU)."""
 
     def rows(self, offset: int) -> LossContext:
         """The context of the rows from `offset` on (a micro-batch)."""
@@ -181,17 +183,16 @@ def mask_tokens(
 
 
 def labelled_token_loss(model, inputs: torch.Tensor, labels: torch.Tensor, batch: TokenBatch,
-                        causal: bool) -> tuple[torch.Tensor, int]:
-    """Summed cross-entropy at the positions whose label is not IGNORE (logits are computed there
-    only), and their number."""
+                        causal: bool, lm_loss: str) -> tuple[torch.Tensor, int]:
+    """Summed cross-entropy at the positions whose label is not IGNORE (the LM head runs there
+    only, through `lm_loss`'s head loss), and their number."""
     positions = labels != IGNORE
-    logits = model(
+    summed = model(
         inputs, document_ids=batch.document_ids, position_ids=batch.position_ids,
         causal=causal, logits_positions=positions, cu_seqlens=batch.cu_seqlens,
-    ).logits
-    # At least float32 (bf16 logits under autocast); float64 stays float64 (the numerics tests).
-    logits = logits.to(torch.promote_types(logits.dtype, torch.float32))
-    return F.cross_entropy(logits, labels[positions], reduction="sum"), int(positions.sum())
+        labels=labels[positions], head_loss=head_loss_for(lm_loss, inputs.device),
+    ).loss
+    return summed, int(positions.sum())
 
 
 def mlm_loss(model, batch: TokenBatch, settings: dict, context: LossContext) -> tuple[torch.Tensor, int]:
@@ -201,7 +202,7 @@ def mlm_loss(model, batch: TokenBatch, settings: dict, context: LossContext) -> 
                             vocab_size=context.vocab_size, random_replace=settings["random_replace"],
                             keep_original=settings["keep_original"])
     corrupted, labels = mask_tokens(batch.input_ids, batch.special_mask, masking, context.draws)
-    return labelled_token_loss(model, corrupted, labels, batch, causal=False)
+    return labelled_token_loss(model, corrupted, labels, batch, causal=False, lm_loss=context.lm_loss)
 
 
 def clm_targets(input_ids: torch.Tensor, document_ids: torch.Tensor) -> torch.Tensor:
@@ -215,4 +216,4 @@ def clm_targets(input_ids: torch.Tensor, document_ids: torch.Tensor) -> torch.Te
 def clm_loss(model, batch: TokenBatch, settings: dict, context: LossContext) -> tuple[torch.Tensor, int]:
     """Next-token cross-entropy with a causal mask inside each packed document (no settings)."""
     labels = clm_targets(batch.input_ids, batch.document_ids)
-    return labelled_token_loss(model, batch.input_ids, labels, batch, causal=True)
+    return labelled_token_loss(model, batch.input_ids, labels, batch, causal=True, lm_loss=context.lm_loss)

@@ -75,7 +75,7 @@ from trainables import sharding
 from trainables.corpus import PackedCorpus
 from trainables.model import LlamaEncoderConfig, LlamaEncoderForMaskedLM, build_model
 from trainables.objectives import LossContext, ObjectiveLoss, RowDraws
-from trainables.train_step import StepResult, train_step  # noqa: F401 (re-exported for benchmarks)
+from trainables.train_step import StepResult, adamw, train_step  # noqa: F401 (re-exported for benchmarks)
 
 RETENTION_METRIC = "retention_priority"
 """Reported with every checkpoint: Ray keeps the highest (evaluated ones first, then the newest)."""
@@ -420,7 +420,7 @@ def train_loop_per_worker(loop_config: dict) -> None:
     resume_context, unknown_to_ray = resume_point(run)
     with resume_context as resume:
         model = prepared_model(resume, run, corpus.meta["vocab_size"], world, device)
-        optimizer = torch.optim.AdamW(model.parameters(), lr=run.peak_lr, **run.optimizer.torch_kwargs())
+        optimizer = adamw(model.parameters(), run.peak_lr, run.optimizer.torch_kwargs(), device)
         start, log = restore_training_state(resume, model, optimizer, run, world) if resume else (0, [])
         if run.branch_from and start == run.branch_step:  # its own checkpoints are all later
             log = []  # the trunk's steps: this run logs from its branch step on
@@ -449,7 +449,7 @@ def train_loop_per_worker(loop_config: dict) -> None:
         # split into workers and micro-batches, and again after a resume. PackedCorpus gives
         # rank r the rows [r * share, (r + 1) * share) of the global batch.
         context = LossContext(draws=RowDraws(run.seed, data_step, first_row=rank * share, device=device),
-                              mask_token_id=mask_token_id, vocab_size=vocab_size)
+                              mask_token_id=mask_token_id, vocab_size=vocab_size, lm_loss=run.lm_loss)
         result = train_step(model, optimizer, batch, loss, phase.settings, context,
                             micro_batch_size=run.micro_batch_size, grad_clip=run.optimizer.grad_clip,
                             autocast_dtype=autocast_dtype)

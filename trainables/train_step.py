@@ -46,6 +46,14 @@ def gradient_sync(model, enabled: bool):
     return contextlib.nullcontext()
 
 
+def adamw(parameters, lr: float, settings: dict, device: torch.device) -> torch.optim.AdamW:
+    """The pretraining optimizer: AdamW with `settings` (`AdamWConfig.torch_kwargs`), its fused
+    kernel on CUDA (one kernel over all parameters, as torchtitan's default; FSDP2's DTensors take
+    it too), the default for-each implementation elsewhere (the CPU studies train bit for bit as
+    before). Fused and for-each differ by float rounding only."""
+    return torch.optim.AdamW(parameters, lr=lr, **settings, fused=True if torch.device(device).type == "cuda" else None)
+
+
 def train_step(model, optimizer: torch.optim.Optimizer, batch: TokenBatch, loss: ObjectiveLoss, settings: dict,
                context: LossContext, *, micro_batch_size: int | None = None, grad_clip: float | None = 1.0,
                autocast_dtype: torch.dtype | None = None) -> StepResult:

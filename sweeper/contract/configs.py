@@ -216,6 +216,8 @@ class PretrainConfig:
     once the run is past them)."""
     compile: bool = False
     """torch.compile each block."""
+    lm_loss: str = "auto"
+    """The LM head's loss: `auto`, `fused` or `reference` (trainables.lm_loss.head_loss_for)."""
     use_gpu: bool = False
     """Train on a CUDA device (bf16 autocast) when one is there."""
     tracking: TrackingConfig = field(default_factory=TrackingConfig)

@@ -227,9 +227,15 @@ class PretrainingSpec:
     run's (a shorter WSD run until its decay, a CLM -> MLM run until its switch) starts from that
     run's checkpoint there; the same weights (on CPU byte for byte), fewer steps. Not in run keys.
     false: every run from scratch."""
-    compile: bool = False
-    """torch.compile each transformer block (fixed shapes: compiled once per run); pays on GPU over
-    long runs, not on a few hundred CPU steps (benchmarks/pretrain_throughput.py --compile)."""
+    compile: bool | None = None
+    """torch.compile each transformer block (fixed shapes: compiled once per run). None: on where the
+    workers have a GPU (+14-22 % tokens/s at 210m on an H100), off on CPUs (a few hundred CPU steps
+    do not repay the compile); docs/benchmarks.md section 5."""
+    lm_loss: Literal["auto", "fused", "reference"] = "auto"
+    """How the LM head's cross-entropy is computed (trainables.lm_loss): fused (in chunks of rows,
+    or a CUDA kernel where liger-kernel or cut-cross-entropy is installed: no full logits tensor),
+    reference (the full float32 logits), auto (fused on a GPU, reference on a CPU, where it is faster
+    and memory is not short: docs/benchmarks.md section 18). Equal up to float rounding: not in run keys."""
     seed: int = 0
     """Weight-initialisation seed (the same for every run; replicate r >= 1 derives its own)."""
     replicates: int = 1

@@ -29,7 +29,7 @@ def span_mlm_loss(model, batch: TokenBatch, settings: dict, context: LossContext
                               context.draws)
     labels = torch.where(selected, batch.input_ids, torch.full_like(batch.input_ids, IGNORE))
     corrupted = batch.input_ids.masked_fill(selected, context.mask_token_id)
-    return labelled_token_loss(model, corrupted, labels, batch, causal=False)
+    return labelled_token_loss(model, corrupted, labels, batch, causal=False, lm_loss=context.lm_loss)
 
 
 register_objective(ObjectiveInfo(name="span-mlm", loss="toy_span_masking:span_mlm_loss",
