@@ -15,6 +15,7 @@ from pathlib import Path
 from sweeper.contract import registry
 from sweeper.contract.heavy_imports import imports_frozen
 from sweeper.plan import load as loading
+from sweeper.run.interrupts import interruptible, interrupted_line
 from sweeper.run.lease import EXIT_LEASE, LeaseHeld, hold_lease
 from sweeper.spec.names import location_problem
 from sweeper.spec.reading import SpecError, SpecErrors
@@ -57,7 +58,7 @@ def warn_unread(spec, spec_file: str) -> None:
 def command_plan(args) -> int:
     from sweeper.plan.plan_text import plan_lines
 
-    study = loading.load_study(args.spec, args.overrides)
+    study = loading.load_study(args.spec, args.overrides, machine=True)
     warn_unread(study.spec, args.spec)
     lines = plan_lines(study, args.verbose)
     if study.spec.pretraining.sequential is not None:  # its cost model imports scipy.stats: 1.4 s a plan without one skips
@@ -79,7 +80,32 @@ def command_plan(args) -> int:
 
 
 def command_run(args) -> int:
-    study = loading.load_study(args.spec, args.overrides)
+    """`sweeper run`; SIGINT or SIGTERM at any stage ends it with one line and 128 + the signal
+    (sweeper.run.interrupts), what finished recorded."""
+    where: dict = {}  # the study and its layout, once known: what the interrupted line counts
+    with interruptible() as interruption:
+        try:
+            return run_interruptibly(args, where)
+        except KeyboardInterrupt:  # ours (Interrupted), or Ray's in its place: interruption.signum says which
+            print(interrupted_line(*recorded_count(where), args.spec), file=sys.stderr, flush=True)
+            return interruption.exit_status
+
+
+def recorded_count(where: dict) -> tuple[int | None, int | None]:
+    """(planned trials recorded, planned trials) of the study being run; None where not yet known."""
+    study, layout = where.get("study"), where.get("layout")
+    if study is None:
+        return None, None
+    planned = {t.trial_key for t in study.plan.trials}
+    if layout is None or not storage.exists(layout.root):
+        return 0, len(planned)
+    from sweeper.store.results import finished_trial_keys  # pyarrow: only once a study was started
+
+    return len(finished_trial_keys(layout) & planned), len(planned)
+
+
+def run_interruptibly(args, where: dict) -> int:
+    study = where["study"] = loading.load_study(args.spec, args.overrides, machine=True)
     warn_unread(study.spec, args.spec)
     # A run or trial that cannot fit its GPUs would fail hours in: refuse before any folder or Ray exists.
     if study.refusal:
@@ -87,7 +113,7 @@ def command_run(args) -> int:
               file=sys.stderr)
         return EXIT_SPEC_ERROR
 
-    layout = study_layout_for(study.spec, args.storage, args.spec)
+    layout = where["layout"] = study_layout_for(study.spec, args.storage, args.spec)
     try:  # one driver per study: the lease comes before anything is written (sweeper.run.lease)
         lease = hold_lease(layout.lease, study=layout)
     except LeaseHeld as error:
