@@ -1,5 +1,6 @@
 """Command line: `sweeper run SPEC [KEY=VALUE ...]`, `plan SPEC [KEY=VALUE ...] [--storage STUDY]`,
-`status STUDY_DIR`, `report STUDY_DIR`.
+`status STUDY` (a folder, a study name or the spec file), `report STUDY_DIR`; overrides may come
+anywhere on the line, and bare `sweeper` prints the commands (exit 2).
 
 Every command reads its spec through `sweeper.plan.load.load_study` (one way into a study).
 Spec errors print `file:line: key.path: reason`, every independent one, and exit with status 2
@@ -26,6 +27,11 @@ EXIT_SPEC_ERROR = 2
 EXIT_CHANGED = 3
 
 
+def default_location(spec) -> str | Path:
+    """Where a study lives without --storage: the spec's storage, else ./studies/<study name>."""
+    return spec.storage or Path("studies") / spec.study
+
+
 def study_layout_for(spec, flag: str | None, spec_file: str = "spec") -> StudyLayout:
     """The study's layout, built once here and passed down to the store: its root is --storage,
     else the spec's storage, else ./studies/<study name>, as an absolute path or a URI. A local
@@ -35,7 +41,7 @@ def study_layout_for(spec, flag: str | None, spec_file: str = "spec") -> StudyLa
     if flag is not None and (problem := location_problem(flag, credentials_allowed=True)):  # keys: docs/security.md
         raise SpecError(file, key, problem)
     try:
-        location = storage.normalize(flag or spec.storage or Path("studies") / spec.study)
+        location = storage.normalize(flag or default_location(spec))
         storage.make_dirs(location)
     except (OSError, ValueError) as error:  # ValueError: a NUL byte, text that is not a file name
         where = flag or spec.storage or str(Path("studies") / spec.study)
@@ -163,11 +169,23 @@ def existing_study(location: str) -> StudyLayout | None:
     return layout
 
 
+def status_location(given: str) -> str:
+    """The study `sweeper status` means by `given`: a study folder or URI as it is; a spec file:
+    where that spec's study lives without --storage; else a study name under ./studies/."""
+    if storage.is_remote(given) or storage.exists(StudyLayout(storage.normalize(given)).spec):
+        return given
+    if Path(given).is_file():
+        return str(default_location(loading.load_study(given).spec))
+    if given and "/" not in given and given not in (".", ".."):
+        return str(Path("studies") / given)
+    return given
+
+
 def command_status(args) -> int:
     with imports_frozen():
         from sweeper.report.status import print_status
 
-    layout = existing_study(args.study_dir)
+    layout = existing_study(status_location(args.study_dir))
     if layout is None:
         return 1
     print_status(layout, loading.load_study(layout.spec))
@@ -208,7 +226,8 @@ def build_parser() -> argparse.ArgumentParser:
                      help="recompute cells whose settings changed since their results were recorded")
     run.set_defaults(handler=command_run)
     status = commands.add_parser("status", help="done / running / pending / diverged / failed per stage")
-    status.add_argument("study_dir", help="study directory or s3:// / gs:// URI")
+    status.add_argument("study_dir", metavar="STUDY", help="study directory or s3:// / gs:// URI, a study name "
+                                                           "(./studies/NAME), or the spec file (its study's folder)")
     status.set_defaults(handler=command_status)
     plan = commands.add_parser("plan", help="print what a spec would run and cost, without running it")
     plan.add_argument("spec", help="search-space YAML file, e.g. search_spaces/micro.yaml")
@@ -224,8 +243,25 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
+def parse(parser: argparse.ArgumentParser, argv: list[str]) -> argparse.Namespace:
+    """The command line, with KEY=VALUE overrides taken anywhere on it (`plan FILE --storage X
+    key=value`): argparse leaves those after an option unparsed, and they are the command's
+    overrides if it takes some; anything else unparsed is refused as argparse would."""
+    args, rest = parser.parse_known_args(argv)
+    if rest and hasattr(args, "overrides") and not any(word.startswith("-") for word in rest):
+        args.overrides = [*args.overrides, *rest]
+    elif rest:
+        parser.error(f"unrecognized arguments: {' '.join(rest)}")
+    return args
+
+
 def main(argv: list[str] | None = None) -> int:
-    args = build_parser().parse_args(argv)
+    argv = sys.argv[1:] if argv is None else argv
+    parser = build_parser()
+    if not argv:  # bare `sweeper`: the commands, on stderr, and the usage error's status
+        parser.print_help(sys.stderr)
+        return EXIT_SPEC_ERROR
+    args = parse(parser, argv)
     try:
         return args.handler(args)
     except SpecError as error:
