@@ -209,6 +209,30 @@ OVERRIDES_HELP = ("overrides of the spec's keys, each key.path=value with a YAML
                   "(finetuning.seeds=[0], pretraining.steps=100), checked as if the file said so")
 
 
+EPILOGS = {
+    "run": (["sweeper run search_spaces/micro.yaml",
+             "sweeper run my.yaml --storage studies/mine finetuning.seeds=[0,1,2]"],
+            ["0    done", "1    a run or trial failed (--retry-failed reruns it)",
+             "2    a spec error, or a request that cannot run", "3    settings changed under recorded results "
+             "(--recompute-changed)", "4    another driver holds the study",
+             "130  interrupted by SIGINT (143: SIGTERM); a rerun resumes"]),
+    "plan": (["sweeper plan search_spaces/paper.yaml -v", "sweeper plan my.yaml --storage studies/mine finetuning.seeds=[0]"],
+             ["0    planned", "1    --storage holds no study", "2    a spec error, or a run or trial that cannot fit"]),
+    "status": (["sweeper status studies/micro", "sweeper status micro", "sweeper status search_spaces/micro.yaml"],
+               ["0    shown", "1    not a study", "2    the spec does not read"]),
+    "report": (["sweeper report studies/micro"],
+               ["0    written", "1    no results", "2    the study's spec copy does not read"]),
+}
+"""Each command's `--help` ends with (examples, exit statuses)."""
+
+
+def add_command(commands, name: str, help_text: str) -> argparse.ArgumentParser:
+    examples, statuses = EPILOGS[name]
+    return commands.add_parser(name, help=help_text, formatter_class=argparse.RawDescriptionHelpFormatter,
+                               epilog="examples:\n" + "".join(f"  {line}\n" for line in examples)
+                               + "\nexit status:\n" + "".join(f"  {line}\n" for line in statuses))
+
+
 def build_parser() -> argparse.ArgumentParser:
     from sweeper.run.version import code_version
 
@@ -216,7 +240,7 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--version", action="version", version=f"sweeper {code_version()}",
                         help="print the package version and exit")
     commands = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
-    run = commands.add_parser("run", help="run (or resume) a study from a search-space file")
+    run = add_command(commands, "run", "run (or resume) a study from a search-space file")
     run.add_argument("spec", help="search-space YAML file, e.g. search_spaces/micro.yaml")
     run.add_argument("overrides", nargs="*", metavar="KEY=VALUE", help=OVERRIDES_HELP)
     run.add_argument("--storage", help="study directory or s3:// / gs:// URI (default: the spec's storage, "
@@ -225,11 +249,11 @@ def build_parser() -> argparse.ArgumentParser:
     run.add_argument("--recompute-changed", action="store_true",
                      help="recompute cells whose settings changed since their results were recorded")
     run.set_defaults(handler=command_run)
-    status = commands.add_parser("status", help="done / running / pending / diverged / failed per stage")
+    status = add_command(commands, "status", "done / running / pending / diverged / failed per stage")
     status.add_argument("study_dir", metavar="STUDY", help="study directory or s3:// / gs:// URI, a study name "
                                                            "(./studies/NAME), or the spec file (its study's folder)")
     status.set_defaults(handler=command_status)
-    plan = commands.add_parser("plan", help="print what a spec would run and cost, without running it")
+    plan = add_command(commands, "plan", "print what a spec would run and cost, without running it")
     plan.add_argument("spec", help="search-space YAML file, e.g. search_spaces/micro.yaml")
     plan.add_argument("overrides", nargs="*", metavar="KEY=VALUE", help=OVERRIDES_HELP)
     plan.add_argument("-v", "--verbose", action="store_true", help="list every pretraining run")
@@ -237,7 +261,7 @@ def build_parser() -> argparse.ArgumentParser:
                       help="a study that holds results: also print which trials and runs this spec would add, "
                            "keep, recompute or refuse there (nothing is run)")
     plan.set_defaults(handler=command_plan)
-    report = commands.add_parser("report", help="write report.md for a study directory")
+    report = add_command(commands, "report", "write report.md for a study directory")
     report.add_argument("study_dir", help="study directory or s3:// / gs:// URI")
     report.set_defaults(handler=command_report)
     return parser

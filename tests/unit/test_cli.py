@@ -97,3 +97,13 @@ def test_status_takes_the_folder_the_study_name_or_the_spec(tmp_path, capsys, mo
         assert capsys.readouterr().out.startswith(f"study smoke ({tmp_path / 'studies' / 'smoke'})"), given
     assert cli.main(["status", "other"]) == 1
     assert "studies/other is not a study directory (no spec.yaml)" in capsys.readouterr().err
+
+
+def test_each_commands_help_ends_with_examples_and_exit_statuses(capsys):
+    for command in ("run", "plan", "status", "report"):
+        with pytest.raises(SystemExit):
+            cli.main([command, "--help"])
+        out = capsys.readouterr().out
+        examples, statuses = out.split("examples:\n")[1].split("\nexit status:\n")
+        assert examples.splitlines()[0].startswith(f"  sweeper {command} "), out
+        assert statuses.splitlines()[0] == "  0    " + cli.EPILOGS[command][1][0].split(maxsplit=1)[1], out
