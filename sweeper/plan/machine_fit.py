@@ -8,9 +8,11 @@ Checked twice, against what is known at the time:
   GPU or custom resource asked for (a spec that asks for them describes a cluster's nodes, and
   planning it on a laptop is how one prices it). A spec error naming the key, the request and
   the machine;
-- at `sweeper run`, once Ray is joined, against the nodes Ray reports alive (`ray.nodes()`):
-  the request and what the largest node offers, within seconds of the start. An autoscaling
-  cluster's node types that are not up yet are not seen: start one such node first.
+- at `sweeper run`, once Ray is joined, against the nodes Ray reports alive (`ray.nodes()`) and
+  the node types its autoscaler reports it may launch: the request and what the largest node
+  offers, within seconds of the start. A joined cluster (RAY_ADDRESS) whose autoscaler reports
+  no node types (`ray start` heads, `ray up`'s autoscaler) may still grow: there it is a warning
+  (sweeper.run.runner.refuse_unplaceable).
 A request fits a node when every resource it asks for (CPU, GPU, custom) is there in that
 amount; a pretraining worker group must also fit the whole cluster (its workers may spread).
 """

@@ -8,6 +8,7 @@ the study.
 from __future__ import annotations
 
 import os
+import sys
 import time
 from pathlib import Path
 
@@ -27,7 +28,7 @@ from sweeper.run.tune_grid import run_finetuning
 from sweeper.run.pipeline import Pipeline
 from sweeper.run.train_grid import PretrainingGrid
 from sweeper.run.progress import format_duration
-from sweeper.run.ray_compat import WORKER_SETUP_HOOK, route_worker_output, use_loopback_node
+from sweeper.run.ray_compat import WORKER_SETUP_HOOK, autoscaler_node_types, route_worker_output, use_loopback_node
 from sweeper.contract import registry
 from sweeper.contract.configs import params_text
 from sweeper.spec.reading import SpecError, raise_all
@@ -81,12 +82,22 @@ def connect_ray() -> None:
 
 
 def refuse_unplaceable(study: LoadedStudy) -> None:
-    """A trial or pretraining worker no node of the joined cluster can host would wait forever
-    (sweeper.plan.machine_fit): a SpecError naming the request and the largest node, within
-    seconds of the start."""
-    nodes = [node["Resources"] for node in ray.nodes() if node.get("Alive")]
-    problems = fit_problems(study.spec, nodes, "the largest node Ray reports", "the cluster Ray reports",
+    """A trial or pretraining worker no node can host would wait forever (sweeper.plan.machine_fit):
+    a SpecError naming the request and the largest node, within seconds of the start. The nodes
+    are those Ray reports alive and the node types its autoscaler reports it may launch. A joined
+    cluster whose autoscaler reports none may still grow (`ray up`'s autoscaler): there it is a
+    warning, and the study goes on."""
+    alive = [node["Resources"] for node in ray.nodes() if node.get("Alive")]
+    launchable = autoscaler_node_types()
+    joined = bool(os.environ.get("RAY_ADDRESS"))
+    where = "the largest node Ray reports" + (" or may launch" if launchable else "")
+    problems = fit_problems(study.spec, alive + (launchable or []), where, "the cluster Ray reports",
                             pretrains=bool(study.plan.runs))
+    if joined and launchable is None:
+        for key, reason in problems:
+            print(f"warning: {study.file}: resources.{key}: {reason} unless the cluster adds a larger node "
+                  "(an autoscaler): else stop the study (Ctrl-C)", file=sys.stderr, flush=True)
+        return
     raise_all([SpecError(study.file, f"resources.{key}", reason) for key, reason in problems])
 
 
