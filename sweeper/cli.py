@@ -1,5 +1,6 @@
 """Command line: `sweeper run SPEC [KEY=VALUE ...]`, `plan SPEC [KEY=VALUE ...] [--storage STUDY]`,
-`status STUDY_DIR`, `report STUDY_DIR`.
+`status STUDY` (a folder, a study name or the spec file), `report STUDY_DIR`; overrides may come
+anywhere on the line, and bare `sweeper` prints the commands (exit 2).
 
 Every command reads its spec through `sweeper.plan.load.load_study` (one way into a study).
 Spec errors print `file:line: key.path: reason`, every independent one, and exit with status 2
@@ -15,6 +16,7 @@ from pathlib import Path
 from sweeper.contract import registry
 from sweeper.contract.heavy_imports import imports_frozen
 from sweeper.plan import load as loading
+from sweeper.run.interrupts import interruptible, interrupted_line
 from sweeper.run.lease import EXIT_LEASE, LeaseHeld, hold_lease
 from sweeper.spec.names import location_problem
 from sweeper.spec.reading import SpecError, SpecErrors
@@ -23,6 +25,11 @@ from sweeper.store.layout import StudyLayout
 
 EXIT_SPEC_ERROR = 2
 EXIT_CHANGED = 3
+
+
+def default_location(spec) -> str | Path:
+    """Where a study lives without --storage: the spec's storage, else ./studies/<study name>."""
+    return spec.storage or Path("studies") / spec.study
 
 
 def study_layout_for(spec, flag: str | None, spec_file: str = "spec") -> StudyLayout:
@@ -34,7 +41,7 @@ def study_layout_for(spec, flag: str | None, spec_file: str = "spec") -> StudyLa
     if flag is not None and (problem := location_problem(flag, credentials_allowed=True)):  # keys: docs/security.md
         raise SpecError(file, key, problem)
     try:
-        location = storage.normalize(flag or spec.storage or Path("studies") / spec.study)
+        location = storage.normalize(flag or default_location(spec))
         storage.make_dirs(location)
     except (OSError, ValueError) as error:  # ValueError: a NUL byte, text that is not a file name
         where = flag or spec.storage or str(Path("studies") / spec.study)
@@ -57,7 +64,7 @@ def warn_unread(spec, spec_file: str) -> None:
 def command_plan(args) -> int:
     from sweeper.plan.plan_text import plan_lines
 
-    study = loading.load_study(args.spec, args.overrides)
+    study = loading.load_study(args.spec, args.overrides, machine=True)
     warn_unread(study.spec, args.spec)
     lines = plan_lines(study, args.verbose)
     if study.spec.pretraining.sequential is not None:  # its cost model imports scipy.stats: 1.4 s a plan without one skips
@@ -79,7 +86,32 @@ def command_plan(args) -> int:
 
 
 def command_run(args) -> int:
-    study = loading.load_study(args.spec, args.overrides)
+    """`sweeper run`; SIGINT or SIGTERM at any stage ends it with one line and 128 + the signal
+    (sweeper.run.interrupts), what finished recorded."""
+    where: dict = {}  # the study and its layout, once known: what the interrupted line counts
+    with interruptible() as interruption:
+        try:
+            return run_interruptibly(args, where)
+        except KeyboardInterrupt:  # ours (Interrupted), or Ray's in its place: interruption.signum says which
+            print(interrupted_line(*recorded_count(where), args.spec), file=sys.stderr, flush=True)
+            return interruption.exit_status
+
+
+def recorded_count(where: dict) -> tuple[int | None, int | None]:
+    """(planned trials recorded, planned trials) of the study being run; None where not yet known."""
+    study, layout = where.get("study"), where.get("layout")
+    if study is None:
+        return None, None
+    planned = {t.trial_key for t in study.plan.trials}
+    if layout is None or not storage.exists(layout.root):
+        return 0, len(planned)
+    from sweeper.store.results import finished_trial_keys  # pyarrow: only once a study was started
+
+    return len(finished_trial_keys(layout) & planned), len(planned)
+
+
+def run_interruptibly(args, where: dict) -> int:
+    study = where["study"] = loading.load_study(args.spec, args.overrides, machine=True)
     warn_unread(study.spec, args.spec)
     # A run or trial that cannot fit its GPUs would fail hours in: refuse before any folder or Ray exists.
     if study.refusal:
@@ -87,7 +119,7 @@ def command_run(args) -> int:
               file=sys.stderr)
         return EXIT_SPEC_ERROR
 
-    layout = study_layout_for(study.spec, args.storage, args.spec)
+    layout = where["layout"] = study_layout_for(study.spec, args.storage, args.spec)
     try:  # one driver per study: the lease comes before anything is written (sweeper.run.lease)
         lease = hold_lease(layout.lease, study=layout)
     except LeaseHeld as error:
@@ -137,11 +169,23 @@ def existing_study(location: str) -> StudyLayout | None:
     return layout
 
 
+def status_location(given: str) -> str:
+    """The study `sweeper status` means by `given`: a study folder or URI as it is; a spec file:
+    where that spec's study lives without --storage; else a study name under ./studies/."""
+    if storage.is_remote(given) or storage.exists(StudyLayout(storage.normalize(given)).spec):
+        return given
+    if Path(given).is_file():
+        return str(default_location(loading.load_study(given).spec))
+    if given and "/" not in given and given not in (".", ".."):
+        return str(Path("studies") / given)
+    return given
+
+
 def command_status(args) -> int:
     with imports_frozen():
         from sweeper.report.status import print_status
 
-    layout = existing_study(args.study_dir)
+    layout = existing_study(status_location(args.study_dir))
     if layout is None:
         return 1
     print_status(layout, loading.load_study(layout.spec))
@@ -165,6 +209,30 @@ OVERRIDES_HELP = ("overrides of the spec's keys, each key.path=value with a YAML
                   "(finetuning.seeds=[0], pretraining.steps=100), checked as if the file said so")
 
 
+EPILOGS = {
+    "run": (["sweeper run search_spaces/micro.yaml",
+             "sweeper run my.yaml --storage studies/mine finetuning.seeds=[0,1,2]"],
+            ["0    done", "1    a run or trial failed (--retry-failed reruns it)",
+             "2    a spec error, or a request that cannot run", "3    settings changed under recorded results "
+             "(--recompute-changed)", "4    another driver holds the study",
+             "130  interrupted by SIGINT (143: SIGTERM); a rerun resumes"]),
+    "plan": (["sweeper plan search_spaces/paper.yaml -v", "sweeper plan my.yaml --storage studies/mine finetuning.seeds=[0]"],
+             ["0    planned", "1    --storage holds no study", "2    a spec error, or a run or trial that cannot fit"]),
+    "status": (["sweeper status studies/micro", "sweeper status micro", "sweeper status search_spaces/micro.yaml"],
+               ["0    shown", "1    not a study", "2    the spec does not read"]),
+    "report": (["sweeper report studies/micro"],
+               ["0    written", "1    no results", "2    the study's spec copy does not read"]),
+}
+"""Each command's `--help` ends with (examples, exit statuses)."""
+
+
+def add_command(commands, name: str, help_text: str) -> argparse.ArgumentParser:
+    examples, statuses = EPILOGS[name]
+    return commands.add_parser(name, help=help_text, formatter_class=argparse.RawDescriptionHelpFormatter,
+                               epilog="examples:\n" + "".join(f"  {line}\n" for line in examples)
+                               + "\nexit status:\n" + "".join(f"  {line}\n" for line in statuses))
+
+
 def build_parser() -> argparse.ArgumentParser:
     from sweeper.run.version import code_version
 
@@ -172,7 +240,7 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--version", action="version", version=f"sweeper {code_version()}",
                         help="print the package version and exit")
     commands = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
-    run = commands.add_parser("run", help="run (or resume) a study from a search-space file")
+    run = add_command(commands, "run", "run (or resume) a study from a search-space file")
     run.add_argument("spec", help="search-space YAML file, e.g. search_spaces/micro.yaml")
     run.add_argument("overrides", nargs="*", metavar="KEY=VALUE", help=OVERRIDES_HELP)
     run.add_argument("--storage", help="study directory or s3:// / gs:// URI (default: the spec's storage, "
@@ -181,10 +249,11 @@ def build_parser() -> argparse.ArgumentParser:
     run.add_argument("--recompute-changed", action="store_true",
                      help="recompute cells whose settings changed since their results were recorded")
     run.set_defaults(handler=command_run)
-    status = commands.add_parser("status", help="done / running / pending / diverged / failed per stage")
-    status.add_argument("study_dir", help="study directory or s3:// / gs:// URI")
+    status = add_command(commands, "status", "done / running / pending / diverged / failed per stage")
+    status.add_argument("study_dir", metavar="STUDY", help="study directory or s3:// / gs:// URI, a study name "
+                                                           "(./studies/NAME), or the spec file (its study's folder)")
     status.set_defaults(handler=command_status)
-    plan = commands.add_parser("plan", help="print what a spec would run and cost, without running it")
+    plan = add_command(commands, "plan", "print what a spec would run and cost, without running it")
     plan.add_argument("spec", help="search-space YAML file, e.g. search_spaces/micro.yaml")
     plan.add_argument("overrides", nargs="*", metavar="KEY=VALUE", help=OVERRIDES_HELP)
     plan.add_argument("-v", "--verbose", action="store_true", help="list every pretraining run")
@@ -192,14 +261,31 @@ def build_parser() -> argparse.ArgumentParser:
                       help="a study that holds results: also print which trials and runs this spec would add, "
                            "keep, recompute or refuse there (nothing is run)")
     plan.set_defaults(handler=command_plan)
-    report = commands.add_parser("report", help="write report.md for a study directory")
+    report = add_command(commands, "report", "write report.md for a study directory")
     report.add_argument("study_dir", help="study directory or s3:// / gs:// URI")
     report.set_defaults(handler=command_report)
     return parser
 
 
+def parse(parser: argparse.ArgumentParser, argv: list[str]) -> argparse.Namespace:
+    """The command line, with KEY=VALUE overrides taken anywhere on it (`plan FILE --storage X
+    key=value`): argparse leaves those after an option unparsed, and they are the command's
+    overrides if it takes some; anything else unparsed is refused as argparse would."""
+    args, rest = parser.parse_known_args(argv)
+    if rest and hasattr(args, "overrides") and not any(word.startswith("-") for word in rest):
+        args.overrides = [*args.overrides, *rest]
+    elif rest:
+        parser.error(f"unrecognized arguments: {' '.join(rest)}")
+    return args
+
+
 def main(argv: list[str] | None = None) -> int:
-    args = build_parser().parse_args(argv)
+    argv = sys.argv[1:] if argv is None else argv
+    parser = build_parser()
+    if not argv:  # bare `sweeper`: the commands, on stderr, and the usage error's status
+        parser.print_help(sys.stderr)
+        return EXIT_SPEC_ERROR
+    args = parse(parser, argv)
     try:
         return args.handler(args)
     except SpecError as error:

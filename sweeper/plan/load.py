@@ -22,6 +22,7 @@ from pathlib import Path
 from sweeper.contract import registry
 from sweeper.plan.checkpoint_sources import ExternalCheckpoint, SourceProblem, resolve_all
 from sweeper.plan.hf_init import HfSourceProblem, resolve_hf_init
+from sweeper.plan.machine_fit import local_fit_problems
 from sweeper.plan.memory_check import RunMemory, TrialMemory, check_runs, check_trials, refusal, trial_refusal
 from sweeper.plan.runs import PretrainingRun, RunNameProblem, expand_base_runs, expand_runs
 from sweeper.plan.study_plan import StudyPlan, plan_study
@@ -58,14 +59,19 @@ class LoadedStudy:
         return replace(self, plan=plan_study(self.spec, counts, externals=externals))
 
 
-def load_study(path: str | Path, overrides: list[str] | tuple[str, ...] = ()) -> LoadedStudy:
+def load_study(path: str | Path, overrides: list[str] | tuple[str, ...] = (), *, machine: bool = False) -> LoadedStudy:
     """Read, check and plan the spec at `path` with `overrides` (`key.path=value`); raises a
     SpecError naming every independent mistake (module docstring). Plugin modules named in
-    SWEEPER_PLUGINS are imported first (their families and objectives become valid names)."""
+    SWEEPER_PLUGINS are imported first (their families and objectives become valid names).
+    `machine` (`plan`, `run`): a trial or worker asking more than this machine offers, for a
+    study that would run here, is a mistake too (sweeper.plan.machine_fit)."""
     registry.load_plugins()
     data, context = load_yaml(path)
     data, context.overrides = apply_overrides(data, overrides)
     spec = build_dataclass(StudySpec, data, "", context)  # every mistake in it raised
+    if machine:
+        for key, reason in local_fit_problems(spec, pretrains=bool(spec.pretraining.runs)):
+            context.note(f"resources.{key}", reason)
     runs = _checked_runs(spec, context)
     externals = _resolved_externals(spec, runs, context)
     raise_all(context.errors)

@@ -157,8 +157,11 @@ def objective_text(objective) -> str:
 
 def point_table(ok: pd.DataFrame, cell: list[str]) -> pd.DataFrame:
     """Per `cell` and point (learning rate, swept values): validation and test means over seeds,
-    the test std, seeds and 95 % interval."""
-    points = ok.groupby([*cell, "learning_rate", *[a for a in axes(ok) if a not in cell]], dropna=False)
+    the test std, seeds and 95 % interval. Counted by seed id, never by rows: two samples of a
+    search at one point (a repeated draw) give a seed two rows, averaged into one value first."""
+    point = [*cell, "learning_rate", *[a for a in axes(ok) if a not in cell]]
+    per_seed = ok.groupby([*point, "seed"], dropna=False)[["validation_score", "test_score"]].mean().reset_index()
+    points = per_seed.groupby(point, dropna=False)
     table = points[["validation_score", "test_score"]].mean().set_axis(["validation_mean", "test_mean"], axis=1)
     table["test_std"] = points["test_score"].std()
     table["seeds"] = points["seed"].nunique()

@@ -189,3 +189,18 @@ def accelerator_resource_names() -> list[str]:
     import ray._private.accelerators as accelerators
 
     return list(accelerators.get_all_accelerator_resource_names())
+
+
+def autoscaler_node_types() -> list[dict[str, float]] | None:
+    """The resources of each node type the cluster's autoscaler may still launch, from the cluster
+    config Ray keeps in its GCS (`ray._private.state.state.get_cluster_config()`, which Ray Train's
+    own worker-group check reads too; no public API gives it); None when Ray holds none (a fixed
+    cluster, or an autoscaler that does not report its config)."""
+    require_tested_ray()
+    from ray._private.state import state
+
+    config = state.get_cluster_config()
+    if config is None:
+        return None
+    return [{name: float(amount) for name, amount in group.resources.items()}
+            for group in config.node_group_configs if group.max_count != 0]

@@ -8,6 +8,7 @@ the study.
 from __future__ import annotations
 
 import os
+import sys
 import time
 from pathlib import Path
 
@@ -15,19 +16,22 @@ import ray
 
 from sweeper.plan.changes import cell_id, resolved_settings, trial_cell
 from sweeper.plan.load import LoadedStudy
+from sweeper.plan.machine_fit import fit_problems
 from sweeper.plan.study_plan import StudyPlan, trials_and_rows
 from sweeper.report.sequential import saved_text, study_looks
 from sweeper.report.writer import write_report
 from sweeper.run.console import Console
 from sweeper.run.corpora import check_corpus_source, prepare_corpora
 from sweeper.run.environment import record_environment
+from sweeper.run.interrupts import rearm
 from sweeper.run.tune_grid import run_finetuning
 from sweeper.run.pipeline import Pipeline
 from sweeper.run.train_grid import PretrainingGrid
 from sweeper.run.progress import format_duration
-from sweeper.run.ray_compat import WORKER_SETUP_HOOK, route_worker_output, use_loopback_node
+from sweeper.run.ray_compat import WORKER_SETUP_HOOK, autoscaler_node_types, route_worker_output, use_loopback_node
 from sweeper.contract import registry
 from sweeper.contract.configs import params_text
+from sweeper.spec.reading import SpecError, raise_all
 from sweeper.spec.study import StudySpec
 from sweeper.store import storage
 from sweeper.store.layout import StudyLayout
@@ -73,7 +77,28 @@ def connect_ray() -> None:
     else:
         use_loopback_node()  # the node's address: the loopback (ray.init takes none)
         ray.init(address="local", dashboard_host="127.0.0.1", **options)
+    rearm()
     tighten_auth_token()
+
+
+def refuse_unplaceable(study: LoadedStudy) -> None:
+    """A trial or pretraining worker no node can host would wait forever (sweeper.plan.machine_fit):
+    a SpecError naming the request and the largest node, within seconds of the start. The nodes
+    are those Ray reports alive and the node types its autoscaler reports it may launch. A joined
+    cluster whose autoscaler reports none may still grow (`ray up`'s autoscaler): there it is a
+    warning, and the study goes on."""
+    alive = [node["Resources"] for node in ray.nodes() if node.get("Alive")]
+    launchable = autoscaler_node_types()
+    joined = bool(os.environ.get("RAY_ADDRESS"))
+    where = "the largest node Ray reports" + (" or may launch" if launchable else "")
+    problems = fit_problems(study.spec, alive + (launchable or []), where, "the cluster Ray reports",
+                            pretrains=bool(study.plan.runs))
+    if joined and launchable is None:
+        for key, reason in problems:
+            print(f"warning: {study.file}: resources.{key}: {reason} unless the cluster adds a larger node "
+                  "(an autoscaler): else stop the study (Ctrl-C)", file=sys.stderr, flush=True)
+        return
+    raise_all([SpecError(study.file, f"resources.{key}", reason) for key, reason in problems])
 
 
 def plan_record(plan: StudyPlan) -> dict:
@@ -152,6 +177,7 @@ def run_study(study: LoadedStudy, layout: StudyLayout, *, retry_failed: bool = F
           f"[study] Ray's and Tune's notices: {console.where}", flush=True)
     try:
         connect_ray()
+        refuse_unplaceable(study)
         route_worker_output(console.route)
         record_environment(spec, layout, spec_entry)
         tally, failed_runs = run_stages(spec, plan, layout, retry_failed)

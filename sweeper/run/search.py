@@ -206,17 +206,30 @@ class CellSearcher(StoreRecordSearcher):
         return {name: spaces.optuna_distribution(dist) for name, dist in cell.space.items()}
 
     def start_cell(self, index: int) -> None:
-        """The cell's study, made or loaded from the journal and reconciled with the store. Its
-        TPE sampler is seeded by the cell's position in the plan: the same proposals whichever
-        shard takes the cell, and when."""
+        """The cell's study, made or loaded from the journal and reconciled with the store, and
+        its TPE sampler (`sampler`)."""
         import optuna
 
         cell = self.cells[index]
-        sampler = optuna.samplers.TPESampler(seed=(self.seed * 1_000_003 + cell.number) % 2**32,
-                                             n_startup_trials=self.startup_samples)
-        self.studies[index] = optuna.create_study(study_name=cell.study_name, storage=self.journal.storage,
-                                                  sampler=sampler, direction="maximize", load_if_exists=True)
-        self.rerun[index] = self.reconcile(self.studies[index], cell)
+        study = optuna.create_study(study_name=cell.study_name, storage=self.journal.storage,
+                                    direction="maximize", load_if_exists=True)
+        self.rerun[index] = self.reconcile(study, cell)
+        study.sampler = self.sampler(cell, len(study.get_trials(deepcopy=False)))
+        self.studies[index] = study
+
+    def sampler(self, cell: CellSearch, stored: int):
+        """A TPE sampler seeded by the cell's position in the plan and the trials its study holds
+        already: the same proposals whichever shard takes the cell, and when. A resumed cell's
+        sampler starts a new random stream: seeded as a fresh cell's, its start-up draws (random
+        until `startup_samples` results) would begin again at the points the study already
+        tried (issue #54). A fresh cell (`stored` 0) keeps the seed it always had."""
+        import numpy as np
+        import optuna
+
+        seed = (self.seed * 1_000_003 + cell.number) % 2**32
+        if stored:
+            seed = int(np.random.SeedSequence([seed, stored]).generate_state(1)[0])
+        return optuna.samplers.TPESampler(seed=seed, n_startup_trials=self.startup_samples)
 
     def reconcile(self, study, cell: CellSearch) -> dict[int, dict]:
         """Make the study agree with the store, the record: fail the trials a killed driver left

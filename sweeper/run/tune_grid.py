@@ -231,6 +231,8 @@ def run_shards(spec: StudySpec, shards: list[Shard], layout: StudyLayout, traina
         )
         name = f"finetune-shard-{number:04d}"
         search = shard.tuner_args(spec, pipeline)
+        recorder = ResultsRecorder(spec.study, layout, shard, progress, extra={
+            "cpus": res.cpus_per_trial, "gpus": res.gpus_per_trial, "code_version": code_version()}, tracker=tracker)
         tuner = tune.Tuner(
             trainable,
             param_space=search.pop("param_space"),
@@ -240,13 +242,15 @@ def run_shards(spec: StudySpec, shards: list[Shard], layout: StudyLayout, traina
             run_config=tune.RunConfig(
                 name=name, storage_path=tune_path, verbose=0,
                 storage_filesystem=tune_filesystem if storage.is_remote(layout.root) else None,
-                callbacks=[TrialClock(shard, progress), ResultsRecorder(spec.study, layout, shard, progress, extra={
-                    "cpus": res.cpus_per_trial, "gpus": res.gpus_per_trial, "code_version": code_version()},
-                    tracker=tracker)],
+                callbacks=[TrialClock(shard, progress), recorder],
                 failure_config=tune.FailureConfig(max_failures=0),
             ),
         )
-        tuner.fit()
+        try:
+            tuner.fit()
+        except KeyboardInterrupt:  # SIGINT/SIGTERM (sweeper.run.interrupts): the rows held back are finished trials
+            recorder.flush()
+            raise
         # Every outcome is in the store now; Tune's own state (an empty folder per trial and a
         # JSON rewritten as trials finish) is no record and is not kept.
         storage.remove_tree(storage.join(layout.tune, name))

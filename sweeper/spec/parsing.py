@@ -2,7 +2,8 @@
 
 Generic over the spec's dataclasses: field types come from their annotations (int, float, str,
 bool, `X | None`, `list[X]`, `dict`, `Literal[...]`, nested dataclasses), unknown keys get a
-"did you mean" suggestion, and a list-typed field also accepts one scalar (`seeds: 0`).
+"did you mean" suggestion, and a list-typed field takes a list only (`seeds: 3` is refused: three
+seeds, or the seed 3?).
 A float field holds a finite number and an int field a 64-bit integer, whatever the field.
 A field a dataclass names in `GRID_FIELDS` also takes a grid (a list, or Ray Tune's
 `{grid_search: [...]}`: a `Grid`), and one named in `SEARCH_FIELDS` also a distribution in
@@ -63,11 +64,13 @@ def convert(value, annotation, path: str, context: Context):
             context.fail(path, f"{shown(value)} is not one of {', '.join(map(repr, args))}{hint}")
         return value
     if origin is list:
-        items = value if isinstance(value, list) else [value]
         if value is None:
             context.fail(path, "expected a list, got nothing (null)")
+        if not isinstance(value, list):  # `seeds: 3` reads as three seeds to some and as seed 3 to others
+            context.fail(path, f"expected a list, got {type_name(value)} {shown(value)}: write [{shown(value)}] "
+                               "for a list of that one value")
         return gathered(context, [(f"{path}[{i}]", lambda item=item, i=i: convert(item, args[0], f"{path}[{i}]", context))
-                                  for i, item in enumerate(items)])
+                                  for i, item in enumerate(value)])
     if origin is tuple:  # tuple[X, ...] or a fixed length, e.g. betas: tuple[float, float]
         if not isinstance(value, list):
             context.fail(path, f"expected a list, got {type_name(value)}")

@@ -24,8 +24,8 @@ Merely wasteful, and allowed: `sharding: fsdp` with fewer than two workers (noth
 over: the run trains unsharded, so a cluster spec runs as it is with `pretraining_workers: 0` on
 a laptop, as tests/e2e/test_fsdp_study.py's FSDP test does); a GPU fraction that does not divide 1 (0.3:
 three trials share a GPU and 10 % of it idles), CPUs that are not whole (threads are `int(cpus)`). The spec states no
-cluster size, so a worker group larger than the cluster is Ray's to report (it waits for
-resources).
+cluster size: a request larger than the machine or cluster it runs on is refused against what
+is there, at `plan` and `run` (sweeper.plan.machine_fit).
 """
 from __future__ import annotations
 

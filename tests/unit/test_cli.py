@@ -59,3 +59,51 @@ def test_a_list_of_many_bad_values_names_the_first_fifty_then_a_count(tmp_path, 
     assert cli.main(["plan", str(spec)]) == 2
     lines = capsys.readouterr().err.splitlines()
     assert len(lines) == 51 and lines[-1] == "spec error: ... and 70 more", lines[-2:]
+
+
+def test_bare_sweeper_prints_the_commands_and_exits_2(capsys):
+    assert cli.main([]) == 2
+    err = capsys.readouterr().err
+    assert all(f"    {command} " in err for command in ("run", "status", "plan", "report")), err
+
+
+def test_overrides_are_read_after_an_option_too(tmp_path, capsys):
+    spec = str(ROOT / "search_spaces" / "smoke.yaml")
+    assert cli.main(["plan", spec, "-v", "finetuning.seeds=[0]"]) == 0
+    assert "overrides:              finetuning.seeds=[0]" in capsys.readouterr().out
+    # After --storage: read and checked as an override (the study folder is never reached).
+    assert cli.main(["plan", spec, "--storage", str(tmp_path / "none"), "finetuning.seeds=3"]) == 2
+    assert "spec error: override finetuning.seeds=3: finetuning.seeds: expected a list, got an integer 3" \
+        in capsys.readouterr().err
+    with pytest.raises(SystemExit) as exited:
+        cli.main(["plan", spec, "--storage", str(tmp_path / "none"), "--bogus"])
+    assert exited.value.code == 2 and "unrecognized arguments: --bogus" in capsys.readouterr().err
+
+
+def test_a_scalar_where_a_list_is_meant_is_a_spec_error_naming_file_line_and_key(tmp_path, capsys):
+    spec = edited_spec(tmp_path, ("  seeds: [0, 1] ", "  seeds: 3 "))
+    assert cli.main(["plan", str(spec)]) == 2
+    assert capsys.readouterr().err.strip() == (f"spec error: {spec}:32: finetuning.seeds: expected a list, got an "
+                                               "integer 3: write [3] for a list of that one value")
+
+
+def test_status_takes_the_folder_the_study_name_or_the_spec(tmp_path, capsys, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    spec = edited_spec(tmp_path)
+    (tmp_path / "studies" / "smoke").mkdir(parents=True)
+    (tmp_path / "studies" / "smoke" / "spec.yaml").write_text(spec.read_text())
+    for given in (str(tmp_path / "studies" / "smoke"), "smoke", str(spec)):
+        assert cli.main(["status", given]) == 0, given
+        assert capsys.readouterr().out.startswith(f"study smoke ({tmp_path / 'studies' / 'smoke'})"), given
+    assert cli.main(["status", "other"]) == 1
+    assert "studies/other is not a study directory (no spec.yaml)" in capsys.readouterr().err
+
+
+def test_each_commands_help_ends_with_examples_and_exit_statuses(capsys):
+    for command in ("run", "plan", "status", "report"):
+        with pytest.raises(SystemExit):
+            cli.main([command, "--help"])
+        out = capsys.readouterr().out
+        examples, statuses = out.split("examples:\n")[1].split("\nexit status:\n")
+        assert examples.splitlines()[0].startswith(f"  sweeper {command} "), out
+        assert statuses.splitlines()[0] == "  0    " + cli.EPILOGS[command][1][0].split(maxsplit=1)[1], out

@@ -24,7 +24,7 @@ from test_statistics import CLEAR, synthetic_trials  # noqa: E402
 def calls(monkeypatch) -> list[str]:
     """Every load_study call of the commands (they call it through the module: a wrapper sees them)."""
     seen, real = [], loading.load_study
-    monkeypatch.setattr(loading, "load_study", lambda path, overrides=(): seen.append(str(path)) or real(path, overrides))
+    monkeypatch.setattr(loading, "load_study", lambda path, overrides=(), **options: seen.append(str(path)) or real(path, overrides, **options))
     return seen
 
 

@@ -75,6 +75,23 @@ def test_selection_and_confidence_intervals(clear_study):
     assert sc["ci95"] == pytest.approx(T_975_4 * per_seed.std(ddof=1) / math.sqrt(5))
 
 
+def test_a_point_drawn_twice_counts_its_seeds_not_its_rows():
+    """A search that drew one point twice (two samples, each run on the same seeds) has two rows
+    per seed there: the interval is over the seeds' means (n = 5 seeds), not over the 10 rows."""
+    import pandas as pd
+
+    rows = synthetic_trials(CLEAR, noise={"mlm": 1.0, "clm": 3.0})
+    cell = [r for r in rows if r["checkpoint_id"] == "m-clm-100" and r["task"] == "sc1" and r["learning_rate"] == 3e-5]
+    again = [{**r, "trial_key": r["trial_key"] + "/sample1", "test_score": r["test_score"] + 2.0 * (r["seed"] % 2)}
+             for r in cell]
+    trials = pd.DataFrame(rows + again)
+    row = analysis.best_lr_table(trials).query("checkpoint_id == 'm-clm-100' and task == 'sc1'").iloc[0]
+    per_seed = pd.DataFrame(cell + again).groupby("seed")["test_score"].mean()
+    assert row["seeds"] == 5
+    assert row["test_mean"] == pytest.approx(per_seed.mean())
+    assert row["test_ci95"] == pytest.approx(T_975_4 * per_seed.std(ddof=1) / math.sqrt(5))
+
+
 def test_stability_spread_tracks_seed_variance(clear_study):
     trials = read_trials(clear_study).to_pandas()
     table, used = analysis.stability(trials)

@@ -230,3 +230,37 @@ def test_parameter_importances_name_the_parameter_that_moves_the_score():
 
 
 # --- end to end -----------------------------------------------------------------------------------
+
+
+def test_a_resumed_cell_draws_no_point_it_has_tried(tmp_path):
+    """A driver interrupted in a cell's start-up draws (random until `startup_samples` results),
+    after sample 0 is recorded and sample 1 asked: the resumed sampler continues the search; it
+    does not begin its random draws again at sample 0's point (issue #54)."""
+    text = re.sub(r"  tasks: .*?\]\n", "  tasks: [wordnet-supersense-cls]\n", SMOKE.replace(*OPTUNA, 1), count=1,
+                  flags=re.S)
+    (tmp_path / "spec.yaml").write_text(text)
+    spec = load_study(tmp_path / "spec.yaml").spec
+    plan = plan_study(spec)
+    layout = StudyLayout(str(tmp_path / "study"))
+
+    def score(config):
+        return 50.0 + 100 * config["point"]["weight_decay"] + config["seed_index"]
+
+    shard, searcher = start_search(spec, plan, layout)
+    first = run_sample(shard, searcher, ["a", "b"], score)
+    rows = [trial_row("s", shard.trial(config), {"validation_score": score(config), "test_score": 1.0}, "ok", None)
+            for config in first]
+    write_rows(layout, TRIALS, rows)
+    assert searcher.suggest("c")["sample"] == 1  # asked, then the driver is interrupted
+    done = {row["trial_key"] for row in rows}
+
+    shard, searcher = start_search(spec, plan, layout, done)
+    resumed = [run_sample(shard, searcher, [f"r{n}a", f"r{n}b"], score) for n in range(3)]
+    assert [configs[0]["sample"] for configs in resumed] == [1, 2, 3]
+    tried = [first[0]["point"], *(configs[0]["point"] for configs in resumed)]
+    assert len({json.dumps(point, sort_keys=True) for point in tried}) == 4, tried
+
+    # The journal lost too: the store's sample 0 is the study's one trial, and sample 1 is a new point.
+    (tmp_path / "study" / "optuna" / "journal.log").unlink()
+    shard, searcher = start_search(spec, plan, layout, done)
+    assert run_sample(shard, searcher, ["x", "y"], score)[0]["point"] != first[0]["point"]
