@@ -75,6 +75,15 @@ def shared_steps(a: tuple[np.ndarray, np.ndarray], b: tuple[np.ndarray, np.ndarr
     return int(differ[0]) if len(differ) else n
 
 
+def shared_with_each(run: tuple[np.ndarray, np.ndarray], earlier: tuple[np.ndarray, np.ndarray]) -> np.ndarray:
+    """`shared_steps` of one run against every row of `earlier` (stacked learning rates and phase
+    codes of runs at least as long), in one array operation: a plan of a thousand runs of one
+    family compares them in about a second instead of a million calls."""
+    n = len(run[0])
+    agree = (earlier[0][:, :n] == run[0]) & (earlier[1][:, :n] == run[1])
+    return np.where(agree.all(axis=1), n, agree.argmin(axis=1))
+
+
 def prefix_branches(runs: tuple[PretrainingRun, ...] | list[PretrainingRun]) -> dict[str, Branch]:
     """Each run that shares a prefix with another: its trunk and the shared steps (runs absent
     train from scratch). Runs whose steps are only known at run time (no model config) are left out."""
@@ -88,22 +97,20 @@ def prefix_branches(runs: tuple[PretrainingRun, ...] | list[PretrainingRun]) -> 
         if len(family) < 2:
             continue
         codes: dict[str, int] = {}
-        steps: dict[str, tuple[np.ndarray, np.ndarray]] = {}
-        for _, run in family:
+        ordered = [run for _, run in sorted(family, key=lambda item: (-item[1].total_steps, item[0]))]
+        longest = ordered[0].total_steps
+        rates, phases = np.full((len(ordered), longest), np.nan), np.full((len(ordered), longest), -1, dtype=np.int64)
+        for row, run in enumerate(ordered):
             schedule = (run.peak_lr, run.total_steps, run.warmup_steps, run.decay_steps)
             if schedule not in schedules:
                 schedules[schedule] = lr_steps(run)
-            steps[run.name] = (schedules[schedule], phase_steps(run, codes))
-        earlier: list[PretrainingRun] = []
-        for _, run in sorted(family, key=lambda item: (-item[1].total_steps, item[0])):
-            best, trunk = 0, None
-            for other in earlier:  # longest first, so a tie keeps the longer trunk
-                shared = shared_steps(steps[run.name], steps[other.name])
-                if shared > best:
-                    best, trunk = shared, other
-            if trunk is not None:
-                branches[run.name] = Branch(run.name, trunk.name, best)
-            earlier.append(run)
+            rates[row, :run.total_steps], phases[row, :run.total_steps] = schedules[schedule], phase_steps(run, codes)
+        for row in range(1, len(ordered)):  # longest first, so a tie keeps the longer trunk
+            length = ordered[row].total_steps
+            shared = shared_with_each((rates[row, :length], phases[row, :length]), (rates[:row], phases[:row]))
+            best = int(shared.argmax())
+            if shared[best] > 0:
+                branches[ordered[row].name] = Branch(ordered[row].name, ordered[best].name, int(shared[best]))
     return branches
 
 

@@ -14,8 +14,8 @@ from sweeper.spec.sequential import SequentialSpec
 
 from verdict_simulation import CATEGORIES, GROUPS, Scenario, simulate
 
-DESIGN = SequentialSpec(first=3, step=3, maximum=9, futility=0.0)
-"""Short, and never futile: an open comparison grows to the maximum."""
+DESIGN = SequentialSpec(first=3, step=3, maximum=9, futility=0.0, every_count=True)
+"""Short, never futile, and looking at every count (3, 6, 9): an open comparison grows to the maximum."""
 SOURCES_DECIDE = Scenario(groups=GROUPS[:1], replicates=DESIGN.maximum, run_sd=0.5, effects={
     "clm": dict.fromkeys(CATEGORIES, -12.0), "clm-early": dict.fromkeys(CATEGORIES, -12.0),
     "split25": dict.fromkeys(CATEGORIES, 6.0), "split50": dict.fromkeys(CATEGORIES, 12.0),
