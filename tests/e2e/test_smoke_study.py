@@ -85,9 +85,13 @@ def test_biphasic_run_switches_at_the_planned_step(smoke_study):
     study_dir, _ = smoke_study
     pre = ds.dataset(study_dir / "results" / "pretraining", format="parquet", partitioning="hive").to_table().to_pandas()
     biphasic = pre[pre["run_name"] == "nano-clm-20-mlm40-40"].sort_values("step")
-    assert biphasic["step"].tolist() == [10, 20, 30, 40]
-    # Rows summarise the steps up to `step`; the phase is that of the last of them.
-    assert biphasic["phase"].tolist() == ["clm", "clm", "mlm", "mlm"]
+    # It shares its CLM steps with nano-clm-40 (pretraining.share_prefixes, `plan -v`: from
+    # nano-clm-40 at step 20): it logs only what it trains itself, from its switch on; the first
+    # 20 steps are the trunk's rows. Rows summarise the steps up to `step`, in that step's phase.
+    assert biphasic["step"].tolist() == [30, 40]
+    assert biphasic["phase"].tolist() == ["mlm", "mlm"]
+    trunk = pre[(pre["run_name"] == "nano-clm-40") & (pre["step"] <= 20)].sort_values("step")
+    assert trunk["step"].tolist() == [10, 20] and set(trunk["phase"]) == {"clm"}
     marker = json.loads((study_dir / "pretraining" / "nano-clm-20-mlm40-40" / "step-40" /
                          "sweeper_checkpoint.json").read_text())
     assert marker["switch_step"] == 20

@@ -82,6 +82,7 @@ def cost_shares(out: str) -> tuple[float, float, str]:
     return expected / maximum, first / maximum, cost
 
 
+@pytest.mark.slow  # a `sweeper plan` of paper.yaml's sequential design each: 10-160 s on a busy 2-core machine
 @pytest.mark.parametrize("every_count", [True, False])
 def test_paper_expected_cost_is_the_simulated_rules_not_a_one_comparison_floor(every_count):
     """#53's acceptance: paper.yaml made sequential (first 3, step 3, maximum 15) no longer prints
