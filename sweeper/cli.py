@@ -1,5 +1,5 @@
 """Command line: `sweeper run SPEC [KEY=VALUE ...]`, `plan SPEC [KEY=VALUE ...] [--storage STUDY]`,
-`status STUDY` (a folder, a study name or the spec file), `report STUDY_DIR`; overrides may come
+`status STUDY` (a folder, a study name or the spec file), `results STUDY`, `report STUDY_DIR`; overrides may come
 anywhere on the line, and bare `sweeper` prints the commands (exit 2).
 
 Every command reads its spec through `sweeper.plan.load.load_study` (one way into a study).
@@ -192,6 +192,37 @@ def command_status(args) -> int:
     return 0
 
 
+def study_results(study: str | Path, every: bool = False):
+    """`sweeper.results`: the rows the study's report used, as a DataFrame (every recorded row with
+    `every`); `study` as `sweeper status` takes it (status_location)."""
+    from sweeper.report.used_rows import study_rows
+
+    layout = StudyLayout(storage.normalize(status_location(str(study))))
+    if not storage.exists(layout.spec):
+        raise FileNotFoundError(f"{storage.display(layout.root)} is not a study directory (no spec.yaml)")
+    return study_rows(layout, every)
+
+
+def command_results(args) -> int:
+    with imports_frozen():
+        from sweeper.report.used_rows import FORMATS, rows_bytes, study_rows
+
+    suffix = Path(args.output).suffix.lstrip(".") if args.output else ""
+    form = args.format or (suffix if suffix in FORMATS else "csv")  # rows.parquet: Parquet unless told
+    if form == "parquet" and not args.output:
+        print("error: --format parquet needs --output PATH (binary)", file=sys.stderr)
+        return EXIT_SPEC_ERROR
+    layout = existing_study(status_location(args.study))
+    if layout is None:
+        return 1
+    data = rows_bytes(study_rows(layout, args.all), form)
+    if args.output:
+        Path(args.output).write_bytes(data)
+    else:
+        sys.stdout.write(data.decode())
+    return 0
+
+
 def command_report(args) -> int:
     with imports_frozen():
         from sweeper.report.writer import write_report
@@ -220,6 +251,9 @@ EPILOGS = {
              ["0    planned", "1    --storage holds no study", "2    a spec error, or a run or trial that cannot fit"]),
     "status": (["sweeper status studies/micro", "sweeper status micro", "sweeper status search_spaces/micro.yaml"],
                ["0    shown", "1    not a study", "2    the spec does not read"]),
+    "results": (["sweeper results micro > rows.csv", "sweeper results studies/micro --output rows.parquet",
+                 "sweeper results search_spaces/micro.yaml --format json --all"],
+                ["0    written", "1    not a study", "2    the spec does not read, or Parquet without --output"]),
     "report": (["sweeper report studies/micro"],
                ["0    written", "1    no results", "2    the study's spec copy does not read"]),
 }
@@ -261,6 +295,15 @@ def build_parser() -> argparse.ArgumentParser:
                       help="a study that holds results: also print which trials and runs this spec would add, "
                            "keep, recompute or refuse there (nothing is run)")
     plan.set_defaults(handler=command_plan)
+    results = add_command(commands, "results", "write the result rows the report used (csv, json, parquet)")
+    results.add_argument("study", metavar="STUDY", help="as for status: study directory or URI, study name, or spec")
+    results.add_argument("--format", choices=["csv", "json", "parquet"],
+                         help="csv (default), json (an array of rows) or parquet (needs --output); default: "
+                              "the --output file's suffix if it names one")
+    results.add_argument("--output", metavar="PATH", help="file to write (default: standard output)")
+    results.add_argument("--all", action="store_true", help="every recorded row, superseded ones included "
+                                                            "(the `standing` column says which)")
+    results.set_defaults(handler=command_results)
     report = add_command(commands, "report", "write report.md for a study directory")
     report.add_argument("study_dir", help="study directory or s3:// / gs:// URI")
     report.set_defaults(handler=command_report)

@@ -17,6 +17,10 @@ It leaves out, and says so:
 
 Which spec planned a trial comes from the study's spec history (sweeper.store.spec_history);
 a trial no kept spec planned was recorded before the study kept its specs, and is kept.
+
+Each recorded row's standing (STANDINGS) is computed here, when the store is read, never written
+into it: the Parquet parts stay append-only, and a row's standing follows the last spec that ran
+(`sweeper results`, `sweeper.results` and the report read it through `read_record`).
 """
 from __future__ import annotations
 
@@ -27,15 +31,33 @@ import pandas as pd
 from sweeper.plan.changes import cell_id, cell_text, differences, trial_cell
 from sweeper.store import spec_history, storage
 from sweeper.store.layout import StudyLayout
+from sweeper.store.results import read_trials
 
 LISTED = 12
 """Left-out cells listed by name, per reason (then a count of the rest)."""
+
+STANDINGS = {
+    "current": "the last spec plans this trial (its key is in plan.json); read by the report",
+    "kept": "an earlier spec's trial the last spec does not plan, recorded under the settings the last "
+            "spec has; read by the report",
+    "unknown": "the study has no readable plan.json, so nothing tells current rows from others; read by "
+               "the report",
+    "superseded": "the last spec plans the same cell under other settings (`--recompute-changed` recomputed "
+                  "or will recompute it); left out of the report",
+    "changed": "a cell the last spec does not plan, recorded under settings the last spec changed; left out "
+               "of the report",
+}
+"""A recorded row's standing against the last spec that ran, and what the report does with it."""
+READ = ("current", "kept", "unknown")
+"""The standings of the rows the report reads."""
 
 
 @dataclass
 class Record:
     trials: pd.DataFrame
     """The recorded trials the report reads."""
+    recorded: pd.DataFrame
+    """Every recorded trial (one row per trial key), with its `standing` column (a STANDINGS key)."""
     planned: int | None = None
     """Trials the current spec plans (None: no readable plan.json)."""
     missing: int = 0
@@ -86,13 +108,15 @@ def study_record(layout: StudyLayout, trials: pd.DataFrame, damaged: dict[str, s
         plan, keys = {}, None
     entries = spec_history.entries(layout, damaged=damaged.__setitem__)
     if not isinstance(keys, list):
-        return Record(trials, section=specs_section(entries, trials, trials))
+        return Record(trials, trials.assign(standing="unknown"), section=specs_section(entries, trials, trials))
     planned = set(keys)
     is_current = trials["trial_key"].isin(planned)
     missing = len(planned - set(trials.loc[is_current, "trial_key"]))
     others = trials[~is_current]
+    standing = pd.Series("current", index=trials.index)
     if others.empty:
-        return Record(trials, len(keys), missing, section=specs_section(entries, trials, trials))
+        return Record(trials, trials.assign(standing=standing), len(keys), missing,
+                      section=specs_section(entries, trials, trials))
     rows = others.to_dict("records")
     cells = pd.Series([cell_id(row_cell(row)) for row in rows], index=others.index)
     if isinstance(plan.get("trial_cells"), list) and all(isinstance(c, str) for c in plan["trial_cells"]):
@@ -120,6 +144,8 @@ def study_record(layout: StudyLayout, trials: pd.DataFrame, damaged: dict[str, s
     kept = others[~superseded & ~other_settings]
     unkept = kept["trial_key"].map(lambda key: key not in first)
     read = pd.concat([trials[is_current], kept])
+    standing[kept.index], standing[superseded[superseded].index] = "kept", "superseded"
+    standing[other_settings[other_settings].index] = "changed"
     summary = []
     if len(kept):
         summary.append(f"It also reads {len(kept)} trial(s) of earlier specs that the current one does not plan "
@@ -142,7 +168,14 @@ def study_record(layout: StudyLayout, trials: pd.DataFrame, damaged: dict[str, s
         section += [f"- **Other settings** ({int(other_settings.sum())} trials, left out): cells the current spec "
                     "does not plan, recorded under settings the current spec changed; a spec that plans them "
                     "again recomputes them (`--recompute-changed`).", *cells_text(others[other_settings], why)]
-    return Record(read, len(keys), missing, summary, section + [""])
+    return Record(read, trials.assign(standing=standing), len(keys), missing, summary, section + [""])
+
+
+def read_record(layout: StudyLayout, damaged: dict[str, str], unreadable: dict[str, str]) -> Record:
+    """The study's record as the report reads it: one row per trial key from the store (a damaged
+    part named in `unreadable` and left in place), each row's standing (`damaged`: markers read as
+    absent)."""
+    return study_record(layout, read_trials(layout, noted=unreadable).to_pandas(), damaged)
 
 
 def specs_section(entries: list[spec_history.SpecEntry], trials: pd.DataFrame, read: pd.DataFrame) -> list[str]:

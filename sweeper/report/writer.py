@@ -15,13 +15,13 @@ import pandas as pd
 
 from sweeper.report import analysis, data_problems, figure_set, figures, importance, provenance
 from sweeper.report.figure_set import FigureSet
-from sweeper.report.study_history import study_record
+from sweeper.report.repeats import repeated_lines
+from sweeper.report.study_history import read_record
 from sweeper.report.tables import fmt, markdown_table
 from sweeper.report.verdict_text import verdicts_sections
 from sweeper.store import environments, storage
 from sweeper.store.layout import StudyLayout
 from sweeper.store.quarantine import quarantined, relative
-from sweeper.store.results import read_trials
 
 
 def damage_section(layout: StudyLayout, damaged: dict[str, str], unreadable: dict[str, str],
@@ -292,7 +292,7 @@ def report_and_figures(layout: StudyLayout, lr_range: tuple[float, float]) -> tu
     damaged: dict[str, str] = {}  # markers read as absent
     unreadable: dict[str, str] = {}  # store parts not read, left in place: a report moves nothing
     # Every recorded trial but the superseded ones and those recorded under other settings (named).
-    record = study_record(layout, read_trials(layout, noted=unreadable).to_pandas(), damaged)
+    record = read_record(layout, damaged, unreadable)  # the rows `sweeper results` writes
     environment = ["## Environment", "", *environments.summary(layout, damaged.__setitem__), ""]
     problems = data_problems.non_finite(record.trials)  # scores that are not numbers: named, never averaged
     trials = record.trials[~problems]
@@ -301,6 +301,7 @@ def report_and_figures(layout: StudyLayout, lr_range: tuple[float, float]) -> tu
     if problems.any():
         line += f"; {int(problems.sum())} of them with scores that are not finite, left out (`## Damaged files`)"
     out = [f"# Study report: {study}", "", line, "", *(record.summary and [*record.summary, ""])]
+    out += repeated_lines(trials)  # Optuna samples of a cell at one point
     out += damage_section(layout, damaged, unreadable, data_problems.non_finite_text(record.trials))
     out += origins_section(trials) + padding_section(trials)
     best = analysis.best_params_table(trials)

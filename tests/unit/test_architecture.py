@@ -26,6 +26,10 @@ LAYOUT_BUILDERS = ("sweeper.cli", "sweeper.store.layout")
 """The modules that build a `StudyLayout`: the CLI, from the location it resolves (`--storage`, the
 spec, the default), and layout.py itself (`without_credentials`). Every other driver function
 takes the layout it is handed; the worker side gets concrete locations inside its configs."""
+LAZY_API = ("sweeper", "sweeper.cli")
+"""The package's public function `sweeper.results` imports the CLI's `study_results` when called,
+never at import (`import sweeper`, which the worker side does, stays light): that one edge, inside
+a function, is left out of the graph; at module level it would count."""
 
 
 def module_name(path: Path) -> str:
@@ -66,6 +70,10 @@ def import_graph(files: dict[str, Path] | None = None) -> dict[str, set[str]]:
                     targets.add(".".join(parts[:end]))
                     break
         graph[module] = targets - {module}
+    if LAZY_API[0] in files and not any(name.startswith(LAZY_API[1]) for name in imported_names(
+            ast.Module(body=[node for node in ast.parse(files[LAZY_API[0]].read_text()).body
+                             if isinstance(node, (ast.Import, ast.ImportFrom))], type_ignores=[]), LAZY_API[0], True)):
+        graph[LAZY_API[0]].discard(LAZY_API[1])
     return graph
 
 

@@ -34,7 +34,7 @@ def test_plan_into_a_closed_pipe_exits_0_without_a_traceback():
 def test_every_argument_of_every_subcommand_has_help():
     parser = cli.build_parser()
     (commands,) = [a for a in parser._actions if isinstance(a, argparse._SubParsersAction)]
-    assert set(commands.choices) == {"run", "plan", "status", "report"}
+    assert set(commands.choices) == {"run", "plan", "status", "results", "report"}
     for name, sub in [("sweeper", parser), *commands.choices.items()]:
         for action in sub._actions:
             if not isinstance(action, argparse._SubParsersAction):
@@ -100,7 +100,7 @@ def test_status_takes_the_folder_the_study_name_or_the_spec(tmp_path, capsys, mo
 
 
 def test_each_commands_help_ends_with_examples_and_exit_statuses(capsys):
-    for command in ("run", "plan", "status", "report"):
+    for command in ("run", "plan", "status", "results", "report"):
         with pytest.raises(SystemExit):
             cli.main([command, "--help"])
         out = capsys.readouterr().out
