@@ -68,10 +68,11 @@ def test_every_yaml_block_of_the_docs_plans(block, tmp_path):
         assert result.returncode == 0, result.stderr
 
 
-def results_snippet() -> str:
-    """The python block of docs/results.md that recomputes a trial's scores with `rescore`."""
+def results_snippet(call: str = "rescore(") -> str:
+    """The python block of docs/results.md that calls `call` (recomputes a trial's scores with
+    `rescore`, by default)."""
     text = (ROOT / "docs" / "results.md").read_text()
-    (block,) = [b for b in re.findall(r"^```python\n(.*?)^```", text, re.M | re.S) if "rescore(" in b]
+    (block,) = [b for b in re.findall(r"^```python\n(.*?)^```", text, re.M | re.S) if call in b]
     return block
 
 
@@ -114,3 +115,37 @@ def test_the_results_page_recomputes_a_trials_scores_from_its_predictions(tmp_pa
     assert len(read_predictions(study)) == len(rows) == 24
     monkeypatch.chdir(tmp_path)
     exec(results_snippet(), {})
+
+
+def test_the_results_page_reads_the_rows_the_report_used(tmp_path, monkeypatch):
+    """docs/results.md's `sweeper.results` snippet, run as written against a study whose one cell
+    was recomputed (its old row superseded) beside a cell it kept: the rows are the report's, the
+    pandas-alone lines find the same current rows, and the snippet's assertion would catch a
+    superseded row read as current."""
+    import json
+    from datetime import datetime, timezone
+
+    from sweeper.plan.changes import cell_id, trial_cell
+    from sweeper.report.writer import build_report
+    from sweeper.store.layout import StudyLayout
+    from sweeper.store.results import TRIALS, write_rows
+
+    def row(key: str, seed: int) -> dict:
+        return {"study": "micro", "trial_key": key, "run_name": "m", "run_key": "r", "checkpoint_id": "m",
+                "objective": "mlm", "mask_ratio": 0.3, "checkpoint_step": 10, "total_steps": 10, "task": "sc1",
+                "task_category": "SC", "search_mode": "grid", "learning_rate": 1e-4, "seed": seed, "params": "{}",
+                "status": "ok", "validation_score": 50.0 + seed, "test_score": 50.0 + seed,
+                "finished_at": datetime.now(timezone.utc)}
+
+    study = StudyLayout(str(tmp_path / "studies" / "micro"))
+    write_rows(study, TRIALS, [row("old-0", 0), row("new-0", 0), row("new-1", 1)])
+    cells = [cell_id(trial_cell("m", "sc1", 1e-4, "{}", seed)) for seed in (0, 1)]
+    Path(study.plan).write_text(json.dumps({"trial_keys": ["new-0", "new-1"], "trial_cells": cells}))
+    Path(study.spec).write_text("study: micro\n")
+    assert "2 result rows recorded" in build_report(study)[0]
+    monkeypatch.chdir(tmp_path)
+    scope = {}
+    exec(results_snippet("sweeper.results("), scope)
+    assert sorted(scope["rows"]["trial_key"]) == ["new-0", "new-1"]
+    assert dict(scope["every"].set_index("trial_key")["standing"]) == {
+        "old-0": "superseded", "new-0": "current", "new-1": "current"}
