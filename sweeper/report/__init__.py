@@ -2,7 +2,8 @@
 
 Owns the paper's analyses (`analysis`), the tests behind each verdict (`statistics`), the
 findings and their verdicts (`findings`), which checkpoints they compare and where each came
-from (`provenance`), parameter importances (`importance`), figures
-(`figures`), `report.md` (`writer`) and `sweeper status` (`status`). Imports `sweeper.store`,
-and reads plan and spec types (`sweeper.plan`, `sweeper.spec`).
+from (`provenance`), parameter importances (`importance`), figures (`figures`), `report.md`
+(`writer`), the rows it reads and each row's standing (`study_history`; `used_rows` writes them
+for `sweeper results`), repeated search points (`repeats`) and `sweeper status` (`status`).
+Imports `sweeper.store`, and reads plan and spec types (`sweeper.plan`, `sweeper.spec`).
 """

@@ -13,6 +13,7 @@ import os
 import shutil
 from pathlib import Path
 
+import pandas as pd
 import pytest
 import yaml
 
@@ -105,6 +106,15 @@ def test_changed_cells_are_refused_then_recomputed_alone(ray_head, changed_study
     superseded = after[after["trial_key"].isin(old_tag_keys)]
     assert len(superseded) == 2 and set(superseded["train_steps"]) == {2}
     assert coverage_line(study) == "4 result rows recorded (4 ok)"
+    # `sweeper results` writes exactly the rows the report used; --all marks the old tag rows superseded.
+    written = run_sweeper("results", str(study), "--format", "json", address=address)
+    assert written.returncode == 0, written.stderr[-3000:]
+    rows = json.loads(written.stdout)
+    assert sorted(r["trial_key"] for r in rows) == sorted(new_keys) and {r["standing"] for r in rows} == {"current"}
+    every = run_sweeper("results", str(study), "--all", "--output", str(study.parent / "all.parquet"), address=address)
+    standing = pd.read_parquet(study.parent / "all.parquet").set_index("trial_key")["standing"]
+    assert every.returncode == 0 and standing.to_dict() == {**dict.fromkeys(new_keys, "current"),
+                                                            **dict.fromkeys(old_tag_keys, "superseded")}
 
 
 @pytest.fixture
