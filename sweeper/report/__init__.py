@@ -5,4 +5,5 @@ findings and their verdicts (`findings`), which checkpoints they compare and whe
 from (`provenance`), parameter importances (`importance`), figures
 (`figures`), `report.md` (`writer`) and `sweeper status` (`status`). Imports `sweeper.store`,
 and reads plan and spec types (`sweeper.plan`, `sweeper.spec`).
+The stages and every module, in one place: docs/architecture.md.
 """
