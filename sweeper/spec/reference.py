@@ -111,9 +111,16 @@ def section_text(path: str, cls: type) -> str:
              "| key | type | default | meaning |", "|---|---|---|---|"]
     for field in dataclasses.fields(cls):
         sweep = " (search)" if field.name in searched else " (grid)" if field.name in grids else ""
-        meaning = docs.get(field.name, "").replace("|", "\\|")
+        meaning = cell(docs.get(field.name, ""))
         lines.append(f"| `{field.name}` | {type_text(hints[field.name])}{sweep} | {default_text(field)} | {meaning} |")
     return "\n".join(lines)
+
+
+def cell(text: str) -> str:
+    """A docstring as a table cell: its bars escaped (a column break otherwise) and its angle
+    brackets outside code (`./studies/<study>` in prose would read as an HTML tag)."""
+    parts = text.replace("|", "\\|").split("`")
+    return "`".join(part if i % 2 else part.replace("<", "\\<") for i, part in enumerate(parts))
 
 
 def reference_text() -> str:
