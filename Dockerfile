@@ -1,8 +1,8 @@
 # The image of cluster/rayjob.yaml: the sweeper and its pinned dependencies on CUDA 13.0, the CUDA
 # version of PyPI's torch==2.13.0 Linux wheel (flash-attn is compiled here with the matching nvcc).
-# Build and push it from the repository root (README, "Run on a cluster"):
+# Build and push it from the repository root (docs/cluster.md, "Run on a cluster"):
 #   docker build -t $REGISTRY/sweeper:0.1.0 . && docker push $REGISTRY/sweeper:0.1.0
-# The install steps are the README's, in its order: torch, then the project, then flash-attn.
+# The install steps are docs/cluster.md's, in its order: torch, then the project, then flash-attn.
 ARG CUDA_IMAGE=nvidia/cuda:13.0.0-devel-ubuntu22.04
 FROM ${CUDA_IMAGE}
 

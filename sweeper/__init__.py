@@ -5,6 +5,7 @@
 a stage imports only the stages to its right (tests/unit/test_architecture.py checks it); `cli.py`
 and `__main__.py` sit on top. Never imports torch: the worker side (`trainables`) runs inside
 Ray tasks and trials, and imports only the torch- and Ray-free `contract` and `store` stages.
+The stages and every module, in one place: docs/architecture.md.
 """
 __version__ = "0.1.0"
 

@@ -256,8 +256,18 @@ EPILOGS = {
                 ["0    written", "1    not a study", "2    the spec does not read, or Parquet without --output"]),
     "report": (["sweeper report studies/micro"],
                ["0    written", "1    no results", "2    the study's spec copy does not read"]),
+    "schema": (["sweeper schema > search_spaces/schema.json"], ["0    printed"]),
 }
 """Each command's `--help` ends with (examples, exit statuses)."""
+
+
+def command_schema(args) -> int:
+    """The spec's JSON Schema on stdout (sweeper.spec.schema): for editors, through the
+    `# yaml-language-server: $schema=...` first line of a spec."""
+    from sweeper.spec.schema import schema_text
+
+    sys.stdout.write(schema_text())
+    return 0
 
 
 def add_command(commands, name: str, help_text: str) -> argparse.ArgumentParser:
@@ -307,6 +317,8 @@ def build_parser() -> argparse.ArgumentParser:
     report = add_command(commands, "report", "write report.md for a study directory")
     report.add_argument("study_dir", help="study directory or s3:// / gs:// URI")
     report.set_defaults(handler=command_report)
+    schema = add_command(commands, "schema", "print the spec's JSON Schema (editors complete and check specs with it)")
+    schema.set_defaults(handler=command_schema)
     return parser
 
 

@@ -9,4 +9,5 @@ classes, so checkpoints written by a study load with `AutoModel.from_pretrained(
 The functions the driver hands to Ray (sweeper/run) import their worker modules inside
 sweeper.contract.heavy_imports.imports_frozen: Python's cyclic collector paused for the import,
 what it created frozen after it.
+The stages and every module, in one place: docs/architecture.md.
 """

@@ -8,4 +8,5 @@ read with it), W&B (`tracking`) and how both import their heavy dependencies (`h
 Imports only `sweeper.store` below it; no Ray, no torch: the driver stages above (spec, plan,
 report, run) and the worker side (`trainables`) both stand on it, so no arrow points from the
 workers back up into the driver.
+The stages and every module, in one place: docs/architecture.md.
 """

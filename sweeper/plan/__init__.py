@@ -8,4 +8,5 @@ and against a study `preview`), the cost and memory estimates of `sweeper plan` 
 (`changes`), and checkpoints from elsewhere read as hostile input (`checkpoint_sources`,
 `source_tree`, `checkpoint_checks`).
 Imports `sweeper.spec` and `sweeper.store`.
+The stages and every module, in one place: docs/architecture.md.
 """

@@ -6,4 +6,5 @@ from (`provenance`), parameter importances (`importance`), figures (`figures`), 
 (`writer`), the rows it reads and each row's standing (`study_history`; `used_rows` writes them
 for `sweeper results`), repeated search points (`repeats`) and `sweeper status` (`status`).
 Imports `sweeper.store`, and reads plan and spec types (`sweeper.plan`, `sweeper.spec`).
+The stages and every module, in one place: docs/architecture.md.
 """

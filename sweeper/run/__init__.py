@@ -6,4 +6,5 @@ pretraining grid on Ray Train (`pretraining`), the fine-tuning grid on Ray Tune 
 (`lease`), progress lines, what the console shows and the debug log (`console`), the recorded code version, and every use of Ray's or
 Tune's private API (`ray_compat`). The only stage that imports Ray and launches worker code
 (`trainables`); it imports every stage below it (report, plan, spec, contract, store).
+The stages and every module, in one place: docs/architecture.md.
 """

@@ -34,7 +34,7 @@ def test_plan_into_a_closed_pipe_exits_0_without_a_traceback():
 def test_every_argument_of_every_subcommand_has_help():
     parser = cli.build_parser()
     (commands,) = [a for a in parser._actions if isinstance(a, argparse._SubParsersAction)]
-    assert set(commands.choices) == {"run", "plan", "status", "results", "report"}
+    assert set(commands.choices) == {"run", "plan", "status", "results", "report", "schema"}
     for name, sub in [("sweeper", parser), *commands.choices.items()]:
         for action in sub._actions:
             if not isinstance(action, argparse._SubParsersAction):
@@ -50,7 +50,7 @@ def test_plan_and_run_report_three_independent_mistakes_at_once_in_line_order(tm
         assert [line.split(": ")[2] for line in lines] == [
             "model.prest", "pretraining.global_batch_size", "finetuning.seeds[1]"], lines
         assert all(line.startswith(f"spec error: {spec}:") for line in lines)
-        assert [int(line.split(": ")[1].rsplit(":", 1)[1]) for line in lines] == [5, 14, 32]
+        assert [int(line.split(": ")[1].rsplit(":", 1)[1]) for line in lines] == [6, 15, 33]
     assert not (tmp_path / "never").exists()
 
 
@@ -83,7 +83,7 @@ def test_overrides_are_read_after_an_option_too(tmp_path, capsys):
 def test_a_scalar_where_a_list_is_meant_is_a_spec_error_naming_file_line_and_key(tmp_path, capsys):
     spec = edited_spec(tmp_path, ("  seeds: [0, 1] ", "  seeds: 3 "))
     assert cli.main(["plan", str(spec)]) == 2
-    assert capsys.readouterr().err.strip() == (f"spec error: {spec}:32: finetuning.seeds: expected a list, got an "
+    assert capsys.readouterr().err.strip() == (f"spec error: {spec}:33: finetuning.seeds: expected a list, got an "
                                                "integer 3: write [3] for a list of that one value")
 
 
@@ -100,7 +100,7 @@ def test_status_takes_the_folder_the_study_name_or_the_spec(tmp_path, capsys, mo
 
 
 def test_each_commands_help_ends_with_examples_and_exit_statuses(capsys):
-    for command in ("run", "plan", "status", "results", "report"):
+    for command in ("run", "plan", "status", "results", "report", "schema"):
         with pytest.raises(SystemExit):
             cli.main([command, "--help"])
         out = capsys.readouterr().out

@@ -46,3 +46,12 @@ def test_the_example_report_is_small_and_has_its_figures():
     figures = sorted((ROOT / "docs" / "example-report").glob("*.png"))
     size = (ROOT / "docs" / "example-report.md").stat().st_size + sum(f.stat().st_size for f in figures)
     assert figures and size < 1 << 20
+
+
+def test_the_python_version_is_stated_once_and_agreed():
+    """pyproject.toml's requires-python is the statement; the README, the image and the `ray up`
+    nodes use that version."""
+    minimum = re.search(r'^requires-python = ">=(3\.\d+)"', (ROOT / "pyproject.toml").read_text(), re.M).group(1)
+    assert f"Python {minimum}+ (`requires-python` in `pyproject.toml`" in README
+    assert f"python{minimum} -m venv" in (ROOT / "Dockerfile").read_text()
+    assert f"python{minimum} -m venv" in (ROOT / "cluster" / "ray-cluster.yaml").read_text()

@@ -307,19 +307,19 @@ def dockerfile_commands() -> list[str]:
     return [line.removeprefix("RUN ") for line in text.splitlines() if line.startswith("RUN ")]
 
 
-def readme_cluster_section() -> str:
-    text = (ROOT / "README.md").read_text()
+def cluster_page_section() -> str:
+    text = (ROOT / "docs" / "cluster.md").read_text()
     return text.split("\n## Run on a cluster\n")[1].split("\n## ")[0]
 
 
-def test_the_image_and_the_gpu_nodes_install_as_the_readme_documents():
-    block = re.search(r"```bash\n# on a CUDA host.*?\n```", readme_cluster_section(), re.S).group(0)
+def test_the_image_and_the_gpu_nodes_install_as_the_cluster_page_documents():
+    block = re.search(r"```bash\n# on a CUDA host.*?\n```", cluster_page_section(), re.S).group(0)
     documented = pip_installs([line.split("#")[0] for line in block.splitlines()[1:]])
     assert documented == pip_installs(dockerfile_commands())
     config = ray_cluster()
     assert documented == pip_installs(config["worker_setup_commands"])
     version = re.search(r'^version = "(.+)"', (ROOT / "pyproject.toml").read_text(), re.M).group(1)
-    assert f"docker build -t $REGISTRY/sweeper:{version} ." in readme_cluster_section()
+    assert f"docker build -t $REGISTRY/sweeper:{version} ." in cluster_page_section()
 
 
 def test_rsync_leaves_the_local_environment_and_studies_behind(tmp_path):

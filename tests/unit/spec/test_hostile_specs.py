@@ -141,7 +141,7 @@ CASES = [
     Case("an unclosed bracket", change("  seq_len: 64", "  seq_len: [64"), "", "malformed YAML"),
     Case("a list as a key", GOOD + "? [a, b]\n: 1\n", "", "unhashable key"),
     # --- duplicate keys: refused, both lines named ----------------------------------------------
-    Case("duplicate top-level key", GOOD + "study: other\n", "study", "given on line 3 and again on line",
+    Case("duplicate top-level key", GOOD + "study: other\n", "study", "given on line 4 and again on line",
          at="study: other"),
     Case("duplicate nested key", change("  steps: 40", "  steps: 40\n  steps: 4000"), "pretraining.steps",
          "duplicate key", at="steps: 4000"),

@@ -68,7 +68,7 @@ def test_override_errors_come_with_the_files_own_after_them(tmp_path, capsys):
     spec.write_text(open(SMOKE).read().replace("  max_length: 48 ", "  max_lenght: 48 "))
     assert cli.main(["run", str(spec), "finetuning.seedz=[0]", "--storage", str(tmp_path / "never")]) == 2
     lines = capsys.readouterr().err.splitlines()
-    assert lines[0].startswith(f"spec error: {spec}:36: finetuning.max_lenght: unknown key")
+    assert lines[0].startswith(f"spec error: {spec}:37: finetuning.max_lenght: unknown key")
     assert lines[1].startswith("spec error: override finetuning.seedz=[0]: finetuning.seedz: unknown key")
     assert not (tmp_path / "never").exists()
 

@@ -235,7 +235,7 @@ def test_duplicate_key_names_both_lines(tmp_path):
     with pytest.raises(SpecError) as caught:
         load_study(path).spec
     last = len(path.read_text().splitlines())
-    assert caught.value.line == last and f"given on line 3 and again on line {last}" in str(caught.value)
+    assert caught.value.line == last and f"given on line 4 and again on line {last}" in str(caught.value)
 
 
 def test_an_alias_is_resolved_once_and_still_works(tmp_path):
