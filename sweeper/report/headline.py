@@ -35,15 +35,16 @@ def percent(value: float) -> str:
 
 
 def arm_label(row: pd.Series, varied: list[str]) -> str:
-    """An arm named by the columns that vary in its group ('40 %', 'mlm 30 %', 'clm-mlm CLM 20 %')."""
-    parts = []
-    if "objective" in varied:
-        parts.append(str(row["objective"]))
-    if "clm_fraction" in varied and row["clm_fraction"] == row["clm_fraction"] and row["clm_fraction"]:
-        parts.append(f"CLM {percent(row['clm_fraction'])}")
+    """An arm named by the columns that vary in its group: '40 %' (masking alone varies), 'mlm (40 %
+    masking)', 'clm-mlm (CLM 20 %, 40 % masking)', 'clm'."""
+    detail = []
+    if "clm_fraction" in varied and row["objective"] == "clm-mlm":
+        detail.append(f"CLM {percent(row['clm_fraction'])}")
     if "mask_ratio" in varied and row["mask_ratio"] == row["mask_ratio"]:
-        parts.append(percent(row["mask_ratio"]))
-    return " ".join(parts) or str(row.name)
+        detail.append(percent(row["mask_ratio"]) + (" masking" if "objective" in varied or detail else ""))
+    if "objective" in varied:
+        return str(row["objective"]) + (f" ({', '.join(detail)})" if detail else "")
+    return ", ".join(detail) or str(row.name)
 
 
 def varied_columns(group: pd.DataFrame) -> list[str]:

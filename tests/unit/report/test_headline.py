@@ -105,3 +105,14 @@ def test_the_terminal_shows_a_short_summary_and_the_path(study, capsys):
     assert any("at chance: wordnet-supersense-tag" in line for line in printed)
     assert str(path).split("/")[-1] in printed[-1]
     assert not any(line.startswith("|") for line in printed)  # no raw Markdown table
+
+
+def test_arms_are_named_by_what_varies_in_their_group():
+    import pandas as pd
+    runs = pd.DataFrame({"objective": ["clm", "clm-mlm", "mlm", "mlm"], "clm_fraction": [1.0, 0.2, 0.0, 0.0],
+                         "mask_ratio": [float("nan"), 0.4, 0.4, 0.3]}, index=["a", "b", "c", "d"])
+    varied = headline.varied_columns(runs)
+    assert [headline.arm_label(r, varied) for _, r in runs.iterrows()] == [
+        "clm", "clm-mlm (CLM 20 %, 40 % masking)", "mlm (40 % masking)", "mlm (30 % masking)"]
+    masking = runs.iloc[2:]
+    assert [headline.arm_label(r, headline.varied_columns(masking)) for _, r in masking.iterrows()] == ["40 %", "30 %"]
