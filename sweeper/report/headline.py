@@ -57,7 +57,8 @@ def group_comparisons(scores: SeedScores, group: pd.DataFrame, where: str) -> li
     labels = {arm: arm_label(row, varied) for arm, row in ordered.iterrows()}
     if len(set(labels.values())) < len(labels):  # same settings, other names (e.g. a seed of init): by name
         labels = {arm: str(arm) for arm in ordered.index}
-    what = ", ".join(c.replace("_", " ") for c in varied) or "checkpoint"
+    # Under a varying objective, CLM share and masking ratio vary with it: the objective names it.
+    what = "objective" if "objective" in varied else ", ".join(c.replace("_", " ") for c in varied) or "checkpoint"
     out = []
     for earlier, later in zip(ordered.index[:-1], ordered.index[1:]):
         categories = scores.categories([later, earlier])

@@ -20,7 +20,7 @@ from sweeper.store.layout import StudyLayout  # noqa: E402
 from sweeper.store.results import read_table  # noqa: E402
 from sweeper.store.schemas import PRETRAINING  # noqa: E402
 
-CAPTION = ("Lines: each pretraining run's training loss against its step (log loss scale); a run that started "
+CAPTION = ("Lines: each pretraining run's training loss against its step (log scale when it spans a decade or more); a run that started "
            "from another run's state (`pretraining.share_prefixes`) shows that run's steps before its branch "
            "point dashed and its own solid.")
 
@@ -62,7 +62,8 @@ def loss_curves(rows: pd.DataFrame, branches: dict[str, Branch]) -> Figure | Non
         colour = colours[i % len(colours)]
         if not trunk.empty:
             joined = pd.concat([trunk, frame.iloc[:1]])  # the dashed part meets the solid one
-            ax.plot(joined["step"], joined["loss"], color=colour, linestyle="--", alpha=0.8)
+            # On top (zorder): the trunk's own solid line runs under it, the same steps.
+            ax.plot(joined["step"], joined["loss"], color=colour, linestyle="--", zorder=3)
         ax.plot(frame["step"], frame["loss"], color=colour)
         handles.append(Line2D([], [], color=colour))
         branch = branches.get(run)
@@ -72,7 +73,7 @@ def loss_curves(rows: pd.DataFrame, branches: dict[str, Branch]) -> Figure | Non
         labels.append("steps of the run it branched from")
     ax.set_xlabel("pretraining step")
     ax.set_ylabel("training loss")
-    if (rows["loss"] > 0).all():
+    if (rows["loss"] > 0).all() and rows["loss"].max() > 10 * rows["loss"].min():  # a decade or more: log
         ax.set_yscale("log")
     ax.grid(alpha=0.3)
     ax.set_title("Pretraining loss")
