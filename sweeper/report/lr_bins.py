@@ -56,4 +56,5 @@ def lr_section(per_lr: pd.DataFrame, labels: dict[float, str]) -> list[str]:
     return ["## Learning-rate sensitivity", "",
             "Validation score at each fine-tuning learning rate (per seed the mean over the category's tasks; mean ± "
             "std over seeds), final checkpoints." + BINNED_NOTE * any("–" in label for label in labels.values()), "",
-            markdown_table(["checkpoint", "objective", "category", *(labels.get(rate, f"LR {rate:g}") for rate in rates)], rows), ""]
+            markdown_table(["checkpoint", "objective", "category",
+                            *(labels.get(rate, f"LR {rate:g}") for rate in rates)], rows), ""]

@@ -20,7 +20,8 @@ from sweeper.store.layout import StudyLayout  # noqa: E402
 from sweeper.store.results import read_table  # noqa: E402
 from sweeper.store.schemas import PRETRAINING  # noqa: E402
 
-CAPTION = ("Lines: each pretraining run's training loss against its step (log scale when it spans a decade or more); a run that started "
+CAPTION = ("Lines: each pretraining run's training loss against its step (log scale when it spans a decade or "
+           "more); a run that started "
            "from another run's state (`pretraining.share_prefixes`) shows that run's steps before its branch "
            "point dashed and its own solid.")
 

@@ -343,7 +343,8 @@ def report_and_figures(layout: StudyLayout, lr_range: tuple[float, float]) -> tu
         shown.skipped.append("biphasic: no CLM -> MLM runs")
     ratios = analysis.masking_ratios(categories)
     if ratios["mask_ratio"].nunique() > 1:
-        out += curve_table(ratios, ["run_name", "mask_ratio"], "Masking ratio", "Pure MLM runs by masking ratio (mean ± 95 % CI over seeds).")
+        out += curve_table(ratios, ["run_name", "mask_ratio"], "Masking ratio",
+                           "Pure MLM runs by masking ratio (mean ± 95 % CI over seeds).")
     cpt = analysis.continued_pretraining(categories)
     if not cpt.empty:
         out += curve_table(cpt, ["source", "added_steps"], "Continued pretraining",

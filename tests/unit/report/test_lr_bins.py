@@ -50,7 +50,8 @@ def test_the_figure_labels_few_ticks_that_do_not_overlap():
     fig = figures.lr_sensitivity(table, {"a": "MLM", "b": "MLM"})
     fig.canvas.draw()
     ax = fig.axes[0]
-    shown = [t for t in ax.get_xticklabels() if t.get_text() and ax.get_xlim()[0] <= t.get_position()[0] <= ax.get_xlim()[1]]
+    low, high = ax.get_xlim()
+    shown = [t for t in ax.get_xticklabels() if t.get_text() and low <= t.get_position()[0] <= high]
     assert 2 <= len(shown) <= 8
     assert not [t for t in ax.xaxis.get_minorticklabels() if t.get_text()]
     boxes = [t.get_window_extent() for t in shown]
