@@ -56,3 +56,34 @@ def test_the_figure_labels_few_ticks_that_do_not_overlap():
     assert not [t for t in ax.xaxis.get_minorticklabels() if t.get_text()]
     boxes = [t.get_window_extent() for t in shown]
     assert not any(a.overlaps(b) for i, a in enumerate(boxes) for b in boxes[i + 1:])
+
+
+def test_an_optuna_studys_report_has_binned_lr_columns(tmp_path):
+    from datetime import datetime, timezone
+
+    from sweeper.report.writer import build_report
+    from sweeper.store.layout import StudyLayout
+    from sweeper.store.results import TRIALS, write_rows
+
+    rng = np.random.default_rng(1)
+    rows = []
+    for checkpoint in ("nano-mlm30-40", "nano-mlm40-40"):
+        for sample, rate in enumerate(np.exp(rng.uniform(np.log(1e-5), np.log(1e-3), 8))):
+            for seed in (0, 1):
+                score = 50 + 5 * np.log10(rate) + rng.normal(0, 1)
+                rows.append({"study": "optuna", "trial_key": f"{checkpoint}/{sample}/{seed}", "run_name": checkpoint,
+                             "run_key": checkpoint, "checkpoint_id": checkpoint, "objective": "mlm",
+                             "clm_fraction": 0.0, "mask_ratio": 0.3 if "30" in checkpoint else 0.4,
+                             "checkpoint_step": 40, "total_steps": 40, "source": "study",
+                             "task": "wordnet-supersense-cls", "task_family": "sequence_classification",
+                             "task_category": "SC", "metric": "accuracy", "search_mode": "optuna",
+                             "learning_rate": float(rate), "seed": seed, "sample": sample, "params": "{}",
+                             "status": "ok", "validation_score": score, "test_score": score,
+                             "finished_at": datetime.now(timezone.utc)})
+    layout = StudyLayout(str(tmp_path / "optuna"))
+    write_rows(layout, TRIALS, rows)
+    text, _ = build_report(layout)
+    section = text.split("## Learning-rate sensitivity")[1].split("\n## ")[0]
+    header = next(line for line in section.splitlines() if line.startswith("| checkpoint"))
+    assert header.count("| LR ") == BINS  # 16 sampled rates, 5 columns (the issue saw one column per rate)
+    assert not any(f"LR {r['learning_rate']:g} |" in header for r in rows)
