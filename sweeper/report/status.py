@@ -20,6 +20,7 @@ from sweeper.plan.study_plan import trained_trials
 from sweeper.report import data_problems
 from sweeper.report.analysis import STATUSES
 from sweeper.report.sequential import study_looks
+from sweeper.report.tables import format_duration
 from sweeper.store import environments, storage
 from sweeper.store.layout import CHECKPOINT_MARKER, StudyLayout
 from sweeper.store.quarantine import quarantined, relative
@@ -93,12 +94,13 @@ def study_status(layout: StudyLayout, study: LoadedStudy) -> dict:
     known = recorded["status"].isin(STATUSES)
     counts = Counter(recorded.loc[known, "status"])
     unclassified = recorded[~known]
-    running = 0
+    running, eta = 0, None
     state = read_marker(layout.live, LIVE_FIELDS, damaged)
     if state is not None:
         fresh = now - state["updated_at"] < STALE_AFTER_S
         if fresh and (state["host"] != os.uname().nodename or pid_alive(state["pid"])):
             running = max(0, state["running_trials"])
+            eta = live_eta(state, now)
     # Every planned trial is counted once: a recorded row by its status (or as unclassified), the
     # rest as running (the heartbeat's count, at most what is unrecorded) or pending.
     unrecorded = len(planned) - len(recorded)
@@ -106,7 +108,7 @@ def study_status(layout: StudyLayout, study: LoadedStudy) -> dict:
     return {"study": spec.study, "runs": runs, "trained": trained_trials(plan)[0], "trials": {"planned": len(planned), "ok": counts["ok"],
             "stopped": counts["stopped"], "diverged": counts["diverged"], "failed": counts["failed"],
             "unclassified": len(unclassified), "running": running, "pending": unrecorded - running},
-            "early_stopping": spec.finetuning.scheduler.kind != "none",
+            "early_stopping": spec.finetuning.scheduler.kind != "none", "eta": eta,
             "failed_trials": recorded.loc[recorded["status"] == "failed", ["checkpoint_id", "task", "learning_rate",
                                                                            "seed", "error"]].to_dict("records"),
             "unclassified_trials": [f"{r['checkpoint_id']} / {r['task']} / seed {r['seed']} (trial {r['trial_key']}): "
@@ -117,6 +119,33 @@ def study_status(layout: StudyLayout, study: LoadedStudy) -> dict:
             "overrides": latest_overrides(layout, damaged),
             "unreadable": {relative(layout, location): why for location, why in sorted(unreadable.items())},
             "damaged_markers": {relative(layout, location): why for location, why in sorted(damaged.items())}}
+
+
+def live_eta(state: dict, now: float) -> dict | None:
+    """The running driver's fine-tuning ETA from its heartbeat (`eta_s`, written with each beat by
+    sweeper.run.recording), less the time since that beat; None when it has none yet (no trial
+    done) or wrote a damaged one."""
+    eta = state.get("eta_s")
+    if not isinstance(eta, NUMBER) or isinstance(eta, bool) or eta != eta:
+        return None
+    age = max(0.0, now - state["updated_at"])
+    return {"seconds_left": max(0.0, eta - age), "age_s": age}
+
+
+def eta_line(status: dict) -> str | None:
+    """`sweeper status`'s ETA line: the driver's estimate while one runs; what is missing otherwise."""
+    trials = status["trials"]
+    if not (trials["running"] or trials["pending"]):
+        return None
+    if status["eta"] is not None:
+        return (f"  ETA: ~{format_duration(status['eta']['seconds_left'])} of fine-tuning left (the running driver's "
+                f"estimate, {format_duration(status['eta']['age_s'])} ago)")
+    if trials["running"]:
+        return "  ETA: not yet (the running driver estimates it once its first trial is done)"
+    if status["runs"]["running"]:
+        return "  ETA: once pretraining is done (the runs' steps above), from the fine-tuning driver's first trials"
+    return ("  ETA: none (no fine-tuning driver is beating: none runs, or it is still preparing; "
+            "`sweeper run SPEC` continues the study)")
 
 
 def at_latest_look(study: LoadedStudy, trials) -> LoadedStudy:
@@ -153,6 +182,8 @@ def print_status(layout: StudyLayout, study: LoadedStudy) -> None:
     counted = (f"{trials['planned']} result rows ({status['trained']} trials)" if status["trained"] != trials["planned"]
                else f"{trials['planned']} trials")  # an evaluation-only set's rows ride along with a trial
     print(f"  fine-tuning: {counted}: " + ", ".join(f"{trials[k]} {k}" for k in shown))
+    if line := eta_line(status):
+        print(line)
     for row in status["failed_trials"][:10]:
         last_line = (row["error"] or "").strip().splitlines()[-1:] or [""]
         print(f"    failed   {row['checkpoint_id']} / {row['task']} / lr {row['learning_rate']:g} / "

@@ -58,6 +58,9 @@ def findings_section(verdicts: list[Verdict], replicated: bool = False) -> list[
            ESTIMAND, "", POWER_NOTE, "", "Numbers: mean [95 % CI]. Tests and their measured error rates: "
            "docs/statistics.md.", ""]
     for verdict in verdicts:
+        if untested(verdict):  # nothing the spec makes tests it: one line, not a table of "not tested"
+            out += [f"{verdict.number}. *not tested*: {verdict.claim} ({untested_reason(verdict)})", ""]
+            continue
         out += [f"{verdict.number}. **{verdict.verdict}**: {verdict.claim}", ""]
         if not verdict.parts:
             out += [f"   - {line}" for line in verdict.evidence] + [""]
@@ -69,6 +72,16 @@ def findings_section(verdicts: list[Verdict], replicated: bool = False) -> list[
         out += ["   " + line for line in markdown_table(
             ["part", "numbers", "test", "p (Holm)", "detectable (80 %)", "verdict"], rows).splitlines()] + [""]
     return out
+
+
+def untested(verdict: Verdict) -> bool:
+    """Whether no part of the finding could be tested (every part lacks runs or seeds)."""
+    return all(part.missing for part in verdict.parts) if verdict.parts else not verdict.evidence
+
+
+def untested_reason(verdict: Verdict) -> str:
+    """Why, once: the distinct reasons of its parts, in order."""
+    return "; ".join(dict.fromkeys(part.missing for part in verdict.parts)) or "no evidence"
 
 
 def detectable_text(value: float) -> str:

@@ -13,7 +13,8 @@ from pathlib import Path
 
 import pandas as pd
 
-from sweeper.report import analysis, data_problems, figure_set, figures, importance, provenance
+from sweeper.report import (analysis, chance, data_problems, figure_set, figures, headline, importance, lr_bins,
+                            pretraining_curves, provenance)
 from sweeper.report.figure_set import FigureSet
 from sweeper.report.repeats import repeated_lines
 from sweeper.report.study_history import read_record
@@ -22,6 +23,7 @@ from sweeper.report.verdict_text import verdicts_sections
 from sweeper.store import environments, storage
 from sweeper.store.layout import StudyLayout
 from sweeper.store.quarantine import quarantined, relative
+from sweeper.store.results import read_predictions
 
 
 def damage_section(layout: StudyLayout, damaged: dict[str, str], unreadable: dict[str, str],
@@ -132,8 +134,13 @@ def curve_table(frame: pd.DataFrame, index: list[str], title: str, note: str) ->
         return []
     table = frame.pivot_table(index=index, columns="task_category", values="mean")
     table = table[analysis.ordered_categories(table.columns)]
+    # The 95 % interval over seeds beside each mean (NaN with one seed: the mean alone).
+    half = frame.pivot_table(index=index, columns="task_category", values="ci95", dropna=False).reindex(
+        index=table.index, columns=table.columns) if "ci95" in frame else None
     readable = [cell_text(column) for column in index]
-    rows = [[*(text(v) for text, v in zip(readable, key if isinstance(key, tuple) else (key,))), *(fmt(x) for x in values)]
+    rows = [[*(text(v) for text, v in zip(readable, key if isinstance(key, tuple) else (key,))),
+             *(fmt(x) if half is None or h != h else f"{fmt(x)} ± {fmt(h)}"
+               for x, h in zip(values, half.loc[key] if half is not None else values))]
             for key, values in zip(table.index, table.values)]
     headers = [{"tokens_seen": "tokens seen", "checkpoint_step": "step", "total_steps": "budget (steps)"}.get(c, c)
                for c in index]
@@ -158,27 +165,6 @@ def step_text(row) -> str:
     if isinstance(row.get("init_from"), str) and before == before and before:
         return f"{int(before) + step:,} ({int(before):,} + {step:,})"
     return f"{step:,}"
-
-
-def lr_section(per_lr: pd.DataFrame) -> list[str]:
-    """`## Learning-rate sensitivity`: per final checkpoint and category, the validation score at
-    each learning rate (mean ± std over seeds; `analysis.lr_sensitivity`); no lines below two rates."""
-    if per_lr.empty:
-        return []
-    rates = sorted(per_lr["learning_rate"].unique())
-    cells = {(r["checkpoint_id"], r["task_category"], r["learning_rate"]): f"{fmt(r['mean'])} ± {fmt(r['std'])}"
-             for _, r in per_lr.iterrows()}
-    order = {c: i for i, c in enumerate(analysis.ordered_categories(per_lr["task_category"]))}
-    keys = per_lr.drop_duplicates(["checkpoint_id", "task_category"]).sort_values(
-        ["checkpoint_id", "task_category"], key=lambda column: column.map(order) if column.name == "task_category"
-        else column)
-    rows = [[r["checkpoint_id"], analysis.objective_text(r["objective"]), r["task_category"],
-             *(cells.get((r["checkpoint_id"], r["task_category"], rate), "-") for rate in rates)]
-            for _, r in keys.iterrows()]
-    return ["## Learning-rate sensitivity", "",
-            "Validation score at each fine-tuning learning rate (per seed the mean over the category's tasks; mean ± "
-            "std over seeds), final checkpoints.", "",
-            markdown_table(["checkpoint", "objective", "category", *(f"LR {rate:g}" for rate in rates)], rows), ""]
 
 
 def origins_section(trials: pd.DataFrame) -> list[str]:
@@ -227,13 +213,13 @@ def left_out_section(trials: pd.DataFrame) -> list[str]:
             *(f"- {r['checkpoint_id']}: {r['reason']}" for _, r in left.iterrows()), ""]
 
 
-def study_spec(layout: StudyLayout):
-    """The study's own spec copy; None when it is absent or no longer reads (a removed plugin): a
-    report is written from the store whatever the spec says now."""
+def study_loaded(layout: StudyLayout):
+    """The study's own spec copy, read and planned; None when it is absent or no longer reads (a
+    removed plugin): a report is written from the store whatever the spec says now."""
     from sweeper.plan import load as loading
 
     try:
-        return loading.load_study(layout.spec).spec
+        return loading.load_study(layout.spec)
     except Exception:  # noqa: BLE001
         return None
 
@@ -284,11 +270,12 @@ def importance_section(trials: pd.DataFrame, space: dict | None) -> list[str]:
 def build_report(layout: StudyLayout, lr_range: tuple[float, float] = (1e-5, 1e-4)) -> tuple[str, list[Path]]:
     """The report text and the figures drawn (into `<study>/figures/`; for a study in an object
     store, into a temporary folder that is the caller's to delete: `write_report` uploads them)."""
-    text, figure_set = report_and_figures(layout, lr_range)
+    text, figure_set, _ = report_and_figures(layout, lr_range)
     return text, figure_set.made
 
 
-def report_and_figures(layout: StudyLayout, lr_range: tuple[float, float]) -> tuple[str, FigureSet]:
+def report_and_figures(layout: StudyLayout, lr_range: tuple[float, float]) -> tuple[str, FigureSet, list[str]]:
+    """The report's text, its figures, and the few lines the terminal shows of it (`headline.terminal_lines`)."""
     damaged: dict[str, str] = {}  # markers read as absent
     unreadable: dict[str, str] = {}  # store parts not read, left in place: a report moves nothing
     # Every recorded trial but the superseded ones and those recorded under other settings (named).
@@ -302,21 +289,28 @@ def report_and_figures(layout: StudyLayout, lr_range: tuple[float, float]) -> tu
         line += f"; {int(problems.sum())} of them with scores that are not finite, left out (`## Damaged files`)"
     out = [f"# Study report: {study}", "", line, "", *(record.summary and [*record.summary, ""])]
     out += repeated_lines(trials)  # Optuna samples of a cell at one point
+    terminal = [f"[report] {study}: {line}"]
     out += damage_section(layout, damaged, unreadable, data_problems.non_finite_text(record.trials))
     out += origins_section(trials) + padding_section(trials)
     best = analysis.best_params_table(trials)
     if best.empty:
         return "\n".join(out + ["No finished trials yet.", ""] + record.section + environment) + "\n", \
-            FigureSet.for_study(layout)
+            FigureSet.for_study(layout), terminal
     categories = analysis.category_scores(trials, best)
     final = analysis.final_only(categories)
     stability, used_range = analysis.stability(trials, lr_range)
     ranges = figures.score_ranges(trials)  # per category: its families' score range, for clipping
     families, shown = figures.checkpoint_families(trials), FigureSet.for_study(layout)  # colour: objective family
+    found = headline.comparisons(trials)  # the comparisons the spec makes lead the report
+    flagged = chance.at_chance(best, trials, read_predictions(layout, unreadable))
+    terminal += headline.terminal_lines(found, chance.flag_lines(flagged))
+    out += headline.comparisons_section(found)
     at_best = "test score at the best point (learning rate, swept values)" if analysis.axes(best) else "best-LR test score"
     out += category_section(final, f"Category averages (final checkpoints; {at_best}, mean ± 95 % CI over seeds)")
     out += shown.place("category scores", "category_scores", figures.category_bars(final, ranges, families), "no scores")
-    spec = study_spec(layout)
+    out += chance.chance_section(flagged)
+    loaded = study_loaded(layout)
+    spec = loaded and loaded.spec
     out += verdicts_sections(trials, lr_range, spec and spec.pretraining.sequential) + left_out_section(trials)
     if not stability.empty:
         out += ["## Fine-tuning stability", "",
@@ -330,16 +324,18 @@ def report_and_figures(layout: StudyLayout, lr_range: tuple[float, float]) -> tu
                                 for _, r in stability.iterrows()]), ""]
     out += shown.place("stability", "stability", figures.stability_bars(stability, used_range, families),
                        "no final checkpoints")
+    out += pretraining_curves.loss_section(layout, loaded, shown, unreadable)
     efficiency = analysis.data_efficiency(categories)
     out += curve_table(efficiency, ["run_name", "checkpoint_step", "tokens_seen"], "Data efficiency",
-                       "Category score at each evaluated checkpoint of runs with intermediate checkpoints.")
+                       "Category score at each evaluated checkpoint of runs with intermediate checkpoints (mean ± 95 % CI "
+                       "over seeds).")
     out += shown.place("data efficiency", "data_efficiency", figures.lines_by_category(
         efficiency, "tokens_seen", "run_name", "pretraining tokens", "Score vs pretraining tokens", ranges, families),
         "no run has intermediate checkpoints")
     splits = analysis.biphasic(categories)
     if splits["clm_fraction"].between(0, 1, inclusive="neither").any():
         out += curve_table(splits, ["total_steps", "clm_fraction", "mask_ratio"], "Biphasic CLM -> MLM",
-                           "Category score per CLM share at each budget (0 = MLM only).")
+                           "Category score per CLM share at each budget (0 = MLM only; mean ± 95 % CI over seeds).")
         out += shown.place("biphasic", "biphasic", figures.lines_by_category(
             splits, "clm_fraction", ["total_steps", "mask_ratio"], "CLM share of the steps",
             "Score vs CLM share, per step budget and masking ratio", ranges, families,
@@ -349,19 +345,22 @@ def report_and_figures(layout: StudyLayout, lr_range: tuple[float, float]) -> tu
         shown.skipped.append("biphasic: no CLM -> MLM runs")
     ratios = analysis.masking_ratios(categories)
     if ratios["mask_ratio"].nunique() > 1:
-        out += curve_table(ratios, ["run_name", "mask_ratio"], "Masking ratio", "Pure MLM runs by masking ratio.")
+        out += curve_table(ratios, ["run_name", "mask_ratio"], "Masking ratio",
+                           "Pure MLM runs by masking ratio (mean ± 95 % CI over seeds).")
     cpt = analysis.continued_pretraining(categories)
     if not cpt.empty:
         out += curve_table(cpt, ["source", "added_steps"], "Continued pretraining",
-                           "MLM continued from each source; 0 added steps is the source itself.")
+                           "MLM continued from each source; 0 added steps is the source itself (mean ± 95 % CI over "
+                           "seeds).")
         out += shown.place("continued pretraining", "continued_pretraining", figures.lines_by_category(
             cpt, "added_steps", "source", "added MLM steps", "Continued MLM pretraining by starting point", ranges,
             families, label=lambda source: f"from {source}", anchor_note="the starting checkpoint (0 added steps)"),
             "no continued-pretraining runs")
     else:
         shown.skipped.append("continued pretraining: no continued-pretraining runs")
-    out += lr_section(analysis.lr_sensitivity(trials))
-    out += shown.place("learning-rate sensitivity", "lr_sensitivity", figures.lr_sensitivity(trials, families),
+    by_rate, rate_labels = lr_bins.binned(trials)  # a search's sampled rates: log-spaced bins
+    out += lr_bins.lr_section(analysis.lr_sensitivity(by_rate), rate_labels)
+    out += shown.place("learning-rate sensitivity", "lr_sensitivity", figures.lr_sensitivity(by_rate, families),
                        "fewer than two learning rates in the study (a line needs two or more)")
     swept, searched = analysis.with_params(trials), study_space(spec) or {}
     for axis in analysis.axes(swept):
@@ -376,12 +375,12 @@ def report_and_figures(layout: StudyLayout, lr_range: tuple[float, float]) -> tu
                            "no scores", figure_set.swept_caption(name))
     out += importance_section(trials, searched or None)
     out += ["## Per task", ""] + task_sections(best, trials)
-    return "\n".join(out + record.section + environment + shown.not_drawn()) + "\n", shown
+    return "\n".join(out + record.section + environment + shown.not_drawn()) + "\n", shown, terminal
 
 
 def write_report(layout: StudyLayout, lr_range: tuple[float, float] = (1e-5, 1e-4)) -> str:
     """Write `report.md` and the figures into the study; returns the report's location."""
-    text, shown = report_and_figures(layout, lr_range)
+    text, shown, terminal = report_and_figures(layout, lr_range)
     path = layout.report
     if why := storage.not_a_file(path):  # a folder where report.md goes: named and left, never removed
         print(f"[report] {storage.display(path)} is {why.removesuffix(', not a file')}, not a file: the report is "
@@ -389,8 +388,7 @@ def write_report(layout: StudyLayout, lr_range: tuple[float, float] = (1e-5, 1e-
     else:
         storage.write_text(path, text)
     shown.publish(layout)
-    summary = text.split("## Fine-tuning stability")[0].split("## Per task")[0]
-    print(summary.rstrip())
+    print("\n".join(terminal))  # a few lines; the tables are in the report
     print(f"[report] {storage.display(path)} ({len(shown.made)} figures in "
           f"{storage.display(layout.figures)})")
     return path

@@ -1,9 +1,13 @@
-"""Progress lines for long work: counts, outcome tallies, elapsed time and an ETA."""
+"""Progress lines for long work: counts, outcome tallies, elapsed time and an ETA; under them the
+cells whose best score rose since the last line, and a line per failed item as it fails (quiet
+otherwise)."""
 from __future__ import annotations
 
 import sys
 import time
 from collections import Counter
+
+from sweeper.report.tables import format_duration  # shared with `sweeper status`, which writes ETAs too
 
 SETTLE_ITEMS = 2.0
 """How many finished items of a group it takes for their measured speed to weigh as much as the
@@ -13,12 +17,6 @@ RECENT_SHARE = 0.25
 since the first item started has passed since it ended (at least MIN_HALF_LIFE_S)."""
 MIN_HALF_LIFE_S = 30.0
 
-
-def format_duration(seconds: float) -> str:
-    seconds = int(max(0, seconds))
-    hours, rest = divmod(seconds, 3600)
-    minutes, secs = divmod(rest, 60)
-    return f"{hours}h{minutes:02d}m" if hours else f"{minutes}m{secs:02d}s"
 
 
 class ProgressLine:
@@ -43,6 +41,8 @@ class ProgressLine:
         self.first_start: float | None = None
         self.running: dict[str, float] = {}  # item -> when it started
         self.timed: list[tuple[float, float, str | None, float]] = []  # (begin, end, group, own seconds) per item
+        self.best: dict[str, tuple[float, str]] = {}  # cell -> (best score so far, where: its point)
+        self.risen: list[str] = []  # cells whose best rose since the last line, in order
 
     def begin(self, item: str, now: float | None = None) -> None:
         now = time.time() if now is None else now
@@ -57,6 +57,21 @@ class ProgressLine:
         started = self.running.pop(item, None)
         if started is not None:
             self.timed.append((started, now, group, now - started if seconds is None else min(seconds, now - started)))
+
+    def scored(self, cell: str, score: float | None, where: str) -> None:
+        """An item of `cell` finished with `score` (higher is better) at `where` (its point): the
+        next line lists the cell if its best so far rose."""
+        if score is None or score != score:
+            return
+        if cell not in self.best or score > self.best[cell][0]:
+            self.best[cell] = (score, where)
+            if cell not in self.risen:
+                self.risen.append(cell)
+
+    def failed(self, what: str, error: str | None) -> None:
+        """One line for a failed item, at once: what it was and its error's last line."""
+        last = (error or "").strip().splitlines()[-1:] or ["no error recorded"]
+        print(f"[{self.stage}] failed: {what}: {last[0][:200]}", file=sys.stdout, flush=True)
 
     def advance(self, outcome: str) -> None:
         self.done += 1
@@ -128,9 +143,13 @@ class ProgressLine:
         return (f"[{self.stage}] {self.done}/{self.total} {self.unit} ({percent:.0f}%; {tallies}) | "
                 f"{format_duration(now - self.started)} elapsed{eta}")
 
+    def best_lines(self) -> list[str]:
+        """The cells whose best rose since the last line, one line each ('best so far')."""
+        return [f"  best so far {cell}: {self.best[cell][0]:.2f} ({self.best[cell][1]})" for cell in self.risen]
+
     def print(self) -> None:
-        print(self.line(), file=sys.stdout, flush=True)
-        self.last_print = time.time()
+        print("\n".join([self.line(), *self.best_lines()]), file=sys.stdout, flush=True)
+        self.risen, self.last_print = [], time.time()
 
     def finish(self) -> None:
         if self.done and self.last_print < time.time() - 0.01 and self.done != self.total:

@@ -133,6 +133,7 @@ class ResultsRecorder(tune.Callback):
             if self.tracker is not None:  # one W&B run for the whole grid, a row per trial
                 self.tracker.log({k: v for k, v in row.items() if isinstance(v, (int, float, str, bool))})
         self.running -= 1
+        self.tell_progress(row, status, error)
         self.progress.advance(status)
         group = self.shard.group(config)
         if group is None:
@@ -145,6 +146,15 @@ class ResultsRecorder(tune.Callback):
         if len(self.buffer) >= self.flush_rows or time.time() - self.last_flush > self.flush_seconds:
             self.flush()
 
+    def tell_progress(self, row: dict, status: str, error: str | None) -> None:
+        """The trial's validation score for its cell's best so far, or its failure, one line."""
+        cell = f"{row['checkpoint_id']} / {row['task']}"
+        point = f"LR {row['learning_rate']:g}" + (f", {row['params']}" if row.get("params") not in (None, "{}") else "")
+        if status == "failed":
+            self.progress.failed(f"{cell}, {point}, seed {row['seed']}", error)
+        elif status == "ok":
+            self.progress.scored(cell, row["validation_score"], f"validation, {point}, seed {row['seed']}")
+
     def flush(self) -> None:
         # Curves and predictions first: a trial row is the mark that a trial is done, so it goes
         # last. A trial run again after a write but before its row (a killed driver) writes them
@@ -156,7 +166,7 @@ class ResultsRecorder(tune.Callback):
         ])
         write_rows(self.layout, TRIALS, self.buffer)
         self.buffer, self.last_flush = [], time.time()
-        write_live_state(self.layout, self.running)
+        write_live_state(self.layout, self.running, self.progress)
 
     def on_step_end(self, iteration, trials, **info):
         # Tune calls this on every turn of its loop, finished trials or not: rows held back by the
@@ -167,12 +177,12 @@ class ResultsRecorder(tune.Callback):
                 self.flush()
             else:
                 self.last_flush = time.time()
-                write_live_state(self.layout, self.running)
+                write_live_state(self.layout, self.running, self.progress)
 
     def on_trial_start(self, iteration, trials, trial, **info):
         self.running += 1
         if time.time() - self.last_flush > 2.0:
-            write_live_state(self.layout, self.running)
+            write_live_state(self.layout, self.running, self.progress)
 
     def on_trial_result(self, iteration, trials, trial, result, **info):
         if result.get(FINAL) is False:
@@ -208,8 +218,11 @@ def trial_error_text(trial) -> str:
     return trial.get_error() or "trial raised an error (no traceback recorded)"
 
 
-def write_live_state(layout: StudyLayout, running_trials: int) -> None:
-    """`live.json`: the driver's pid and trials in flight, for `sweeper status`."""
+def write_live_state(layout: StudyLayout, running_trials: int, progress: ProgressLine | None = None) -> None:
+    """`live.json`: the driver's pid, trials in flight and (with `progress`) its fine-tuning ETA in
+    seconds (null before the first trial is done), for `sweeper status`."""
+    eta = progress.seconds_left() if progress is not None else None
     storage.write_json(layout.live, {
         "pid": os.getpid(), "host": socket.gethostname(), "running_trials": running_trials,
-        "updated_at": time.time()}, indent=None)
+        "updated_at": time.time(), "eta_s": eta, "stage": progress.stage if progress is not None else None},
+        indent=None)

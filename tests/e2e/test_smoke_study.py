@@ -163,13 +163,15 @@ def test_smoke_report_figures_and_values_match_the_parquet_rows(smoke_study):
 
     study_dir, _ = smoke_study
     text, made = build_report(StudyLayout(str(study_dir)))
-    expected = {"category_scores.png", "stability.png", "data_efficiency.png", "biphasic.png"}
+    expected = {"category_scores.png", "stability.png", "data_efficiency.png", "biphasic.png", "pretraining_loss.png"}
     assert {p.name for p in made} == expected  # one LR: no LR-sensitivity plot; no CPT runs
     for path in made:
         image = imread(path)
         assert path.stat().st_size > 10_000 and image.shape[0] > 200 and image.std() > 0.01, path
         assert f"(figures/{path.name})" in text
     assert "learning-rate sensitivity: fewer than two learning rates" in text
+    # The comparisons the spec makes lead, with intervals; a task at chance is flagged.
+    assert text.index("## The comparisons this study makes") < text.index("## Category averages")
     # Recompute the per-task table from the raw Parquet rows with pandas alone.
     rows = ds.dataset(study_dir / "results" / "trials", format="parquet", partitioning="hive").to_table().to_pandas()
     rows = rows[rows["status"] == "ok"]

@@ -21,7 +21,7 @@ from matplotlib.colors import to_hex
 from sweeper.report import analysis, figures
 from sweeper.report.writer import build_report
 from sweeper.store.layout import StudyLayout
-from sweeper.store.results import TRIALS, read_trials, write_rows
+from sweeper.store.results import PRETRAINING, TRIALS, read_trials, write_rows
 
 TASKS = {"sc1": "SC", "tc1": "TC"}
 LRS, SEEDS = (1e-4, 3e-4), range(3)
@@ -72,6 +72,10 @@ def trial_rows() -> list[dict]:
 def study(tmp_path_factory):
     layout = StudyLayout(str(tmp_path_factory.mktemp("figures")))
     write_rows(layout, TRIALS, trial_rows())
+    write_rows(layout, PRETRAINING, [{"study": "figures", "run_name": "m-clm-100", "run_key": "key-m-clm-100",
+                                      "objective": "clm", "replicate": 0, "step": step, "phase": "clm",
+                                      "loss": 10 / (1 + step), "lr": 1e-3, "tokens_seen": step * 2048,
+                                      "tokens_per_s": 1e4} for step in range(1, 101, 10)])
     return layout
 
 
@@ -188,7 +192,8 @@ def test_no_biphasic_line_joins_two_masking_ratios(drawn, study):
 def test_every_drawn_figure_has_a_caption_in_the_report(study):
     text, made = build_report(study)
     assert {p.name for p in made} == {"category_scores.png", "stability.png", "data_efficiency.png", "biphasic.png",
-                                      "continued_pretraining.png", "lr_sensitivity.png", "swept_weight_decay.png"}
+                                      "continued_pretraining.png", "lr_sensitivity.png", "swept_weight_decay.png",
+                                      "pretraining_loss.png"}
     lines = text.splitlines()
     for path in made:
         at = lines.index(next(line for line in lines if line.endswith(f"(figures/{path.name})")))

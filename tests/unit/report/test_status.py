@@ -16,3 +16,29 @@ def test_status_shows_a_pending_branch_waiting_for_its_trunk(tmp_path):
     point.mkdir(parents=True)
     (point / CHECKPOINT_MARKER).write_text("{}")
     assert "nano-clm-20-mlm40-40" in study_status(layout, study)["runs"]["pending"]
+
+
+def test_status_shows_the_running_drivers_eta(tmp_path, capsys):
+    import json
+    import os
+    import socket
+    import time
+
+    from sweeper.report.status import print_status
+
+    study = load_study(ROOT / "search_spaces" / "smoke.yaml")
+    layout = StudyLayout(str(tmp_path / "study"))
+    (tmp_path / "study").mkdir()
+    beat = {"pid": os.getpid(), "host": socket.gethostname(), "running_trials": 2, "updated_at": time.time() - 30,
+            "eta_s": 750.0, "stage": "finetune"}
+    (tmp_path / "study" / "live.json").write_text(json.dumps(beat))
+    eta = study_status(layout, study)["eta"]
+    assert 715 <= eta["seconds_left"] <= 721 and eta["age_s"] >= 29  # the beat's estimate, less its age
+    print_status(layout, study)
+    assert "ETA: ~11m" in capsys.readouterr().out
+    (tmp_path / "study" / "live.json").write_text(json.dumps({**beat, "eta_s": None}))
+    print_status(layout, study)
+    assert "ETA: not yet" in capsys.readouterr().out
+    (tmp_path / "study" / "live.json").unlink()
+    print_status(layout, study)
+    assert "ETA: none" in capsys.readouterr().out
