@@ -84,8 +84,12 @@ EVALUATED_PRIORITY = 10 ** 12
 
 
 def write_progress(run: PretrainConfig, row: dict) -> None:
-    """`<run_dir>/progress.json`: where the run is, for `sweeper status` (and tests that kill it)."""
-    progress = {**row, "total_steps": run.total_steps, "pid": os.getpid(), "updated_at": time.time()}
+    """`<run_dir>/progress.json`: where the run is, for `sweeper status` (and tests that kill its
+    process or drain its node)."""
+    import ray
+
+    progress = {**row, "total_steps": run.total_steps, "pid": os.getpid(),
+                "node_id": ray.get_runtime_context().get_node_id(), "updated_at": time.time()}
     storage.write_json(RunLayout(run.run_dir).progress, progress, indent=None)
 
 
