@@ -25,6 +25,7 @@ import time
 from dataclasses import asdict
 
 import ray
+import ray.train
 
 from sweeper.plan.branches import Branch, shared_prefixes
 from sweeper.plan.runs import PretrainingRun
@@ -305,6 +306,11 @@ class PretrainingGrid:
             outcome = ray.get(future)
         except Exception as error:  # the other runs go on; every failure is reported
             message = storage.redact(f"{type(error).__name__}: {str(error).strip()[-2000:]}")
+            if isinstance(getattr(error, "cause", None), ray.train.PreemptionError):
+                # A worker group past Train's max_preemption_failures: no failure of its own.
+                self.fail(run, f"preempted more than resources.max_preemptions "
+                               f"({self.resources['max_preemptions']}) times: {message}")
+                return
             if not self.relaunched(run, "failure", f"failed ({message.splitlines()[0][:200]})", error=message):
                 self.fail(run, message)
             return
