@@ -75,6 +75,7 @@ from trainables import sharding
 from trainables.corpus import PackedCorpus
 from trainables.model import LlamaEncoderConfig, LlamaEncoderForMaskedLM, build_model
 from trainables.objectives import LossContext, ObjectiveLoss, RowDraws
+from trainables.preemption import Notice
 from trainables.train_step import StepResult, adamw, train_step  # noqa: F401 (re-exported for benchmarks)
 
 RETENTION_METRIC = "retention_priority"
@@ -83,8 +84,12 @@ EVALUATED_PRIORITY = 10 ** 12
 
 
 def write_progress(run: PretrainConfig, row: dict) -> None:
-    """`<run_dir>/progress.json`: where the run is, for `sweeper status` (and tests that kill it)."""
-    progress = {**row, "total_steps": run.total_steps, "pid": os.getpid(), "updated_at": time.time()}
+    """`<run_dir>/progress.json`: where the run is, for `sweeper status` (and tests that kill its
+    process or drain its node)."""
+    import ray
+
+    progress = {**row, "total_steps": run.total_steps, "pid": os.getpid(),
+                "node_id": ray.get_runtime_context().get_node_id(), "updated_at": time.time()}
     storage.write_json(RunLayout(run.run_dir).progress, progress, indent=None)
 
 
@@ -215,9 +220,12 @@ def full_states(model, optimizer, run: PretrainConfig, world: int) -> tuple[dict
     return sharding.gathered_states(model, optimizer)
 
 
-def write_training_state(directory: Path, optimizer_state: dict, step: int, log: list[dict]) -> None:
-    """`training_state.pt`: the optimizer state (FQN-keyed if sharded), the step and the log."""
-    torch.save({"optimizer": optimizer_state, "step": step, "log": log}, Path(directory) / TRAINING_STATE)
+def write_training_state(directory: Path, optimizer_state: dict, step: int, log: list[dict],
+                         window: dict | None = None) -> None:
+    """`training_state.pt`: the optimizer state (FQN-keyed if sharded), the step, the log and the
+    open log window's loss sums (`window`: a preemption's save falls between log steps)."""
+    torch.save({"optimizer": optimizer_state, "step": step, "log": log, **({"window": window} if window else {})},
+               Path(directory) / TRAINING_STATE)
 
 
 def save_hf(model, directory: Path, state: dict | None) -> None:
@@ -248,7 +256,8 @@ def checkpoint_marker(run: PretrainConfig, step: int, metrics: dict) -> dict:
     }
 
 
-def save_checkpoint(model, optimizer, run: PretrainConfig, step: int, log: list[dict], metrics: dict) -> None:
+def save_checkpoint(model, optimizer, run: PretrainConfig, step: int, log: list[dict], metrics: dict,
+                    window: dict | None = None) -> None:
     import ray.train
 
     context = ray.train.get_context()
@@ -262,7 +271,7 @@ def save_checkpoint(model, optimizer, run: PretrainConfig, step: int, log: list[
         save_hf(model, tmp, model_state)
         shutil.copytree(folders.local_copy(run.corpus_dir, CORPUS_MARKER, only="tokenizer"), tmp,
                         dirs_exist_ok=True)
-        write_training_state(tmp, optimizer_state, step, log)
+        write_training_state(tmp, optimizer_state, step, log, window)
         (tmp / TRAIN_LOG).write_text(json.dumps(log))  # read by the driver, no torch needed
         marker = {**checkpoint_marker(run, step, metrics), "files": storage.file_sizes(str(tmp))}
         (tmp / CHECKPOINT_MARKER).write_text(json.dumps(marker, indent=1))
@@ -352,9 +361,10 @@ def read_training_state(path: Path, mmap: bool = False) -> dict:
 
 
 def restore_training_state(directory: Path, model, optimizer, run: PretrainConfig,
-                           world: int) -> tuple[int, list[dict]]:
-    """Load the optimizer state of `directory`'s `training_state.pt`; returns (step, log). Sharded:
-    rank 0 alone maps the file and hands every rank its slices (`trainables.sharding`)."""
+                           world: int) -> tuple[int, list[dict], dict]:
+    """Load the optimizer state of `directory`'s `training_state.pt`; returns (step, log, the open
+    log window's loss sums). Sharded: rank 0 alone maps the file and hands every rank its slices
+    (`trainables.sharding`)."""
     path = Path(directory) / TRAINING_STATE
     if not sharded(run, world):
         state = read_training_state(path)
@@ -364,13 +374,13 @@ def restore_training_state(directory: Path, model, optimizer, run: PretrainConfi
 
         def progress() -> dict:
             mapped.update(read_training_state(path, mmap=True))
-            return {"step": mapped["step"], "log": mapped["log"]}
+            return {"step": mapped["step"], "log": mapped["log"], "window": mapped.get("window", {})}
 
         state = sharding.from_rank0(progress)
         sharding.restore_optimizer(model, optimizer, mapped.get("optimizer"))
         mapped.clear()
     print(f"[pretrain {run.name}] resumed from step {state['step']}", flush=True)
-    return state["step"], state["log"]
+    return state["step"], state["log"], state.get("window") or {}
 
 
 def initial_model(run: PretrainConfig, vocab_size: int) -> LlamaEncoderForMaskedLM:
@@ -421,7 +431,7 @@ def train_loop_per_worker(loop_config: dict) -> None:
     with resume_context as resume:
         model = prepared_model(resume, run, corpus.meta["vocab_size"], world, device)
         optimizer = adamw(model.parameters(), run.peak_lr, run.optimizer.torch_kwargs(), device)
-        start, log = restore_training_state(resume, model, optimizer, run, world) if resume else (0, [])
+        start, log, window = restore_training_state(resume, model, optimizer, run, world) if resume else (0, [], {})
         if run.branch_from and start == run.branch_step:  # its own checkpoints are all later
             log = []  # the trunk's steps: this run logs from its branch step on
         for step in unknown_to_ray:
@@ -430,16 +440,35 @@ def train_loop_per_worker(loop_config: dict) -> None:
         # A run killed between a checkpoint and its retention (below) applies it now: after the
         # final checkpoint no later step would.
         apply_retention(run, start)
-    share = run.global_batch_size // world  # this rank's rows: [rank * share, (rank + 1) * share)
-    mask_token_id, vocab_size = corpus.meta["mask_token_id"], unwrap(model).config.vocab_size
     losses: dict[str, ObjectiveLoss] = {}  # phase.loss -> its function, imported once
     tracker = None
     if rank == 0:
         tracker = start_wandb(run.tracking, name=run.name, run_id=run.run_key, location=run.run_dir,
                               config={k: v for k, v in asdict(run).items() if k != "tracking"})
+    with Notice(distributed=run.workers > 0) as notice:
+        train_steps(run, model, optimizer, corpus, start, log, window, losses, tracker, notice, device)
+    if tracker is not None:
+        tracker.finish()
+
+
+def train_steps(run: PretrainConfig, model, optimizer, corpus: PackedCorpus, start: int, log: list[dict],
+                window: dict, losses: dict[str, ObjectiveLoss], tracker, notice: Notice, device: torch.device) -> None:
+    """Steps `start` to the run's end, saving as planned; on a preemption notice, a resume state
+    at the step boundary where it is seen (once): local mode then stops, a worker group trains on
+    until Ray Train stops it (trainables.preemption)."""
+    import ray.train
+
+    context = ray.train.get_context()
+    rank, world = context.get_world_rank(), context.get_world_size()
+    share = run.global_batch_size // world  # this rank's rows: [rank * share, (rank + 1) * share)
+    mask_token_id, vocab_size = corpus.meta["mask_token_id"], unwrap(model).config.vocab_size
     kept = kept_steps(run)
     autocast_dtype = torch.bfloat16 if device.type == "cuda" else None
-    window_started, window_tokens, loss_sum, loss_count = time.time(), 0, 0.0, 0
+    window_started, window_tokens = time.time(), 0
+    # A resume state saved on a notice between log steps carries the open window's loss sums, so
+    # the next log row is the undisturbed run's.
+    loss_sum, loss_count = window.get("loss_sum", 0.0), window.get("loss_count", 0)
+    noticed = False
     for step in range(start, run.total_steps):
         phase, loss, lr = begin_step(run, step, optimizer, losses)
         # A continued run reads on from where its source stopped: no batch is seen twice.
@@ -478,5 +507,19 @@ def train_loop_per_worker(loop_config: dict) -> None:
                              **({"attention": unwrap(model).attention} if native(run) else {})})
             if rank == 0:  # the newer checkpoint is persisted: Ray's report returns after the upload
                 apply_retention(run, done)
-    if tracker is not None:
-        tracker.finish()
+        if noticed or done == run.total_steps or notice.pending() is None:
+            continue
+        noticed = True
+        if not saving:
+            save_checkpoint(model, optimizer, run, done, log,
+                            {"step": done, "phase": phase.objective, "loss": result.loss,
+                             RETENTION_METRIC: retention_priority(run, done)},
+                            window={"loss_sum": loss_sum, "loss_count": loss_count})
+            if rank == 0:
+                apply_retention(run, done)
+        if rank == 0:
+            RunLayout(run.run_dir).record_interruption("preemption", step=done, reason=notice.reason)
+            print(f"[pretrain {run.name}] preemption notice ({notice.reason}): resume state saved at step {done}"
+                  + ("" if run.workers > 0 else ", stopping"), flush=True)
+        if run.workers == 0:
+            return  # the driver relaunches the run, from this step

@@ -73,8 +73,12 @@ def study_status(layout: StudyLayout, study: LoadedStudy) -> dict:
     spec, plan = study.spec, study.plan
     now = time.time()
     branches = shared_prefixes(spec, plan.runs)  # a branch waits for its trunk (sweeper.run.train_grid)
+    interrupted: dict[str, Counter] = {}  # run name -> {"preemption": n, "failure": m}
     for run in plan.runs:
         run_layout = layout.run(run.name)
+        if kinds := Counter(event.get("kind") for event in run_layout.interruptions(damaged.__setitem__)
+                            if isinstance(event, dict)):
+            interrupted[run.name] = kinds
         if run_layout.is_done(run.run_key, damaged=damaged.__setitem__):
             runs["done"].append(run.name)
             continue
@@ -105,7 +109,7 @@ def study_status(layout: StudyLayout, study: LoadedStudy) -> dict:
     # rest as running (the heartbeat's count, at most what is unrecorded) or pending.
     unrecorded = len(planned) - len(recorded)
     running = min(running, unrecorded)
-    return {"study": spec.study, "runs": runs, "trained": trained_trials(plan)[0], "trials": {"planned": len(planned), "ok": counts["ok"],
+    return {"study": spec.study, "runs": runs, "interrupted": interrupted, "trained": trained_trials(plan)[0], "trials": {"planned": len(planned), "ok": counts["ok"],
             "stopped": counts["stopped"], "diverged": counts["diverged"], "failed": counts["failed"],
             "unclassified": len(unclassified), "running": running, "pending": unrecorded - running},
             "early_stopping": spec.finetuning.scheduler.kind != "none", "eta": eta,
@@ -176,6 +180,9 @@ def print_status(layout: StudyLayout, study: LoadedStudy) -> None:
     for state in ("running", "failed", "pending"):
         for name in runs[state]:
             print(f"    {state:8s} {name}")
+    # Preemptions (resources.max_preemptions) and failures (max_failures) have separate budgets.
+    for name, kinds in status["interrupted"].items():
+        print(f"    interrupted {name}: {kinds['preemption']} preemptions, {kinds['failure']} failures")
     # `stopped` (early, by the trial scheduler) is shown where a scheduler ran or left rows.
     shown = ("ok", "stopped") if status["early_stopping"] or trials["stopped"] else ("ok",)
     shown += ("running", "pending", "diverged", "failed") + (("unclassified",) if trials["unclassified"] else ())

@@ -25,6 +25,7 @@ import time
 from dataclasses import asdict
 
 import ray
+import ray.train
 
 from sweeper.plan.branches import Branch, shared_prefixes
 from sweeper.plan.runs import PretrainingRun
@@ -32,7 +33,7 @@ from sweeper.contract.configs import InitSource, PretrainConfig
 from sweeper.contract.heavy_imports import imports_frozen
 from sweeper.spec.study import StudySpec
 from sweeper.store import storage
-from sweeper.store.layout import TRAIN_LOG, TRAINING_STATE, StudyLayout
+from sweeper.store.layout import TRAIN_LOG, TRAINING_STATE, RunLayout, StudyLayout
 from sweeper.store.results import PRETRAINING, write_rows
 
 
@@ -107,7 +108,10 @@ def fit_run(run: PretrainConfig, resources: dict) -> dict:
             run_config=RunConfig(
                 name=run.name, storage_path=runs_path,
                 storage_filesystem=filesystem if storage.is_remote(run.run_dir) else None,
-                failure_config=FailureConfig(max_failures=resources["max_failures"]),
+                # Train counts a drained node's group apart from errors (trainables.preemption);
+                # callers that name no budget for it get none.
+                failure_config=FailureConfig(max_failures=resources["max_failures"],
+                                             max_preemption_failures=resources.get("max_preemptions", 0)),
                 # A worker group's checkpoints are Ray's to delete (its run snapshot lists them):
                 # evaluated ones and the newest resume ones stay (trainables.pretrain_loop.retention).
                 checkpoint_config=ray_checkpoint_config(run),
@@ -128,7 +132,11 @@ def fit_run(run: PretrainConfig, resources: dict) -> dict:
                 raise
             print(f"[pretrain {run.name}] Ray Train's controller failed ({str(error).strip().splitlines()[0][:200]}); "
                   f"fitting again from the last checkpoint (retry {attempt}/{resources['max_failures']})", flush=True)
-    return {"run_name": run.name, "wall_time_s": time.time() - started}
+    outcome = {"run_name": run.name, "wall_time_s": time.time() - started}
+    if workers == 0 and run.total_steps not in RunLayout(run.run_dir).saved_checkpoints():
+        # Local mode returns early only on a preemption notice, its resume state saved.
+        outcome["preempted_at"] = max(RunLayout(run.run_dir).saved_checkpoints(), default=0)
+    return outcome
 
 
 def record_finished_run(study: str, layout: StudyLayout, run: PretrainingRun, wall_time_s: float) -> None:
@@ -179,13 +187,18 @@ class PretrainingGrid:
         self.listings: dict[str, tuple[float, set[int]]] = {}  # run name -> (listed at, complete steps)
         res = spec.resources
         self.resources = {"cpus_per_worker": res.cpus_per_worker, "gpus_per_worker": res.gpus_per_worker,
-                          "max_failures": res.max_failures, "custom_per_worker": dict(res.custom_resources_per_worker)}
-        local = res.pretraining_workers == 0
-        # A local-mode run has no Train worker group to restart: Ray retries the task itself (a
-        # crashed process or an exception), and the loop resumes from the run's last checkpoint.
+                          "max_failures": res.max_failures, "max_preemptions": res.max_preemptions,
+                          "custom_per_worker": dict(res.custom_resources_per_worker)}
+        self.local = local = res.pretraining_workers == 0
+        # A local-mode run has no Train worker group to restart: `record` relaunches its task after
+        # an error (a crashed process, an exception, a lost node: `max_failures`) or a preemption
+        # notice (`max_preemptions`), counted apart, and the loop resumes from the run's newest
+        # checkpoint. Ray's own task retries would count both alike.
+        self.configs: dict[str, PretrainConfig] = {}
+        self.interruptions: dict[str, dict[str, int]] = {}  # run name -> {"failure": n, "preemption": m}
         self.task = ray.remote(fit_run).options(
             num_cpus=res.cpus_per_worker if local else 0, num_gpus=res.gpus_per_worker if local else 0,
-            max_retries=res.max_failures if local else 0, retry_exceptions=local,
+            max_retries=0,
             # Local mode reads the corpus and writes checkpoints in this task's process: it goes
             # where a worker would (a worker group's workers take the resources themselves).
             resources=dict(res.custom_resources_per_worker) if local else None,
@@ -216,9 +229,10 @@ class PretrainingGrid:
                     branch = None
                 self.waiting.remove(run)
                 storage.write_json(self.layout.run(run.name).started, {"run_key": run.run_key, "identity": run.identity})
-                config = pretrain_config(run, self.spec, self.layout, self.corpus_dirs[run.tokenizer], self.by_name,
-                                         branch, tuple(sorted(self.branch_steps.get(run.name, ()))))
-                self.futures[self.task.remote(config, self.resources)] = run
+                self.configs[run.name] = pretrain_config(
+                    run, self.spec, self.layout, self.corpus_dirs[run.tokenizer], self.by_name, branch,
+                    tuple(sorted(self.branch_steps.get(run.name, ()))))
+                self.futures[self.task.remote(self.configs[run.name], self.resources)] = run
 
     def trunk_ready(self, branch: Branch) -> bool:
         """Whether the trunk's checkpoint at the branch step is complete, training state included."""
@@ -264,16 +278,47 @@ class PretrainingGrid:
         if ready or self.awaiting_trunks:
             self.start()
 
+    def relaunched(self, run: PretrainingRun, kind: str, what: str, **fields) -> bool:
+        """Count an interruption of `run` (`kind`: "failure" or "preemption") in the run folder
+        and, within its budget (local mode; a worker group's are Ray Train's), launch it again
+        from its newest checkpoint. Whether it was."""
+        if kind == "failure":  # a preemption is recorded by the loop that saw the notice
+            self.layout.run(run.name).record_interruption(kind, **fields)
+        counts = self.interruptions.setdefault(run.name, {"failure": 0, "preemption": 0})
+        counts[kind] += 1
+        budget = self.resources["max_failures" if kind == "failure" else "max_preemptions"]
+        if not self.local or counts[kind] > budget:
+            return False
+        print(f"[pretrain] {run.name} {what}; training on from its newest checkpoint ({kind} {counts[kind]} of "
+              f"{budget}: resources.max_{kind}s)", flush=True)
+        self.futures[self.task.remote(self.configs[run.name], self.resources)] = run
+        return True
+
+    def fail(self, run: PretrainingRun, message: str) -> None:
+        failed_file = self.layout.run(run.name).failed
+        storage.write_json(failed_file, {"run_key": run.run_key, "error": message, "failed_at": time.time()})
+        self.failed.add(run.name)
+        print(f"[pretrain] {run.name} FAILED: {message.splitlines()[0][:300]} "
+              f"(details in {storage.display(failed_file)})", flush=True)
+
     def record(self, future, run: PretrainingRun) -> None:
         try:
             outcome = ray.get(future)
         except Exception as error:  # the other runs go on; every failure is reported
             message = storage.redact(f"{type(error).__name__}: {str(error).strip()[-2000:]}")
-            failed_file = self.layout.run(run.name).failed
-            storage.write_json(failed_file, {"run_key": run.run_key, "error": message, "failed_at": time.time()})
-            self.failed.add(run.name)
-            print(f"[pretrain] {run.name} FAILED: {message.splitlines()[0][:300]} "
-                  f"(details in {storage.display(failed_file)})", flush=True)
+            if isinstance(getattr(error, "cause", None), ray.train.PreemptionError):
+                # A worker group past Train's max_preemption_failures: no failure of its own.
+                self.fail(run, f"preempted more than resources.max_preemptions "
+                               f"({self.resources['max_preemptions']}) times: {message}")
+                return
+            if not self.relaunched(run, "failure", f"failed ({message.splitlines()[0][:200]})", error=message):
+                self.fail(run, message)
+            return
+        if "preempted_at" in outcome:  # the loop recorded the notice in the run folder
+            step = outcome["preempted_at"]
+            if not self.relaunched(run, "preemption", f"was preempted (resume state at step {step})", step=step):
+                self.fail(run, f"preempted {self.interruptions[run.name]['preemption']} times, more than "
+                               f"resources.max_preemptions ({self.resources['max_preemptions']})")
             return
         record_finished_run(self.spec.study, self.layout, run, outcome["wall_time_s"])
         self.done.add(run.name)

@@ -48,7 +48,11 @@ class ResourcesSpec:
     """How a worker group splits a run: ddp replicates the model on every worker; fsdp shards
     parameters, gradients and optimizer state (FSDP2 `fully_shard` per block), for 610m/1b."""
     max_failures: int = 2
-    """Pretraining worker-group restarts from the last checkpoint before a run is failed."""
+    """Restarts of a pretraining run after errors (a crash, a lost node), from its last
+    checkpoint, before it is failed; preemption notices do not count."""
+    max_preemptions: int = 20
+    """Restarts of a pretraining run after preemption notices (SIGTERM, a drained node), each
+    from the resume state saved at the notice, before it is failed."""
     gpu_memory_gb: float = 80.0
     """Memory of one accelerator (H100: 80); `sweeper plan` checks every run's estimated peak
     per worker against it when workers use GPUs."""
@@ -65,7 +69,7 @@ class ResourcesSpec:
 
     def check(self):
         yield from non_negative(self, "pretraining_workers", "cpus_per_worker", "gpus_per_worker", "cpus_per_trial",
-                                "gpus_per_trial", "max_failures")
+                                "gpus_per_trial", "max_failures", "max_preemptions")
         yield from positive(self, "gpu_memory_gb")
         if self.cpus_per_trial == 0 and self.gpus_per_trial == 0:
             yield "cpus_per_trial", "a trial needs some CPU or GPU"

@@ -26,6 +26,7 @@
                sweeper_done.json           written when the run finished (its key)
                sweeper_failed.json         written when the run failed (its key, the error)
                progress.json               where the run is (status, kill tests)
+               interruptions.json          preemptions and failures before its end (status)
                step-<N>/                   a checkpoint: Hugging Face files, tokenizer,
                    training_state.pt       optimizer state and log (resume only)
                    train_log.json          the loss log up to N (read by the driver)
@@ -39,6 +40,7 @@ checkpoint are the constants below, which the worker loops import from here.
 """
 from __future__ import annotations
 
+import time
 from collections.abc import Callable
 from dataclasses import dataclass
 
@@ -85,6 +87,21 @@ class RunLayout:
     @property
     def progress(self) -> str:
         return storage.join(self.root, "progress.json")
+
+    @property
+    def interruptions_file(self) -> str:
+        return storage.join(self.root, "interruptions.json")
+
+    def interruptions(self, damaged: Callable[[str, str], None] | None = None) -> list[dict]:
+        """What stopped the run before its end, oldest first: {"kind": "preemption" (a notice, the
+        training loop's record) or "failure" (an error, the driver's), "at": epoch seconds, ...}."""
+        return storage.read_json(self.interruptions_file, damaged=damaged, kind=list) or []
+
+    def record_interruption(self, kind: str, **fields) -> None:
+        """Append one to `interruptions()`. One writer at a time: the loop while the run trains,
+        the driver once its process has ended."""
+        storage.write_json(self.interruptions_file,
+                           [*self.interruptions(), {"kind": kind, "at": time.time(), **fields}])
 
     def checkpoint(self, step: int) -> str:
         return storage.join(self.root, checkpoint_folder_name(step))

@@ -166,7 +166,7 @@ def ray_registered_steps(run_dir: str) -> list[int]:
 @pytest.mark.parametrize("workers,where", [(0, "s3"), (1, "disk")], ids=["local-mode-in-s3", "train-worker-group"])
 def test_pretraining_process_killed_mid_run_resumes_to_the_planned_result(ray_head, tmp_path, object_store,
                                                                           workers, where):
-    """Local mode: Ray retries the task, and the loop finds its last checkpoint in the study (here
+    """Local mode: the driver relaunches the task, and the loop finds its last checkpoint in the study (here
     an S3 bucket: listed, downloaded with its optimizer state), killed after step 20's checkpoint.
 
     Worker group: the kill is forced into the race between a worker's report and Train's

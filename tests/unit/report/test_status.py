@@ -42,3 +42,24 @@ def test_status_shows_the_running_drivers_eta(tmp_path, capsys):
     (tmp_path / "study" / "live.json").unlink()
     print_status(layout, study)
     assert "ETA: none" in capsys.readouterr().out
+
+
+
+def test_status_counts_a_runs_preemptions_apart_from_its_failures(tmp_path, capsys):
+    """interruptions.json (the loop's preemption notices, the driver's failures) as counts per
+    run; a damaged one is named and read as none."""
+    from sweeper.report.status import print_status
+
+    study = load_study(ROOT / "search_spaces" / "smoke.yaml")
+    layout = StudyLayout(str(tmp_path / "study"))
+    run = layout.run("nano-clm-40")
+    for kind in ("preemption", "failure", "preemption"):
+        run.record_interruption(kind, step=7)
+    assert [e["kind"] for e in run.interruptions()] == ["preemption", "failure", "preemption"]
+    assert study_status(layout, study)["interrupted"] == {"nano-clm-40": {"preemption": 2, "failure": 1}}
+    print_status(layout, study)
+    assert "interrupted nano-clm-40: 2 preemptions, 1 failures" in capsys.readouterr().out
+    (tmp_path / "study" / "pretraining" / "nano-clm-40" / "interruptions.json").write_text('{"kind": 1}')
+    status = study_status(layout, study)
+    assert status["interrupted"] == {}
+    assert any("interruptions.json" in location for location in status["damaged_markers"])

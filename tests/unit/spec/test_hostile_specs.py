@@ -181,6 +181,8 @@ CASES = [
          "pretraining.optimizer.eps", "must be positive", at="eps: -1"),
     Case("negative weight decay", in_section("finetuning", "weight_decay: -0.1"), "finetuning.weight_decay",
          "must not be negative", at="weight_decay"),
+    Case("negative preemption budget", in_section("resources", "max_preemptions: -1"), "resources.max_preemptions",
+         "must not be negative", at="max_preemptions"),
     Case("a steps budget beyond 64 bits", change("  steps: 40", "  steps: " + str(2**70)), "pretraining.steps",
          "beyond the 64-bit integer range", at="  steps:"),
     Case("a batch the workers cannot share", change("  pretraining_workers: 0", "  pretraining_workers: 3"),
