@@ -15,7 +15,9 @@ detect.
   the SD of one unit's difference that the sequential planner assumes (`planning_run_sd`, SEED_SD:
   `sequential_cost.unit_sd` for units that are pretraining runs; sqrt(2) x SEED_SD for seeds, whose
   run is fixed). Averaging over a category's tasks is not counted, so the figure leans high. A
-  spread part (learning-rate sensitivity, points squared) has no planned SD: no figure.
+  spread part (learning-rate sensitivity, points squared) has no planned SD: no figure. It is
+  judged on the placeholder grid's 3 learning rates, not the spec's: a grid of one learning rate
+  is told it can decide it, and its report will say it cannot (not modelled yet).
 """
 from __future__ import annotations
 
