@@ -14,7 +14,7 @@ from conftest import ROOT
 from sweeper import cli
 from sweeper.plan.load import load_study
 from sweeper.report.decidable import planned_sd, plan_lines
-from sweeper.report.statistics import standardized_detectable
+from sweeper.report.power import standardized_detectable
 from sweeper.spec.sequential import SequentialSpec
 
 MICRO = ROOT / "search_spaces" / "micro.yaml"
