@@ -1,7 +1,8 @@
 """What an edited spec changes in a study that already holds results.
 
 Adding cells (seeds, tasks, learning rates, grid values, samples, checkpoint steps) only adds
-keys, so a rerun runs just those. Changing a setting that existing cells depend on gives those
+keys, so a rerun runs just those; but seeds added to an Optuna study change the search every
+cell ran, and recompute them all (`OPTUNA_SEEDS` says why, once). Changing a setting that existing cells depend on gives those
 cells new keys while their old results stay on disk; this module finds them, says why, and
 `sweeper run` refuses to go on without `--recompute-changed` (it never silently mixes two
 versions of a cell).
@@ -35,6 +36,8 @@ class Changes:
     """(run name, recorded run_key, what differs) for runs whose configuration changed."""
     trials: list[tuple[str, list[str]]] = field(default_factory=list)
     """(cell, what differs) for recorded trials the new plan would compute differently."""
+    notes: list[str] = field(default_factory=list)
+    """Why a kind of change recomputes rather than extends, said once (`OPTUNA_SEEDS`)."""
 
     def __bool__(self) -> bool:
         return bool(self.runs or self.trials)
@@ -49,7 +52,17 @@ class Changes:
             lines += [f"  {cell}: {'; '.join(why)}" for cell, why in self.trials[:limit]]
             if len(self.trials) > limit:
                 lines.append(f"  ... and {len(self.trials) - limit} more")
+        lines += [f"why: {note}" for note in self.notes]
         return "\n".join(lines)
+
+
+OPTUNA_SEEDS = ("an Optuna search is told each sample's score averaged over the seeds, and TPE proposes every "
+                "sample after its start-up ones from those averages: with other seeds the search tries other "
+                "points, so its recorded samples are not this search's and every cell is recomputed (its trial "
+                "keys hold the seed list). Seeds added to `search: random` or `grid` only add trials (their "
+                "points do not depend on the scores).")
+"""Why adding seeds to an Optuna study recomputes its cells instead of running the new seeds at
+their points (issue #54)."""
 
 
 def flatten(value, prefix: str = "") -> dict[str, object]:
@@ -167,6 +180,8 @@ def find_changes(spec: StudySpec, plan: StudyPlan, layout: StudyLayout) -> Chang
                                                                   f"task_protocol.{trial.task}.", "search."))]
                    or ["trial configuration changed"])
             changes.trials.append((cell_text(cell), why))
+            if any(reason.startswith("search.seeds") for reason in why) and OPTUNA_SEEDS not in changes.notes:
+                changes.notes.append(OPTUNA_SEEDS)
     return changes
 
 

@@ -22,6 +22,7 @@ from pathlib import Path
 from sweeper.contract import registry
 from sweeper.plan.checkpoint_sources import ExternalCheckpoint, SourceProblem, resolve_all
 from sweeper.plan.hf_init import HfSourceProblem, resolve_hf_init
+from sweeper.plan.input_paths import input_path_problems
 from sweeper.plan.machine_fit import local_fit_problems
 from sweeper.plan.memory_check import RunMemory, TrialMemory, check_runs, check_trials, refusal, trial_refusal
 from sweeper.plan.runs import PretrainingRun, RunNameProblem, expand_base_runs, expand_runs
@@ -64,7 +65,8 @@ def load_study(path: str | Path, overrides: list[str] | tuple[str, ...] = (), *,
     SpecError naming every independent mistake (module docstring). Plugin modules named in
     SWEEPER_PLUGINS are imported first (their families and objectives become valid names).
     `machine` (`plan`, `run`): a trial or worker asking more than this machine offers, for a
-    study that would run here, is a mistake too (sweeper.plan.machine_fit)."""
+    study that would run here, is a mistake too (sweeper.plan.machine_fit), and so is an input
+    path (the corpus, a tokenizer folder, a task's rows) absent here (sweeper.plan.input_paths)."""
     registry.load_plugins()
     data, context = load_yaml(path)
     data, context.overrides = apply_overrides(data, overrides)
@@ -72,6 +74,8 @@ def load_study(path: str | Path, overrides: list[str] | tuple[str, ...] = (), *,
     if machine:
         for key, reason in local_fit_problems(spec, pretrains=bool(spec.pretraining.runs)):
             context.note(f"resources.{key}", reason)
+        for key, reason in input_path_problems(spec):
+            context.note(key, reason)
     runs = _checked_runs(spec, context)
     externals = _resolved_externals(spec, runs, context)
     raise_all(context.errors)

@@ -66,9 +66,10 @@ class StudyParts:
     """Per continued run, the study run it continues."""
 
 
-def study_parts(plan, seeds: int) -> StudyParts:
-    """The parts the report would test on `plan` (a first-look `StudyPlan`): judge_grid on its
-    own checkpoints with random placeholder scores, one task per category, `seeds` seeds."""
+def placeholder_judgement(plan, seeds: int, config: VerdictConfig = VerdictConfig()) -> tuple[list, dict[str, str]]:
+    """(judge_grid's verdicts, replicate 0's run name per arm) on `plan`'s own checkpoints with random
+    placeholder scores, one task per category, `seeds` seeds: which parts the report would test
+    on this design, and how (their units, families), whatever the scores."""
     from sweeper.contract.registry import get_task
 
     checkpoints = [c for c in plan.checkpoints if c.run is not None]
@@ -81,7 +82,7 @@ def study_parts(plan, seeds: int) -> StudyParts:
     tasks = {}
     for trial in plan.trials:
         tasks.setdefault(get_task(trial.task).category, trial.task)
-    shape = (len(checkpoints), len(tasks), 3, max(seeds, VerdictConfig().min_seeds))
+    shape = (len(checkpoints), len(tasks), 3, seeds)
     rng = np.random.default_rng(0)
     grid = TrialGrid(checkpoints=list(runs.index), tasks=list(tasks.values()), categories=list(tasks),
                      learning_rates=np.array([1e-5, 3e-5, 1e-4]), seeds=list(range(shape[3])),
@@ -89,8 +90,15 @@ def study_parts(plan, seeds: int) -> StudyParts:
                      state=np.full(shape, OK, dtype=np.int8),
                      final=(runs["checkpoint_step"] == runs["total_steps"]).to_numpy())
     run_of = runs.loc[runs["replicate"] == 0, "run_name"].to_dict()  # an arm is replicate 0's checkpoint
+    return judge_grid(grid, runs, config=config), run_of
+
+
+def study_parts(plan, seeds: int) -> StudyParts:
+    """The parts the report would test on `plan` (a first-look `StudyPlan`): `placeholder_judgement`
+    with at least the seeds a test needs."""
+    verdicts, run_of = placeholder_judgement(plan, max(seeds, VerdictConfig().min_seeds))
     findings, part_runs = [], []
-    for verdict in judge_grid(grid, runs):
+    for verdict in verdicts:
         tested = [p for p in verdict.parts if not p.missing]
         if tested:
             findings.append(tuple(range(len(part_runs), len(part_runs) + len(tested))))

@@ -17,7 +17,6 @@ when any part contradicts, and otherwise cannot tell.
 """
 from __future__ import annotations
 
-import functools
 import math
 import warnings
 from collections.abc import Sequence
@@ -28,6 +27,7 @@ import pandas as pd
 from scipy import stats
 
 from sweeper.report import analysis, provenance
+from sweeper.report.power import standardized_detectable
 from sweeper.report.grid import Sensitivity, TrialGrid
 from sweeper.report.paired import paired_t, paired_test, skew_note, skewness, test_name  # noqa: F401 (re-exported)
 
@@ -112,17 +112,6 @@ class Part:
             return f"{self.comparison}: cannot tell ({self.missing})"
         note = f" ({self.note})" if self.note else ""
         return f"{self.comparison}: {self.numbers}; {self.test}; p = {p_text(self.p_adjusted)} (Holm) -> {self.verdict}{note}"
-
-
-@functools.lru_cache(maxsize=256)
-def standardized_detectable(units: int, alpha: float, one_sided: bool, power: float = 0.8) -> float:
-    """Effect in SDs of the differences that a paired t-test over `units` finds with `power`
-    (statsmodels' `TTestPower`; both directions unless `one_sided`)."""
-    if units < 2:
-        return math.nan
-    from statsmodels.stats.power import TTestPower
-    return float(TTestPower().solve_power(nobs=units, alpha=alpha, power=power,
-                                          alternative="larger" if one_sided else "two-sided"))
 
 
 def p_text(p: float) -> str:

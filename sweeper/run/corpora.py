@@ -13,9 +13,10 @@ import math
 import re
 from pathlib import Path
 
+from sweeper.plan.input_paths import corpus_problem
 from sweeper.plan.study_plan import StudyPlan
 from sweeper.plan.checkpoint_sources import SourceProblem, resolve_hub_revision
-from sweeper.contract.text_sources import source_identity, source_problem
+from sweeper.contract.text_sources import source_identity
 from sweeper.contract.configs import CorpusConfig, stable_key
 from sweeper.contract.heavy_imports import imports_frozen
 from sweeper.spec.reading import SpecError
@@ -144,12 +145,14 @@ def share_tokenizer(layout: StudyLayout, config: CorpusConfig, folder: str) -> N
 
 def check_corpus_source(spec: StudySpec, spec_path: Path) -> None:
     """A corpus that cannot be read (missing, unknown file type, no such text column) is a spec
-    error (`file:line: data.corpus: reason`, exit 2), found before the study writes or starts anything."""
-    problem = source_problem(spec.data.corpus, spec.data.text_column)
+    error (`file:line: data.corpus: reason`, exit 2), found before the study starts anything. A local
+    corpus was checked when the spec was loaded (sweeper.plan.input_paths); this reads a hub or
+    object-store corpus too, which needs the network a driver has."""
+    problem = corpus_problem(spec)
     if problem is None:
         return
-    key = "text_column" if f"column {spec.data.text_column!r}" in problem or "one column" in problem else "corpus"
-    raise SpecError(str(spec_path), f"data.{key}", problem, line=line_of(spec_path, key))
+    key, reason = problem
+    raise SpecError(str(spec_path), key, reason, line=line_of(spec_path, key.removeprefix("data.")))
 
 
 def line_of(spec_path: Path, key: str) -> int | None:

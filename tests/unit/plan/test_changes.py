@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 
 from conftest import ROOT, SMOKE_SPEC as SMOKE, edited_spec
-from sweeper.plan.changes import find_changes, record_settings
+from sweeper.plan.changes import OPTUNA_SEEDS, find_changes, record_settings
 from sweeper.plan.load import load_study
 from sweeper.plan.study_plan import at_point, plan_study
 from sweeper.run.recording import trial_row
@@ -104,3 +104,19 @@ def test_sweeper_run_exits_3_naming_the_changed_cells_before_anything_starts(tmp
     assert f"{len(recorded)} recorded fine-tuning cell(s) would be recomputed" in result.stderr
     assert "/ sample 0 / seed 0: " in result.stderr and "max_steps: 8 -> 6" in result.stderr
     assert "no ray" in result.stdout
+
+
+@pytest.mark.parametrize("mode", list(MODES))
+def test_a_seed_added_to_an_optuna_study_recomputes_saying_why_once(tmp_path, mode):
+    """Optuna tells TPE seed-averaged scores, so its points depend on the seed list: every recorded
+    cell is recomputed, and the one note says why and what extends instead (random, grid)."""
+    layout, recorded = record(tmp_path, mode)
+    more = load_study(spec_file(tmp_path, mode, ("  seeds: [0, 1] ", "  seeds: [0, 1, 2] "), name="seeds.yaml")).spec
+    more_plan = plan_study(more)
+    found = find_changes(more, more_plan, layout)
+    if mode != "optuna":
+        assert not found and {t.trial_key for t in recorded} <= {t.trial_key for t in more_plan.trials}
+        return
+    assert len(found.trials) == len(recorded) and found.notes == [OPTUNA_SEEDS]
+    assert found.trials[0][1] == ["search.seeds: [0, 1] -> [0, 1, 2]"]
+    assert found.describe().endswith(f"why: {OPTUNA_SEEDS}") and found.describe().count("why:") == 1
