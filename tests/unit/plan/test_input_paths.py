@@ -19,7 +19,7 @@ def test_an_absent_corpus_is_a_plan_error_and_run_writes_nothing(tmp_path, capsy
     absent = tmp_path / "my_corpus.jsonl"
     spec = edited_spec(tmp_path, (CORPUS, f"  corpus: {absent} "))
     assert cli.main(["plan", str(spec)]) == 2
-    assert capsys.readouterr().err.strip() == f"spec error: {spec}:7: data.corpus: '{absent}' does not exist"
+    assert capsys.readouterr().err.strip() == f"spec error: {spec}:8: data.corpus: '{absent}' does not exist"
     storage = tmp_path / "study"
     assert cli.main(["run", str(spec), "--storage", str(storage)]) == 2
     assert "data.corpus" in capsys.readouterr().err and not storage.exists()  # no resolved.json, no folder
@@ -41,7 +41,7 @@ def test_every_absent_input_path_is_named_at_once(tmp_path, capsys):
     assert cli.main(["plan", str(spec)]) == 2
     err = capsys.readouterr().err.splitlines()
     assert [line.split(": ")[2] for line in err] == ["data.corpus", "data.tokenizer"], err
-    assert err[1] == (f"spec error: {spec}:8: data.tokenizer: '{tmp_path / 'no-tokenizer'}' does not exist "
+    assert err[1] == (f"spec error: {spec}:9: data.tokenizer: '{tmp_path / 'no-tokenizer'}' does not exist "
                       "(a local tokenizer folder, or a Hugging Face tokenizer name)")
 
 
@@ -57,7 +57,7 @@ def test_an_absent_task_data_file_names_the_task(tmp_path, capsys):
                                        source=str(tmp_path / "probe.jsonl")))
         assert cli.main(["plan", str(spec)]) == 2
         assert capsys.readouterr().err.strip() == (
-            f"spec error: {spec}:29: finetuning.tasks[0]: task 'probe-cls' reads its rows from "
+            f"spec error: {spec}:30: finetuning.tasks[0]: task 'probe-cls' reads its rows from "
             f"'{tmp_path / 'probe.jsonl'}' (its registered source), which does not exist")
         (tmp_path / "probe.jsonl").write_text("")
         assert cli.main(["plan", str(spec)]) == 0, capsys.readouterr().err
