@@ -24,7 +24,6 @@ from dataclasses import asdict, dataclass
 
 import numpy as np
 
-from sweeper.contract.configs import phase_at
 from sweeper.contract.schedules import wsd_lr
 from sweeper.plan.runs import PretrainingRun
 from sweeper.spec.study import StudySpec
@@ -61,11 +60,19 @@ def lr_steps(run: PretrainingRun) -> np.ndarray:
 
 def phase_steps(run: PretrainingRun, codes: dict[str, int]) -> np.ndarray:
     """A code per step for the phase the worker trains it in (equal code, equal objective, loss
-    and settings; `codes` is shared by the runs compared)."""
-    texts = {id(phase): json.dumps([phase.objective, phase.loss, phase.settings], sort_keys=True, default=str)
-             for phase in run.phases}
-    return np.array([codes.setdefault(texts[id(phase_at(run.phases, step))], len(codes))
-                     for step in range(run.total_steps)], dtype=np.int64)
+    and settings; `codes` is shared by the runs compared). Filled a phase's span at a time, not a
+    step at a time (a paper plan has runs of 42,000 steps): the steps no phase covers take the last
+    phase, and where spans overlap the earlier phase wins, as `phase_at` decides step by step."""
+    steps = np.full(run.total_steps, phase_code(run.phases[-1], codes), dtype=np.int64)
+    for phase in reversed(run.phases):
+        steps[max(phase.start_step, 0):max(phase.end_step, 0)] = phase_code(phase, codes)
+    return steps
+
+
+def phase_code(phase, codes: dict[str, int]) -> int:
+    """The code of a phase's objective, loss and settings (a new one the first time seen)."""
+    text = json.dumps([phase.objective, phase.loss, phase.settings], sort_keys=True, default=str)
+    return codes.setdefault(text, len(codes))
 
 
 def shared_steps(a: tuple[np.ndarray, np.ndarray], b: tuple[np.ndarray, np.ndarray]) -> int:
