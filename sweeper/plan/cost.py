@@ -148,17 +148,26 @@ def fallback_tokens(spec: StudySpec, task: str, protocol: FinetuneProtocol | Non
 def finetuning_cost(spec: StudySpec, plan: StudyPlan, padded: bool = False) -> StageCost:
     """Every planned trial's FLOPs, its tokens from its own protocol (swept fields included)."""
     tokens: dict[tuple[str, str], TrialTokens] = {}
+    # Trials share their protocol object (a grid's seeds, a plan's checkpoints): its text is
+    # written once per object, and a backbone counted once per checkpoint, not once per trial.
+    by_object: dict[tuple[str, int], TrialTokens] = {}
+    counts: dict[int, int] = {}
     flops, unknown = 0.0, 0
     for trial in plan.trials:
         config = trial.checkpoint.model_config
         if not config:
             unknown += 1
             continue
-        cell = (trial.task, protocol_text(trial.protocol))
-        if cell not in tokens:
-            tokens[cell] = (trial_tokens(spec, trial.task, padded, trial.protocol)
-                            or fallback_tokens(spec, trial.task, trial.protocol))
-        flops += tokens[cell].flops(backbone_count(config))
+        held = (trial.task, id(trial.protocol))
+        if held not in by_object:
+            cell = (trial.task, protocol_text(trial.protocol))
+            if cell not in tokens:
+                tokens[cell] = (trial_tokens(spec, trial.task, padded, trial.protocol)
+                                or fallback_tokens(spec, trial.task, trial.protocol))
+            by_object[held] = tokens[cell]
+        if id(trial.checkpoint) not in counts:
+            counts[id(trial.checkpoint)] = backbone_count(config)
+        flops += by_object[held].flops(counts[id(trial.checkpoint)])
     return StageCost(flops, gpu_hours(flops, spec), unknown)
 
 
