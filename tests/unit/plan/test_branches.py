@@ -12,7 +12,7 @@ from hypothesis import given, settings, strategies as st
 
 from sweeper.contract.configs import PhaseConfig, phase_at
 from sweeper.contract.schedules import wsd_lr
-from sweeper.plan.branches import phase_steps, prefix_branches, shared_steps
+from sweeper.plan.branches import phase_steps, phase_text, prefix_branches, shared_steps
 from sweeper.plan.cost import parameter_count, pretraining_cost
 from sweeper.plan.load import load_study
 from sweeper.plan.plan_text import plan_lines
@@ -122,9 +122,8 @@ def test_phase_codes_filled_by_span_are_the_workers_phase_of_each_step(spans, to
     # gaps, overlaps and spans past the run's end included: each step's code names phase_at's phase
     phases = tuple(PhaseConfig(objective=obj, loss=f"{obj}:loss", start_step=start, end_step=end,
                                settings={"mask_ratio": ratio}) for start, end, obj, ratio in spans)
-    run = type("Run", (), {"phases": phases, "total_steps": total})()
     codes: dict[str, int] = {}
-    steps = phase_steps(run, codes)
+    steps = phase_steps(tuple((p.start_step, p.end_step, phase_text(p)) for p in phases), total, codes)
     named = {code: text for text, code in codes.items()}
     for t in range(total):
         p = phase_at(phases, t)
