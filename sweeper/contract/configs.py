@@ -381,8 +381,13 @@ def trial_key(run_key: str, step: int, task_text: str, protocol_text: str, seed:
     protocol's key fields (and of the search), each written once per task and protocol rather than
     once per trial: a plan of 165,000 trials keys them in seconds, not a minute. The layout is
     trial_identity's; tests/unit/contract/test_configs.py holds the two equal."""
-    parts = {"run_key": scalar_text(run_key), "step": scalar_text(step), "task": task_text, "protocol": protocol_text,
-             "seed": scalar_text(seed)}
+    # trial_identity's keys in sorted order, as json.dumps(sort_keys=True) writes them (`stable_key_of_parts`),
+    # spelled out: this runs once per trial
+    tail = f'"seed": {scalar_text(seed)}, "step": {scalar_text(step)}, "task": {task_text}}}'
     if search_text is None:
-        return stable_key_of_parts({**parts, "lr": scalar_text(learning_rate)})
-    return stable_key_of_parts({**parts, "search": search_text, "sample": scalar_text(sample)})
+        text = (f'{{"lr": {scalar_text(learning_rate)}, "protocol": {protocol_text}, "run_key": {scalar_text(run_key)}, '
+                + tail)
+    else:
+        text = (f'{{"protocol": {protocol_text}, "run_key": {scalar_text(run_key)}, "sample": {scalar_text(sample)}, '
+                f'"search": {search_text}, ' + tail)
+    return hashlib.sha256(text.encode()).hexdigest()[:16]

@@ -222,12 +222,13 @@ def plan_trials(spec: StudySpec, checkpoints: list[EvaluatedCheckpoint],
     # Keys from each task's and protocol's JSON written once (`trial_key`), not once per trial.
     task_texts = {task: canonical(get_task(task).identity()) for task in ft.tasks}
     if ft.search == "grid":
-        points = {task: [(params, protocol, protocol_text(protocol)) for params, protocol in task_points(spec, task)]
+        # One protocol object per (task, point, learning rate), shared by every checkpoint's trials.
+        points = {task: [(params, replace(protocol, learning_rate=lr), protocol_text(protocol), lr)
+                         for (params, protocol), lr in itertools.product(task_points(spec, task), ft.learning_rates)]
                   for task in ft.tasks}
         for ckpt, task in itertools.product(checkpoints, ft.tasks):
             run_key = ckpt.source_key
-            for (params, task_protocol, text), lr in itertools.product(points[task], ft.learning_rates):
-                protocol = replace(task_protocol, learning_rate=lr)
+            for params, protocol, text, lr in points[task]:
                 trials += [Trial(trial_key=trial_key(run_key, ckpt.step, task_texts[task], text, seed, learning_rate=lr),
                                  checkpoint=ckpt, task=task, protocol=protocol, seed=seed, params=params)
                            for seed in ft.seeds]
