@@ -81,6 +81,7 @@ def test_replicated_runs_are_named_once_with_their_count(paper):
     line = next(line for line in protocol_lines(spec, plan) if "pretraining runs (authors' names)" in line)
     assert "extra 1b-clm-42k (x2 replicates), 610m-clm-42k (x3 replicates) here" in line
     assert "-rep" not in line and "missing" not in line
+    assert not any("intermediate checkpoints" in line for line in protocol_lines(spec, plan))  # the same steps
 
 
 def test_a_spec_that_claims_no_protocol_prints_no_departures(paper):
