@@ -4,10 +4,17 @@ from __future__ import annotations
 
 from dataclasses import replace
 
-from hypothesis import given, settings, strategies as st
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from sweeper.contract.configs import (
-    AdamWConfig, FinetuneProtocol, canonical, stable_key, stable_key_of_parts, trial_identity, trial_key,
+    AdamWConfig,
+    FinetuneProtocol,
+    canonical,
+    stable_key,
+    stable_key_of_parts,
+    trial_identity,
+    trial_key,
 )
 from sweeper.contract.registry import get_task
 
