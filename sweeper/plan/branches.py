@@ -153,6 +153,24 @@ def graph(shapes: tuple[RunShape, ...]) -> tuple[tuple[str, Branch], ...]:
     return tuple(branches.items())
 
 
+def shared_with(runs: tuple[PretrainingRun, ...] | list[PretrainingRun], name: str) -> dict[str, int]:
+    """The first steps each other run trains exactly as run `name` does (those sharing none left
+    out): where else a kept training state could start it (sweeper.run.train_grid)."""
+    shapes = {run.name: shape_of(run) for run in runs}
+    own = shapes[name]
+    if not own.sized or own.total_steps <= 0:
+        return {}
+    codes: dict[str, int] = {}
+
+    def steps(shape: RunShape) -> tuple[np.ndarray, np.ndarray]:
+        return lr_steps(shape), phase_steps(shape.phases, shape.total_steps, codes)
+
+    mine = steps(own)
+    found = {other.name: shared_steps(mine, steps(other)) for other in shapes.values()
+             if other.name != name and other.sized and other.signature == own.signature and other.total_steps > 0}
+    return {other: count for other, count in found.items() if count > 0}
+
+
 def new_steps(run: PretrainingRun, branches: dict[str, Branch]) -> int:
     """Steps the run trains itself: all of them, less those its trunk trains for it."""
     branch = branches.get(run.name)

@@ -12,7 +12,7 @@ from hypothesis import given, settings, strategies as st
 
 from sweeper.contract.configs import PhaseConfig, phase_at
 from sweeper.contract.schedules import wsd_lr
-from sweeper.plan.branches import phase_steps, phase_text, prefix_branches, shared_steps
+from sweeper.plan.branches import phase_steps, phase_text, prefix_branches, shared_steps, shared_with
 from sweeper.plan.cost import parameter_count, pretraining_cost
 from sweeper.plan.load import load_study
 from sweeper.plan.plan_text import plan_lines
@@ -128,6 +128,16 @@ def test_phase_codes_filled_by_span_are_the_workers_phase_of_each_step(spans, to
     for t in range(total):
         p = phase_at(phases, t)
         assert named[int(steps[t])] == json.dumps([p.objective, p.loss, p.settings], sort_keys=True)
+
+
+def test_shared_with_names_every_run_that_trains_the_same_first_steps(paper):
+    study, branches = paper
+    runs = study.plan.runs
+    assert shared_with(runs, "610m-mlm40-12k") == {"610m-mlm40-42k": 10_000, "610m-mlm40-22k": 10_000}
+    around = shared_with(runs, "610m-clm-10k-mlm40-42k")
+    assert around["610m-clm-42k"] == 10_000 and around["610m-clm-12k"] == 10_000  # the 12k run decays from 10,000
+    for name, branch in branches.items():  # the planned trunk is one of them, sharing the planned steps
+        assert shared_with(runs, name)[branch.trunk] == branch.step
 
 
 def test_plan_counts_new_steps_and_says_what_sharing_saved(paper):
