@@ -14,8 +14,8 @@ With `pretraining.share_prefixes` (the default) a run whose first steps are anot
 (sweeper.plan.branches) is a branch: its trunk saves and keeps a whole checkpoint at the branch
 step, and the branch starts from it as soon as it is written, beside its trunk. A branch with
 checkpoints of its own resumes from them; one whose trunk failed before the branch step fails
-with that reason; one whose trunk finished without that checkpoint (trained before the branch
-was planned: a study extended) starts from the latest training state a finished run keeps within
+with that reason; one whose trunk finished, or trained past the branch step, without that
+checkpoint (trained before the branch was planned: a study extended) starts from the latest training state a finished run keeps within
 the steps it shares with the branch, or, with none, trains from scratch and says so. Once every branch from a step is done and its
 trunk too, that checkpoint's training state is dropped.
 """
@@ -210,7 +210,7 @@ class PretrainingGrid:
                     if branch.trunk in self.failed:
                         self.fail_branch(run, branch)
                         continue
-                    if branch.trunk not in self.done:
+                    if branch.trunk not in self.done and not self.trunk_past(branch):
                         continue  # its trunk has not reached the branch step yet
                     branch = self.kept_start(run, branch)
                 self.waiting.remove(run)
@@ -224,18 +224,24 @@ class PretrainingGrid:
         return (branch.step in self.complete_steps(self.by_name[branch.trunk])
                 and storage.exists(storage.join(self.layout.checkpoint(branch.trunk, branch.step), TRAINING_STATE)))
 
+    def trunk_past(self, branch: Branch) -> bool:
+        """Whether the trunk has a complete checkpoint after the branch step: it will not save one
+        there (it was resumed past that step when the branch was added), so waiting is no use."""
+        return any(step > branch.step for step in self.complete_steps(self.by_name[branch.trunk]))
+
     def kept_start(self, run: PretrainingRun, planned: Branch) -> Branch | None:
-        """A branch whose trunk finished without its training state at the branch step (it was
-        trained before the study had this branch, or the state was dropped once the branches of
-        then were done): the latest training state a finished run keeps at or before the steps it
+        """A branch whose trunk finished, or trained past the branch step, without its training
+        state there (it was trained before the study had this branch, or the state was dropped
+        once the branches of then were done): the latest training state a finished run keeps at or before the steps it
         shares with `run` (the trunk's own at an earlier step, or another run's), which starts it
         as exactly (sweeper.plan.branches); None, said, when there is none and it trains from scratch."""
         shared = shared_with(list(self.by_name.values()), run.name)
         kept = [(step, other) for other, steps in shared.items() if other in self.done
                 for step, folder in self.layout.run(other).saved_checkpoints().items()
                 if 0 < step <= steps and storage.exists(storage.join(folder, TRAINING_STATE))]
+        went = "finished" if planned.trunk in self.done else "trained past that step"
         if not kept:
-            print(f"[pretrain] {run.name} trains from scratch: its trunk {planned.trunk} finished without a resumable "
+            print(f"[pretrain] {run.name} trains from scratch: its trunk {planned.trunk} {went} without a resumable "
                   f"checkpoint at step {planned.step:,} (trained before it had this branch), and no finished run that "
                   "trains its first steps as it does keeps one there or earlier", flush=True)
             return None
@@ -245,7 +251,7 @@ class PretrainingGrid:
         self.branches[run.name] = Branch(run.name, other, step)
         again = f"; {planned.step - step:,} shared steps trained again" if step < planned.step else ""
         print(f"[pretrain] {run.name} starts from {other}'s kept training state at step {step:,} (its trunk "
-              f"{planned.trunk} finished without one at step {planned.step:,}{again})", flush=True)
+              f"{planned.trunk} {went} without one at step {planned.step:,}{again})", flush=True)
         return self.branches[run.name]
 
     def fail_branch(self, run: PretrainingRun, branch: Branch) -> None:

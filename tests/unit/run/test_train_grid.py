@@ -58,3 +58,26 @@ def test_a_branch_of_a_trunk_finished_without_its_state_starts_from_a_kept_one_o
     assert grid.kept_start(branch, planned) is None
     assert ("nano-clm-20-mlm40-40 trains from scratch: its trunk nano-clm-40 finished without a resumable checkpoint "
             "at step 20") in capsys.readouterr().out
+
+
+def test_a_branch_does_not_wait_for_a_trunk_already_past_its_step(tmp_path, capsys):
+    """The branch was added while its trunk trained (a killed driver, an extended spec): the
+    trunk resumed past the branch step and will save nothing there, so the branch starts now; a
+    trunk that has not reached the step yet is waited for."""
+    study = load_study(ROOT / "search_spaces" / "smoke.yaml")
+    runs = {run.name: run for run in study.plan.runs}
+    trunk, branch = runs["nano-clm-40"], runs["nano-clm-20-mlm40-40"]
+    layout = StudyLayout(str(tmp_path / "study"))
+    grid = PretrainingGrid(study.spec, [trunk, branch], layout, corpus_dirs={})
+    planned = grid.branches[branch.name]
+    folder = layout.checkpoint(trunk.name, 10)
+    storage.make_dirs(folder)
+    storage.write_json(storage.join(folder, CHECKPOINT_MARKER), {"step": 10})
+    assert not grid.trunk_past(planned)
+    folder = layout.checkpoint(trunk.name, 30)
+    storage.make_dirs(folder)
+    storage.write_json(storage.join(folder, CHECKPOINT_MARKER), {"step": 30})
+    grid.listings.clear()  # listed again now, not after the listing's 2 s
+    assert grid.trunk_past(planned) and grid.kept_start(branch, planned) is None  # its trunk is not done
+    assert ("trains from scratch: its trunk nano-clm-40 trained past that step without a resumable checkpoint at "
+            "step 20") in capsys.readouterr().out
