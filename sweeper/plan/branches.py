@@ -18,13 +18,13 @@ never share (their seeds and sample orders differ), so each has its own trunk.
 """
 from __future__ import annotations
 
+import functools
 import json
 from collections import defaultdict
 from dataclasses import asdict, dataclass
 
 import numpy as np
 
-from sweeper.contract.configs import phase_at
 from sweeper.contract.schedules import wsd_lr
 from sweeper.plan.runs import PretrainingRun
 from sweeper.spec.study import StudySpec
@@ -53,19 +53,51 @@ def start_signature(run: PretrainingRun) -> str:
     return json.dumps(fixed, sort_keys=True, default=str)
 
 
-def lr_steps(run: PretrainingRun) -> np.ndarray:
+@dataclass(frozen=True, slots=True)
+class RunShape:
+    """What the run graph reads of a run, and all it reads (equal shapes of every run, equal
+    graph): hashable, so a plan's graph is found once however many lines of `sweeper plan` ask."""
+
+    name: str
+    signature: str
+    """`start_signature`: runs of different signatures share no step."""
+    peak_lr: float
+    total_steps: int
+    warmup_steps: int
+    decay_steps: int
+    phases: tuple[tuple[int, int, str], ...]
+    """Each phase's first step, end step and `phase_text`."""
+    sized: bool
+    """Its model config is known at plan time (else its steps are only known at run time)."""
+
+
+def phase_text(phase) -> str:
+    """A phase's objective, loss and settings as canonical JSON: equal text, equal steps."""
+    return json.dumps([phase.objective, phase.loss, phase.settings], sort_keys=True, default=str)
+
+
+def shape_of(run: PretrainingRun) -> RunShape:
+    return RunShape(run.name, start_signature(run), run.peak_lr, run.total_steps, run.warmup_steps, run.decay_steps,
+                    tuple((phase.start_step, phase.end_step, phase_text(phase)) for phase in run.phases),
+                    bool(run.model_config))
+
+
+def lr_steps(run: RunShape) -> np.ndarray:
     """The learning rate of each of the run's steps, as the worker sets it."""
     return np.array([wsd_lr(step, peak_lr=run.peak_lr, total_steps=run.total_steps, warmup_steps=run.warmup_steps,
                             decay_steps=run.decay_steps) for step in range(run.total_steps)], dtype=np.float64)
 
 
-def phase_steps(run: PretrainingRun, codes: dict[str, int]) -> np.ndarray:
-    """A code per step for the phase the worker trains it in (equal code, equal objective, loss
-    and settings; `codes` is shared by the runs compared)."""
-    texts = {id(phase): json.dumps([phase.objective, phase.loss, phase.settings], sort_keys=True, default=str)
-             for phase in run.phases}
-    return np.array([codes.setdefault(texts[id(phase_at(run.phases, step))], len(codes))
-                     for step in range(run.total_steps)], dtype=np.int64)
+def phase_steps(phases: tuple[tuple[int, int, str], ...], total_steps: int, codes: dict[str, int]) -> np.ndarray:
+    """A code per step for the phase (first step, end step, `phase_text`) the worker trains it in
+    (equal code, equal objective, loss and settings; `codes` is shared by the runs compared).
+    Filled a phase's span at a time, not a step at a time (a paper plan has runs of 42,000 steps):
+    the steps no phase covers take the last phase, and where spans overlap the earlier phase
+    wins, as `phase_at` decides step by step."""
+    steps = np.full(total_steps, codes.setdefault(phases[-1][2], len(codes)), dtype=np.int64)
+    for start, end, text in reversed(phases):
+        steps[max(start, 0):max(end, 0)] = codes.setdefault(text, len(codes))
+    return steps
 
 
 def shared_steps(a: tuple[np.ndarray, np.ndarray], b: tuple[np.ndarray, np.ndarray]) -> int:
@@ -87,10 +119,16 @@ def shared_with_each(run: tuple[np.ndarray, np.ndarray], earlier: tuple[np.ndarr
 def prefix_branches(runs: tuple[PretrainingRun, ...] | list[PretrainingRun]) -> dict[str, Branch]:
     """Each run that shares a prefix with another: its trunk and the shared steps (runs absent
     train from scratch). Runs whose steps are only known at run time (no model config) are left out."""
-    families: dict[str, list[tuple[int, PretrainingRun]]] = defaultdict(list)
-    for index, run in enumerate(runs):
-        if run.model_config and run.total_steps > 0:
-            families[start_signature(run)].append((index, run))
+    return dict(graph(tuple(shape_of(run) for run in runs)))
+
+
+@functools.lru_cache(maxsize=4)  # `sweeper plan` asks for one plan's graph three times (cost, wall time, protocol)
+def graph(shapes: tuple[RunShape, ...]) -> tuple[tuple[str, Branch], ...]:
+    """`prefix_branches` of the runs of these shapes, as (run name, branch) pairs."""
+    families: dict[str, list[tuple[int, RunShape]]] = defaultdict(list)
+    for index, run in enumerate(shapes):
+        if run.sized and run.total_steps > 0:
+            families[run.signature].append((index, run))
     branches: dict[str, Branch] = {}
     schedules: dict[tuple, np.ndarray] = {}
     for family in families.values():
@@ -104,14 +142,33 @@ def prefix_branches(runs: tuple[PretrainingRun, ...] | list[PretrainingRun]) -> 
             schedule = (run.peak_lr, run.total_steps, run.warmup_steps, run.decay_steps)
             if schedule not in schedules:
                 schedules[schedule] = lr_steps(run)
-            rates[row, :run.total_steps], phases[row, :run.total_steps] = schedules[schedule], phase_steps(run, codes)
+            rates[row, :run.total_steps] = schedules[schedule]
+            phases[row, :run.total_steps] = phase_steps(run.phases, run.total_steps, codes)
         for row in range(1, len(ordered)):  # longest first, so a tie keeps the longer trunk
             length = ordered[row].total_steps
             shared = shared_with_each((rates[row, :length], phases[row, :length]), (rates[:row], phases[:row]))
             best = int(shared.argmax())
             if shared[best] > 0:
                 branches[ordered[row].name] = Branch(ordered[row].name, ordered[best].name, int(shared[best]))
-    return branches
+    return tuple(branches.items())
+
+
+def shared_with(runs: tuple[PretrainingRun, ...] | list[PretrainingRun], name: str) -> dict[str, int]:
+    """The first steps each other run trains exactly as run `name` does (those sharing none left
+    out): where else a kept training state could start it (sweeper.run.train_grid)."""
+    shapes = {run.name: shape_of(run) for run in runs}
+    own = shapes[name]
+    if not own.sized or own.total_steps <= 0:
+        return {}
+    codes: dict[str, int] = {}
+
+    def steps(shape: RunShape) -> tuple[np.ndarray, np.ndarray]:
+        return lr_steps(shape), phase_steps(shape.phases, shape.total_steps, codes)
+
+    mine = steps(own)
+    found = {other.name: shared_steps(mine, steps(other)) for other in shapes.values()
+             if other.name != name and other.sized and other.signature == own.signature and other.total_steps > 0}
+    return {other: count for other, count in found.items() if count > 0}
 
 
 def new_steps(run: PretrainingRun, branches: dict[str, Branch]) -> int:

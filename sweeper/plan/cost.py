@@ -25,7 +25,7 @@ the work a length-bucketing loop would do; padded, the worker does more (`padded
 from __future__ import annotations
 
 import math
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 
 from sweeper.plan.branches import Branch, new_steps, shared_prefixes
@@ -145,20 +145,38 @@ def fallback_tokens(spec: StudySpec, task: str, protocol: FinetuneProtocol | Non
     return TrialTokens(trained=trained, scored=spec.cost.finetune_eval_examples * protocol.max_length)
 
 
-def finetuning_cost(spec: StudySpec, plan: StudyPlan, padded: bool = False) -> StageCost:
-    """Every planned trial's FLOPs, its tokens from its own protocol (swept fields included)."""
+def trials_flops(spec: StudySpec, plan: StudyPlan, padded: bool = False) -> Iterator[float | None]:
+    """Each planned trial's FLOPs in plan order (`trial_flops`; None: its backbone is sized at run
+    time). Trials share their protocol object (a grid's seeds and checkpoints): its tokens are
+    found once per object, and a backbone counted once per checkpoint, not once per trial."""
     tokens: dict[tuple[str, str], TrialTokens] = {}
-    flops, unknown = 0.0, 0
+    by_object: dict[tuple[str, int], TrialTokens] = {}
+    counts: dict[int, int] = {}
     for trial in plan.trials:
         config = trial.checkpoint.model_config
         if not config:
-            unknown += 1
+            yield None
             continue
-        cell = (trial.task, protocol_text(trial.protocol))
-        if cell not in tokens:
-            tokens[cell] = (trial_tokens(spec, trial.task, padded, trial.protocol)
-                            or fallback_tokens(spec, trial.task, trial.protocol))
-        flops += tokens[cell].flops(backbone_count(config))
+        held = (trial.task, id(trial.protocol))
+        if held not in by_object:
+            cell = (trial.task, protocol_text(trial.protocol))
+            if cell not in tokens:
+                tokens[cell] = (trial_tokens(spec, trial.task, padded, trial.protocol)
+                                or fallback_tokens(spec, trial.task, trial.protocol))
+            by_object[held] = tokens[cell]
+        if id(trial.checkpoint) not in counts:
+            counts[id(trial.checkpoint)] = backbone_count(config)
+        yield by_object[held].flops(counts[id(trial.checkpoint)])
+
+
+def finetuning_cost(spec: StudySpec, plan: StudyPlan, padded: bool = False) -> StageCost:
+    """Every planned trial's FLOPs, its tokens from its own protocol (swept fields included)."""
+    flops, unknown = 0.0, 0
+    for each in trials_flops(spec, plan, padded):
+        if each is None:
+            unknown += 1
+        else:
+            flops += each
     return StageCost(flops, gpu_hours(flops, spec), unknown)
 
 
@@ -276,10 +294,9 @@ def cpu_wall_time(spec: StudySpec, plan: StudyPlan, cpus: int) -> WallTime | Non
         chain[run.name] = seconds / max(res.cpus_per_worker, 1) + chain.get(run.init_from_run, 0.0) + trunk
     pretraining = sum(run_cpu_seconds(run, starts.get(run.name, 0)) or 0.0 for run in runs.values())
     finetuning, longest_trial = 0.0, 0.0
-    for trial in plan.trials:
+    for trial, flops in zip(plan.trials, trials_flops(spec, plan)):
         if get_task(trial.task).train_task:
             continue  # scored by its training task's trial
-        flops = trial_flops(spec, trial)
         if flops is None:
             unknown += 1
             continue

@@ -5,6 +5,7 @@ docs/paper-protocol.md, rendered from the same data (one source of truth).
 """
 from __future__ import annotations
 
+from collections import Counter
 from dataclasses import dataclass
 
 from sweeper.plan.protocol import PAPER_PROTOCOL, ProtocolItem, retrieval_negatives
@@ -31,12 +32,20 @@ def departures(spec, plan) -> list[Departure]:
     return found
 
 
-def shown(value, paper=None) -> str:
+def once_each(names: set, replicates: dict[str, tuple[str, int]]) -> list[str]:
+    """Run names with the replicates of one configuration written once, with their count
+    (`610m-clm-42k (x8 replicates)`); `replicates`: each run name's configuration (replicate 0's
+    name) and that configuration's run count."""
+    arms = {replicates.get(name, (name, 1)) for name in names}
+    return [f"{arm} (x{count} replicates)" if count > 1 else arm for arm, count in sorted(arms)]
+
+
+def shown(value, paper=None, replicates: dict[str, tuple[str, int]] | None = None) -> str:
     """A value as the printout and the table write it; a mapping or set that differs from the
-    paper's: only what differs."""
+    paper's: only what differs (a set of run names: each configuration once, `once_each`)."""
     if isinstance(value, (set, frozenset)):
         if isinstance(paper, (set, frozenset)):
-            missing, extra = sorted(paper - value), sorted(value - paper)
+            missing, extra = once_each(paper - value, replicates or {}), once_each(value - paper, replicates or {})
             parts = ([f"missing {', '.join(missing)}"] if missing else []) + ([f"extra {', '.join(extra)}"] if extra else [])
             return "; ".join(parts) or f"{len(value)} runs"
         return f"{len(value)} runs"
@@ -68,10 +77,12 @@ def departure_lines(spec, plan) -> list[str]:
         head = f"  departures from the paper ({DOC}): {len(other)}" + (
             f", and {len(deliberate)} deliberate" if deliberate else "")
     lines = [head]
+    counts = Counter(run.arm for run in plan.runs)
+    replicates = {run.name: (run.arm, counts[run.arm]) for run in plan.runs}
     for departure in other + deliberate:
         item = departure.item
         why = f"; deliberate: {item.deliberate}" if item.deliberate else f"; set {item.setting}"
-        lines.append(f"    {item.item}: {shown(departure.value, item.paper)} here, "
+        lines.append(f"    {item.item}: {shown(departure.value, item.paper, replicates)} here, "
                      f"{shown(item.paper, departure.value) if not isinstance(item.paper, (set, dict)) else 'as listed'} "
                      f"in the paper ({item.source}){why}")
     return lines

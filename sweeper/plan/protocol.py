@@ -186,7 +186,9 @@ def cpt_start(spec, plan) -> str | None:
 
 
 def intermediate(spec, plan) -> dict:
-    return {run.name: sorted(run.checkpoint_steps) for run in plan.runs if run.checkpoint_steps}
+    """Each configuration's intermediate checkpoint steps (its replicates evaluate the same steps;
+    the runs row counts them)."""
+    return {run.name: sorted(run.checkpoint_steps) for run in plan.runs if run.checkpoint_steps and run.replicate == 0}
 
 
 PAPER_PROTOCOL: tuple[ProtocolItem, ...] = (

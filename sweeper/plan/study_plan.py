@@ -32,7 +32,6 @@ cell's search (sweeper.run.shards) searches it as given.
 from __future__ import annotations
 
 import itertools
-import json
 from collections.abc import Mapping
 from dataclasses import asdict, dataclass, field, fields, replace
 
@@ -41,7 +40,7 @@ from sweeper.plan.runs import PretrainingRun, expand_runs
 from sweeper.contract import registry
 from sweeper.spec import space
 from sweeper.contract.registry import get_task
-from sweeper.contract.configs import AdamWConfig, FinetuneProtocol, stable_key, trial_identity
+from sweeper.contract.configs import AdamWConfig, FinetuneProtocol, canonical, stable_key_of_parts, trial_key
 from sweeper.spec.parsing import Distribution
 from sweeper.spec.study import StudySpec
 
@@ -148,7 +147,7 @@ def finetune_protocol(spec: StudySpec, task: str | None = None, learning_rate: f
 
 def protocol_text(protocol: FinetuneProtocol) -> str:
     """The protocol's key fields as canonical JSON: equal text, equal trials."""
-    return json.dumps(protocol.key_fields(), sort_keys=True, default=str)
+    return canonical(protocol.key_fields())
 
 
 def reaches(spec: StudySpec, task: str, name: str) -> bool:
@@ -220,13 +219,17 @@ def plan_trials(spec: StudySpec, checkpoints: list[EvaluatedCheckpoint],
     `spaces`: each task's search space (`search_space`) in optuna and random modes."""
     ft = spec.finetuning
     trials = []
+    # Keys from each task's and protocol's JSON written once (`trial_key`), not once per trial.
+    task_texts = {task: canonical(get_task(task).identity()) for task in ft.tasks}
     if ft.search == "grid":
-        points = {task: task_points(spec, task) for task in ft.tasks}
+        # One protocol object per (task, point, learning rate), shared by every checkpoint's trials.
+        points = {task: [(params, replace(protocol, learning_rate=lr), protocol_text(protocol), lr)
+                         for (params, protocol), lr in itertools.product(task_points(spec, task), ft.learning_rates)]
+                  for task in ft.tasks}
         for ckpt, task in itertools.product(checkpoints, ft.tasks):
-            info, run_key = get_task(task), ckpt.source_key
-            for (params, task_protocol), lr in itertools.product(points[task], ft.learning_rates):
-                protocol = replace(task_protocol, learning_rate=lr)
-                trials += [Trial(trial_key=stable_key(trial_identity(run_key, ckpt.step, info, protocol, seed)),
+            run_key = ckpt.source_key
+            for params, protocol, text, lr in points[task]:
+                trials += [Trial(trial_key=trial_key(run_key, ckpt.step, task_texts[task], text, seed, learning_rate=lr),
                                  checkpoint=ckpt, task=task, protocol=protocol, seed=seed, params=params)
                            for seed in ft.seeds]
     elif ft.search == "random":
@@ -239,7 +242,8 @@ def plan_trials(spec: StudySpec, checkpoints: list[EvaluatedCheckpoint],
                 params = space.random_point(spaces[task], ft.random.seed, ckpt.arm, drawn_as, k)
                 lr = params.pop(space.LEARNING_RATE)
                 protocol = replace(finetune_protocol(spec, task, point=params), learning_rate=lr)
-                trials += [Trial(trial_key=stable_key(trial_identity(run_key, ckpt.step, info, protocol, seed)),
+                text = protocol_text(protocol)
+                trials += [Trial(trial_key=trial_key(run_key, ckpt.step, task_texts[task], text, seed, learning_rate=lr),
                                  checkpoint=ckpt, task=task, protocol=protocol, seed=seed, sample=k, params=params,
                                  search_mode="random")
                            for seed in ft.seeds]
@@ -252,13 +256,13 @@ def plan_trials(spec: StudySpec, checkpoints: list[EvaluatedCheckpoint],
             # The key hashes the space and leaves the searched fields out of the protocol.
             keyed = with_values(protocol, dict.fromkeys(searched))
             search = {"optuna": settings, "seeds": ft.seeds, **({"space": space.identity(searched)} if searched else {})}
-            cells[task] = protocol, keyed, search, dict.fromkeys(searched)
+            cells[task] = protocol, keyed, search, dict.fromkeys(searched), protocol_text(keyed), canonical(search)
         for ckpt, task in itertools.product(checkpoints, ft.tasks):
-            (protocol, keyed, search, params), info, run_key = cells[task], get_task(task), ckpt.source_key
-            cell = stable_key({"run_key": run_key, "step": ckpt.step, "task": info.identity(),
-                               "protocol": keyed.key_fields(), "search": search})
-            trials += [Trial(trial_key=stable_key(trial_identity(run_key, ckpt.step, info, keyed, seed,
-                                                                 search=search, sample=k)),
+            (protocol, keyed, search, params, keyed_text, search_text), run_key = cells[task], ckpt.source_key
+            cell = stable_key_of_parts({"run_key": canonical(run_key), "step": canonical(ckpt.step),
+                                        "task": task_texts[task], "protocol": keyed_text, "search": search_text})
+            trials += [Trial(trial_key=trial_key(run_key, ckpt.step, task_texts[task], keyed_text, seed,
+                                                 search_text=search_text, sample=k),
                              checkpoint=ckpt, task=task, protocol=protocol, seed=seed, sample=k, params=params,
                              search_mode="optuna", search_key=cell)
                        for k in range(ft.optuna.samples_per_cell) for seed in ft.seeds]

@@ -14,8 +14,9 @@ With `pretraining.share_prefixes` (the default) a run whose first steps are anot
 (sweeper.plan.branches) is a branch: its trunk saves and keeps a whole checkpoint at the branch
 step, and the branch starts from it as soon as it is written, beside its trunk. A branch with
 checkpoints of its own resumes from them; one whose trunk failed before the branch step fails
-with that reason; one whose trunk finished without that checkpoint (trained before the branch
-was planned) trains from scratch and says so. Once every branch from a step is done and its
+with that reason; one whose trunk finished, or trained past the branch step, without that
+checkpoint (trained before the branch was planned: a study extended) starts from the latest training state a finished run keeps within
+the steps it shares with the branch, or, with none, trains from scratch and says so. Once every branch from a step is done and its
 trunk too, that checkpoint's training state is dropped.
 """
 from __future__ import annotations
@@ -27,7 +28,7 @@ from dataclasses import asdict
 import ray
 import ray.train
 
-from sweeper.plan.branches import Branch, shared_prefixes
+from sweeper.plan.branches import Branch, shared_prefixes, shared_with
 from sweeper.plan.runs import PretrainingRun
 from sweeper.contract.configs import InitSource, PretrainConfig
 from sweeper.contract.heavy_imports import imports_frozen
@@ -222,11 +223,9 @@ class PretrainingGrid:
                     if branch.trunk in self.failed:
                         self.fail_branch(run, branch)
                         continue
-                    if branch.trunk not in self.done:
+                    if branch.trunk not in self.done and not self.trunk_past(branch):
                         continue  # its trunk has not reached the branch step yet
-                    print(f"[pretrain] {run.name} trains from scratch: its trunk {branch.trunk} finished without "
-                          f"a resumable checkpoint at step {branch.step} (trained before it had this branch)", flush=True)
-                    branch = None
+                    branch = self.kept_start(run, branch)
                 self.waiting.remove(run)
                 storage.write_json(self.layout.run(run.name).started, {"run_key": run.run_key, "identity": run.identity})
                 self.configs[run.name] = pretrain_config(
@@ -238,6 +237,36 @@ class PretrainingGrid:
         """Whether the trunk's checkpoint at the branch step is complete, training state included."""
         return (branch.step in self.complete_steps(self.by_name[branch.trunk])
                 and storage.exists(storage.join(self.layout.checkpoint(branch.trunk, branch.step), TRAINING_STATE)))
+
+    def trunk_past(self, branch: Branch) -> bool:
+        """Whether the trunk has a complete checkpoint after the branch step: it will not save one
+        there (it was resumed past that step when the branch was added), so waiting is no use."""
+        return any(step > branch.step for step in self.complete_steps(self.by_name[branch.trunk]))
+
+    def kept_start(self, run: PretrainingRun, planned: Branch) -> Branch | None:
+        """A branch whose trunk finished, or trained past the branch step, without its training
+        state there (it was trained before the study had this branch, or the state was dropped
+        once the branches of then were done): the latest training state a finished run keeps at or before the steps it
+        shares with `run` (the trunk's own at an earlier step, or another run's), which starts it
+        as exactly (sweeper.plan.branches); None, said, when there is none and it trains from scratch."""
+        shared = shared_with(list(self.by_name.values()), run.name)
+        kept = [(step, other) for other, steps in shared.items() if other in self.done
+                for step, folder in self.layout.run(other).saved_checkpoints().items()
+                if 0 < step <= steps and storage.exists(storage.join(folder, TRAINING_STATE))]
+        went = "finished" if planned.trunk in self.done else "trained past that step"
+        if not kept:
+            print(f"[pretrain] {run.name} trains from scratch: its trunk {planned.trunk} {went} without a resumable "
+                  f"checkpoint at step {planned.step:,} (trained before it had this branch), and no finished run that "
+                  "trains its first steps as it does keeps one there or earlier", flush=True)
+            return None
+        step, other = max(kept, key=lambda found: (found[0], found[1] == planned.trunk))
+        # Recorded as its branch, so that a planned branch point found here keeps its state until
+        # this run is done too (`release_branch_points`); no other state is ever dropped for it.
+        self.branches[run.name] = Branch(run.name, other, step)
+        again = f"; {planned.step - step:,} shared steps trained again" if step < planned.step else ""
+        print(f"[pretrain] {run.name} starts from {other}'s kept training state at step {step:,} (its trunk "
+              f"{planned.trunk} {went} without one at step {planned.step:,}{again})", flush=True)
+        return self.branches[run.name]
 
     def fail_branch(self, run: PretrainingRun, branch: Branch) -> None:
         """A branch whose trunk failed before the branch step: failed too, with the reason."""

@@ -21,8 +21,6 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
-from scipy import stats
-
 from sweeper.contract.configs import positive
 
 MIN_FIRST = 3
@@ -82,6 +80,8 @@ class SequentialSpec:
         """The two-sided nominal level of a first look at `n` runs per configuration (the whole
         alpha: a finding of one part), by O'Brien-Fleming-type spending of alpha / 2 per direction
         (`sweeper.report.boundaries.spent` in closed form: the first look spends it alone)."""
+        from scipy import stats  # here: importing scipy.stats is most of a plain `sweeper plan`'s start
+
         return float(4 * stats.norm.sf(stats.norm.isf(self.alpha / 4) / math.sqrt(n / self.maximum)))
 
     def looks(self) -> tuple[int, ...]:

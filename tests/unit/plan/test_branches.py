@@ -2,6 +2,7 @@
 run does, found from the per-step learning rates and phases, and what `sweeper plan` says of it."""
 from __future__ import annotations
 
+import json
 from dataclasses import replace
 
 import numpy as np
@@ -9,9 +10,9 @@ import pytest
 from conftest import ROOT, edited_spec
 from hypothesis import given, settings, strategies as st
 
-from sweeper.contract.configs import phase_at
+from sweeper.contract.configs import PhaseConfig, phase_at
 from sweeper.contract.schedules import wsd_lr
-from sweeper.plan.branches import prefix_branches, shared_steps
+from sweeper.plan.branches import phase_steps, phase_text, prefix_branches, shared_steps, shared_with
 from sweeper.plan.cost import parameter_count, pretraining_cost
 from sweeper.plan.load import load_study
 from sweeper.plan.plan_text import plan_lines
@@ -112,6 +113,31 @@ def test_under_wsd_two_lengths_share_until_the_shorter_decay_and_a_switch_at_mos
     assert shared == (differ[0] if differ else short)
     if extra and decay and short - decay >= warmup:  # a decay that starts after the warmup
         assert shared == min(short - decay, switch)  # the decay start, or the switch before it
+
+
+@settings(max_examples=60, deadline=None)
+@given(spans=st.lists(st.tuples(st.integers(-5, 50), st.integers(0, 60), st.sampled_from(["clm", "mlm"]),
+                                st.sampled_from([0.3, 0.4])), min_size=1, max_size=4), total=st.integers(1, 60))
+def test_phase_codes_filled_by_span_are_the_workers_phase_of_each_step(spans, total):
+    # gaps, overlaps and spans past the run's end included: each step's code names phase_at's phase
+    phases = tuple(PhaseConfig(objective=obj, loss=f"{obj}:loss", start_step=start, end_step=end,
+                               settings={"mask_ratio": ratio}) for start, end, obj, ratio in spans)
+    codes: dict[str, int] = {}
+    steps = phase_steps(tuple((p.start_step, p.end_step, phase_text(p)) for p in phases), total, codes)
+    named = {code: text for text, code in codes.items()}
+    for t in range(total):
+        p = phase_at(phases, t)
+        assert named[int(steps[t])] == json.dumps([p.objective, p.loss, p.settings], sort_keys=True)
+
+
+def test_shared_with_names_every_run_that_trains_the_same_first_steps(paper):
+    study, branches = paper
+    runs = study.plan.runs
+    assert shared_with(runs, "610m-mlm40-12k") == {"610m-mlm40-42k": 10_000, "610m-mlm40-22k": 10_000}
+    around = shared_with(runs, "610m-clm-10k-mlm40-42k")
+    assert around["610m-clm-42k"] == 10_000 and around["610m-clm-12k"] == 10_000  # the 12k run decays from 10,000
+    for name, branch in branches.items():  # the planned trunk is one of them, sharing the planned steps
+        assert shared_with(runs, name)[branch.trunk] == branch.step
 
 
 def test_plan_counts_new_steps_and_says_what_sharing_saved(paper):

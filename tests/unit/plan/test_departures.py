@@ -75,6 +75,15 @@ def test_a_changed_setting_is_named_with_both_values_and_the_source(paper, tmp_p
     assert departure.value < grid.paper
 
 
+def test_replicated_runs_are_named_once_with_their_count(paper):
+    spec, _ = paper
+    plan = plan_study(spec, replicate_counts={"610m-clm-42k": 3, "1b-clm-42k": 2})
+    line = next(line for line in protocol_lines(spec, plan) if "pretraining runs (authors' names)" in line)
+    assert "extra 1b-clm-42k (x2 replicates), 610m-clm-42k (x3 replicates) here" in line
+    assert "-rep" not in line and "missing" not in line
+    assert not any("intermediate checkpoints" in line for line in protocol_lines(spec, plan))  # the same steps
+
+
 def test_a_spec_that_claims_no_protocol_prints_no_departures(paper):
     spec, plan = paper
     assert protocol_lines(replace(spec, protocol=None), plan) == []
