@@ -40,10 +40,18 @@ def sharing_lines(spec, plan, branches: dict[str, Branch], cost: StageCost) -> l
     runs = f"{len(branches)} runs start" if len(branches) != 1 else "1 run starts"
     if spec.pretraining.share_prefixes:
         return [f"      {runs} from another run's checkpoint ({steps:,} shared steps, `plan -v`): "
-                f"{saved:,.1f} GPU-h saved, -{saved / every.gpu_hours:.0%} of {every.gpu_hours:,.1f} from scratch "
-                "(pretraining.share_prefixes)"]
+                f"{gpu_time(saved)} saved, -{saved / every.gpu_hours:.0%} of {gpu_time(every.gpu_hours)} from "
+                "scratch (pretraining.share_prefixes)"]
     return [f"      every run from scratch (pretraining.share_prefixes: false); sharing prefixes would save "
-            f"{saved:,.1f} GPU-h (-{saved / every.gpu_hours:.0%}, {steps:,} steps)"]
+            f"{gpu_time(saved)} (-{saved / every.gpu_hours:.0%}, {steps:,} steps)"]
+
+
+def gpu_time(hours: float) -> str:
+    """GPU-hours to one decimal, or GPU-seconds below a tenth of an hour (two significant digits
+    below a tenth of a second: a CPU study's nano runs), so a saving is never printed as 0.0."""
+    seconds = hours * 3600
+    return (f"{hours:,.1f} GPU-h" if hours >= 0.1 else f"{seconds:,.1f} GPU-s" if seconds >= 0.1
+            else f"{seconds:.2g} GPU-s")
 
 
 def plan_lines(study: LoadedStudy, verbose: bool = False) -> list[str]:
