@@ -14,10 +14,10 @@ share a source replicate (the plan's old fallback: replicates from the source's 
 from its replicate 0), the plain t-test, which ignores skew, and the skew-t without the sign-flip
 in the sequential design (5.4 % under centred-exponential differences, three parts).
 
-Measured (seed 7, 20,000 findings; the module ~90 CPU-s, most of it the sign-flips): skew-sign
-2.8-4.9 % fixed, 3.7-5.1 % sequential; the largest, 5.1 %, centred-exponential with three parts
+Measured (seed 7, 20,000 findings; a three-part null's cells ~8 CPU-s, most of it the sign-flips): skew-sign
+2.8-5.3 % fixed (5.3 %: centred-exponential at 3 runs, the plain t there), 3.7-5.1 % sequential; the largest, 5.1 %, centred-exponential with three parts
 in the sequential design (the skew-t alone: 5.4 %); the plain t-test 7.0 % fixed at 9 and 15
-runs and more sequential (three parts, centred-exponential).
+runs and 7.5 % sequential (three parts, centred-exponential).
 """
 from __future__ import annotations
 
