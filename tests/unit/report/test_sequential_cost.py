@@ -90,16 +90,21 @@ def test_paper_expected_cost_is_the_simulated_rules_not_a_one_comparison_floor(e
     expects 86 % of the runs with the skew-sign test (84 % with the skew-t, 82 % with the t-test;
     the issue's independent simulation of that rule 64-83 %); at the looks the boundaries let
     decide (9, 12, 15) the first look alone is 60 % and the rule expects about 91 %
-    (docs/statistics.md says why)."""
+    (docs/statistics.md says why). Shares of runs; the GPU-hours' are higher (below)."""
     settings = "{first: 3, step: 3, maximum: 15" + (", every_count: true}" if every_count else "}")
     out = plan_output(ROOT / "search_spaces/paper.yaml", f"pretraining.sequential={settings}")
     share, first, cost = cost_shares(out)
-    if every_count:
-        assert 0.64 <= share <= 0.88, cost
-    else:
-        assert first == pytest.approx(9 / 15, abs=0.01) and first + 0.2 <= share <= 0.95, cost
     runs = next(line for line in out.splitlines() if "pretraining runs: expected" in line)
     assert "(15, 6, 6, 8, 3 parts)" in runs and "seed SD 1 over 5 seeds" in runs, runs
+    run_share = float(re.search(r"pretraining runs: expected ([0-9.,]+)", runs).group(1).replace(",", "")) / 585
+    if every_count:
+        assert 0.64 <= run_share <= 0.88, runs
+    else:
+        assert first == pytest.approx(9 / 15, abs=0.01) and first + 0.2 <= run_share <= 0.95, runs
+    # GPU-h count new steps where runs branch (share_prefixes): the branches (CLM -> MLM splits)
+    # are cheap and close first, the trunks run longest, so the GPU-h share is above the runs'
+    # (measured 0.94 against 0.86 with every_count)
+    assert "new steps only where runs share first steps" in cost and run_share - 0.02 <= share <= 1.0, cost
 
 
 def test_plan_prints_the_looks_and_the_expected_and_maximum_cost(tmp_path):
