@@ -14,14 +14,14 @@ from pathlib import Path
 
 TESTS = Path(__file__).resolve().parents[1] / "tests"
 sys.path[:0] = [str(TESTS / "support"), str(TESTS / "unit" / "report")]
-from test_skew_calibration import fixed_rate, sequential_rate, DESIGN  # noqa: E402
+from test_skew_calibration import DESIGN, fixed_rate, sequential_rate  # noqa: E402
 
 from sweeper.report.statistics import VerdictConfig  # noqa: E402
 
 
 def main() -> None:
     started = time.process_time()
-    for test in ("skew-t", "t"):
+    for test in ("skew-sign", "skew-t", "t"):
         config = VerdictConfig(test=test)
         for parts in (1, 3):
             rates = [(n, round(100 * fixed_rate("centred-exponential", parts, n, config, source_sd=0.0), 1))

@@ -25,6 +25,7 @@ from scipy import stats
 
 from sweeper.report.findings import Verdict, judge_grid
 from sweeper.report.grid import TrialGrid
+from sweeper.report.paired import SKEW_UNITS
 from sweeper.report.statistics import CANNOT_TELL, Part, VerdictConfig, p_text
 
 
@@ -44,10 +45,13 @@ class Variant:
 @functools.lru_cache(maxsize=64)
 def smallest_p(test: str, units: int) -> float:
     """The smallest p-value a part's test can give over `units` paired units, both directions tried
-    (twice the smaller one-sided p, as `statistics.Part.p_value`): 0 for the t-test (continuous);
+    (twice the smaller one-sided p, as `statistics.Part.p_value`): 0 for the t-tests (continuous);
+    2^(1-n) for the skew-sign test (its sign-flip), from SKEW_UNITS units;
     for the Wilcoxon signed-rank test, scipy's exact test on units that all point one way."""
-    if test in ("t", "skew-t") or units < 1:
+    if test in ("t", "skew-t") or units < 1 or (test == "skew-sign" and units < SKEW_UNITS):
         return 0.0
+    if test == "skew-sign":  # the sign-flip's: every unit pointing one way
+        return min(1.0, 2.0 ** (1 - units))
     one_sided = stats.wilcoxon(np.arange(1.0, units + 1), alternative="greater", method="exact").pvalue
     return min(1.0, 2 * float(one_sided))
 

@@ -39,6 +39,7 @@ from sweeper.report import findings, provenance
 from sweeper.report.boundaries import conditional_power, efficacy_bounds, nominal_level
 from sweeper.report.findings import FINDINGS, Verdict, judge_grid
 from sweeper.report.grid import TrialGrid
+from sweeper.report.paired import skew_note
 from sweeper.report.statistics import CANNOT_TELL, CONTRADICTS, SUPPORTS, Part, VerdictConfig, p_text
 from sweeper.report.tables import markdown_table
 from sweeper.spec.sequential import SequentialSpec
@@ -137,7 +138,7 @@ def run_looks(grid: TrialGrid, runs: pd.DataFrame, design: SequentialSpec, recor
         verdicts = judge_grid(grid.only(keep), runs, lr_range, config)
         outcome.counts.append(dict(counts))
         open_arms = decide_look(verdicts, states, k, fractions, design, outcome.rows)
-        outcome.verdicts = final_verdicts(verdicts, states, len(looks))
+        outcome.verdicts = final_verdicts(verdicts, states, looks, config.test)
         if not open_arms or k == len(looks) - 1:
             break
         grow = {base[arm] for arm in open_arms if arm in base.index}  # an arm is its replicate 0's checkpoint
@@ -206,10 +207,11 @@ def decide_look(verdicts: list[Verdict], states: dict, look: int, fractions: tup
     return open_arms
 
 
-def final_verdicts(verdicts: list[Verdict], states: dict, looks: int) -> list[Verdict]:
+def final_verdicts(verdicts: list[Verdict], states: dict, design_looks: tuple[int, ...], test: str) -> list[Verdict]:
     """The findings as the looks so far decide them: each part at the look that decided it, its test
-    naming the group-sequential look (of `looks`) that reached its verdict."""
-    out = []
+    naming the group-sequential look (of `design_looks`) that reached its verdict, its skew note
+    the sequential design's rate (`paired.skew_note`), not the fixed design's."""
+    looks, out = len(design_looks), []
     for verdict in verdicts:
         parts, lines = [], []
         for part in verdict.parts:
@@ -221,7 +223,8 @@ def final_verdicts(verdicts: list[Verdict], states: dict, looks: int) -> list[Ve
             else:
                 when = f"look {look + 1} of {looks}" if look is not None else "open"
                 why = {FUTILE: " (futile: stopped)", CANNOT_TELL: " (no boundary reached by the last look)"}.get(decision, "")
-                note = f" ({at.note})" if at.note else ""
+                shown.note = skew_note(at.units, at.family, at.skewness, test, design_looks)
+                note = f" ({shown.note})" if shown.note else ""
                 lines.append(f"{at.comparison}: {at.numbers}; {at.test}; p = {p_text(at.p_value)} at {when}, "
                              f"group-sequential -> {shown.verdict}{why}{note}")
                 shown.test = f"{at.test}; group-sequential, {when}{why}"

@@ -207,9 +207,12 @@ class ExpectedCost:
 
 
 def expected_cost(design: SequentialSpec, parts: StudyParts, hours: dict[str, float], seeds: int,
-                  paths: int = PATHS, config: VerdictConfig = VerdictConfig()) -> ExpectedCost:
+                  paths: int = PATHS, config: VerdictConfig = VerdictConfig(),
+                  branched: dict[str, tuple[str, float]] | None = None) -> ExpectedCost:
     """The rule simulated over `paths` studies at the planning effect: `hours` per replicate of
-    each run (replicate 0's name)."""
+    each run (replicate 0's name). `branched`: per run that starts from its trunk's shared steps
+    (`pretraining.share_prefixes`, sweeper.plan.branches), its trunk and the hours of its new
+    steps; its replicate r costs those where the trunk trains replicate r too, else `hours`."""
     rng = np.random.default_rng(0)
     differences = rng.normal(design.planning_effect, unit_sd(design, seeds),
                              (paths, len(parts.runs), design.maximum))
@@ -217,13 +220,19 @@ def expected_cost(design: SequentialSpec, parts: StudyParts, hours: dict[str, fl
     counts = run_counts(close_looks(differences, parts.findings, design, config), parts, names, design)
     per_run = np.array([hours[name] for name in names])
     runs, gpu = counts.sum(axis=1), counts @ per_run
+    maximum_hours = float(per_run.sum() * design.maximum)
+    column = {name: i for i, name in enumerate(names)}
+    for run, (trunk, new) in (branched or {}).items():
+        if run in column and trunk in column:
+            saved = hours[run] - new
+            gpu = gpu - saved * np.minimum(counts[:, column[run]], counts[:, column[trunk]])
+            maximum_hours -= saved * design.maximum
 
     def summary(values: np.ndarray) -> tuple[float, float, float]:
         low, high = np.percentile(values, [10, 90])
         return float(values.mean()), float(low), float(high)
 
-    return ExpectedCost(summary(runs), summary(gpu), len(names) * design.maximum,
-                        float(per_run.sum() * design.maximum))
+    return ExpectedCost(summary(runs), summary(gpu), len(names) * design.maximum, maximum_hours)
 
 
 def plan_lines(study) -> list[str]:
@@ -232,6 +241,7 @@ def plan_lines(study) -> list[str]:
     the maximum (= the fixed design there)."""
     import time
 
+    from sweeper.plan.branches import shared_prefixes
     from sweeper.plan.cost import pretraining_cost
 
     spec, plan, design = study.spec, study.plan, study.spec.pretraining.sequential
@@ -240,9 +250,14 @@ def plan_lines(study) -> list[str]:
     start = time.perf_counter()
     seeds = len(spec.finetuning.seeds)
     parts = study_parts(plan, seeds)
-    hours = {run.name: pretraining_cost(spec, (run,)).gpu_hours for run in plan.runs if run.replicate == 0}
-    first = pretraining_cost(spec, plan.runs).gpu_hours
-    cost = expected_cost(design, parts, hours, seeds)
+    base = [run for run in plan.runs if run.replicate == 0]
+    hours = {run.name: pretraining_cost(spec, (run,)).gpu_hours for run in base}
+    # runs sharing first steps train them once (pretraining.share_prefixes): new steps only
+    branches = shared_prefixes(spec, base)
+    branched = {run.name: (branches[run.name].trunk, pretraining_cost(spec, (run,), branches).gpu_hours)
+                for run in base if run.name in branches}
+    first = pretraining_cost(spec, plan.runs, shared_prefixes(spec, plan.runs)).gpu_hours
+    cost = expected_cost(design, parts, hours, seeds, branched=branched)
     took = time.perf_counter() - start
     (runs, runs_low, runs_high), (gpu, gpu_low, gpu_high) = cost.runs, cost.hours
     share = gpu / cost.maximum_hours if cost.maximum_hours else math.nan
@@ -252,7 +267,8 @@ def plan_lines(study) -> list[str]:
             f"(alpha {design.alpha:g} per finding over all looks, futility below {design.futility:.0%})",
             f"    pretraining GPU-h: first look {first:,.1f}; expected {gpu:,.1f} ({share:.0%} of the maximum; "
             f"10-90 %: {gpu_low:,.1f}-{gpu_high:,.1f}); maximum {cost.maximum_hours:,.1f} "
-            f"({cost.maximum_runs} runs, the fixed design at {design.maximum})",
+            f"({cost.maximum_runs} runs, the fixed design at {design.maximum})"
+            f"{'; new steps only where runs share first steps' if branched else ''}",
             f"    pretraining runs: expected {runs:,.1f} (10-90 %: {runs_low:,.0f}-{runs_high:,.0f}): the report's rule "
             f"simulated over {PATHS:,} studies of this plan's findings ({sizes} parts), every comparison differing "
             f"by {design.planning_effect:g} points, run SD {design.planning_run_sd:g} + seed SD {SEED_SD:g} over "

@@ -46,9 +46,10 @@ class VerdictConfig:
     """The paper's default masking ratio: the MLM run that stands for MLM, and the compromise."""
     reliable_split: float = 0.25
     """The CLM share finding 4 calls the most reliable."""
-    test: str = "skew-t"
-    """`skew-t`: per direction the larger p of the paired t-test and Hall's skewness-corrected t
-    (`skew_corrected_t`); `t`: paired t-tests; `wilcoxon`: Wilcoxon signed-rank tests (the
+    test: str = "skew-sign"
+    """`skew-sign`: per direction the larger p of the `skew-t` and the exact sign-flip test
+    (`paired.skew_sign`); `skew-t`: the larger p of the paired t-test and Hall's skewness-corrected
+    t (`skew_corrected_t`); `t`: paired t-tests; `wilcoxon`: Wilcoxon signed-rank tests (the
     robustness card's)."""
     crossfit: bool = True
     """Score each seed at the point chosen on the other seeds (no winner's curse); False: the
