@@ -377,7 +377,8 @@ GCS, where the job API finds its agent); Ray 2.60 does so by default for all but
 HTTP port (52365, which collides between nodes on one machine). A port chosen for an agent
 beforehand can be taken before the agent binds it, late in `ray start`: a job agent whose port is
 taken stays up without its HTTP server, `ray start` succeeds, and the head answers every `ray
-job submit` "No available agent to submit job" (docs/benchmarks.md section 17). A GCS or
+job submit` "No available agent to submit job" (seen in CI on d4035f1: every reader of the
+session's smoke study failed after the 180 s wait; fixed in ce74509). A GCS or
 dashboard port that is taken fails `ray start` itself, which `running_head` tries again."""
 
 

@@ -35,7 +35,7 @@ from sweeper.store.layout import StudyLayout
 
 NOTICES: tuple[tuple[str, str], ...] = (
     ("Token authentication is enabled for this Ray cluster",
-     "Ray 2.59+ at every local start; the README says how the token is kept"),
+     "Ray 2.59+ at every local start; docs/security.md and docs/cluster.md say how the token is kept"),
     ("Running in local mode. The training function will run in the same process",
      "Ray Train at every `pretraining_workers: 0` run: local mode is the spec's choice"),
     ("Reported metrics: {",

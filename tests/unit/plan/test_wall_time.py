@@ -16,7 +16,7 @@ from sweeper.plan.study_plan import plan_study
 
 DEFAULT_STUDY_S = 15 * 60 + 50
 """The default study (search_spaces/micro.yaml) measured on this project's 2-core machine on
-2026-11-26: 15m50s of study (README; docs/benchmarks.md)."""
+2026-11-26: 15m50s of study (docs/benchmarks.md, "The default study end to end")."""
 
 
 @pytest.fixture(scope="module")
