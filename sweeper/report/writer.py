@@ -1,8 +1,9 @@
 """`sweeper report STUDY_DIR`: the paper's tables, figures and findings for the study, from the store.
 
-Writes `report.md` and `figures/*.png` in the study directory and prints a few lines of it (the comparisons, tasks at chance) and its path. Works on
-partial results: it reports on what is recorded and says what is missing, and names the damaged
-files it met (store parts set aside, an unreadable `plan.json`).
+Writes `report.md` and `figures/*.png` in the study directory and prints a few lines of it (the
+comparisons, tasks at chance) and its path. Works on partial results: it reports on what is
+recorded and says what is missing, and names the damaged files it met (store parts set aside, an
+unreadable `plan.json`).
 """
 from __future__ import annotations
 
