@@ -29,11 +29,12 @@ import sys
 import time
 import unicodedata
 from collections.abc import Callable
-from functools import lru_cache
 from pathlib import Path, PurePosixPath
 from urllib.parse import unquote, urlsplit, urlunsplit
 
 import pyarrow.fs as pafs
+
+from sweeper.store.filesystems import filesystem_of_root, read_object
 
 OBJECT_STORE_SCHEMES = ("s3", "gs", "gcs")
 
@@ -180,11 +181,6 @@ def parent(location: str) -> str:
     return urlunsplit((scheme, netloc, path.rstrip("/").rsplit("/", 1)[0], query, fragment))
 
 
-@lru_cache(maxsize=64)
-def _filesystem_of_root(root: str) -> pafs.FileSystem:
-    return pafs.FileSystem.from_uri(root)[0]
-
-
 def filesystem(location: str) -> tuple[pafs.FileSystem, str]:
     """(pyarrow filesystem, path on it): what pyarrow, Ray Train and Tune take for a location.
     One filesystem object per bucket and query (an S3 client is costly to create). The object
@@ -193,7 +189,7 @@ def filesystem(location: str) -> tuple[pafs.FileSystem, str]:
     if not is_remote(location):
         return pafs.LocalFileSystem(), str(location)
     scheme, netloc, _, query, _ = urlsplit(use_credentials(location))
-    filesystem_ = _filesystem_of_root(urlunsplit((scheme, netloc, "", query, "")))
+    filesystem_ = filesystem_of_root(urlunsplit((scheme, netloc, "", query, "")))
     return filesystem_, "".join(bucket_and_path(location)).rstrip("/")
 
 
@@ -207,9 +203,7 @@ def exists(location: str) -> bool:
 def read_bytes(location: str) -> bytes:
     if not is_remote(location):
         return Path(location).read_bytes()
-    fs, path = filesystem(location)
-    with fs.open_input_stream(path) as stream:
-        return stream.read()
+    return read_object(*filesystem(location))
 
 
 def read_text(location: str) -> str:
