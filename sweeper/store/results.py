@@ -79,9 +79,10 @@ def publish(directory: str, name: str, arrow: pa.Table) -> str:
         return storage.join(directory, name)
     Path(directory).mkdir(parents=True, exist_ok=True)
     tmp = Path(directory) / f".{name}.tmp"
-    pq.write_table(arrow, tmp)
-    storage.sync_path(tmp)
-    os.replace(tmp, Path(directory) / name)
+    with storage.removed_on_error(tmp):  # a full disk leaves no half part behind
+        pq.write_table(arrow, tmp)
+        storage.sync_path(tmp)
+        os.replace(tmp, Path(directory) / name)
     storage.sync_path(directory)  # the rename: a power loss leaves the whole file or none
     return str(Path(directory) / name)
 

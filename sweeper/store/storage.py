@@ -19,7 +19,6 @@ What each kind guarantees, and how the study relies on it:
 from __future__ import annotations
 
 import contextlib
-import errno
 import json
 import os
 import re
@@ -35,6 +34,11 @@ from urllib.parse import unquote, urlsplit, urlunsplit
 import pyarrow.fs as pafs
 
 from sweeper.store.filesystems import filesystem_of_root, read_object
+from sweeper.store.local_files import (  # noqa: F401 - re-exported
+    removed_on_error,
+    replace_file,
+    sync_path,
+)
 
 OBJECT_STORE_SCHEMES = ("s3", "gs", "gcs")
 
@@ -275,19 +279,6 @@ JSON_TYPE_NAMES = {dict: "object", list: "array", str: "string", int: "number", 
                    type(None): "null"}
 
 
-def sync_path(path: str | Path) -> None:
-    """fsync a local file or folder (a folder: the names in it, so a rename in it survives a
-    power loss). A filesystem that cannot sync a folder (EINVAL) is left as it is."""
-    fd = os.open(path, os.O_RDONLY)
-    try:
-        os.fsync(fd)
-    except OSError as error:
-        if error.errno != errno.EINVAL:
-            raise
-    finally:
-        os.close(fd)
-
-
 def write_bytes(location: str, data: bytes) -> None:
     """Replace the file whole: a reader sees the old content or the new, never a part. Local:
     the file, then its folder, are fsynced (one each), so a power loss keeps one of the two."""
@@ -296,15 +287,7 @@ def write_bytes(location: str, data: bytes) -> None:
         with fs.open_output_stream(path) as stream:
             stream.write(data)
         return
-    target = Path(location)
-    target.parent.mkdir(parents=True, exist_ok=True)
-    tmp = target.with_name(f".{target.name}.tmp-{os.getpid()}")
-    with open(tmp, "wb") as handle:
-        handle.write(data)
-        handle.flush()
-        os.fsync(handle.fileno())  # the bytes on disk before the name: never an empty file after a power loss
-    os.replace(tmp, target)
-    sync_path(target.parent)  # the rename itself
+    replace_file(Path(location), data)
 
 
 def write_text(location: str, text: str) -> None:
