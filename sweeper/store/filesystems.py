@@ -3,6 +3,7 @@ the retry settings that let a study ride out a cloud store's weather (sweeper.st
 passes locations; this module makes the client)."""
 from __future__ import annotations
 
+import errno
 import random
 import time
 from functools import lru_cache
@@ -63,18 +64,61 @@ def transient(error: OSError) -> bool:
     return not isinstance(error, FileNotFoundError) and any(mark in str(error) for mark in TRANSIENT_MARKS)
 
 
-READ_TRIES = 6
+OBJECT_TRIES = 6
 
 
-def read_object(fs: pafs.FileSystem, path: str) -> bytes:
-    """The bytes of one object, read again (up to READ_TRIES, exponential backoff with full jitter
-    from 50 ms) when the read fails for a `transient` reason; a read is idempotent."""
-    for attempt in range(READ_TRIES):
+def sent_again(request):
+    """`request()`'s value, sent again (up to OBJECT_TRIES, exponential backoff with full jitter
+    from 50 ms) while it fails for a `transient` reason: over the SDK's own per-request retries,
+    for what they leave (an overflowed read buffer; a request whose tries ran out in a long
+    outage). Only for idempotent requests: reading an object, writing one whole."""
+    for attempt in range(OBJECT_TRIES):
         try:
-            with fs.open_input_stream(path) as stream:
-                return stream.read()
+            return request()
         except OSError as error:
-            if attempt == READ_TRIES - 1 or not transient(error):
+            if attempt == OBJECT_TRIES - 1 or not transient(error):
                 raise
             time.sleep(random.uniform(0, 0.05 * 2 ** attempt))
     raise AssertionError("unreachable")
+
+
+def read_object(fs: pafs.FileSystem, path: str) -> bytes:
+    """The bytes of one object (`sent_again`)."""
+    def read() -> bytes:
+        with fs.open_input_stream(path) as stream:
+            return stream.read()
+    return sent_again(read)
+
+
+def write_object(fs: pafs.FileSystem, path: str, data: bytes) -> None:
+    """Replace one object whole (`sent_again`: S3 never stores half an object, so a write sent
+    again leaves the old object or the new one)."""
+    def write() -> None:
+        with fs.open_output_stream(path) as stream:
+            stream.write(data)
+    sent_again(write)
+
+
+LOCATION_ERRNOS = {errno.ENOSPC: "no space left on the device", errno.EDQUOT: "disk quota exceeded",
+                   errno.EROFS: "read-only file system", errno.EACCES: "permission denied",
+                   errno.EPERM: "operation not permitted"}
+"""Errors of a local location that no retry mends: the disk or the folder's rights must change."""
+PERMANENT_MARKS = ("ACCESS_DENIED", "AccessDenied", "NO_SUCH_BUCKET", "NoSuchBucket", "INVALID_ACCESS_KEY_ID",
+                   "InvalidAccessKeyId", "SIGNATURE_DOES_NOT_MATCH", "SignatureDoesNotMatch", "EXPIRED_TOKEN")
+"""What pyarrow's error says when an object store refuses the credentials or has no such bucket."""
+
+
+def permanent_line(error: OSError, where: str | None = None) -> str | None:
+    """One line naming the location and the reason, for an error that stops a study until a person
+    acts (a full disk, a read-only or forbidden folder, refused credentials, a missing bucket); None
+    for any other error (a bug's traceback stays a traceback). The line names the file the error
+    names, else `where` (the command's study), and carries no credentials."""
+    from sweeper.store.storage import display, redact
+
+    if error.errno in LOCATION_ERRNOS:
+        where = error.filename or (f"a file in {display(where)}" if where else "the study's location")
+        return f"{where}: {LOCATION_ERRNOS[error.errno]} (errno {errno.errorcode[error.errno]})"
+    text = str(error)
+    if any(mark in text for mark in PERMANENT_MARKS):
+        return redact(" ".join(text.split())[:400])
+    return None

@@ -27,7 +27,7 @@ def replace_file(target: Path, data: bytes) -> None:
     and a power loss keeps one of the two (the file, then its folder, fsynced)."""
     target.parent.mkdir(parents=True, exist_ok=True)
     tmp = target.with_name(f".{target.name}.tmp-{os.getpid()}")
-    with removed_on_error(tmp):
+    with removed_on_error(tmp, target):
         with open(tmp, "wb") as handle:
             handle.write(data)
             handle.flush()
@@ -37,12 +37,15 @@ def replace_file(target: Path, data: bytes) -> None:
 
 
 @contextlib.contextmanager
-def removed_on_error(tmp: str | Path):
+def removed_on_error(tmp: str | Path, target: str | Path):
     """Remove the local temporary file `tmp` when the block fails (a full disk: ENOSPC at a write
-    or at fsync), so no half-written file stays to take the space a rerun needs; the error goes on."""
+    or at fsync), so no half-written file stays to take the space a rerun needs; the error goes on,
+    naming `target` when it named no file (a write's ENOSPC names none)."""
     try:
         yield
-    except BaseException:
+    except BaseException as error:
         with contextlib.suppress(OSError):
             os.unlink(tmp)
+        if isinstance(error, OSError) and error.filename is None:
+            error.filename = str(target)
         raise

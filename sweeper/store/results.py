@@ -79,7 +79,7 @@ def publish(directory: str, name: str, arrow: pa.Table) -> str:
         return storage.join(directory, name)
     Path(directory).mkdir(parents=True, exist_ok=True)
     tmp = Path(directory) / f".{name}.tmp"
-    with storage.removed_on_error(tmp):  # a full disk leaves no half part behind
+    with storage.removed_on_error(tmp, Path(directory) / name):  # a full disk leaves no half part behind
         pq.write_table(arrow, tmp)
         storage.sync_path(tmp)
         os.replace(tmp, Path(directory) / name)

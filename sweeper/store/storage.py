@@ -33,7 +33,7 @@ from urllib.parse import unquote, urlsplit, urlunsplit
 
 import pyarrow.fs as pafs
 
-from sweeper.store.filesystems import filesystem_of_root, read_object
+from sweeper.store.filesystems import filesystem_of_root, read_object, write_object
 from sweeper.store.local_files import (  # noqa: F401 - re-exported
     removed_on_error,
     replace_file,
@@ -283,9 +283,7 @@ def write_bytes(location: str, data: bytes) -> None:
     """Replace the file whole: a reader sees the old content or the new, never a part. Local:
     the file, then its folder, are fsynced (one each), so a power loss keeps one of the two."""
     if is_remote(location):
-        fs, path = filesystem(location)
-        with fs.open_output_stream(path) as stream:
-            stream.write(data)
+        write_object(*filesystem(location), data)
         return
     replace_file(Path(location), data)
 

@@ -4,6 +4,7 @@ A write that runs out of space fails with ENOSPC, leaves what was recorded befor
 no half-written file behind, and the same write succeeds once space is freed."""
 from __future__ import annotations
 
+import contextlib
 import errno
 import os
 import subprocess
@@ -14,22 +15,31 @@ from pathlib import Path
 import pytest
 
 from sweeper.store import storage
+from sweeper.store.filesystems import permanent_line
 from sweeper.store.layout import StudyLayout
 from sweeper.store.results import TRIALS, read_trials, write_rows
 
 
-@pytest.fixture
-def small_disk(tmp_path) -> Path:
-    """A 1 MiB tmpfs at tmp_path/disk, unmounted after the test."""
-    disk = tmp_path / "disk"
+@contextlib.contextmanager
+def tmpfs(disk: Path, size: str):
+    """A tmpfs of `size` mounted at the new folder `disk` (the test is skipped where mounting is
+    refused), unmounted at the end."""
     disk.mkdir()
-    mounted = subprocess.run(["mount", "-t", "tmpfs", "-o", "size=1m", "tmpfs", str(disk)], capture_output=True, text=True)
+    mounted = subprocess.run(["mount", "-t", "tmpfs", "-o", f"size={size}", "tmpfs", str(disk)],
+                             capture_output=True, text=True, check=False)
     if mounted.returncode != 0:
         pytest.skip(f"cannot mount a tmpfs here: {mounted.stderr.strip()[:200]}")
     try:
         yield disk
     finally:
         subprocess.run(["umount", "-l", str(disk)], check=False)
+
+
+@pytest.fixture
+def small_disk(tmp_path) -> Path:
+    """A 1 MiB tmpfs at tmp_path/disk."""
+    with tmpfs(tmp_path / "disk", "1m") as disk:
+        yield disk
 
 
 def fill(disk: Path) -> Path:
@@ -60,6 +70,7 @@ def test_a_file_rewritten_on_a_full_disk_keeps_its_old_content_and_leaves_no_hal
     with pytest.raises(OSError) as raised:
         storage.write_json(marker, {"step": 2, "pad": "x" * 64_000})
     assert raised.value.errno == errno.ENOSPC
+    assert permanent_line(raised.value) == f"{marker}: no space left on the device (errno ENOSPC)"
     assert storage.read_json(marker) == {"step": 1} and leftovers(small_disk) == []
     filler.unlink()
     storage.write_json(marker, {"step": 2, "pad": "x" * 64_000})
@@ -79,3 +90,19 @@ def test_a_results_part_on_a_full_disk_loses_no_recorded_row_and_the_next_write_
     os.unlink(filler)
     write_rows(study, TRIALS, many)
     assert read_trials(study).num_rows == 2 + len(many)
+
+
+def test_a_command_that_fills_the_disk_says_so_in_one_line(tmp_path):
+    """`sweeper report` of a study on a full disk: one `storage error:` line naming the file it
+    could not write (or, where the error names none, the study), exit 1, no traceback (cli.main:
+    sweeper.store.filesystems.permanent_line)."""
+    from test_damage import record_study, sweeper_cli
+
+    with tmpfs(tmp_path / "disk", "8m") as disk:  # the smoke study's rows and markers need ~1 MiB
+        study, _ = record_study(disk / "study")
+        fill(disk)
+        result = sweeper_cli("report", str(study))
+    assert result.returncode == 1, result.stdout[-2000:] + result.stderr[-3000:]
+    assert "Traceback" not in result.stderr, result.stderr[-3000:]
+    line = next(line for line in result.stderr.splitlines() if line.startswith("storage error: "))
+    assert str(study) in line and line.endswith("no space left on the device (errno ENOSPC)"), line
