@@ -12,12 +12,15 @@ import pyarrow.fs as pafs
 
 S3_MAX_ATTEMPTS = 12
 """Tries per S3 request (pyarrow's default is 3). Each request pyarrow makes (a listing, one
-object's read, one part of an upload) is retried by the AWS SDK's standard strategy, which
-retries only what is transient (503 SlowDown, throttling, 5xx, reset or dropped connections,
-timeouts) with exponential backoff and full jitter (up to 20 s between tries), and stops at once
-on a permanent error (403, a missing bucket). Three tries let about one request in 600 through
-a store that fails one in eight (a cloud store under load: 10 % SlowDown, 2 % dropped
-connections), i.e. several a study; twelve make it about one in 10^11."""
+object's read, one part of an upload) is retried by the AWS SDK's default strategy, which retries
+only what is transient (503 SlowDown, throttling, 5xx, reset or dropped connections, timeouts)
+with exponential backoff (25 ms doubling: 51 s before the 12th try, 100 s in all) and stops at
+once on a permanent error (403, a missing bucket). Not the SDK's standard strategy, pyarrow's
+default: through pyarrow (26) its retry quota is spent and never refilled, so a client stops
+retrying altogether after about 100 retries (measured through tests/support/faulty_proxy.py:
+the 335th write of one client at 25 % SlowDown failed on its first 503), hours into a study.
+Three tries let about one request in 600 through a store that fails one in eight (10 % SlowDown,
+2 % dropped connections); twelve about one in 10^11."""
 
 
 class _RetryingS3FileSystem(pafs.S3FileSystem):
@@ -47,7 +50,7 @@ def filesystem_of_root(root: str) -> pafs.FileSystem:
     if not options.get("proxy_options", {}).get("host"):
         options.pop("proxy_options", None)
     options["allow_delayed_open"] = True
-    return _RetryingS3FileSystem(root, retry_strategy=pafs.AwsStandardS3RetryStrategy(max_attempts=S3_MAX_ATTEMPTS),
+    return _RetryingS3FileSystem(root, retry_strategy=pafs.AwsDefaultS3RetryStrategy(max_attempts=S3_MAX_ATTEMPTS),
                                  **options)
 
 
