@@ -301,7 +301,7 @@ def main(argv: list[str] | None = None) -> int:
         os.dup2(devnull, sys.stdout.fileno())  # Python's own flush at exit would raise again
         return 0
     except OSError as error:  # a full disk, refused credentials: one line naming where, not a traceback
-        from sweeper.store.filesystems import permanent_line
+        from sweeper.store.permanent_errors import permanent_line
 
         if (line := permanent_line(error, getattr(args, "study_dir", None) or getattr(args, "storage", None))) is None:
             raise

@@ -3,7 +3,6 @@ the retry settings that let a study ride out a cloud store's weather (sweeper.st
 passes locations; this module makes the client)."""
 from __future__ import annotations
 
-import errno
 import random
 import time
 from functools import lru_cache
@@ -101,27 +100,3 @@ def write_object(fs: pafs.FileSystem, path: str, data: bytes) -> None:
             stream.write(data)
     sent_again(write)
 
-
-LOCATION_ERRNOS = {errno.ENOSPC: "no space left on the device", errno.EDQUOT: "disk quota exceeded",
-                   errno.EROFS: "read-only file system", errno.EACCES: "permission denied",
-                   errno.EPERM: "operation not permitted"}
-"""Errors of a local location that no retry mends: the disk or the folder's rights must change."""
-PERMANENT_MARKS = ("ACCESS_DENIED", "AccessDenied", "NO_SUCH_BUCKET", "NoSuchBucket", "INVALID_ACCESS_KEY_ID",
-                   "InvalidAccessKeyId", "SIGNATURE_DOES_NOT_MATCH", "SignatureDoesNotMatch", "EXPIRED_TOKEN")
-"""What pyarrow's error says when an object store refuses the credentials or has no such bucket."""
-
-
-def permanent_line(error: OSError, where: str | None = None) -> str | None:
-    """One line naming the location and the reason, for an error that stops a study until a person
-    acts (a full disk, a read-only or forbidden folder, refused credentials, a missing bucket); None
-    for any other error (a bug's traceback stays a traceback). The line names the file the error
-    names, else `where` (the command's study), and carries no credentials."""
-    from sweeper.store.storage import display, redact
-
-    if error.errno in LOCATION_ERRNOS:
-        where = error.filename or (f"a file in {display(where)}" if where else "the study's location")
-        return f"{where}: {LOCATION_ERRNOS[error.errno]} (errno {errno.errorcode[error.errno]})"
-    text = str(error)
-    if any(mark in text for mark in PERMANENT_MARKS):
-        return redact(" ".join(text.split())[:400])
-    return None

@@ -96,7 +96,7 @@ def test_a_missing_bucket_stops_at_once_with_one_line_naming_it(object_store):
     fails within seconds, and `permanent_line` makes it one line without credentials."""
     import time
 
-    from sweeper.store.filesystems import permanent_line
+    from sweeper.store.permanent_errors import permanent_line
 
     missing = storage.normalize(object_store("x").replace("@sweeper-tests/", "@no-such-bucket/"))
     started = time.monotonic()

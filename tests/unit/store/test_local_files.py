@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 
 from sweeper.store import storage
-from sweeper.store.filesystems import permanent_line
+from sweeper.store.permanent_errors import permanent_line
 from sweeper.store.layout import StudyLayout
 from sweeper.store.results import TRIALS, read_trials, write_rows
 
