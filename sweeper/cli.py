@@ -359,6 +359,14 @@ def main(argv: list[str] | None = None) -> int:
         devnull = os.open(os.devnull, os.O_WRONLY)
         os.dup2(devnull, sys.stdout.fileno())  # Python's own flush at exit would raise again
         return 0
+    except OSError as error:  # a full disk, refused credentials: one line naming where, not a traceback
+        from sweeper.store.permanent_errors import permanent_line
+
+        if (line := permanent_line(error, getattr(args, "study_dir", None) or getattr(args, "storage", None))) is None:
+            raise
+        print(f"storage error: {line}\nWhat was recorded before stays; once this is mended, the same command "
+              "resumes.", file=sys.stderr)
+        return 1
 
 
 if __name__ == "__main__":

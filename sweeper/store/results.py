@@ -73,15 +73,17 @@ def partition_dir(layout: StudyLayout, table: str, value: str) -> str:
 def publish(directory: str, name: str, arrow: pa.Table) -> str:
     """Local: write under a dot-name (skipped by readers), fsync, rename into place, fsync the
     folder. Object store: one upload under the final name."""
-    if storage.is_remote(directory):
-        fs, path = storage.filesystem(storage.join(directory, name))
-        pq.write_table(arrow, path, filesystem=fs)
+    if storage.is_remote(directory):  # one whole object, sent again through a store's weather (storage.write_bytes)
+        buffer = pa.BufferOutputStream()
+        pq.write_table(arrow, buffer)
+        storage.write_bytes(storage.join(directory, name), buffer.getvalue().to_pybytes())
         return storage.join(directory, name)
     Path(directory).mkdir(parents=True, exist_ok=True)
     tmp = Path(directory) / f".{name}.tmp"
-    pq.write_table(arrow, tmp)
-    storage.sync_path(tmp)
-    os.replace(tmp, Path(directory) / name)
+    with storage.removed_on_error(tmp, Path(directory) / name):  # a full disk leaves no half part behind
+        pq.write_table(arrow, tmp)
+        storage.sync_path(tmp)
+        os.replace(tmp, Path(directory) / name)
     storage.sync_path(directory)  # the rename: a power loss leaves the whole file or none
     return str(Path(directory) / name)
 

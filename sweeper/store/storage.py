@@ -19,7 +19,6 @@ What each kind guarantees, and how the study relies on it:
 from __future__ import annotations
 
 import contextlib
-import errno
 import json
 import os
 import re
@@ -29,11 +28,17 @@ import sys
 import time
 import unicodedata
 from collections.abc import Callable
-from functools import lru_cache
 from pathlib import Path, PurePosixPath
 from urllib.parse import unquote, urlsplit, urlunsplit
 
 import pyarrow.fs as pafs
+
+from sweeper.store.filesystems import filesystem_of_root, read_object, write_object
+from sweeper.store.local_files import (  # noqa: F401 - re-exported
+    removed_on_error,
+    replace_file,
+    sync_path,
+)
 
 OBJECT_STORE_SCHEMES = ("s3", "gs", "gcs")
 
@@ -180,11 +185,6 @@ def parent(location: str) -> str:
     return urlunsplit((scheme, netloc, path.rstrip("/").rsplit("/", 1)[0], query, fragment))
 
 
-@lru_cache(maxsize=64)
-def _filesystem_of_root(root: str) -> pafs.FileSystem:
-    return pafs.FileSystem.from_uri(root)[0]
-
-
 def filesystem(location: str) -> tuple[pafs.FileSystem, str]:
     """(pyarrow filesystem, path on it): what pyarrow, Ray Train and Tune take for a location.
     One filesystem object per bucket and query (an S3 client is costly to create). The object
@@ -193,7 +193,7 @@ def filesystem(location: str) -> tuple[pafs.FileSystem, str]:
     if not is_remote(location):
         return pafs.LocalFileSystem(), str(location)
     scheme, netloc, _, query, _ = urlsplit(use_credentials(location))
-    filesystem_ = _filesystem_of_root(urlunsplit((scheme, netloc, "", query, "")))
+    filesystem_ = filesystem_of_root(urlunsplit((scheme, netloc, "", query, "")))
     return filesystem_, "".join(bucket_and_path(location)).rstrip("/")
 
 
@@ -207,9 +207,7 @@ def exists(location: str) -> bool:
 def read_bytes(location: str) -> bytes:
     if not is_remote(location):
         return Path(location).read_bytes()
-    fs, path = filesystem(location)
-    with fs.open_input_stream(path) as stream:
-        return stream.read()
+    return read_object(*filesystem(location))
 
 
 def read_text(location: str) -> str:
@@ -281,36 +279,13 @@ JSON_TYPE_NAMES = {dict: "object", list: "array", str: "string", int: "number", 
                    type(None): "null"}
 
 
-def sync_path(path: str | Path) -> None:
-    """fsync a local file or folder (a folder: the names in it, so a rename in it survives a
-    power loss). A filesystem that cannot sync a folder (EINVAL) is left as it is."""
-    fd = os.open(path, os.O_RDONLY)
-    try:
-        os.fsync(fd)
-    except OSError as error:
-        if error.errno != errno.EINVAL:
-            raise
-    finally:
-        os.close(fd)
-
-
 def write_bytes(location: str, data: bytes) -> None:
     """Replace the file whole: a reader sees the old content or the new, never a part. Local:
     the file, then its folder, are fsynced (one each), so a power loss keeps one of the two."""
     if is_remote(location):
-        fs, path = filesystem(location)
-        with fs.open_output_stream(path) as stream:
-            stream.write(data)
+        write_object(*filesystem(location), data)
         return
-    target = Path(location)
-    target.parent.mkdir(parents=True, exist_ok=True)
-    tmp = target.with_name(f".{target.name}.tmp-{os.getpid()}")
-    with open(tmp, "wb") as handle:
-        handle.write(data)
-        handle.flush()
-        os.fsync(handle.fileno())  # the bytes on disk before the name: never an empty file after a power loss
-    os.replace(tmp, target)
-    sync_path(target.parent)  # the rename itself
+    replace_file(Path(location), data)
 
 
 def write_text(location: str, text: str) -> None:
