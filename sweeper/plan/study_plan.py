@@ -75,11 +75,6 @@ class EvaluatedCheckpoint:
         return self.run.run_key if self.run is not None else self.external.key
 
     @property
-    def source_name(self) -> str:
-        """Its run's name, or the external checkpoint's name."""
-        return self.run.name if self.run is not None else self.external.name
-
-    @property
     def tokenizer(self) -> str | None:
         """Which tokenizer encodes its task data (a run's corpus tokenizer key, or an external one's)."""
         return self.run.tokenizer if self.run is not None else self.external.tokenizer_key

@@ -52,12 +52,6 @@ def t95(dof) -> np.ndarray | float:
     return float(quantile) if quantile.ndim == 0 else quantile
 
 
-def ci95_half_width(values: pd.Series) -> float:
-    values = values.dropna()
-    n = len(values)
-    return float(t95(n - 1) * values.std(ddof=1) / np.sqrt(n)) if n > 1 else float("nan")
-
-
 def half_widths(std: pd.Series, count: pd.Series) -> pd.Series:
     """95 % Student-t half-widths of means, vectorised (one scipy call per table, not per group)."""
     count = count.astype(float)
