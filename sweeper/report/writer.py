@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import math
 import sys
-from pathlib import Path
 
 import pandas as pd
 
@@ -265,13 +264,6 @@ def importance_section(trials: pd.DataFrame, space: dict | None) -> list[str]:
         out += [f"{flat} of {len(counts)} cells are left out: every sample scores the same there (nothing to "
                 "explain).", ""]
     return out
-
-
-def build_report(layout: StudyLayout) -> tuple[str, list[Path]]:
-    """The report text and the figures drawn (into `<study>/figures/`; for a study in an object
-    store, into a temporary folder that is the caller's to delete: `write_report` uploads them)."""
-    text, figure_set, _ = report_and_figures(layout)
-    return text, figure_set.made
 
 
 def report_and_figures(layout: StudyLayout) -> tuple[str, FigureSet, list[str]]:

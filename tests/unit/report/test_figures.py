@@ -19,7 +19,7 @@ import pytest
 from matplotlib.colors import to_hex
 
 from sweeper.report import analysis, figures
-from sweeper.report.writer import build_report
+from report_text import build_report
 from sweeper.spec.study import PAPER_STABILITY_RANGE
 from sweeper.store.layout import StudyLayout
 from sweeper.store.results import PRETRAINING, TRIALS, read_trials, write_rows

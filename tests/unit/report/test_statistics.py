@@ -12,7 +12,7 @@ import pytest
 from sweeper.report import analysis
 from sweeper.report.findings import check_findings
 from sweeper.report.statistics import CANNOT_TELL, SUPPORTS
-from sweeper.report.writer import build_report
+from report_text import build_report
 from sweeper.spec.study import PAPER_STABILITY_RANGE
 from sweeper.store.layout import StudyLayout
 from sweeper.store.results import TRIALS, read_trials, write_rows
