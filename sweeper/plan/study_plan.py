@@ -263,8 +263,8 @@ def plan_trials(spec: StudySpec, checkpoints: list[EvaluatedCheckpoint],
 def space_text(spec: StudySpec) -> str:
     """The searched space as `sweeper plan` prints it: each field with its form and arguments."""
     ft = spec.finetuning
-    lr = ft.optuna if ft.search == "optuna" else ft.random
-    fields_ = {space.LEARNING_RATE: space.log_range(lr.lr_min, lr.lr_max), **ft.searched()}
+    sampler = ft.optuna if ft.search == "optuna" else ft.random  # the section holding the rate's range
+    fields_ = {space.LEARNING_RATE: space.log_range(sampler.lr_min, sampler.lr_max), **ft.searched()}
     return ", ".join(f"{name} {dist.kind} {[list(a) if isinstance(a, tuple) else a for a in dist.args]}"
                      for name, dist in fields_.items())
 
