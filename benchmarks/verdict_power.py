@@ -30,6 +30,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests" / "support"
 from verdict_simulation import GROUPS, Scenario, simulate, trial_rows  # noqa: E402
 
 from sweeper.report import findings, robustness  # noqa: E402
+from sweeper.spec.study import PAPER_STABILITY_RANGE  # noqa: E402
 
 MLM = {"SC": 3.42, "QA": 20.68, "IR": 3.35}
 PAPER_EFFECTS = {
@@ -62,7 +63,7 @@ def report_time() -> tuple[int, float, float, int]:
     study = findings.study_grid(rows)
     verdicts = findings.judge_grid(*study)
     judged = time.perf_counter() - started
-    card = robustness.robustness_card(*study, verdicts, (1e-5, 1e-4))
+    card = robustness.robustness_card(*study, verdicts, PAPER_STABILITY_RANGE)
     return len(rows), judged, time.perf_counter() - started, len(card)
 
 

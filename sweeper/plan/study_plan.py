@@ -74,11 +74,6 @@ class EvaluatedCheckpoint:
         return self.run.run_key if self.run is not None else self.external.key
 
     @property
-    def source_name(self) -> str:
-        """Its run's name, or the external checkpoint's name."""
-        return self.run.name if self.run is not None else self.external.name
-
-    @property
     def tokenizer(self) -> str | None:
         """Which tokenizer encodes its task data (a run's corpus tokenizer key, or an external one's)."""
         return self.run.tokenizer if self.run is not None else self.external.tokenizer_key
@@ -272,8 +267,8 @@ def plan_trials(spec: StudySpec, checkpoints: list[EvaluatedCheckpoint],
 def space_text(spec: StudySpec) -> str:
     """The searched space as `sweeper plan` prints it: each field with its form and arguments."""
     ft = spec.finetuning
-    lr = ft.optuna if ft.search == "optuna" else ft.random
-    fields_ = {space.LEARNING_RATE: space.log_range(lr.lr_min, lr.lr_max), **ft.searched()}
+    sampler = ft.optuna if ft.search == "optuna" else ft.random  # the section holding the rate's range
+    fields_ = {space.LEARNING_RATE: space.log_range(sampler.lr_min, sampler.lr_max), **ft.searched()}
     return ", ".join(f"{name} {dist.kind} {[list(a) if isinstance(a, tuple) else a for a in dist.args]}"
                      for name, dist in fields_.items())
 

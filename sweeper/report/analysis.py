@@ -52,12 +52,6 @@ def t95(dof) -> np.ndarray | float:
     return float(quantile) if quantile.ndim == 0 else quantile
 
 
-def ci95_half_width(values: pd.Series) -> float:
-    values = values.dropna()
-    n = len(values)
-    return float(t95(n - 1) * values.std(ddof=1) / np.sqrt(n)) if n > 1 else float("nan")
-
-
 def half_widths(std: pd.Series, count: pd.Series) -> pd.Series:
     """95 % Student-t half-widths of means, vectorised (one scipy call per table, not per group)."""
     count = count.astype(float)
@@ -263,19 +257,23 @@ def wide(categories: pd.DataFrame, value: str = "mean") -> pd.DataFrame:
     return table[ordered_categories(table.columns)]
 
 
-def in_lr_range(trials: pd.DataFrame, lr_range: tuple[float, float]) -> tuple[pd.DataFrame, str]:
-    """OK trials of final checkpoints whose learning rate lies in the range, and the range used
-    (all rates when none of the study's falls in the requested range, as in the CPU studies)."""
+def in_lr_range(trials: pd.DataFrame, lr_range: tuple[float, float] | None) -> tuple[pd.DataFrame, str]:
+    """OK trials of final checkpoints whose learning rate lies in the range (the spec's
+    `report.stability_lr_range`), and the range used, said as such: every rate when the range is
+    None, or when none of the study's rates falls in it (the CPU studies' rates are above the paper's)."""
     ok = ok_trials(trials)
     ok = ok[is_final(ok)]
+    every = f"{ok['learning_rate'].min():g}..{ok['learning_rate'].max():g}" if not ok.empty else "none"
+    if lr_range is None:
+        return ok, f"all ({every}; report.stability_lr_range not set)"
     in_range = ok[ok["learning_rate"].between(*lr_range)]
     used = f"{lr_range[0]:g}..{lr_range[1]:g}"
     if in_range.empty and not ok.empty:
-        in_range, used = ok, f"all ({ok['learning_rate'].min():g}..{ok['learning_rate'].max():g}; none in {used})"
+        in_range, used = ok, f"all ({every}; none in report.stability_lr_range {used})"
     return in_range, used
 
 
-def per_seed_spread(trials: pd.DataFrame, lr_range: tuple[float, float] = (1e-5, 1e-4)) -> tuple[pd.DataFrame, str]:
+def per_seed_spread(trials: pd.DataFrame, lr_range: tuple[float, float] | None) -> tuple[pd.DataFrame, str]:
     """Per (checkpoint, category, seed): the mean square of the seed's centred scores over the
     category's tasks and the learning rates in range (`mean_square`, `count` of them), with the
     run columns. The paper's spread squared is (up to ddof) the mean of these over seeds, so the
@@ -306,7 +304,7 @@ def lr_sensitivity(trials: pd.DataFrame) -> pd.DataFrame:
     return per_lr.merge(run_table(ok)[["checkpoint_id", "objective"]], on="checkpoint_id")
 
 
-def stability(trials: pd.DataFrame, lr_range: tuple[float, float] = (1e-5, 1e-4)) -> tuple[pd.DataFrame, str]:
+def stability(trials: pd.DataFrame, lr_range: tuple[float, float] | None) -> tuple[pd.DataFrame, str]:
     """Spread of centred scores over seeds x learning rates, per (checkpoint, category), final
     checkpoints only, with a 95 % interval (`spread_low`, `spread_high`). Returns the table and
     the learning-rate range actually used.

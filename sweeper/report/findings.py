@@ -21,6 +21,7 @@ import pandas as pd
 from sweeper.plan.run_names import format_steps
 from sweeper.report import analysis, provenance
 from sweeper.report.grid import TrialGrid
+from sweeper.spec.study import PAPER_STABILITY_RANGE
 from sweeper.report.statistics import (CANNOT_TELL, Part, SeedScores, Spreads, VerdictConfig, decide, describe,
                                        pair_part, paired_test, skewness, spread_part, test_name,
                                        unit_name)
@@ -368,19 +369,22 @@ def study_grid(trials: pd.DataFrame) -> tuple[TrialGrid, pd.DataFrame] | None:
     return TrialGrid.of(trials), analysis.run_table(trials).set_index("checkpoint_id")
 
 
-def check_findings(trials: pd.DataFrame, lr_range: tuple[float, float] = (1e-5, 1e-4),
+def check_findings(trials: pd.DataFrame, lr_range: tuple[float, float] | None = PAPER_STABILITY_RANGE,
                    config: VerdictConfig = VerdictConfig()) -> list[Verdict]:
-    """The five verdicts on a trials table (the store's rows, every status)."""
+    """The five verdicts on a trials table (the store's rows, every status); `lr_range` as in
+    `judge_grid`."""
     study = study_grid(trials)
     if study is None:
         return [Verdict(i + 1, claim, CANNOT_TELL, ["no finished trials"]) for i, claim in enumerate(FINDINGS)]
     return judge_grid(*study, lr_range, config)
 
 
-def judge_grid(grid: TrialGrid, runs: pd.DataFrame, lr_range: tuple[float, float] = (1e-5, 1e-4),
+def judge_grid(grid: TrialGrid, runs: pd.DataFrame, lr_range: tuple[float, float] | None = PAPER_STABILITY_RANGE,
                config: VerdictConfig = VerdictConfig()) -> list[Verdict]:
     """The five verdicts from a study's dense grid and its checkpoints' run columns (indexed by
-    checkpoint id): what the calibration's simulated studies run."""
+    checkpoint id): what the calibration's simulated studies run. `lr_range`: the rates the
+    stability part pools over (None: every rate); the report passes the spec's
+    `report.stability_lr_range`, the simulations of the paper's grid take the paper's range."""
     return judge(SeedScores.of(grid, runs, config.crossfit), Spreads.of(grid, runs, lr_range), config)
 
 

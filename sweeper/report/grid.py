@@ -181,9 +181,12 @@ class Sensitivity:
     rates: int
 
     @classmethod
-    def of(cls, grid: TrialGrid, lr_range: tuple[float, float] = (1e-5, 1e-4)) -> Sensitivity:
+    def of(cls, grid: TrialGrid, lr_range: tuple[float, float] | None) -> Sensitivity:
+        """Over the rates in `lr_range` (None: every rate; `analysis.in_lr_range` says the same)."""
         _, test = grid.scored()
-        in_range = (grid.learning_rates >= lr_range[0]) & (grid.learning_rates <= lr_range[1])
+        in_range = np.ones(len(grid.learning_rates), bool)
+        if lr_range is not None:
+            in_range = (grid.learning_rates >= lr_range[0]) & (grid.learning_rates <= lr_range[1])
         if not in_range.any():  # the CPU studies: every rate, as the stability table does
             in_range = np.ones(len(grid.learning_rates), bool)
         curves = test[grid.final][:, :, in_range, :]

@@ -297,7 +297,7 @@ class Spreads:
     runs_of: dict[str, dict[int, str]]
 
     @classmethod
-    def of(cls, grid: TrialGrid, runs: pd.DataFrame, lr_range: tuple[float, float] = (1e-5, 1e-4)) -> Spreads:
+    def of(cls, grid: TrialGrid, runs: pd.DataFrame, lr_range: tuple[float, float] | None) -> Spreads:
         sensitivity = Sensitivity.of(grid, lr_range) if grid.final.any() else None
         runs = runs.reindex(grid.checkpoints)
         arm = runs["arm"].where(runs["arm"].notna(), runs.index.to_series())

@@ -156,7 +156,7 @@ def at_latest_look(study: LoadedStudy, trials) -> LoadedStudy:
     """A sequential plan's study with the replicates its looks so far asked for (the pending look's
     while it trains: sweeper.report.sequential); any other study as planned."""
     design = study.spec.pretraining.sequential
-    outcome = study_looks(trials, design) if design is not None else None
+    outcome = study_looks(trials, design, study.spec.report.stability_lr_range) if design is not None else None
     if outcome is None or not outcome.counts:
         return study
     return study.with_replicates(outcome.pending or outcome.counts[-1])

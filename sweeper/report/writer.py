@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import math
 import sys
-from pathlib import Path
 
 import pandas as pd
 
@@ -268,15 +267,9 @@ def importance_section(trials: pd.DataFrame, space: dict | None) -> list[str]:
     return out
 
 
-def build_report(layout: StudyLayout, lr_range: tuple[float, float] = (1e-5, 1e-4)) -> tuple[str, list[Path]]:
-    """The report text and the figures drawn (into `<study>/figures/`; for a study in an object
-    store, into a temporary folder that is the caller's to delete: `write_report` uploads them)."""
-    text, figure_set, _ = report_and_figures(layout, lr_range)
-    return text, figure_set.made
-
-
-def report_and_figures(layout: StudyLayout, lr_range: tuple[float, float]) -> tuple[str, FigureSet, list[str]]:
-    """The report's text, its figures, and the few lines the terminal shows of it (`headline.terminal_lines`)."""
+def report_and_figures(layout: StudyLayout) -> tuple[str, FigureSet, list[str]]:
+    """The report's text, its figures, and the few lines the terminal shows of it (`headline.terminal_lines`).
+    The stability range is the study's spec's `report.stability_lr_range` (every rate without a spec copy)."""
     damaged: dict[str, str] = {}  # markers read as absent
     unreadable: dict[str, str] = {}  # store parts not read, left in place: a report moves nothing
     # Every recorded trial but the superseded ones and those recorded under other settings (named).
@@ -299,6 +292,9 @@ def report_and_figures(layout: StudyLayout, lr_range: tuple[float, float]) -> tu
             FigureSet.for_study(layout), terminal
     categories = analysis.category_scores(trials, best)
     final = analysis.final_only(categories)
+    loaded = study_loaded(layout)
+    spec = loaded and loaded.spec
+    lr_range = spec.report.stability_lr_range if spec else None  # the one place the report reads it
     stability, used_range = analysis.stability(trials, lr_range)
     ranges = figures.score_ranges(trials)  # per category: its families' score range, for clipping
     families, shown = figures.checkpoint_families(trials), FigureSet.for_study(layout)  # colour: objective family
@@ -310,8 +306,6 @@ def report_and_figures(layout: StudyLayout, lr_range: tuple[float, float]) -> tu
     out += category_section(final, f"Category averages (final checkpoints; {at_best}, mean ± 95 % CI over seeds)")
     out += shown.place("category scores", "category_scores", figures.category_bars(final, ranges, families), "no scores")
     out += chance.chance_section(flagged)
-    loaded = study_loaded(layout)
-    spec = loaded and loaded.spec
     out += verdicts_sections(trials, lr_range, spec and spec.pretraining.sequential) + left_out_section(trials)
     if not stability.empty:
         out += ["## Fine-tuning stability", "",
@@ -379,9 +373,9 @@ def report_and_figures(layout: StudyLayout, lr_range: tuple[float, float]) -> tu
     return "\n".join(out + record.section + environment + shown.not_drawn()) + "\n", shown, terminal
 
 
-def write_report(layout: StudyLayout, lr_range: tuple[float, float] = (1e-5, 1e-4)) -> str:
+def write_report(layout: StudyLayout) -> str:
     """Write `report.md` and the figures into the study; returns the report's location."""
-    text, shown, terminal = report_and_figures(layout, lr_range)
+    text, shown, terminal = report_and_figures(layout)
     path = layout.report
     if why := storage.not_a_file(path):  # a folder where report.md goes: named and left, never removed
         print(f"[report] {storage.display(path)} is {why.removesuffix(', not a file')}, not a file: the report is "

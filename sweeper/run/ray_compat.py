@@ -1,4 +1,5 @@
-"""Every use of Ray's or Tune's private API, in one module: what each does, why no public API
+"""Every use of Ray's or Tune's private API by the project, in one module (the uses only tests
+make are tests/support/ray_private.py's, behind the same check): what each does, why no public API
 does it, and the Ray versions it was tested with.
 
 A Ray upgrade may rename or remove any of these without notice; the unit tests fake them, so
@@ -143,52 +144,6 @@ def route_worker_output(route: Callable[[dict, Callable[[dict], None]], None]) -
     dispatcher = worker.global_worker_stdstream_dispatcher
     with dispatcher._lock:
         dispatcher.handlers = [(name, handler if name == PRINT_HANDLER else old) for name, old in dispatcher.handlers]
-
-
-# --- `ray up`'s own handling of a cluster config, offline (tests/unit/cluster/test_cluster_configs.py) ----------
-# Ray has no public API that checks a cluster config the way `ray up` reads it: the schema alone
-# misses the merges and defaults `ray up` applies before it reaches the cloud. These let the shipped
-# cluster/ray-cluster.yaml be checked by Ray's own code on a machine without a cloud account.
-
-def prepare_cluster_config(config: dict) -> dict:
-    """`ray up`'s preparation (defaults filled in, setup commands merged per node type), then its
-    validation: ray.autoscaler._private.util.prepare_config and validate_config."""
-    require_tested_ray()
-    from ray.autoscaler._private.util import prepare_config, validate_config
-
-    prepared = prepare_config(config)
-    validate_config(prepared)
-    return prepared
-
-
-def bootstrap_cluster_config(config: dict) -> dict:
-    """All `ray up` resolves before launching the head (preparation, resource detection from the
-    cloud's instance types, validation, the provider's bootstrap: IAM, key pair, subnets, security
-    groups): ray.autoscaler._private.commands._bootstrap_config, without its cache."""
-    require_tested_ray()
-    from ray.autoscaler._private.commands import _bootstrap_config
-
-    return _bootstrap_config(config, no_config_cache=True)
-
-
-def rsync_filter_args(config: dict) -> list[str]:
-    """The rsync arguments `ray up` passes for file_mounts from a config's rsync_exclude and
-    rsync_filter (SSHCommandRunner._create_rsync_filter_args reads only its options: no SSH)."""
-    require_tested_ray()
-    from ray.autoscaler._private.command_runner import SSHCommandRunner
-
-    return SSHCommandRunner._create_rsync_filter_args(None, {"rsync_exclude": config.get("rsync_exclude"),
-                                                             "rsync_filter": config.get("rsync_filter")})
-
-
-def accelerator_resource_names() -> list[str]:
-    """The resource names Ray gives its accelerators (`GPU`, `TPU`, `NPU`, ...), which a custom
-    resource may not take (sweeper.spec.resources keeps its own list; a test holds it to this).
-    Private: `ray._private.accelerators.get_all_accelerator_resource_names`."""
-    require_tested_ray()
-    import ray._private.accelerators as accelerators
-
-    return list(accelerators.get_all_accelerator_resource_names())
 
 
 def autoscaler_node_types() -> list[dict[str, float]] | None:

@@ -143,7 +143,7 @@ def run_looks(study: LoadedStudy, layout: StudyLayout, retry_failed: bool, tally
     resumes exactly: no run or look is lost or repeated."""
     spec, plan, design = study.spec, study.plan, study.spec.pretraining.sequential
     while not failed_runs and not tally.get("failed"):
-        outcome = study_looks(read_trials(layout).to_pandas(), design)
+        outcome = study_looks(read_trials(layout).to_pandas(), design, spec.report.stability_lr_range)
         counts = {run.name: 0 for run in plan.runs if run.replicate == 0}
         for run in plan.runs:
             counts[run.arm] = max(counts.get(run.arm, 0), run.replicate + 1)

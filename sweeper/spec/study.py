@@ -84,6 +84,24 @@ class ResourcesSpec:
                     yield f"{key}.{name}", f"{amount:g} is below the smallest amount Ray schedules ({RAY_GRANULARITY:g})"
 
 
+PAPER_STABILITY_RANGE = (1e-5, 1e-4)
+"""The paper's stability range (its Fig. 5 spreads over the learning rates 1e-5..1e-4)."""
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class ReportSpec:
+    """What `sweeper report` reads beyond the results; never part of a run or trial key."""
+
+    stability_lr_range: tuple[float, float] | None = None
+    """Learning rates [low, high] the stability spread and finding 3's stability part pool over
+    (the paper: [1.0e-5, 1.0e-4]); None: every rate of the study. The report names the range used."""
+
+    def check(self):
+        low_high = self.stability_lr_range
+        if low_high is not None and (len(low_high) != 2 or not 0 < low_high[0] <= low_high[1]):
+            yield "stability_lr_range", f"must be [low, high] with 0 < low <= high, got {list(low_high)}"
+
+
 @dataclass(frozen=True, kw_only=True, slots=True)
 class CostSpec:
     gpu_peak_tflops: float = 989.0
@@ -122,6 +140,8 @@ class StudySpec:
     """Optional experiment tracking."""
     limits: LimitsSpec = field(default_factory=LimitsSpec)
     """Bounds on the plan's size (runs, checkpoints, trials, swept points, samples), checked first."""
+    report: ReportSpec = field(default_factory=ReportSpec)
+    """Settings of `sweeper report` (the stability range)."""
     protocol: Literal["paper"] | None = None
     """The published protocol this spec claims to follow (`paper`: arXiv 2507.00994, the table of
     docs/paper-protocol.md): `sweeper plan` then lists every setting that departs from it."""

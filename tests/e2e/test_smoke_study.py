@@ -17,7 +17,7 @@ from transformers import AutoConfig, AutoModel, AutoModelForMaskedLM
 
 from sweeper.plan.load import load_study
 from sweeper.plan.study_plan import plan_study
-from sweeper.report.writer import build_report
+from report_text import build_report
 from sweeper.store.layout import StudyLayout
 from sweeper.store.results import TRIALS, read_table
 import trainables.model  # noqa: F401  (registers the architecture)

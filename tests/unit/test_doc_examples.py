@@ -126,7 +126,7 @@ def test_the_results_page_reads_the_rows_the_report_used(tmp_path, monkeypatch):
     from datetime import datetime, timezone
 
     from sweeper.plan.changes import cell_id, trial_cell
-    from sweeper.report.writer import build_report
+    from report_text import build_report
     from sweeper.store.layout import StudyLayout
     from sweeper.store.results import TRIALS, write_rows
 

@@ -25,7 +25,7 @@ import pytest
 import yaml
 
 from conftest import ROOT
-from sweeper.run.ray_compat import bootstrap_cluster_config, prepare_cluster_config, rsync_filter_args
+from ray_private import bootstrap_cluster_config, prepare_cluster_config, rsync_filter_args
 
 CLUSTER = ROOT / "cluster"
 

@@ -222,7 +222,7 @@ def test_a_resource_ray_reserves_is_refused(tmp_path, bert, name):
 
 
 def test_the_reserved_names_cover_the_installed_rays_accelerators():
-    from sweeper.run.ray_compat import accelerator_resource_names
+    from ray_private import accelerator_resource_names
     from sweeper.spec.resources import custom_resource_problem
 
     for name in accelerator_resource_names():

@@ -19,7 +19,8 @@ import pytest
 from matplotlib.colors import to_hex
 
 from sweeper.report import analysis, figures
-from sweeper.report.writer import build_report
+from report_text import build_report
+from sweeper.spec.study import PAPER_STABILITY_RANGE
 from sweeper.store.layout import StudyLayout
 from sweeper.store.results import PRETRAINING, TRIALS, read_trials, write_rows
 
@@ -87,7 +88,7 @@ def drawn(study):
     best = analysis.best_params_table(trials)
     categories = analysis.category_scores(trials, best)
     ranges = figures.score_ranges(trials)
-    stability, used = analysis.stability(trials)
+    stability, used = analysis.stability(trials, PAPER_STABILITY_RANGE)
     swept = analysis.with_params(trials)
     out = {
         "category_scores": figures.category_bars(analysis.final_only(categories), ranges, families),

@@ -16,6 +16,7 @@ from sweeper.report.statistics import CANNOT_TELL, CONTRADICTS, SUPPORTS, holm, 
 from sweeper.report.verdict_text import findings_section
 from sweeper.contract import registry
 from sweeper.contract.registry import FamilyInfo
+from sweeper.spec.study import PAPER_STABILITY_RANGE
 from test_verdict_calibration import synthetic_study
 
 
@@ -83,7 +84,7 @@ def test_equal_spreads_are_not_a_verdict(planted):
     copied = copied.assign(checkpoint_id="610m-clm-42k", run_name="610m-clm-42k", objective="clm",
                            mask_ratio=math.nan, clm_fraction=1.0, test_score=copied["test_score"] + 5)
     rows = pd.concat([planted[planted["checkpoint_id"] != "610m-clm-42k"], copied])
-    table, _ = analysis.stability(rows)
+    table, _ = analysis.stability(rows, PAPER_STABILITY_RANGE)
     spreads = table.set_index("checkpoint_id")["spread"]
     # float64 spreads of x + 5 and x: equal up to the rounding of the + 5 (~1e-14).
     assert spreads["610m-clm-42k"].to_numpy() == pytest.approx(spreads["610m-mlm40-42k"].to_numpy())
@@ -92,7 +93,7 @@ def test_equal_spreads_are_not_a_verdict(planted):
 
 
 def test_stability_table_has_an_interval_around_the_spread(planted):
-    table, _ = analysis.stability(planted)
+    table, _ = analysis.stability(planted, PAPER_STABILITY_RANGE)
     assert (table["spread_low"] <= table["spread"]).all() and (table["spread"] <= table["spread_high"]).all()
     assert (table["spread_low"] >= 0).all()
 
@@ -171,7 +172,7 @@ def test_the_robustness_card_names_the_parts_that_flip(planted):
     from sweeper.report import findings, robustness
     study = findings.study_grid(planted)
     verdicts = findings.judge_grid(*study)
-    card = {v.name: v for v in robustness.robustness_card(*study, verdicts, (1e-5, 1e-4))}
+    card = {v.name: v for v in robustness.robustness_card(*study, verdicts, PAPER_STABILITY_RANGE)}
     assert {"seed 0 left out", "Wilcoxon signed-rank instead of t", "tie margin 0.5 point(s)",
             "tie margin 2 point(s)"} <= set(card)
     decided = {part for part, verdict in robustness.part_verdicts(verdicts).items() if verdict != CANNOT_TELL}

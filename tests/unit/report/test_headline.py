@@ -12,9 +12,11 @@ from sweeper.report import chance, headline
 from sweeper.report.findings import check_findings
 from sweeper.report.statistics import describe
 from sweeper.report.verdict_text import findings_section
-from sweeper.report.writer import build_report, write_report
+from sweeper.report.writer import write_report
 from sweeper.store.layout import StudyLayout
 from sweeper.store.results import TRIALS, read_trials, write_rows
+
+from report_text import build_report
 
 SEEDS = (0, 1, 2, 3)
 TASKS = {"wordnet-supersense-cls": ("SC", "sequence_classification", "accuracy"),

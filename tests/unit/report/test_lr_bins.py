@@ -61,7 +61,7 @@ def test_the_figure_labels_few_ticks_that_do_not_overlap():
 def test_an_optuna_studys_report_has_binned_lr_columns(tmp_path):
     from datetime import datetime, timezone
 
-    from sweeper.report.writer import build_report
+    from report_text import build_report
     from sweeper.store.layout import StudyLayout
     from sweeper.store.results import TRIALS, write_rows
 

@@ -35,7 +35,7 @@ def test_grid_rows_random_draws_and_distinct_points_are_not_flagged():
 
 
 def test_the_report_flags_it(tmp_path):
-    from sweeper.report.writer import build_report
+    from report_text import build_report
     from sweeper.store.layout import StudyLayout
     from sweeper.store.results import TRIALS, write_rows
 

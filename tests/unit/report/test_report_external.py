@@ -17,7 +17,7 @@ from sweeper.report import provenance
 from sweeper.report.findings import check_findings
 from sweeper.report.importance import sample_scores
 from sweeper.report.statistics import CANNOT_TELL
-from sweeper.report.writer import build_report
+from report_text import build_report
 from sweeper.store.layout import StudyLayout
 from sweeper.store.results import TRIALS, read_trials, write_rows
 

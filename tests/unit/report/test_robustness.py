@@ -12,6 +12,7 @@ from scipy import stats
 import verdict_simulation
 from sweeper.report import findings, robustness
 from sweeper.report.statistics import CANNOT_TELL, VerdictConfig
+from sweeper.spec.study import PAPER_STABILITY_RANGE
 from test_verdict_calibration import planted
 
 WILCOXON = "Wilcoxon signed-rank instead of t"
@@ -19,7 +20,7 @@ WILCOXON = "Wilcoxon signed-rank instead of t"
 
 def card_of(study, config: VerdictConfig = VerdictConfig()):
     verdicts = findings.judge_grid(*study, config=config)
-    return verdicts, {v.name: v for v in robustness.robustness_card(*study, verdicts, (1e-5, 1e-4), config)}
+    return verdicts, {v.name: v for v in robustness.robustness_card(*study, verdicts, PAPER_STABILITY_RANGE, config)}
 
 
 def decided(verdicts) -> set[str]:

@@ -12,7 +12,8 @@ import pytest
 from sweeper.report import analysis
 from sweeper.report.findings import check_findings
 from sweeper.report.statistics import CANNOT_TELL, SUPPORTS
-from sweeper.report.writer import build_report
+from report_text import build_report
+from sweeper.spec.study import PAPER_STABILITY_RANGE
 from sweeper.store.layout import StudyLayout
 from sweeper.store.results import TRIALS, read_trials, write_rows
 
@@ -94,11 +95,26 @@ def test_a_point_drawn_twice_counts_its_seeds_not_its_rows():
 
 def test_stability_spread_tracks_seed_variance(clear_study):
     trials = read_trials(clear_study).to_pandas()
-    table, used = analysis.stability(trials)
+    table, used = analysis.stability(trials, PAPER_STABILITY_RANGE)
     assert used == "1e-05..0.0001"
     spread = table.groupby("objective")["spread"].mean()
     # Same LR effect for both; CLM has 3x the seed noise, so its spread is clearly larger.
     assert spread["clm"] > spread["mlm"] * 1.4
+
+
+def test_the_stability_range_is_the_specs_and_the_report_names_it(clear_study):
+    """Without a spec copy (or `report.stability_lr_range` unset) the spread pools every rate and
+    says so; the spec's range reaches the report's stability table and leaves other rates out."""
+    trials = read_trials(clear_study).to_pandas()
+    assert analysis.stability(trials, None)[1] == "all (1e-05..0.0001; report.stability_lr_range not set)"
+    assert analysis.stability(trials, (2e-4, 5e-4))[1] == "all (1e-05..0.0001; none in report.stability_lr_range 0.0002..0.0005)"
+    assert "learning rates all (1e-05..0.0001; report.stability_lr_range not set)" in build_report(clear_study)[0]
+    spec = (Path(__file__).parents[3] / "search_spaces" / "micro.yaml").read_text()
+    Path(clear_study.spec).write_text(spec + "report:\n  stability_lr_range: [2.0e-5, 5.0e-5]\n")
+    text, _ = build_report(clear_study)
+    assert "learning rates 2e-05..5e-05, pooled per category" in text
+    every, one_rate = analysis.stability(trials, None)[0], analysis.stability(trials, (2e-5, 5e-5))[0]
+    assert (one_rate["runs"] * 3 == every["runs"]).all(), "one rate (3e-5) of the three"
 
 
 def test_findings_verdicts_with_their_evidence(clear_study, tmp_path_factory):

@@ -16,7 +16,7 @@ from pathlib import Path
 import pytest
 
 from sweeper.plan.changes import cell_id, trial_cell
-from sweeper.report.writer import build_report
+from report_text import build_report
 from sweeper.store import spec_history
 from sweeper.store.layout import StudyLayout
 from sweeper.store.results import TRIALS, write_rows

@@ -15,7 +15,7 @@ import pandas as pd
 
 import sweeper
 from sweeper import cli
-from sweeper.report.writer import build_report
+from report_text import build_report
 
 from test_study_history import recompute_record  # noqa: F401 (the fixture)
 

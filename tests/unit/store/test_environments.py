@@ -10,7 +10,7 @@ from conftest import ROOT
 
 from sweeper.plan.load import load_study
 from sweeper.report.status import print_status
-from sweeper.report.writer import build_report
+from report_text import build_report
 from sweeper.store import environments
 from sweeper.store.layout import StudyLayout
 from trainables.environment import describe
