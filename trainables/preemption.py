@@ -26,18 +26,10 @@ import signal
 import threading
 import time
 
+from trainables.ray_private import draining_node_ids
+
 DRAIN_POLL_S = 2.0
 """How often a local-mode run asks Ray whether its node is draining (one GCS request)."""
-
-
-def draining_node_ids() -> dict[str, int]:
-    """{node id (hex): deadline in ms since the epoch, 0 = none} of the nodes Ray is draining.
-
-    Ray has no public call for this outside Ray Train's worker groups; Ray Train's own watcher
-    (ray.train.v2._internal.execution.preemption, Ray 2.60) reads this same GCS accessor."""
-    import ray._private.state
-
-    return ray._private.state.state.get_draining_nodes()
 
 
 class Notice:
@@ -49,33 +41,33 @@ class Notice:
         self.distributed, self.poll_s = distributed, poll_s
         self.reason: str | None = None
         self.deadline_s: float | None = None
-        self._previous = None
-        self._stop = threading.Event()
-        self._thread: threading.Thread | None = None
+        self.previous_handler = None
+        self.stopping = threading.Event()
+        self.watcher: threading.Thread | None = None
 
     def __enter__(self) -> Notice:
         import ray
 
         if not self.distributed and threading.current_thread() is threading.main_thread():
-            self._previous = signal.signal(signal.SIGTERM, self._on_sigterm)
+            self.previous_handler = signal.signal(signal.SIGTERM, self.on_sigterm)
             if ray.is_initialized():  # in a Ray task: its node can be drained
-                self._thread = threading.Thread(target=self._watch_drain, name="sweeper-drain-watch", daemon=True)
-                self._thread.start()
+                self.watcher = threading.Thread(target=self.watch_drain, name="sweeper-drain-watch", daemon=True)
+                self.watcher.start()
         return self
 
     def __exit__(self, *exc) -> None:
-        self._stop.set()
-        if self._previous is not None:
-            signal.signal(signal.SIGTERM, self._previous)
+        self.stopping.set()
+        if self.previous_handler is not None:
+            signal.signal(signal.SIGTERM, self.previous_handler)
 
-    def _on_sigterm(self, signum, frame) -> None:
+    def on_sigterm(self, signum, frame) -> None:
         self.reason = self.reason or f"SIGTERM to pid {os.getpid()}"
 
-    def _watch_drain(self) -> None:
+    def watch_drain(self) -> None:
         import ray
 
         node = ray.get_runtime_context().get_node_id()
-        while not self._stop.wait(self.poll_s) and self.reason is None:
+        while not self.stopping.wait(self.poll_s) and self.reason is None:
             try:
                 deadline_ms = draining_node_ids().get(node)
             except Exception as error:  # a GCS hiccup: SIGTERM still reaches the run

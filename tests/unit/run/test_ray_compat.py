@@ -1,6 +1,7 @@
 """Ray's and Tune's private API is used in one module, sweeper/run/ray_compat.py, behind a version
-check: the source is searched (stdlib `ast`) for private Ray names anywhere else, and the check
-refuses a Ray it was not tested with."""
+check (and on the worker side in trainables/ray_private.py, which cannot import it): the source is
+searched (stdlib `ast`) for private Ray names anywhere else, and the check refuses a Ray it was not
+tested with."""
 from __future__ import annotations
 
 import ast
@@ -11,6 +12,8 @@ import pytest
 ROOT = Path(__file__).resolve().parents[3]
 SEARCHED = ("sweeper", "trainables", "benchmarks", "tests")
 COMPAT = ROOT / "sweeper" / "run" / "ray_compat.py"
+WORKER = ROOT / "trainables" / "ray_private.py"
+"""The worker side's one private use (the drain state of a node), behind the driver's check."""
 TEST_ONLY = ROOT / "tests" / "support" / "ray_private.py"
 """The private uses only tests make (cluster-config checks by `ray up`'s code), version-checked the same."""
 
@@ -58,7 +61,7 @@ def private_ray_uses(path: Path) -> list[str]:
 
 def test_no_private_ray_or_tune_name_outside_the_compat_module():
     found = [f"{path.relative_to(ROOT)}:{use}" for package in SEARCHED for path in sorted((ROOT / package).rglob("*.py"))
-             if path not in (COMPAT, TEST_ONLY) for use in private_ray_uses(path)]
+             if path not in (COMPAT, WORKER, TEST_ONLY) for use in private_ray_uses(path)]
     assert not found, "private Ray/Tune API outside sweeper/run/ray_compat.py:\n" + "\n".join(found)
 
 
