@@ -11,6 +11,14 @@ Under a trial scheduler (sweeper.run.early_stopping) a trial reports each curve 
 `final`, before its final result. A trial whose last result is such a point was stopped by the
 scheduler: it is recorded as `stopped`, with that point's validation score, train loss and step,
 no test score, and the curve points it reported (collected here as they come).
+
+A trial whose actor died because its node was drained for preemption (Ray's `ActorDiedError`
+with `preempted` set: the node's death reason is AUTOSCALER_DRAIN_PREEMPTED) is not a failure to
+Tune: with `max_failures=0` it counts no failure and Tune restarts the trial, same config (same
+trial key and seed), from scratch (a fine-tuning trial keeps no checkpoint). Tune then calls
+`on_trial_recover`, not `on_trial_error`: no row is written, the requeue is appended to the
+study's `trial_interruptions.json` and shown by `sweeper status`. Any other error (an exception
+in the trial, a worker killed or a node lost without a drain) stays a failure, recorded once.
 """
 from __future__ import annotations
 
@@ -110,6 +118,7 @@ class ResultsRecorder(tune.Callback):
         self.last_flush = time.time()
         self.running = 0
         self.curves: dict[str, list[dict]] = {}  # Tune trial id -> curve points reported so far
+        self.preemptions = 0  # trials Tune requeued after their node was drained (on_trial_recover)
 
     def add_rows(self, config: dict, result: dict, status: str, error: str | None) -> None:
         """Rows of one finished Tune trial: its own and its companions' (evaluation-only sets
@@ -199,6 +208,16 @@ class ResultsRecorder(tune.Callback):
             self.add_rows(trial.config, result, result.get("status", "failed"), result.get("error"))
         result.pop("predictions", None)  # recorded: Tune's experiment state need not carry them
 
+    def on_trial_recover(self, iteration, trials, trial, **info):
+        # Tune requeues without counting a failure only a preempted actor (module docstring).
+        self.curves.pop(trial.trial_id, None)
+        self.running -= 1
+        planned = self.shard.trial(trial.config)
+        record_trial_preemption(self.layout, planned, trial_error_text(trial))
+        self.preemptions += 1
+        print(f"[finetune] requeued after preemption: {planned.checkpoint.checkpoint_id} / {planned.task}, "
+              f"LR {planned.learning_rate:g}, seed {planned.seed}", flush=True)
+
     def on_trial_error(self, iteration, trials, trial, **info):
         self.curves.pop(trial.trial_id, None)
         self.add_rows(trial.config, {}, "failed",
@@ -216,6 +235,16 @@ def trial_error_text(trial) -> str:
     if local is not None and local.exists():
         return local.read_text()
     return trial.get_error() or "trial raised an error (no traceback recorded)"
+
+
+def record_trial_preemption(layout: StudyLayout, trial: Trial, error: str) -> None:
+    """Append a requeued trial to the study's `trial_interruptions.json` (the driver is its one
+    writer), with the last line of Ray's error (which names the drained node's address)."""
+    last = (error or "").strip().splitlines()[-1:] or [""]
+    entries = storage.read_json(layout.trial_interruptions, kind=list) or []
+    storage.write_json(layout.trial_interruptions, [*entries, {
+        "kind": "preemption", "at": time.time(), "trial_key": trial.trial_key, "checkpoint_id":
+        trial.checkpoint.checkpoint_id, "task": trial.task, "seed": trial.seed, "error": storage.redact(last[0])[:300]}])
 
 
 def write_live_state(layout: StudyLayout, running_trials: int, progress: ProgressLine | None = None) -> None:
