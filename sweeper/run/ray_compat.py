@@ -36,6 +36,28 @@ def require_tested_ray() -> None:
             "add it to TESTED_RAY_VERSIONS")
 
 
+TRIAL_SIGTERM = "The process receives a SIGTERM."
+"""What Ray's own SIGTERM handler of a worker (ray._private.worker.Worker.main_loop) gives as its
+exit reason: the actor death cause of a Tune trial whose worker was told to stop."""
+TRIAL_NODE_DIED = "The actor died because its node has died."
+"""The GCS's actor death cause (C++, no Python name) when an actor's node is gone: raylet and
+workers killed together, or a node reclaimed without a drain that Ray could see."""
+
+
+def trial_interruption(error_text: str) -> str | None:
+    """"preemption" (SIGTERM to the trial's worker: a notice), "node lost" (its node died), or None
+    (an error of the trial's own) for the error Tune wrote of a trial. Ray hands the driver no
+    type for these two (both are ActorDiedError, `preempted` unset), only its messages above. A
+    trial whose node was drained for preemption never gets here: Tune requeues it itself
+    (sweeper.run.recording)."""
+    require_tested_ray()
+    if TRIAL_SIGTERM in error_text:
+        return "preemption"
+    if TRIAL_NODE_DIED in error_text:
+        return "node lost"
+    return None
+
+
 SINGLE_MACHINE_VARIABLE = "RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER"
 
 

@@ -17,8 +17,12 @@ with `preempted` set: the node's death reason is AUTOSCALER_DRAIN_PREEMPTED) is 
 Tune: with `max_failures=0` it counts no failure and Tune restarts the trial, same config (same
 trial key and seed), from scratch (a fine-tuning trial keeps no checkpoint). Tune then calls
 `on_trial_recover`, not `on_trial_error`: no row is written, the requeue is appended to the
-study's `trial_interruptions.json` and shown by `sweeper status`. Any other error (an exception
-in the trial, a worker killed or a node lost without a drain) stays a failure, recorded once.
+study's `trial_interruptions.json` and shown by `sweeper status`. Two errors Tune does count are
+interruptions too, told apart by Ray's messages (sweeper.run.ray_compat.trial_interruption):
+SIGTERM to the trial's worker (a notice) and the loss of its node (raylet and workers gone
+without a drain). Those trials get no row either; they are appended to the same file, and the
+fine-tuning loop runs them again after the shard (sweeper.run.tune_grid). Any other error is a
+failure, recorded once.
 """
 from __future__ import annotations
 
@@ -33,6 +37,7 @@ from ray import tune
 from sweeper.plan.cost import parameter_count
 from sweeper.plan.study_plan import EvaluatedCheckpoint, Trial
 from sweeper.run.progress import ProgressLine
+from sweeper.run.ray_compat import trial_interruption
 from sweeper.contract.registry import get_task
 from sweeper.contract.configs import params_text
 from sweeper.store import storage
@@ -118,7 +123,8 @@ class ResultsRecorder(tune.Callback):
         self.last_flush = time.time()
         self.running = 0
         self.curves: dict[str, list[dict]] = {}  # Tune trial id -> curve points reported so far
-        self.preemptions = 0  # trials Tune requeued after their node was drained (on_trial_recover)
+        self.interruptions = 0  # trials stopped by a preemption or a lost node, rows not written
+        self.rerun = 0  # those of them Tune did not requeue: the fine-tuning loop runs them again
 
     def add_rows(self, config: dict, result: dict, status: str, error: str | None) -> None:
         """Rows of one finished Tune trial: its own and its companions' (evaluation-only sets
@@ -208,17 +214,26 @@ class ResultsRecorder(tune.Callback):
             self.add_rows(trial.config, result, result.get("status", "failed"), result.get("error"))
         result.pop("predictions", None)  # recorded: Tune's experiment state need not carry them
 
-    def on_trial_recover(self, iteration, trials, trial, **info):
-        # Tune requeues without counting a failure only a preempted actor (module docstring).
+    def interrupted(self, trial, kind: str, error: str, by: str) -> None:
+        """`trial` stopped by a preemption or node loss (`kind`): no row, a record, one line."""
         self.curves.pop(trial.trial_id, None)
         self.running -= 1
         planned = self.shard.trial(trial.config)
-        record_trial_preemption(self.layout, planned, trial_error_text(trial))
-        self.preemptions += 1
-        print(f"[finetune] requeued after preemption: {planned.checkpoint.checkpoint_id} / {planned.task}, "
-              f"LR {planned.learning_rate:g}, seed {planned.seed}", flush=True)
+        record_trial_interruption(self.layout, planned, kind, error)
+        self.interruptions += 1
+        print(f"[finetune] {kind}: {planned.checkpoint.checkpoint_id} / {planned.task}, "
+              f"LR {planned.learning_rate:g}, seed {planned.seed}: {by}", flush=True)
+
+    def on_trial_recover(self, iteration, trials, trial, **info):
+        # Tune requeues without counting a failure only a preempted actor (module docstring).
+        self.interrupted(trial, "preemption", trial_error_text(trial), "requeued by Tune")
 
     def on_trial_error(self, iteration, trials, trial, **info):
+        error = trial_error_text(trial)
+        if (kind := trial_interruption(error)) is not None:
+            self.interrupted(trial, kind, error, "run again after this shard")
+            self.rerun += 1
+            return
         self.curves.pop(trial.trial_id, None)
         self.add_rows(trial.config, {}, "failed",
                   trial_error_text(trial)[-2000:])
@@ -237,13 +252,13 @@ def trial_error_text(trial) -> str:
     return trial.get_error() or "trial raised an error (no traceback recorded)"
 
 
-def record_trial_preemption(layout: StudyLayout, trial: Trial, error: str) -> None:
-    """Append a requeued trial to the study's `trial_interruptions.json` (the driver is its one
-    writer), with the last line of Ray's error (which names the drained node's address)."""
+def record_trial_interruption(layout: StudyLayout, trial: Trial, kind: str, error: str) -> None:
+    """Append an interrupted trial (`kind`: "preemption" or "node lost") to the study's
+    `trial_interruptions.json` (the driver is its one writer), with the last line of Ray's error."""
     last = (error or "").strip().splitlines()[-1:] or [""]
     entries = storage.read_json(layout.trial_interruptions, kind=list) or []
     storage.write_json(layout.trial_interruptions, [*entries, {
-        "kind": "preemption", "at": time.time(), "trial_key": trial.trial_key, "checkpoint_id":
+        "kind": kind, "at": time.time(), "trial_key": trial.trial_key, "checkpoint_id":
         trial.checkpoint.checkpoint_id, "task": trial.task, "seed": trial.seed, "error": storage.redact(last[0])[:300]}])
 
 
