@@ -13,6 +13,7 @@ functions checks (`sweeper plan`, `status` and `report` never import Ray).
 from __future__ import annotations
 
 import os
+import re
 import sys
 import traceback
 from collections.abc import Callable
@@ -42,6 +43,10 @@ exit reason: the actor death cause of a Tune trial whose worker was told to stop
 TRIAL_NODE_DIED = "The actor died because its node has died."
 """The GCS's actor death cause (C++, no Python name) when an actor's node is gone: raylet and
 workers killed together, or a node reclaimed without a drain that Ray could see."""
+TRIAL_UNREACHABLE = re.compile(r"The actor \w+ is unavailable: ")
+"""ray.exceptions.ActorUnavailableError's message: the driver lost the connection to the trial's
+actor before the GCS declared its node dead (seen when a test node's raylet and workers were
+SIGKILLed together mid-trial: "RpcError: Socket closed"). Tune ends the trial on it as on a death."""
 
 
 def trial_interruption(error_text: str) -> str | None:
@@ -53,7 +58,7 @@ def trial_interruption(error_text: str) -> str | None:
     require_tested_ray()
     if TRIAL_SIGTERM in error_text:
         return "preemption"
-    if TRIAL_NODE_DIED in error_text:
+    if TRIAL_NODE_DIED in error_text or TRIAL_UNREACHABLE.search(error_text):
         return "node lost"
     return None
 
