@@ -19,8 +19,9 @@ trial key and seed), from scratch (a fine-tuning trial keeps no checkpoint). Tun
 `on_trial_recover`, not `on_trial_error`: no row is written, the requeue is appended to the
 study's `trial_interruptions.json` and shown by `sweeper status`. Two errors Tune does count are
 interruptions too, told apart by Ray's messages (sweeper.run.ray_compat.trial_interruption):
-SIGTERM to the trial's worker (a notice) and the loss of its node (raylet and workers gone
-without a drain). Those trials get no row either; they are appended to the same file, and the
+SIGTERM to the trial's worker or to its node (a notice: a drained node stopped with SIGTERM is
+recorded by Ray 2.60 as terminated, not preempted) and the loss of its node (raylet and workers
+gone at once). Those trials get no row either; they are appended to the same file, and the
 fine-tuning loop runs them again after the shard (sweeper.run.tune_grid). Any other error is a
 failure, recorded once.
 """

@@ -150,4 +150,6 @@ def test_trial_interruptions_are_told_apart_by_the_messages_ray_260_writes():
     assert trial_interruption(f"Failure # 1\nray.exceptions.ActorUnavailableError: {unreachable}") == "node lost"
     assert trial_interruption(f"ray.exceptions.ActorDiedError: {TRIAL_NODE_DIED} Node Id: ab12") == "node lost"
     assert trial_interruption(f"SystemExit: 1\n{TRIAL_SIGTERM}") == "preemption"
+    reclaimed = f"{TRIAL_NODE_DIED} Node Id: ab12\n\tthe actor's node was terminated expectedly: received SIGTERM"
+    assert trial_interruption(reclaimed) == "preemption"
     assert trial_interruption("ray.exceptions.RayTaskError(ValueError): the task has no labels") is None
