@@ -212,7 +212,8 @@ def test_finetuning_trials_on_a_lost_then_a_drained_node_are_run_again_and_recor
     assert sorted(r["trial_key"] for r in rows) == sorted(planned), "each planned trial recorded once"
     assert {r["status"] for r in rows} == {"ok"}, [(r["status"], r["error"]) for r in rows]
     kinds = [e["kind"] for e in storage.read_json(layout.trial_interruptions)]
-    assert kinds[0] == "node lost" and len(kinds) >= 2 and set(kinds) <= {"node lost", "preemption"}, kinds
+    # The drained node's SIGTERM is a notice; a trial placed on a node on its way out is stopped again.
+    assert kinds[0] == "node lost" and "preemption" in kinds and set(kinds) <= {"node lost", "preemption"}, kinds
     print(f"trial interruptions: {kinds}")
     status = run_sweeper("status", str(study_dir), address=ray_head[0], timeout=300)
     assert "requeued trials:" in status.stdout and " 0 failed" in status.stdout, status.stdout
