@@ -108,8 +108,12 @@ def study_status(layout: StudyLayout, study: LoadedStudy) -> dict:
     # Every planned trial is counted once: a recorded row by its status (or as unclassified), the
     # rest as running (the heartbeat's count, at most what is unrecorded) or pending.
     unrecorded = len(planned) - len(recorded)
+    # Trials run again after a preemption or a lost node (sweeper.run.recording): not failures.
+    requeued = Counter(e.get("kind") for e in storage.read_json(layout.trial_interruptions,
+                                                                damaged=damaged.__setitem__, kind=list) or []
+                       if isinstance(e, dict))
     running = min(running, unrecorded)
-    return {"study": spec.study, "runs": runs, "interrupted": interrupted, "trained": trained_trials(plan)[0], "trials": {"planned": len(planned), "ok": counts["ok"],
+    return {"study": spec.study, "runs": runs, "interrupted": interrupted, "trial_interruptions": requeued, "trained": trained_trials(plan)[0], "trials": {"planned": len(planned), "ok": counts["ok"],
             "stopped": counts["stopped"], "diverged": counts["diverged"], "failed": counts["failed"],
             "unclassified": len(unclassified), "running": running, "pending": unrecorded - running},
             "early_stopping": spec.finetuning.scheduler.kind != "none", "eta": eta,
@@ -189,6 +193,8 @@ def print_status(layout: StudyLayout, study: LoadedStudy) -> None:
     counted = (f"{trials['planned']} result rows ({status['trained']} trials)" if status["trained"] != trials["planned"]
                else f"{trials['planned']} trials")  # an evaluation-only set's rows ride along with a trial
     print(f"  fine-tuning: {counted}: " + ", ".join(f"{trials[k]} {k}" for k in shown))
+    if kinds := status["trial_interruptions"]:  # run again, not failed: not among the counts above
+        print(f"    requeued trials: {kinds['preemption']} after preemptions, {kinds['node lost']} after lost nodes")
     if line := eta_line(status):
         print(line)
     for row in status["failed_trials"][:10]:

@@ -14,6 +14,7 @@ functions checks (`sweeper plan`, `status` and `report` never import Ray).
 from __future__ import annotations
 
 import os
+import re
 import sys
 import traceback
 from collections.abc import Callable
@@ -35,6 +36,38 @@ def require_tested_ray() -> None:
             "as those releases have it; pyproject.toml pins ray==2.60.0): install a supported version "
             "(pip install -c constraints.txt 'ray[default,train,tune]'), or run the e2e tests on this one and "
             "add it to TESTED_RAY_VERSIONS")
+
+
+TRIAL_SIGTERM = "The process receives a SIGTERM."
+"""What Ray's own SIGTERM handler of a worker (ray._private.worker.Worker.main_loop) gives as its
+exit reason: the actor death cause of a Tune trial whose worker was told to stop."""
+TRIAL_NODE_DIED = "The actor died because its node has died."
+"""The GCS's actor death cause (C++, no Python name) when an actor's node is gone: raylet and
+workers killed together, or a node reclaimed without a drain that Ray could see."""
+TRIAL_NODE_SIGTERM = "the actor's node was terminated expectedly: received SIGTERM"
+"""The GCS's actor death cause when the node's raylet took SIGTERM (the GCS server's text, then the
+raylet's reason): a reclaimed spot node (seen after `ray drain-node --reason
+DRAIN_NODE_REASON_PREEMPTION`: Ray then records the death as this, not as a preemption) or a
+`ray stop`. A notice, not a lost node."""
+TRIAL_UNREACHABLE = re.compile(r"The actor \w+ is unavailable: ")
+"""ray.exceptions.ActorUnavailableError's message: the driver lost the connection to the trial's
+actor before the GCS declared its node dead (seen when a test node's raylet and workers were
+SIGKILLed together mid-trial: "RpcError: Socket closed"). Tune ends the trial on it as on a death."""
+
+
+def trial_interruption(error_text: str) -> str | None:
+    """"preemption" (SIGTERM to the trial's worker or to its node: a notice), "node lost" (its node
+    died without one, or became unreachable), or None (an error of the trial's own) for the error
+    Tune wrote of a trial. Ray hands the driver no type for these (all are ActorDiedError or
+    ActorUnavailableError, `preempted` unset), only its messages above. A trial whose node Ray
+    records as preempted (death reason AUTOSCALER_DRAIN_PREEMPTED) never gets here: Tune requeues
+    it itself (sweeper.run.recording)."""
+    require_tested_ray()
+    if TRIAL_SIGTERM in error_text or TRIAL_NODE_SIGTERM in error_text:
+        return "preemption"
+    if TRIAL_NODE_DIED in error_text or TRIAL_UNREACHABLE.search(error_text):
+        return "node lost"
+    return None
 
 
 SINGLE_MACHINE_VARIABLE = "RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER"

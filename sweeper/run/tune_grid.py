@@ -95,8 +95,36 @@ def quiet_tune() -> None:
     logging.getLogger("ray.tune.analysis.experiment_analysis").setLevel(logging.ERROR)
 
 
+RERUN = "rerun"
+"""Tally key of `run_shards`: trials a SIGTERM or a lost node stopped, left unrecorded to run again."""
+
+
 def run_finetuning(spec: StudySpec, plan: StudyPlan, layout: StudyLayout, corpus_dirs: dict, *,
                    pipeline: Pipeline | None = None, retry_failed: bool = False) -> dict[str, int]:
+    """Fine-tune every planned trial not yet recorded (`finetuning_round`), again for the trials a
+    SIGTERM to their worker or the loss of their node stopped (neither is the trial's failure), at
+    most `resources.max_preemptions` times more; returns the tally of outcomes, where trials still
+    stopped after those rounds count as failed (unrecorded: the next `sweeper run` runs them)."""
+    tally = finetuning_round(spec, plan, layout, corpus_dirs, pipeline=pipeline, retry_failed=retry_failed)
+    for again in range(1, spec.resources.max_preemptions + 1):
+        if not tally.get(RERUN):
+            break
+        print(f"[finetune] running the {tally[RERUN]} trial(s) a preemption or a lost node stopped again "
+              f"(round {again} of at most {spec.resources.max_preemptions}: resources.max_preemptions)", flush=True)
+        tally.pop(RERUN)
+        # Failures recorded so far are counted by the new round as failed before: its count is the total.
+        later = finetuning_round(spec, plan, layout, corpus_dirs, pipeline=pipeline, retry_failed=False)
+        tally = {**{k: n + later.get(k, 0) for k, n in tally.items() if k != "failed"},
+                 **{k: n for k, n in later.items() if k not in tally or k == "failed"}}
+    if stopped := tally.pop(RERUN, 0):
+        print(f"[finetune] {stopped} trial(s) still stopped by preemptions or lost nodes after "
+              f"resources.max_preemptions rounds: unrecorded, the next `sweeper run` runs them", flush=True)
+        tally["failed"] = tally.get("failed", 0) + stopped
+    return tally
+
+
+def finetuning_round(spec: StudySpec, plan: StudyPlan, layout: StudyLayout, corpus_dirs: dict, *,
+                     pipeline: Pipeline | None = None, retry_failed: bool = False) -> dict[str, int]:
     """Run every planned trial not yet recorded; returns the tally of outcomes of this call,
     where trials recorded as failed before and not retried count as failed (as failed runs do:
     the study is still incomplete, `sweeper run` exits 1 and says `--retry-failed` reruns them).
@@ -215,6 +243,7 @@ def run_shards(spec: StudySpec, shards: list[Shard], layout: StudyLayout, traina
     pipeline = pipeline or Pipeline()
     res = spec.resources
     progress = ProgressLine("finetune", sum(len(shard) for shard in shards), unit="trials", work=work)
+    rerun = 0  # trials stopped by SIGTERM or a lost node, unrecorded (sweeper.run.recording)
     tracker = start_wandb(spec.tracking, name=f"{spec.study}-trials", run_id=f"{spec.study}-trials",
                           location=layout.root, config=asdict(spec.finetuning))
     # Tune's own state goes to the study's filesystem (an object store included).
@@ -251,6 +280,7 @@ def run_shards(spec: StudySpec, shards: list[Shard], layout: StudyLayout, traina
         except KeyboardInterrupt:  # SIGINT/SIGTERM (sweeper.run.interrupts): the rows held back are finished trials
             recorder.flush()
             raise
+        rerun += recorder.rerun
         # Every outcome is in the store now; Tune's own state (an empty folder per trial and a
         # JSON rewritten as trials finish) is no record and is not kept.
         storage.remove_tree(storage.join(layout.tune, name))
@@ -259,4 +289,4 @@ def run_shards(spec: StudySpec, shards: list[Shard], layout: StudyLayout, traina
     progress.finish()
     if tracker is not None:
         tracker.finish()
-    return dict(progress.tally)
+    return {**progress.tally, **({RERUN: rerun} if rerun else {})}

@@ -52,7 +52,8 @@ class ResourcesSpec:
     checkpoint, before it is failed; preemption notices do not count."""
     max_preemptions: int = 20
     """Restarts of a pretraining run after preemption notices (SIGTERM, a drained node), each
-    from the resume state saved at the notice, before it is failed."""
+    from the resume state saved at the notice, before it is failed; also the rounds that run
+    fine-tuning trials stopped by SIGTERM or a lost node again."""
     gpu_memory_gb: float = 80.0
     """Memory of one accelerator (H100: 80); `sweeper plan` checks every run's estimated peak
     per worker against it when workers use GPUs."""

@@ -7,6 +7,7 @@
            resolved.json                   resolved fine-tuning settings (change detection)
            environments.json               the software and hardware each `sweeper run` ran on (store.environments)
            live.json                       the driver's heartbeat: pid, host, trials in flight
+           trial_interruptions.json        fine-tuning trials Tune requeued after a preemption (status)
            lease.json                      the single-writer lease of the running driver (sweeper.run.lease)
            logs/ray-debug.log              Ray's and Tune's notices kept off the console (sweeper.run.console)
            report.md, figures/*.png        `sweeper report`
@@ -198,6 +199,11 @@ class StudyLayout:
     @property
     def live(self) -> str:
         return self.path("live.json")
+
+    @property
+    def trial_interruptions(self) -> str:
+        """Fine-tuning trials requeued after a preemption, one entry each (sweeper.run.tune_grid)."""
+        return self.path("trial_interruptions.json")
 
     @property
     def lease(self) -> str:

@@ -104,6 +104,15 @@ def start_node(address: str, folder: Path, attempts: int = 3) -> subprocess.Pope
                          + (where / "ray-start.log").read_text()[-3000:])
 
 
+def stop_all(driver: subprocess.Popen | None, spot: list[subprocess.Popen], folder: Path) -> None:
+    """A test's end: its driver killed if still there, its spot nodes stopped, their folder gone."""
+    if driver is not None and driver.poll() is None:
+        driver.kill()
+    for node in spot:
+        stop_process_group(node.pid)
+    shutil.rmtree(folder, ignore_errors=True)
+
+
 def test_a_drained_node_is_a_notice_and_the_run_goes_on_elsewhere_from_that_step(ray_head, tmp_path):
     """`ray drain-node --reason DRAIN_NODE_REASON_PREEMPTION` of the node a local-mode run trains
     on: the run saves a resume state at the step it sees the notice (its drain poll), stops, and,
@@ -133,13 +142,78 @@ def test_a_drained_node_is_a_notice_and_the_run_goes_on_elsewhere_from_that_step
         spot.append(start_node(ray_head[0], nodes / "b"))
         output = finished_output(driver, 900, ray_head[0], run_dir)
     finally:
-        if driver is not None and driver.poll() is None:
-            driver.kill()
-        for node in spot:
-            stop_process_group(node.pid)
-        shutil.rmtree(nodes, ignore_errors=True)
+        stop_all(driver, spot, nodes)
     assert driver.returncode == 0, output[-5000:]
     assert [e["kind"] for e in RunLayout(run_dir).interruptions()] == ["preemption"]
     final = storage.read_json(storage.join(run_dir, "progress.json"))
     assert final["step"] == 60 and final["started_from"] == notice["step"], final
     assert final["node_id"] != progress["node_id"], "it trained on after the reclaim elsewhere"
+
+
+def spot_node_ids(address: str) -> list[str]:
+    """The live nodes with a `pretrain_node` unit (a driver of its own: the test head has no
+    dashboard for `ray list nodes`)."""
+    code = (f"import ray; ray.init(address={address!r}, logging_level='ERROR'); print(' '.join(n['NodeID'] for n in "
+            "ray.nodes() if n['Alive'] and 'pretrain_node' in n['Resources']))")
+    found = subprocess.run([str(BIN / "python"), "-c", code], capture_output=True, text=True, timeout=120, cwd=ROOT,
+                           env={**os.environ, "RAY_AUTH_MODE": "disabled"}, check=True)
+    return found.stdout.split()
+
+
+def test_finetuning_trials_on_a_lost_then_a_drained_node_are_run_again_and_recorded_once(ray_head, tmp_path):
+    """Fine-tuning trials placed on spot nodes (`custom_resources_per_trial`): the node of a running
+    trial is lost (its raylet and workers SIGKILLed together), then the next one's is drained for
+    preemption and reclaimed. One `sweeper run` finishes, exit 0: every planned trial recorded
+    once and ok, none failed; the stopped trials are counted apart (trial_interruptions.json,
+    `sweeper status`)."""
+    from sweeper.plan.load import load_study
+    from sweeper.store.layout import StudyLayout
+    from sweeper.store.results import read_trials
+
+    study_dir = tmp_path / "study"
+    spec = tmp_path / "spot_trials.yaml"
+    # Trials long enough (1,500 steps) to be stopped mid-way; only spot nodes have `pretrain_node`.
+    spec.write_text((SPECS / "worker_kill.yaml").read_text().replace("max_steps: 2", "max_steps: 1500\n  epochs: 1000")
+                    + "resources: {pretraining_workers: 0, custom_resources_per_trial: {pretrain_node: 1}}\n")
+    layout = StudyLayout(str(study_dir))
+    nodes = Path(tempfile.mkdtemp(prefix="sp", dir="/tmp"))  # Ray's socket paths are short
+    spot = [start_node(ray_head[0], nodes / "a")]
+    driver = None
+
+    def trial_running():
+        live = storage.read_json(layout.live)
+        return live if live and live.get("stage") == "finetune" and live["running_trials"] > 0 else None
+
+    def interruptions(n):
+        entries = storage.read_json(layout.trial_interruptions) or []
+        return entries if len(entries) >= n else None
+
+    try:
+        driver = start_sweeper("run", str(spec), "--storage", str(study_dir), address=ray_head[0])
+        wait_for(trial_running, timeout=900, what="a trial on the spot node", process=driver, poll_s=0.5)
+        os.killpg(spot[0].pid, signal.SIGKILL)  # node loss: raylet and workers at once, no notice
+        spot.append(start_node(ray_head[0], nodes / "b"))
+        wait_for(lambda: interruptions(1), timeout=300, what="the lost node's trial set aside", process=driver)
+        wait_for(trial_running, timeout=600, what="a trial on the second node", process=driver, poll_s=0.5)
+        (node,) = spot_node_ids(ray_head[0])
+        drained = ray_cli("drain-node", f"--address={ray_head[0]}", f"--node-id={node}",
+                          "--reason=DRAIN_NODE_REASON_PREEMPTION", "--reason-message=spot reclaim (test)",
+                          "--deadline-remaining-seconds=60")
+        assert drained.returncode == 0, drained.stdout + drained.stderr
+        time.sleep(5)
+        stop_process_group(spot[1].pid)  # reclaimed
+        spot.append(start_node(ray_head[0], nodes / "c"))
+        output = finished_output(driver, 1200, ray_head[0])
+    finally:
+        stop_all(driver, spot, nodes)
+    assert driver.returncode == 0, output[-5000:]
+    planned = {t.trial_key for t in load_study(str(spec)).plan.trials}
+    rows = read_trials(layout).to_pylist()
+    assert sorted(r["trial_key"] for r in rows) == sorted(planned), "each planned trial recorded once"
+    assert {r["status"] for r in rows} == {"ok"}, [(r["status"], r["error"]) for r in rows]
+    kinds = [e["kind"] for e in storage.read_json(layout.trial_interruptions)]
+    # The drained node's SIGTERM is a notice; a trial placed on a node on its way out is stopped again.
+    assert kinds[0] == "node lost" and "preemption" in kinds and set(kinds) <= {"node lost", "preemption"}, kinds
+    print(f"trial interruptions: {kinds}")
+    status = run_sweeper("status", str(study_dir), address=ray_head[0], timeout=300)
+    assert "requeued trials:" in status.stdout and " 0 failed" in status.stdout, status.stdout

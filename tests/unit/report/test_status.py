@@ -63,3 +63,27 @@ def test_status_counts_a_runs_preemptions_apart_from_its_failures(tmp_path, caps
     status = study_status(layout, study)
     assert status["interrupted"] == {}
     assert any("interruptions.json" in location for location in status["damaged_markers"])
+
+
+def test_status_counts_requeued_trials_apart_from_failed_ones(tmp_path, capsys):
+    """trial_interruptions.json (fine-tuning trials run again after a preemption or a lost node,
+    sweeper.run.recording) is a count of its own: no trial is failed, pending trials stay pending."""
+    from sweeper.plan.study_plan import plan_study
+    from sweeper.report.status import print_status
+    from sweeper.run.recording import record_trial_interruption
+
+    study = load_study(ROOT / "search_spaces" / "smoke.yaml")
+    layout = StudyLayout(str(tmp_path / "study"))
+    (tmp_path / "study").mkdir()
+    trial = plan_study(study.spec).trials[0]
+    for kind in ("preemption", "node lost", "preemption"):
+        record_trial_interruption(layout, trial, kind, "Traceback ...\nThe actor died because its node has died.")
+    status = study_status(layout, study)
+    assert status["trial_interruptions"] == {"preemption": 2, "node lost": 1}
+    assert status["trials"]["failed"] == 0 and status["trials"]["pending"] == status["trials"]["planned"]
+    print_status(layout, study)
+    assert "requeued trials: 2 after preemptions, 1 after lost nodes" in capsys.readouterr().out
+    (tmp_path / "study" / "trial_interruptions.json").write_text('{"kind": 1}')
+    status = study_status(layout, study)
+    assert status["trial_interruptions"] == {}
+    assert any("trial_interruptions.json" in location for location in status["damaged_markers"])

@@ -137,3 +137,24 @@ def test_rays_stop_inside_a_callback_is_one_line_and_other_ignored_errors_are_re
     assert errors.count(STOPPED_WORKER_NOTICE) == 1, done.stderr
     assert "SystemExit" not in done.stderr and "sigterm_handler" not in done.stderr, done.stderr
     assert "Exception ignored" in done.stderr and "OSError: a callback's own error" in done.stderr, done.stderr
+
+
+def test_trial_interruptions_are_told_apart_by_the_messages_ray_260_writes():
+    """The three texts `trial_interruption` looks for are the ones the installed Ray writes (its
+    Python worker, its compiled GCS server, its exception class), and a trial's own error is none."""
+    import importlib.util
+
+    from ray.exceptions import ActorUnavailableError
+
+    from sweeper.run.ray_compat import TRIAL_NODE_DIED, TRIAL_SIGTERM, trial_interruption
+
+    ray_dir = Path(importlib.util.find_spec("ray").origin).parent
+    assert TRIAL_SIGTERM in (ray_dir / "_private" / "worker.py").read_text()
+    assert TRIAL_NODE_DIED.encode() in (ray_dir / "core" / "src" / "ray" / "gcs" / "gcs_server").read_bytes()
+    unreachable = ActorUnavailableError("The actor is temporarily unavailable: RpcError: Socket closed", bytes(16))
+    assert trial_interruption(f"Failure # 1\nray.exceptions.ActorUnavailableError: {unreachable}") == "node lost"
+    assert trial_interruption(f"ray.exceptions.ActorDiedError: {TRIAL_NODE_DIED} Node Id: ab12") == "node lost"
+    assert trial_interruption(f"SystemExit: 1\n{TRIAL_SIGTERM}") == "preemption"
+    reclaimed = f"{TRIAL_NODE_DIED} Node Id: ab12\n\tthe actor's node was terminated expectedly: received SIGTERM"
+    assert trial_interruption(reclaimed) == "preemption"
+    assert trial_interruption("ray.exceptions.RayTaskError(ValueError): the task has no labels") is None
