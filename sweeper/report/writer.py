@@ -284,7 +284,9 @@ def report_and_figures(layout: StudyLayout) -> tuple[str, FigureSet, list[str]]:
     out = [f"# Study report: {study}", "", line, "", *(record.summary and [*record.summary, ""])]
     out += repeated_lines(trials)  # Optuna samples of a cell at one point
     terminal = [f"[report] {study}: {line}"]
-    out += damage_section(layout, damaged, unreadable, data_problems.non_finite_text(record.trials))
+    damage = damage_section(layout, damaged, unreadable, data_problems.non_finite_text(record.trials))
+    out += damage
+    terminal += [f"[report] damaged: {line[2:]}" for line in damage if line.startswith("- ")]  # each file, one line
     out += origins_section(trials) + padding_section(trials)
     best = analysis.best_params_table(trials)
     if best.empty:

@@ -99,7 +99,7 @@ def test_a_mistake_skips_only_the_checks_that_depend_on_it(tmp_path):
     with pytest.raises(SpecError) as raised:
         loading.load_study(spec)
     assert [(e.key_path, e.line) for e in raised.value.errors] == [
-        ("pretraining.optimizer.peak_lr", 18), ("finetuning.doc_stride", 37)]
+        ("pretraining.optimizer.peak_lr", 19), ("finetuning.doc_stride", 38)]
     fixed = edited_spec(tmp_path, ("  warmup_steps: 4 ", "  warmup_steps: 400 "), name="fixed.yaml")
     with pytest.raises(SpecError, match="shorter than warmup"):  # the check skipped above, once the value reads
         loading.load_study(fixed)
