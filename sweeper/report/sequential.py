@@ -28,10 +28,8 @@ contradicts when any part contradicts, else cannot tell.
 """
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass, field, replace
 
-import numpy as np
 import pandas as pd
 
 from sweeper.plan.replicates import arm_name
@@ -43,6 +41,7 @@ from sweeper.report.paired import skew_note
 from sweeper.report.statistics import CANNOT_TELL, CONTRADICTS, SUPPORTS, Part, VerdictConfig, p_text
 from sweeper.report.tables import markdown_table
 from sweeper.spec.sequential import SequentialSpec
+from sweeper.spec.study import PAPER_STABILITY_RANGE
 
 FUTILE, OPEN = "futile", "continue"
 FUTILITY_UNITS = 5
@@ -119,7 +118,8 @@ def recorded_replicates(trials: pd.DataFrame) -> dict[str, int]:
 
 
 def run_looks(grid: TrialGrid, runs: pd.DataFrame, design: SequentialSpec, recorded: dict[str, int] | None = None,
-              lr_range: tuple[float, float] = (1e-5, 1e-4), config: VerdictConfig = VerdictConfig()) -> Outcome:
+              lr_range: tuple[float, float] | None = PAPER_STABILITY_RANGE,
+              config: VerdictConfig = VerdictConfig()) -> Outcome:
     """Every look whose replicates are recorded (`recorded`: per run, as `recorded_replicates`;
     None: all of the grid's), in order, and the counts of the next one if it is pending."""
     config = replace(config, alpha=design.alpha)
@@ -250,14 +250,8 @@ def saved_text(outcome: Outcome) -> str:
             f"({outcome.design.maximum} per configuration): {1 - trained / fixed:.0%} saved")
 
 
-def expected_fraction(outcomes: list[Outcome]) -> float:
-    """Mean runs trained over the fixed design's, over simulated studies."""
-    return float(np.mean([o.runs_trained() / o.runs_fixed() for o in outcomes if o.runs_fixed()])) \
-        if outcomes else math.nan
-
-
 def study_looks(trials: pd.DataFrame, design: SequentialSpec,
-                lr_range: tuple[float, float] = (1e-5, 1e-4)) -> Outcome | None:
+                lr_range: tuple[float, float] | None = PAPER_STABILITY_RANGE) -> Outcome | None:
     """The looks of a study's trial rows (the store's, any status); None without a finished trial."""
     study = findings.study_grid(trials)
     if study is None:
