@@ -61,8 +61,9 @@ def test_a_genuine_training_state_in_the_loops_format_loads(tmp_path):
     torch.save({"optimizer": optimizer.state_dict(), "step": 20, "log": log}, tmp_path / TRAINING_STATE)
 
     fresh_model, fresh_optimizer = tiny_model_and_optimizer()
-    step, restored_log = restore_training_state(tmp_path, fresh_model, fresh_optimizer, planned_run(40, 0), world=1)
-    assert (step, restored_log) == (20, log)
+    step, restored_log, window = restore_training_state(tmp_path, fresh_model, fresh_optimizer, planned_run(40, 0),
+                                                         world=1)
+    assert (step, restored_log, window) == (20, log, {}), "a state without a log window opens an empty one"
     saved, restored = optimizer.state_dict()["state"], fresh_optimizer.state_dict()["state"]
     assert saved.keys() == restored.keys()
     for index in saved:
