@@ -90,8 +90,10 @@ def main() -> None:
               f"{rates[workers]:,.0f} tokens/s; worker peak RSS {worker_peak / 1024:.0f} MiB")
     driver_1x = peak_rss_kib()
     seconds, meta, worker_peak_2x = ray_prep(work / "x2", tokenizer, work / "x2-w2", 2)
-    print(f"Ray Data, 2 workers, 2x: {meta['tokens']:,} tokens in {seconds:.1f} s = {meta['tokens'] / seconds:,.0f} "
-          f"tokens/s; worker peak RSS {worker_peak_2x / 1024:.0f} MiB ({worker_peak_2x / worker_peak:.2f}x the 1x run's)")
+    print(
+        f"Ray Data, 2 workers, 2x: {meta['tokens']:,} tokens in {seconds:.1f} s = {meta['tokens'] / seconds:,.0f} "
+        f"tokens/s; worker peak RSS {worker_peak_2x / 1024:.0f} MiB ({worker_peak_2x / worker_peak:.2f}x the 1x run's)"
+    )
     print(f"driver peak RSS: {driver_1x / 1024:.0f} MiB after the 1x runs, {peak_rss_kib() / 1024:.0f} MiB after "
           f"the 2x run ({peak_rss_kib() / driver_1x:.2f}x)")
     seconds, tokens = datasets_map(work / "x1", tokenizer)  # last: it holds every token list in memory

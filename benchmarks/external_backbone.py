@@ -145,11 +145,18 @@ def main() -> None:
     rows = [measure("llama_encoder (own)", own, data, args), measure("bert (external)", external, data, args)]
     base = rows[0]["mean_s"]
     for row in rows:
-        print(f"{row['name']:22s} {row['trials']:3d} trials  {row['mean_s']:6.2f} s/trial  ratio {row['mean_s'] / base:4.2f}"
-              f"  useful-token fraction {row['useful']:.3f}  ran {', '.join(row['packing'])}", flush=True)
+        print(
+            f"{row['name']:22s} {row['trials']:3d} trials  {row['mean_s']:6.2f} s/trial  ratio "
+            f"{row['mean_s'] / base:4.2f}"
+            f"  useful-token fraction {row['useful']:.3f}  ran {', '.join(row['packing'])}",
+            flush=True,
+        )
     ratio = rows[1]["mean_s"] / base
-    print(f"targets: external/own trial time {ratio:.2f} (<= 1.2: {'met' if ratio <= 1.2 else 'MISSED'}); useful >= 0.9: "
-          + ", ".join(f"{row['name']} {'met' if row['useful'] >= 0.9 else 'MISSED'}" for row in rows), flush=True)
+    print(
+        f"targets: external/own trial time {ratio:.2f} (<= 1.2: {'met' if ratio <= 1.2 else 'MISSED'}); useful >= 0.9: "
+        + ", ".join(f"{row['name']} {'met' if row['useful'] >= 0.9 else 'MISSED'}" for row in rows),
+        flush=True,
+    )
 
 
 if __name__ == "__main__":

@@ -27,7 +27,8 @@ fraction always, its compute time with `--padded` (slow: that is the point).
 
     .venv/bin/python benchmarks/finetune_vs_hf.py [--quick] [--padded] [--lrs 6] [--seeds 5] [--slots 2]
 
-The baseline needs `accelerate` (the Trainer requires it; the sweeper does not): `.venv/bin/pip install -c constraints.txt -e '.[bench]'`.
+The baseline needs `accelerate` (the Trainer requires it; the sweeper does not): `.venv/bin/pip install -c
+constraints.txt -e '.[bench]'`.
 """
 from __future__ import annotations
 
@@ -90,7 +91,7 @@ def hf_trial(config_path: str, out_path: str) -> None:
                               Trainer, TrainingArguments, set_seed)
     from transformers.utils import logging as hf_logging
 
-    import trainables.model  # noqa: F401  (registers the architecture with AutoModel)
+    importlib.import_module("trainables.model")  # registers the architecture with AutoModel
     from trainables.tasks.classification import IGNORE, tag_scores, word_level_tags
     from trainables.tasks.data import load_prepared
     from trainables.tasks.metrics import accuracy

@@ -29,8 +29,8 @@ Data: synthetic token ids (torch.randint over the vocabulary, seed 0) cut into d
 50-400 tokens, each closed by the separator, written as a one-file corpus and read through the
 real `trainables.corpus.PackedCorpus` (no Ray, no datasets): the windows in its seeded order,
 document ids, positions, the special mask and flash-attn's `cu_seqlens` are built on the host
-each step, as the loop's batches are. Paper presets run the shapes of search_spaces/paper.yaml (`data.vocab_size`, rows of
-`data.seq_len` tokens, `pretraining.micro_batch_size` rows a pass; documents, not its two
+each step, as the loop's batches are. Paper presets run the shapes of search_spaces/paper.yaml (`data.vocab_size`, rows
+of `data.seq_len` tokens, `pretraining.micro_batch_size` rows a pass; documents, not its two
 samples a row) with `--passes` (2) accumulated passes a step; CPU presets the shapes of their studies
 (benchmarks/memory_plan.py's cases). Nothing here imports ray, optuna, datasets or pandas.
 
@@ -72,10 +72,10 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from benchmarks.memory_plan import CASES as CPU_CASES, Case, estimate_terms, model_config  # noqa: E402
-from benchmarks.pretrain_throughput import bare_loop, bench_run, flops_per_token, mfu  # noqa: E402
-from sweeper.contract.catalog import CPU_PRESETS, MODEL_PRESETS, SCALE_DEFAULTS  # noqa: E402
-from sweeper.plan.memory import GB  # noqa: E402
+from benchmarks.memory_plan import CASES as CPU_CASES, Case, estimate_terms, model_config
+from benchmarks.pretrain_throughput import bare_loop, bench_run, flops_per_token, mfu
+from sweeper.contract.catalog import CPU_PRESETS, MODEL_PRESETS, SCALE_DEFAULTS
+from sweeper.plan.memory import GB
 
 PEAK_BF16_TFLOPS = (
     ("H100 PCIe", 756.0), ("H100 NVL", 835.0), ("GH200", 989.0), ("H200", 989.0), ("H100", 989.0),
@@ -319,7 +319,7 @@ def run_case(gpu_case: GpuCase, args, device, corpus_dir: str, bare_rates: dict,
         try:
             rate = bare_loop(corpus_dir, config, case.objective, steps, case.rows, case.seq_len, warmup, device.type,
                              micro_batch=case.micro_batch_size)
-        except Exception as error:  # noqa: BLE001 (an OOM of the baseline: the sweeper's figures still count)
+        except Exception as error:
             traceback.print_exc()
             bare_rates[key] = {"error": f"{type(error).__name__}: {str(error)[:400]}"}
             log(f"{gpu_case.name}: bare loop FAILED: {bare_rates[key]['error']}")
@@ -385,14 +385,16 @@ def tables(report: dict) -> str:
              f"{env['transformers']}, python {env['python']}; peak {report['peak_tflops'] or 'n/a'} TFLOP/s "
              f"({report['peak_source']}); {report['timed_steps']} timed steps after the warm-up.",
              "",
-             "| case | tokens per pass x passes | bare tok/s | sweeper tok/s | ratio | step | MFU (6N) | MFU (6N + attn) "
+             "| case | tokens per pass x passes | bare tok/s | sweeper tok/s | ratio | step | MFU (6N) | "
+             "MFU (6N + attn) "
              "| device-h per paper run |",
              "|---|---|---|---|---|---|---|---|---|"]
     for r in rows:
         lines.append(f"| {r['name']} | {r['micro_batch_size']} x {r['seq_len']:,}, {r['passes']} | "
                      f"{number(r['bare'], 'tokens_per_s', ',.0f')} | {r['sweeper']['tokens_per_s']:,.0f} | "
                      f"**{number(r, 'ratio', '.3f')}** | "
-                     f"{r['sweeper']['step_s'] * 1000:.0f} ms | {number(r, 'mfu', '.1%')} | {number(r, 'mfu_attn', '.1%')} | "
+                     f"{r['sweeper']['step_s'] * 1000:.0f} ms | {number(r, 'mfu', '.1%')} | "
+                     f"{number(r, 'mfu_attn', '.1%')} | "
                      f"{r['device_hours_per_paper_run']:,.0f} |")
     lines += ["", "| case | estimate (" + (rows[0]["estimate"]["device"] if rows else "-") + ") | allocated peak | "
               "device peak | est/alloc | est/device | bare allocated peak |", "|---|---|---|---|---|---|---|"]
@@ -415,14 +417,20 @@ def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--device", choices=["cpu", "cuda"], default=None, help="default: cuda when available")
     parser.add_argument("--out", type=Path, default=None, help="the JSON report, rewritten after every case")
-    parser.add_argument("--presets", "--preset", default="210m,610m,1b",
-                        help="comma-separated presets of sweeper.contract.catalog.MODEL_PRESETS (the first gets the variants)")
+    parser.add_argument(
+        "--presets",
+        "--preset",
+        default="210m,610m,1b",
+        help="comma-separated presets of sweeper.contract.catalog.MODEL_PRESETS (the first gets the variants)",
+    )
     parser.add_argument("--objectives", default="mlm,clm")
     parser.add_argument("--variants", default=None,
                         help="of the first preset: ckpt (CLM with activation checkpointing), compile (both "
                              "objectives with pretraining.compile); '' for none (default: both on CUDA, ckpt on "
                              "the CPU, where compiling takes minutes)")
-    parser.add_argument("--steps", type=int, default=None, help="timed steps per loop (default: 30 on CUDA, 10 on the CPU)")
+    parser.add_argument(
+        "--steps", type=int, default=None, help="timed steps per loop (default: 30 on CUDA, 10 on the CPU)"
+    )
     parser.add_argument("--warmup", type=int, default=None,
                         help="untimed steps first (default: 5 on CUDA, 2 on the CPU; compiled cases: 3 more)")
     parser.add_argument("--passes", type=int, default=2, help="micro-batches accumulated per step")
@@ -433,7 +441,9 @@ def main() -> int:
     parser.add_argument("--lm-loss", choices=["auto", "fused", "reference"], default="auto",
                         help="the sweeper step's pretraining.lm_loss (auto: fused on CUDA; the sections-4/7 "
                              "figures of 2026-11-27 predate it: reference)")
-    parser.add_argument("--peak-tflops", type=float, default=None, help="dense bf16 peak for MFU (default: by device name)")
+    parser.add_argument(
+        "--peak-tflops", type=float, default=None, help="dense bf16 peak for MFU (default: by device name)"
+    )
     parser.add_argument("--budget-s", type=float, default=300.0,
                         help="start no case whose predicted time would end the run past this many seconds")
     parser.add_argument("--smoke", action="store_true",
@@ -446,7 +456,9 @@ def main() -> int:
     cuda = device.type == "cuda"
     args.presets = [p for p in args.presets.split(",") if p]
     args.objectives = [o for o in args.objectives.split(",") if o]
-    unknown = [p for p in args.presets if p not in MODEL_PRESETS] + [o for o in args.objectives if o not in ("mlm", "clm")]
+    unknown = [p for p in args.presets if p not in MODEL_PRESETS] + [
+        o for o in args.objectives if o not in ("mlm", "clm")
+    ]
     if unknown or not args.presets or not args.objectives:
         parser.error(f"unknown or missing presets/objectives {unknown}: presets are {', '.join(MODEL_PRESETS)}; "
                      "objectives mlm, clm")
@@ -503,7 +515,7 @@ def main() -> int:
         compiled_once = compiled_once or gpu_case.compile
         try:
             row = run_case(gpu_case, args, device, corpora[shape_key], bare_rates, caught)
-        except Exception as error:  # noqa: BLE001 (an OOM or a failing kernel: record it, go on)
+        except Exception as error:
             traceback.print_exc()
             row = {**asdict(case), "name": gpu_case.name, "compile": gpu_case.compile,
                    "error": f"{type(error).__name__}: {str(error)[:400]}"}
@@ -515,11 +527,14 @@ def main() -> int:
             if eager:
                 row["compiled_over_eager"] = row["sweeper"]["tokens_per_s"] / eager[0]["sweeper"]["tokens_per_s"]
             memory = row["sweeper"]["memory"]
-            log(f"{gpu_case.name}: sweeper {row['sweeper']['tokens_per_s']:,.0f} tok/s, ratio {number(row, 'ratio', '.3f')}, "
+            log(
+                f"{gpu_case.name}: sweeper {row['sweeper']['tokens_per_s']:,.0f} tok/s, ratio "
+                f"{number(row, 'ratio', '.3f')}, "
                 f"step {row['sweeper']['step_s'] * 1000:.0f} ms, MFU {number(row, 'mfu', '.1%')}; memory "
                 f"estimate {gb(row['estimate']['peak'])}, allocated {gb(memory.get('allocated_peak'))}, device "
                 f"{gb(memory.get('device_peak'))}, est/alloc {number(row, 'est_over_alloc', '.2f')}; "
-                f"{row['attention']}; {row['wall_s']:.0f} s")
+                f"{row['attention']}; {row['wall_s']:.0f} s"
+            )
         release(device)  # after the except clause: a failed case's frames (its model) are gone by now
         report["cases"].append(row)
         write(args.out, report)

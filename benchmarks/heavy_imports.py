@@ -95,7 +95,10 @@ def main() -> None:
         for arm, values in times.items():
             print(f"{side}: {arm:30s} median {medians[arm]:.2f} CPU-s  ({', '.join(f'{v:.2f}' for v in values)})")
         shipped, other = medians.values()
-        print(f"{side}: saved per process {other - shipped:.2f} CPU-s ({1 - shipped / other:.0%}); ratio {shipped / other:.2f}")
+        print(
+            f"{side}: saved per process {other - shipped:.2f} CPU-s ({1 - shipped / other:.0%}); ratio "
+            f"{shipped / other:.2f}"
+        )
 
 
 if __name__ == "__main__":

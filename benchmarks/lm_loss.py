@@ -33,7 +33,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path[:0] = [str(ROOT), str(ROOT / "tests" / "support")]
 
-from sweeper.contract.catalog import MODEL_PRESETS  # noqa: E402
+from sweeper.contract.catalog import MODEL_PRESETS
 
 
 @dataclass(frozen=True)
@@ -104,7 +104,9 @@ def measure(case: LossCase, device, repeats: int) -> dict:
             sync()
             results[name]["peak_bytes"] = torch.cuda.max_memory_allocated(device) - before
         else:
-            results[name]["peak_bytes"] = peak_allocated_bytes(lambda fn=fn: one_pass(fn, hidden, weight, labels, device))
+            results[name]["peak_bytes"] = peak_allocated_bytes(
+                lambda fn=fn: one_pass(fn, hidden, weight, labels, device)
+            )
         results[name]["step_s"] = statistics.median(results[name].pop("times"))
     ref, fused = outputs["reference"], outputs["fused"]
     return {**asdict(case), "targets": case.targets, "fused_kernel": fused_kernel_name(device),
@@ -146,9 +148,14 @@ def main() -> int:
     for case in cases:
         rows.append(measure(case, device, repeats))
         r = rows[-1]
-        print(f"{case.name}: reference {r['reference']['step_s'] * 1e3:.1f} ms, {r['reference']['peak_bytes'] / 1e6:.0f} MB; "
-              f"fused ({r['fused_kernel']}) {r['fused']['step_s'] * 1e3:.1f} ms, {r['fused']['peak_bytes'] / 1e6:.0f} MB; "
-              f"loss diff {r['loss_difference']:.2g}, grad diff {r['max_grad_difference']:.2g}", flush=True)
+        print(
+            f"{case.name}: reference {r['reference']['step_s'] * 1e3:.1f} ms, "
+            f"{r['reference']['peak_bytes'] / 1e6:.0f} MB; "
+            f"fused ({r['fused_kernel']}) {r['fused']['step_s'] * 1e3:.1f} ms, "
+            f"{r['fused']['peak_bytes'] / 1e6:.0f} MB; "
+            f"loss diff {r['loss_difference']:.2g}, grad diff {r['max_grad_difference']:.2g}",
+            flush=True,
+        )
         if args.out:
             args.out.write_text(json.dumps({"device": str(device), "torch": torch.__version__,
                                             "threads": torch.get_num_threads(), "cases": rows}, indent=1))

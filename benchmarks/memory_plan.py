@@ -25,8 +25,8 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from sweeper.plan.memory import GB, Device, MemoryEstimate, MemorySetup, estimate_peak  # noqa: E402
-from sweeper.contract.catalog import MODEL_PRESETS  # noqa: E402
+from sweeper.plan.memory import GB, Device, MemoryEstimate, MemorySetup, estimate_peak
+from sweeper.contract.catalog import MODEL_PRESETS
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)

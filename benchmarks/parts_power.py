@@ -21,10 +21,10 @@ import numpy as np
 
 TESTS = Path(__file__).resolve().parents[1] / "tests"
 sys.path[:0] = [str(TESTS / "support"), str(TESTS / "unit" / "report")]
-from test_sequential_calibration import DESIGN, one_finding  # noqa: E402
+from test_sequential_calibration import DESIGN, one_finding
 
-from sweeper.report.statistics import SUPPORTS, VerdictConfig, paired_test  # noqa: E402
-from sweeper.spec.sequential import SequentialSpec  # noqa: E402
+from sweeper.report.statistics import SUPPORTS, VerdictConfig, paired_test
+from sweeper.spec.sequential import SequentialSpec
 
 
 class EveryCount(SequentialSpec):

@@ -138,9 +138,15 @@ def main() -> None:
     parser.add_argument("--batch", type=int, default=16)
     parser.add_argument("--seq-len", type=int, default=128)
     parser.add_argument("--threads", type=int, default=2)
-    parser.add_argument("--device", default="cpu", choices=["cpu", "cuda"],
-                        help="cuda: bf16 autocast (and flash-attn varlen in the sweeper's loop when installed); prints MFU")
-    parser.add_argument("--peak-tflops", type=float, default=989.0, help="the GPU's dense bf16 peak, for MFU (H100 SXM: 989)")
+    parser.add_argument(
+        "--device",
+        default="cpu",
+        choices=["cpu", "cuda"],
+        help="cuda: bf16 autocast (and flash-attn varlen in the sweeper's loop when installed); prints MFU",
+    )
+    parser.add_argument(
+        "--peak-tflops", type=float, default=989.0, help="the GPU's dense bf16 peak, for MFU (H100 SXM: 989)"
+    )
     parser.add_argument("--compile", action="store_true",
                         help="also time the sweeper's loop with pretraining.compile (torch.compile per block)")
     args = parser.parse_args()

@@ -67,8 +67,10 @@ def measure(batch: int, micro: int) -> dict:
     protocol = FinetuneProtocol(learning_rate=1e-4, batch_size=batch, max_steps=1, epochs=1.0, max_length=WIDTH,
                                 warmup_ratio=0.0, optimizer=AdamWConfig(),
                                 family_settings={"retrieval_temperature": 0.05})
-    step = lambda rows, m: Retrieval.backward(model, split, rows, m, torch.device("cpu"), protocol,  # noqa: E731
-                                              contextlib.nullcontext())
+
+    def step(rows, m):
+        return Retrieval.backward(model, split, rows, m, torch.device("cpu"), protocol, contextlib.nullcontext())
+
     step(np.arange(2), 1)  # warm-up: cached, 2 pairs
     model.zero_grad(set_to_none=False)  # gradients allocated: they belong to the baseline
     baseline_kb = proc_status_kb("VmRSS")

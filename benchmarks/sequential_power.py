@@ -25,12 +25,12 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "tests" / "support"))
 sys.path.insert(0, str(ROOT / "benchmarks"))
-from verdict_power import PAPER_EFFECTS  # noqa: E402
-from verdict_simulation import GROUPS, Scenario, simulate  # noqa: E402
+from verdict_power import PAPER_EFFECTS
+from verdict_simulation import GROUPS, Scenario, simulate
 
-from sweeper.report.findings import judge_grid  # noqa: E402
-from sweeper.report.sequential import run_looks  # noqa: E402
-from sweeper.spec.sequential import SequentialSpec  # noqa: E402
+from sweeper.report.findings import judge_grid
+from sweeper.report.sequential import run_looks
+from sweeper.spec.sequential import SequentialSpec
 
 FINDINGS = (1, 2, 3, 4, 5)
 PAPER_CLAIMS = (1, 4, 5)
@@ -77,7 +77,7 @@ def main() -> None:
                                       replicates=design.maximum, rates=4), design, args.studies, seed=2)
     power = pd.DataFrame({f"finding {f}": [(paper[f"{d}{f}"] == "supports").mean() * 100 for d in ("seq", "fix")]
                           for f in PAPER_CLAIMS}, index=["sequential", "fixed at maximum"])
-    print(f"\nthe paper's 610m effects: power ('supports'), %")
+    print("\nthe paper's 610m effects: power ('supports'), %")
     print(power.round(1).to_string())
     print(f"runs trained: {paper['runs'].mean() / paper['runs_fixed'].mean():.0%} of the fixed design's "
           f"(looks: mean {paper['looks'].mean():.2f})")

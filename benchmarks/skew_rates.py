@@ -14,9 +14,9 @@ from pathlib import Path
 
 TESTS = Path(__file__).resolve().parents[1] / "tests"
 sys.path[:0] = [str(TESTS / "support"), str(TESTS / "unit" / "report")]
-from test_skew_calibration import DESIGN, fixed_rate, sequential_rate  # noqa: E402
+from test_skew_calibration import DESIGN, fixed_rate, sequential_rate
 
-from sweeper.report.statistics import VerdictConfig  # noqa: E402
+from sweeper.report.statistics import VerdictConfig
 
 
 def main() -> None:

@@ -18,7 +18,7 @@ import platform
 import sys
 import tempfile
 import time
-from datetime import datetime, timezone
+from datetime import datetime, UTC
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -34,7 +34,7 @@ def trial_rows(count: int) -> list[dict]:
     from sweeper.run.recording import trial_row
 
     trials = plan_study(load_study(ROOT / "search_spaces" / "paper.yaml").spec).trials[:count]
-    now = datetime.now(timezone.utc)
+    now = datetime.now(UTC)
     return [{**trial_row("paper", t, {"validation_score": 50.0, "test_score": 49.0, "train_loss": 0.5,
                                       "train_steps": 100, "wall_time_s": 60.0}, "ok", None), "finished_at": now}
             for t in trials]

@@ -107,7 +107,9 @@ def main() -> None:
     for per_device in (1, 2, 4):
         rate = packed_run(spec, plan, layout, task_dirs, per_device, args.device)
         base = base or rate
-        print(f"{per_device} trial(s) per {args.device}: {rate:8,.0f} trials/hour   ratio {rate / base:.2f}", flush=True)
+        print(
+            f"{per_device} trial(s) per {args.device}: {rate:8,.0f} trials/hour   ratio {rate / base:.2f}", flush=True
+        )
 
 
 if __name__ == "__main__":

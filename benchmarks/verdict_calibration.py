@@ -3,8 +3,8 @@
 tests/unit/report/test_verdict_calibration.py checks the same scenarios on fewer studies (what its
 bound needs, in the quick tier's time); this runs each scenario on `--studies` (600 for the
 documented table), prints the false verdicts per finding and checks them against the bound that
-this many studies gives: 5 % plus 2.33 binomial standard errors. Two processes, fixed seeds: the same counts on every machine (~2 minutes of two cores
-at 600).
+this many studies gives: 5 % plus 2.33 binomial standard errors. Two processes, fixed seeds: the same counts on every
+machine (~2 minutes of two cores at 600).
 
     .venv/bin/python benchmarks/verdict_calibration.py [--studies 600] [--seed 250700994]
 """
@@ -17,7 +17,7 @@ from pathlib import Path
 
 TESTS = Path(__file__).resolve().parents[1] / "tests"
 sys.path[:0] = [str(TESTS / "support"), str(TESTS / "unit" / "report")]
-from test_verdict_calibration import FALSE_RATE, SCENARIOS, bound, false_verdicts  # noqa: E402
+from test_verdict_calibration import FALSE_RATE, SCENARIOS, bound, false_verdicts
 
 
 def main() -> int:

@@ -27,10 +27,10 @@ import numpy as np
 import pandas as pd
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests" / "support"))
-from verdict_simulation import GROUPS, Scenario, simulate, trial_rows  # noqa: E402
+from verdict_simulation import GROUPS, Scenario, simulate, trial_rows
 
-from sweeper.report import findings, robustness  # noqa: E402
-from sweeper.spec.study import PAPER_STABILITY_RANGE  # noqa: E402
+from sweeper.report import findings, robustness
+from sweeper.spec.study import PAPER_STABILITY_RANGE
 
 MLM = {"SC": 3.42, "QA": 20.68, "IR": 3.35}
 PAPER_EFFECTS = {

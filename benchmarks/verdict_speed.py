@@ -18,10 +18,10 @@ from pathlib import Path
 import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests" / "support"))
-from verdict_simulation import GROUPS, Scenario, simulate  # noqa: E402
+from verdict_simulation import GROUPS, Scenario, simulate
 
-from sweeper.report import statistics as verdict_statistics  # noqa: E402
-from sweeper.report.findings import judge_grid  # noqa: E402
+from sweeper.report import statistics as verdict_statistics
+from sweeper.report.findings import judge_grid
 
 
 def judge_grid_as_it_comes(grid, runs):

@@ -61,8 +61,11 @@ def fit_pretraining(corpus_dir: str, lengths: tuple[int, int], work: Path) -> di
             second = pretraining_cpu_seconds(corpus_dir, preset, objective, long, work)
             per_token[preset] = (second - first) / ((long - short) * 16 * 128)
             overheads.append(first - short * 16 * 128 * per_token[preset])
-            print(f"  pretraining {preset} {objective}: {short} steps {first:.1f} CPU-s, {long} steps {second:.1f} CPU-s "
-                  f"-> {1 / per_token[preset]:,.0f} tokens per CPU-s", flush=True)
+            print(
+                f"  pretraining {preset} {objective}: {short} steps {first:.1f} CPU-s, {long} steps {second:.1f} CPU-s "
+                f"-> {1 / per_token[preset]:,.0f} tokens per CPU-s",
+                flush=True,
+            )
         flops = {p: 6 * parameter_count({**MODEL_PRESETS[p], "vocab_size": 2048}) for p in per_token}
         rate = (flops["tiny"] - flops["nano"]) / (per_token["tiny"] - per_token["nano"])
         fitted[objective] = (per_token["nano"] - flops["nano"] / rate, rate)

@@ -200,12 +200,12 @@ def usage_tasks(held: dict[int, list[tuple]], max_rows: int = 4000):
                 continue
             question = examples[0].strip()
             neighbours = [group[j] for j in sorted(range(len(group)), key=lambda j: abs(j - i))[1:13]]
-            passages = [(key, lemmas, gloss)] + [(k, l, g) for k, l, g, _ in rng.sample(neighbours, 7)]
+            passages = [(key, lemmas, gloss)] + [(k, names, g) for k, names, g, _ in rng.sample(neighbours, 7)]
             rng.shuffle(passages)
             retrieval_rows.append({
                 "query_id": int(key[:-1]), "query": question, "query_type": "DESCRIPTION",
                 "passages": {"is_selected": [int(k == key) for k, _, _ in passages],
-                             "passage_text": [entry(l, g) for _, l, g in passages],
+                             "passage_text": [entry(names, g) for _, names, g in passages],
                              "url": [f"wordnet:{k}" for k, _, _ in passages]},
                 "answers": [], "split": split,
             })

@@ -15,8 +15,8 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from sweeper.plan.load import load_study  # noqa: E402
-from sweeper.plan.study_plan import plan_study  # noqa: E402
+from sweeper.plan.load import load_study
+from sweeper.plan.study_plan import plan_study
 
 SPECS = {
     "search_spaces/paper.yaml": "digest",
@@ -37,10 +37,13 @@ def keys_of(relative: str, how: str, replicates: int | None = None) -> dict:
     spec = load_study(ROOT / relative).spec
     if replicates is not None:
         spec = replace(spec, pretraining=replace(spec.pretraining, replicates=replicates,
-                                                 runs=[replace(entry, replicates=None) for entry in spec.pretraining.runs]))
+                                                 runs=[replace(entry, replicates=None)
+                                                       for entry in spec.pretraining.runs]))
     plan = plan_study(spec)
     first = replicates is not None  # replicate 0's cells only
-    trials = {describe(t): t.trial_key for t in plan.trials if not first or t.checkpoint.arm == t.checkpoint.checkpoint_id}
+    trials = {
+        describe(t): t.trial_key for t in plan.trials if not first or t.checkpoint.arm == t.checkpoint.checkpoint_id
+    }
     pinned = {"runs": {run.name: run.run_key for run in plan.runs if not first or run.replicate == 0},
               "trial_count": len(trials)}
     if how == "full":

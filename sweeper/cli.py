@@ -37,7 +37,9 @@ def study_layout_for(spec, flag: str | None, spec_file: str = "spec") -> StudyLa
     else the spec's storage, else ./studies/<study name>, as an absolute path or a URI. A local
     folder is created here, so one that cannot be (`/dev/null/x`, `/proc/x`, a name too long) is a
     SpecError naming it, before anything starts; a bucket must be reachable."""
-    file, key = ("command line", "--storage") if flag is not None else (spec_file, "storage" if spec.storage else "study")
+    file, key = (
+        ("command line", "--storage") if flag is not None else (spec_file, "storage" if spec.storage else "study")
+    )
     if flag is not None and (problem := location_problem(flag, credentials_allowed=True)):  # keys: docs/security.md
         raise SpecError(file, key, problem)
     try:
@@ -251,7 +253,8 @@ EPILOGS = {
              "2    a spec error, or a request that cannot run", "3    settings changed under recorded results "
              "(--recompute-changed)", "4    another driver holds the study",
              "130  interrupted by SIGINT (143: SIGTERM); a rerun resumes"]),
-    "plan": (["sweeper plan search_spaces/paper.yaml -v", "sweeper plan my.yaml --storage studies/mine finetuning.seeds=[0]"],
+    "plan": (["sweeper plan search_spaces/paper.yaml -v", "sweeper plan my.yaml --storage studies/mine "
+                                                          "finetuning.seeds=[0]"],
              ["0    planned", "1    --storage holds no study", "2    a spec error, or a run or trial that cannot fit"]),
     "status": (["sweeper status studies/micro", "sweeper status micro", "sweeper status search_spaces/micro.yaml"],
                ["0    shown", "1    not a study", "2    the spec does not read"]),

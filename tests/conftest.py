@@ -14,13 +14,18 @@ from collections.abc import Sequence
 from pathlib import Path
 
 import pytest
+from local_s3 import free_ports
 
 ROOT = Path(__file__).parent.parent
 BIN = Path(sys.executable).parent
 TESTS = Path(__file__).parent
-# tests/support holds the modules tests and benchmarks import by name (tiny_checkpoints, local_s3,
-# verdict_simulation); a test's own folder is on sys.path through pytest's default import mode.
-sys.path.insert(0, str(TESTS / "support"))
+# tests/support (the modules tests and benchmarks import by name: tiny_checkpoints, local_s3,
+# verdict_simulation) and the folders whose tests share fixtures are on sys.path through
+# pyproject.toml's `pythonpath`.
+# Plugins: the quick tier's guard (its hooks), and the modules whose fixtures tests elsewhere use
+# (a hub-cache BERT folder and a file outside the study; a recorded smoke study; a study recorded
+# under two specs).
+pytest_plugins = ["quick_tier", "test_hostile_checkpoints", "test_damage", "test_study_history"]
 
 
 SMOKE_SPEC = (ROOT / "search_spaces" / "smoke.yaml").read_text()
@@ -66,11 +71,6 @@ os.environ["AWS_SECRET_ACCESS_KEY"] = "testing"
 os.environ["AWS_EC2_METADATA_DISABLED"] = "true"
 os.environ.pop("AWS_SESSION_TOKEN", None)
 
-from local_s3 import free_ports  # noqa: E402
-# The quick tier's guard (tests/support/quick_tier.py): its hooks, registered through this conftest.
-from quick_tier import (  # noqa: E402,F401
-    is_e2e, pytest_collection_modifyitems, pytest_runtest_makereport, pytest_runtest_protocol,
-)
 
 
 def worker_pythonpath(test_file: str) -> str:
@@ -184,6 +184,8 @@ def ray_jobs_head(sweeper_cache):
 
 
 def pytest_runtest_setup(item):
+    from quick_tier import is_e2e  # a plugin (pytest_plugins): imported once pytest has registered it
+
     if not is_e2e(item):
         _session_head.stop()
     if "ray_jobs_head" not in item.fixturenames:
@@ -221,7 +223,7 @@ def running_head(cpus: int, dashboard: bool):
         stop_process_group(process_group)
         shutil.rmtree(ray_tmp, ignore_errors=True)
         assert len(failures) < 2, "\n\n".join(failures)
-        warnings.warn(f"`ray start --head` failed; starting it again on new ports:\n{failures[0]}")
+        warnings.warn(f"`ray start --head` failed; starting it again on new ports:\n{failures[0]}", stacklevel=2)
     try:
         yield f"127.0.0.1:{port}", f"http://127.0.0.1:{dashboard_port}" if dashboard else None
     finally:
@@ -438,7 +440,12 @@ def node_cluster():
                              + (folders[name] / "ray-start.log").read_text()[-3000:])
 
     try:
-        join("head", 1, {}, ["--head", f"--port={port}", "--dashboard-host=127.0.0.1", f"--dashboard-port={dashboard_port}"])
+        join(
+            "head",
+            1,
+            {},
+            ["--head", f"--port={port}", "--dashboard-host=127.0.0.1", f"--dashboard-port={dashboard_port}"],
+        )
         join("pretrain", 1, {"pretrain_node": 1}, [f"--address={address}"])
         join("trial", 2, {"trial_node": 2}, [f"--address={address}"])
         yield NodeCluster(address, nodes)

@@ -133,8 +133,9 @@ def load_hugging_face_model(folder: Path, dtype: torch.dtype, auto_class: str = 
     refusals = []
     for implementation in ATTENTION_IMPLEMENTATIONS:
         try:
-            return getattr(transformers, auto_class).from_pretrained(folder, dtype=dtype, attn_implementation=implementation,
-                                                                     trust_remote_code=False)
+            return getattr(transformers, auto_class).from_pretrained(
+                folder, dtype=dtype, attn_implementation=implementation, trust_remote_code=False
+            )
         except ValueError as refused:  # the family does not support this implementation
             refusals.append(f"{implementation}: {refused}")
     raise ValueError(f"{folder}: no attention implementation that reads a 4-D mask; " + "; ".join(refusals))

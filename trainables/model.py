@@ -23,7 +23,8 @@ from __future__ import annotations
 
 import importlib
 import warnings
-from typing import Callable, NamedTuple
+from typing import NamedTuple
+from collections.abc import Callable
 
 import torch
 import torch.nn.functional as F
@@ -181,7 +182,7 @@ class FlashChoice:
         if not self.decided:
             self.decided, self.kernel = True, None
             warnings.warn(f"flash-attn not used ({reason}): packed batches run SDPA with a block mask",
-                          RuntimeWarning)
+                          RuntimeWarning, stacklevel=2)
 
     @torch.compiler.disable
     def kernel_for(self, device: torch.device, dtype: torch.dtype, config: LlamaEncoderConfig) -> Callable | None:
@@ -193,12 +194,12 @@ class FlashChoice:
         except ModuleNotFoundError as missing:  # flash-attn's own module, or one it needs
             self.refuse("not installed" if missing.name == "flash_attn" else f"import failed: {missing}")
             return None
-        except Exception as broken:  # noqa: BLE001 (a wheel for another torch: ImportError, OSError, ...)
+        except Exception as broken:
             self.refuse(f"import failed: {type(broken).__name__}: {broken}")
             return None
         try:
             probe_kernel(kernel, device, dtype, config)
-        except Exception as failed:  # noqa: BLE001 (unsupported GPU, missing kernel, CUDA error)
+        except Exception as failed:
             self.refuse(f"a first call failed: {type(failed).__name__}: {failed}")
             return None
         self.decided, self.kernel = True, kernel

@@ -76,7 +76,7 @@ from trainables.corpus import PackedCorpus
 from trainables.model import LlamaEncoderConfig, LlamaEncoderForMaskedLM, build_model
 from trainables.objectives import LossContext, ObjectiveLoss, RowDraws
 from trainables.preemption import Notice
-from trainables.train_step import StepResult, adamw, train_step  # noqa: F401 (re-exported for benchmarks)
+from trainables.train_step import adamw, train_step
 
 RETENTION_METRIC = "retention_priority"
 """Reported with every checkpoint: Ray keeps the highest (evaluated ones first, then the newest)."""

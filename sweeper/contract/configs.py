@@ -18,11 +18,12 @@ import json
 from dataclasses import asdict, dataclass, field, fields
 from typing import ClassVar, Literal
 
-from sweeper.contract.checks import (  # noqa: F401  re-exported: the spec imports them from here
-    SEED_LIMIT, distinct, each_positive, non_blank, non_empty, non_negative, positive, seeds,
+# Re-exported (`X as X`): the spec imports the checks from here, and TaskInfo is named from here too.
+from sweeper.contract.checks import (
+    SEED_LIMIT as SEED_LIMIT, distinct as distinct, each_positive as each_positive, non_blank as non_blank,
+    non_empty as non_empty, non_negative as non_negative, positive as positive, seeds as seeds,
 )
-
-from sweeper.contract.tasks import TaskInfo  # noqa: F401 (defined there, imported from here too)
+from sweeper.contract.tasks import TaskInfo as TaskInfo
 
 
 def canonical(value) -> str:
@@ -385,8 +386,10 @@ def trial_key(run_key: str, step: int, task_text: str, protocol_text: str, seed:
     # spelled out: this runs once per trial
     tail = f'"seed": {scalar_text(seed)}, "step": {scalar_text(step)}, "task": {task_text}}}'
     if search_text is None:
-        text = (f'{{"lr": {scalar_text(learning_rate)}, "protocol": {protocol_text}, "run_key": {scalar_text(run_key)}, '
-                + tail)
+        text = (
+            f'{{"lr": {scalar_text(learning_rate)}, "protocol": {protocol_text}, "run_key": {scalar_text(run_key)}, '
+            + tail
+        )
     else:
         text = (f'{{"protocol": {protocol_text}, "run_key": {scalar_text(run_key)}, "sample": {scalar_text(sample)}, '
                 f'"search": {search_text}, ' + tail)

@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
-from typing import Callable
+from collections.abc import Callable
 
 from sweeper.contract.catalog import TaskStatistics
 from sweeper.contract.configs import TaskInfo

@@ -28,7 +28,7 @@ import sys
 import traceback
 from contextlib import contextmanager
 from dataclasses import dataclass, field
-from typing import Callable, Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 
 from sweeper.contract.catalog import SHIPPED_TASKS, TaskStatistics, shipped_task_statistics
 from sweeper.contract.configs import TaskInfo, positive
@@ -124,7 +124,9 @@ def shipped() -> Registry:
     """A new registry holding what ships: the four families with their tasks (sweeper.contract.catalog),
     MLM and CLM."""
     shipped_registry = Registry()
-    tasks_of = {family: [task for task in SHIPPED_TASKS.values() if task.family == family] for family in SHIPPED_FAMILIES}
+    tasks_of = {
+        family: [task for task in SHIPPED_TASKS.values() if task.family == family] for family in SHIPPED_FAMILIES
+    }
     for name, info in SHIPPED_FAMILIES.items():
         shipped_registry.register_family(info, tasks=tasks_of[name])
     for info in SHIPPED_OBJECTIVES:

@@ -119,7 +119,9 @@ def resolve_files(source: str) -> list[str]:
     split_files = sorted(f for f in path.iterdir() if f.is_file() and f.name.startswith("train.") and kind_of(f.name))
     if split_files:
         return [str(split_files[0].resolve())]
-    files = sorted((f for f in path.rglob("*") if f.is_file() and kind_of(f.name)), key=lambda f: f.relative_to(path).as_posix())
+    files = sorted(
+        (f for f in path.rglob("*") if f.is_file() and kind_of(f.name)), key=lambda f: f.relative_to(path).as_posix()
+    )
     if not files:
         raise SourceError(f"{source!r} holds no data files ({', '.join(SUFFIX_KINDS)})")
     return [str(f.resolve()) for f in files]
@@ -139,7 +141,9 @@ def remote_files(source: str) -> list[str]:
     except SourceError:
         raise
     except (OSError, ValueError, ImportError) as error:
-        raise SourceError(f"cannot read {storage.display(source)!r}: {storage.redact(str(error).splitlines()[0])}") from None
+        raise SourceError(
+            f"cannot read {storage.display(source)!r}: {storage.redact(str(error).splitlines()[0])}"
+        ) from None
     base = path.rstrip("/")
     relative = sorted(info.path[len(base) + 1:] for info in infos
                       if info.type == pafs.FileType.File and kind_of(info.path))

@@ -29,7 +29,8 @@ def start_wandb(tracking: TrackingConfig, *, name: str, run_id: str, location: s
         print("[tracking] wandb is not installed (pip install 'sweeper[tracking]'); not logging", flush=True)
         return None
     with redacted_argv():
-        return wandb.init(project=tracking.project, entity=tracking.entity, name=name, id=run_id, resume="allow", mode=tracking.mode,
+        return wandb.init(project=tracking.project, entity=tracking.entity, name=name, id=run_id, resume="allow",
+                          mode=tracking.mode,
                           dir=str(folders.scratch_dir(location, "")), reinit="create_new", config=redacted(config))
 
 

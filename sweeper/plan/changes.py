@@ -2,8 +2,8 @@
 
 Adding cells (seeds, tasks, learning rates, grid values, samples, checkpoint steps) only adds
 keys, so a rerun runs just those; but seeds added to an Optuna study change the search every
-cell ran, and recompute them all (`OPTUNA_SEEDS` says why, once). Changing a setting that existing cells depend on gives those
-cells new keys while their old results stay on disk; this module finds them, says why, and
+cell ran, and recompute them all (`OPTUNA_SEEDS` says why, once). Changing a setting that existing cells depend on gives
+those cells new keys while their old results stay on disk; this module finds them, says why, and
 `sweeper run` refuses to go on without `--recompute-changed` (it never silently mixes two
 versions of a cell).
 
@@ -115,7 +115,9 @@ def resolved_settings(spec: StudySpec, plan: StudyPlan) -> dict:
     return json.loads(json.dumps(settings, default=str))  # as it reads back from disk (tuples -> lists)
 
 
-def trial_cell(checkpoint_id: str, task: str, learning_rate, params: str, seed: int, sample: int | None = None) -> tuple:
+def trial_cell(
+    checkpoint_id: str, task: str, learning_rate, params: str, seed: int, sample: int | None = None
+) -> tuple:
     """A trial's place in the study, whatever its settings: checkpoint, task, point and seed; the
     point is the learning rate and the swept values (`params` JSON, '{}' for none) in grid mode,
     the sample number in optuna and random modes."""
@@ -161,8 +163,8 @@ def find_changes(spec: StudySpec, plan: StudyPlan, layout: StudyLayout) -> Chang
     for row in table.select(["trial_key", "checkpoint_id", "task", "learning_rate", "params", "seed",
                              "sample"]).to_pylist():
         if row["trial_key"] not in planned:  # a row written before the params column: none swept
-            cell = trial_cell(row["checkpoint_id"], row["task"], row["learning_rate"], row["params"] or "{}", row["seed"],
-                              row["sample"])
+            cell = trial_cell(row["checkpoint_id"], row["task"], row["learning_rate"], row["params"] or "{}",
+                              row["seed"], row["sample"])
             recorded_cells[cell] = row
     if not recorded_cells:
         return changes

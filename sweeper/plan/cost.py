@@ -187,7 +187,9 @@ def trial_flops(spec: StudySpec, trial) -> float | None:
     config = trial.checkpoint.model_config
     if not config:
         return None
-    tokens = trial_tokens(spec, trial.task, protocol=trial.protocol) or fallback_tokens(spec, trial.task, trial.protocol)
+    tokens = trial_tokens(spec, trial.task, protocol=trial.protocol) or fallback_tokens(
+        spec, trial.task, trial.protocol
+    )
     return tokens.flops(backbone_count(config))
 
 
@@ -203,7 +205,8 @@ def mi250x_hours(spec: StudySpec, cost: StageCost) -> float:
 
 def finetuning_comparison(spec: StudySpec, plan: StudyPlan, cost: StageCost) -> list[str]:
     """`sweeper plan`'s lines after the stage costs: fine-tuning with every row padded (what a
-    trainer without packing pays; the worker packs, `trainables.tasks.packing`), and both figures in the paper's units (GPU-hours scale with the ratio of the peaks)."""
+    trainer without packing pays; the worker packs, `trainables.tasks.packing`), and both figures in the paper's units
+    (GPU-hours scale with the ratio of the peaks)."""
     padded = padded_finetuning_cost(spec, plan)
     return [f"    {'(padded)':12s} {padded.gpu_hours:>12,.1f} GPU-h  fine-tuning with every row padded to max_length "
             f"(without packing)",
@@ -218,8 +221,11 @@ def describe_external(external: ExternalCheckpoint) -> str:
     count = external.meta.parameters or (parameter_count(external.sizes) if external.sizes else None)
     size = ("size unknown until imported" if count is None else
             f"{count / 1e6:,.1f}M params" if count >= 1e6 else f"{count:,} params")
-    packing = ("packed rows (a tested architecture; each worker probes it first)" if external.model_type in PACKING_TESTED
-               else "packed rows if its probe matches padded ones at the first trial, else dynamic padding")
+    packing = (
+        "packed rows (a tested architecture; each worker probes it first)"
+        if external.model_type in PACKING_TESTED
+        else "packed rows if its probe matches padded ones at the first trial, else dynamic padding"
+    )
     pinned = f" at {external.revision[:12]}" if external.revision else ""
     return (f"{external.name}: {external.model_type or 'unknown architecture'}, {size}, "
             f"{storage.redact(external.source)}{pinned}; {packing}")
@@ -266,7 +272,9 @@ def run_cpu_seconds(run: PretrainingRun, start: int = 0) -> float | None:
     seconds = CPU_CALIBRATION["pretrain_run_s"]
     for phase in run.phases:
         kind = "mlm" if phase.objective == "mlm" else "clm"  # another objective: full logits, as CLM
-        per_token = CPU_CALIBRATION["pretrain_token_s"][kind] + flops_per_token / CPU_CALIBRATION["pretrain_flops_per_s"][kind]
+        per_token = (
+            CPU_CALIBRATION["pretrain_token_s"][kind] + flops_per_token / CPU_CALIBRATION["pretrain_flops_per_s"][kind]
+        )
         seconds += max(0, phase.end_step - max(phase.start_step, start)) * run.tokens_per_step * per_token
     return seconds
 
@@ -289,8 +297,11 @@ def cpu_wall_time(spec: StudySpec, plan: StudyPlan, cpus: int) -> WallTime | Non
             unknown += 1
             continue
         # a branch starts once its trunk has trained the shared steps
-        trunk = (chain.get(branches[run.name].trunk, 0.0) * starts[run.name] / runs[branches[run.name].trunk].total_steps
-                 if run.name in branches else 0.0)
+        trunk = (
+            chain.get(branches[run.name].trunk, 0.0) * starts[run.name] / runs[branches[run.name].trunk].total_steps
+            if run.name in branches
+            else 0.0
+        )
         chain[run.name] = seconds / max(res.cpus_per_worker, 1) + chain.get(run.init_from_run, 0.0) + trunk
     pretraining = sum(run_cpu_seconds(run, starts.get(run.name, 0)) or 0.0 for run in runs.values())
     finetuning, longest_trial = 0.0, 0.0
@@ -327,7 +338,8 @@ def wall_time_lines(spec: StudySpec, plan: StudyPlan, cpus: int) -> list[str]:
     extra = f" (+ {estimate.unknown} runs or trials sized at run time)" if estimate.unknown else ""
     return [f"  estimated wall time on {cpus} CPU{'s' if cpus != 1 else ''} (this machine's): "
             f"~{duration_text(estimate.seconds)}{extra}",
-            f"    {estimate.pretraining_cpu_s / 60:,.1f} CPU-min of pretraining + {estimate.finetuning_cpu_s / 60:,.1f} "
+            f"    {estimate.pretraining_cpu_s / 60:,.1f} CPU-min of pretraining + "
+            f"{estimate.finetuning_cpu_s / 60:,.1f} "
             f"of fine-tuning over the CPUs, + {STUDY_SETUP_S:.0f} s of set-up (benchmarks/wall_time.py)"]
 
 

@@ -46,7 +46,9 @@ def shown(value, paper=None, replicates: dict[str, tuple[str, int]] | None = Non
     if isinstance(value, (set, frozenset)):
         if isinstance(paper, (set, frozenset)):
             missing, extra = once_each(paper - value, replicates or {}), once_each(value - paper, replicates or {})
-            parts = ([f"missing {', '.join(missing)}"] if missing else []) + ([f"extra {', '.join(extra)}"] if extra else [])
+            parts = ([f"missing {', '.join(missing)}"] if missing else []) + (
+                [f"extra {', '.join(extra)}"] if extra else []
+            )
             return "; ".join(parts) or f"{len(value)} runs"
         return f"{len(value)} runs"
     if isinstance(value, dict):
@@ -82,9 +84,11 @@ def departure_lines(spec, plan) -> list[str]:
     for departure in other + deliberate:
         item = departure.item
         why = f"; deliberate: {item.deliberate}" if item.deliberate else f"; set {item.setting}"
-        lines.append(f"    {item.item}: {shown(departure.value, item.paper, replicates)} here, "
-                     f"{shown(item.paper, departure.value) if not isinstance(item.paper, (set, dict)) else 'as listed'} "
-                     f"in the paper ({item.source}){why}")
+        lines.append(
+            f"    {item.item}: {shown(departure.value, item.paper, replicates)} here, "
+            f"{shown(item.paper, departure.value) if not isinstance(item.paper, (set, dict)) else 'as listed'} "
+            f"in the paper ({item.source}){why}"
+        )
     return lines
 
 
@@ -93,7 +97,9 @@ def protocol_lines(spec, plan, verbose: bool = False) -> list[str]:
     and with -v the retrieval negatives per query of any spec that trains retrieval."""
     lines = departure_lines(spec, plan)
     if verbose and (negatives := retrieval_negatives(spec)) is not None:
-        lines.append(f"  retrieval negatives per query: {negatives} (every other pair of the effective retrieval batch)")
+        lines.append(
+            f"  retrieval negatives per query: {negatives} (every other pair of the effective retrieval batch)"
+        )
     return lines
 
 

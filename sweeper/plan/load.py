@@ -138,11 +138,15 @@ def _resolved_externals(spec: StudySpec, runs: list[PretrainingRun] | None,
     """The checkpoints from elsewhere, resolved once (sweeper.plan.checkpoint_sources), or None
     with the problem noted: one named like a checkpoint the study trains (checked when the runs
     planned), or a source that cannot be read."""
-    own = {run.name for run in runs or []} | {f"{run.name}-{step}" for run in runs or [] for step in run.checkpoint_steps}
+    own = {run.name for run in runs or []} | {
+        f"{run.name}-{step}" for run in runs or [] for step in run.checkpoint_steps
+    }
     for i, entry in enumerate(spec.finetuning.checkpoints):
         if entry.name in own:
-            context.note(f"finetuning.checkpoints[{i}].name",
-                         f"{shown(entry.name)} names a checkpoint this study trains: give the external one another name")
+            context.note(
+                f"finetuning.checkpoints[{i}].name",
+                f"{shown(entry.name)} names a checkpoint this study trains: give the external one another name",
+            )
             return None
     try:
         return resolve_all(spec.finetuning.checkpoints)

@@ -133,7 +133,9 @@ def refusal(spec, checked: list[RunMemory], runs) -> str | None:
     groups: dict[tuple[str, str], list[str]] = {}  # runs with the same estimate share a line
     for memory in failing:
         groups.setdefault((f"{memory.estimate.peak_gb:.1f}", describe(memory.setup)), []).append(memory.run)
-    lines += [f"  {', '.join(names)}: estimated {peak} GB per worker ({setup})" for (peak, setup), names in groups.items()]
+    lines += [
+        f"  {', '.join(names)}: estimated {peak} GB per worker ({setup})" for (peak, setup), names in groups.items()
+    ]
     names = {memory.run for memory in failing}
     lines.append("Settings that would make every such run fit:")
     lines += [f"  {line}" for line in fitting_settings(spec, [run for run in runs if run.name in names])]

@@ -63,9 +63,14 @@ def plan_lines(study: LoadedStudy, verbose: bool = False) -> list[str]:
         lines.append(f"  overrides:              {' '.join(study.overrides)}")
     lines.append(f"  pretraining runs:       {run_count_text(spec, plan)}")
     lines += replicate_source_lines(spec)
-    lines += [              f"  evaluated checkpoints:  {len(plan.checkpoints)} ({final} final + "
-              f"{len(plan.checkpoints) - final - external} intermediate" + (f" + {external} from elsewhere)" if external else ")")]
-    lines += [f"    from elsewhere: {describe_external(c.external)}" for c in plan.checkpoints if c.external is not None]
+    lines += [
+        f"  evaluated checkpoints:  {len(plan.checkpoints)} ({final} final + "
+        f"{len(plan.checkpoints) - final - external} intermediate"
+        + (f" + {external} from elsewhere)" if external else ")")
+    ]
+    lines += [
+        f"    from elsewhere: {describe_external(c.external)}" for c in plan.checkpoints if c.external is not None
+    ]
     trained, also = trained_trials(plan)
     if also:  # a trial writes a result row per set it scores: the factors below count rows
         lines.append(f"  fine-tuning trials:     {trained:,} ({also})")
@@ -74,8 +79,10 @@ def plan_lines(study: LoadedStudy, verbose: bool = False) -> list[str]:
     branches = prefix_branches(plan.runs)
     pre_cost = pretraining_cost(spec, plan.runs, branches if spec.pretraining.share_prefixes else None)
     ft_cost = finetuning_cost(spec, plan)
-    lines.append(f"  estimated GPU-hours at {spec.cost.gpu_peak_tflops:g} TFLOP/s x {spec.cost.utilization:.0%} utilisation "
-                 "(6 x parameters x tokens):")
+    lines.append(
+        f"  estimated GPU-hours at {spec.cost.gpu_peak_tflops:g} TFLOP/s x {spec.cost.utilization:.0%} utilisation "
+        "(6 x parameters x tokens):"
+    )
     for stage, cost in (("pretraining", pre_cost), ("fine-tuning", ft_cost)):
         extra = f" (+ {cost.unknown} items sized at run time)" if cost.unknown else ""
         lines.append(f"    {stage:12s} {cost.gpu_hours:>12,.1f} GPU-h  ({cost.flops:.2e} FLOPs){extra}")

@@ -71,7 +71,9 @@ def task_values(spec, function) -> dict:
 
 def source_of(task) -> str:
     if task.schema == "beir":
-        return f"{task.source} + {task.source}-qrels" + (f", trained on {task.train_source}" if task.train_source else "")
+        return f"{task.source} + {task.source}-qrels" + (
+            f", trained on {task.train_source}" if task.train_source else ""
+        )
     return task.source
 
 
@@ -141,7 +143,9 @@ CODE = "fixed in code"
 
 def presets_of(spec, plan) -> dict:
     used = {run.preset for run in plan.runs if run.preset in TABLE_1}
-    return {preset: tuple({**MODEL_PRESETS[preset], **spec.model.overrides}[k] for k in SHAPE) for preset in sorted(used)}
+    return {
+        preset: tuple({**MODEL_PRESETS[preset], **spec.model.overrides}[k] for k in SHAPE) for preset in sorted(used)
+    }
 
 
 EVAL_TASKS = "EncodEval `encodeval/eval_tasks/`"
@@ -256,7 +260,8 @@ PAPER_PROTOCOL: tuple[ProtocolItem, ...] = (
     ProtocolItem(item="pretraining precision", paper="bf16", source=PAPER,
                  setting=f"{CODE}: bf16 autocast on GPUs (trainables/train_step.py)"),
     ProtocolItem(item="intermediate checkpoints (610m MLM-40 and CLM)",
-                 paper={name: [1000, 2000, 5000, 10_000, 20_000, 40_000] for name in ("610m-clm-42k", "610m-mlm40-42k")},
+                 paper={name: [1000, 2000, 5000, 10_000, 20_000, 40_000]
+                        for name in ("610m-clm-42k", "610m-mlm40-42k")},
                  source="paper, data-efficiency curves", setting="pretraining.runs[].checkpoint_steps",
                  read=intermediate),
     # --- the grid --------------------------------------------------------------------------------
@@ -324,7 +329,8 @@ PAPER_PROTOCOL: tuple[ProtocolItem, ...] = (
                  setting="finetuning.retrieval_temperature", read=ft("retrieval_temperature")),
     ProtocolItem(item="fine-tuning AdamW betas / eps / weight decay", paper=((0.9, 0.95), 1e-5, 0.1), source=CONFIGS,
                  setting="finetuning.betas, eps, weight_decay",
-                 read=lambda spec, plan: tuple(first(getattr(spec.finetuning, k)) for k in ("betas", "eps", "weight_decay"))),
+                 read=lambda spec, plan: tuple(first(getattr(spec.finetuning, k))
+                                               for k in ("betas", "eps", "weight_decay"))),
     ProtocolItem(item="warmup then linear decay", paper=0.1, source=CONFIGS, setting="finetuning.warmup_ratio",
                  read=ft("warmup_ratio")),
     ProtocolItem(item="parameters without weight decay", paper="bias_and_norm", source="HF Trainer's AdamW grouping",

@@ -2,9 +2,9 @@
 
 A run is a list of phases (objective, first step, end step, settings), nanotron's `data_stages`
 idiom. A spec entry gives them in the short form (`objective: clm-mlm, clm_fraction: [0.25]`,
-or the switch as steps, `switch_steps: [10000]`, expanded over its lists; sweeper.plan.phases) or the long form (`phases: [{objective: clm, until: 0.25},
-{objective: mlm, mask_ratio: 0.4}]`); both resolve to the same phases, the same name and the
-same key. A phase of no steps is dropped, so a CLM share of 0 or 1 is a pure run.
+or the switch as steps, `switch_steps: [10000]`, expanded over its lists; sweeper.plan.phases) or the long form
+(`phases: [{objective: clm, until: 0.25}, {objective: mlm, mask_ratio: 0.4}]`); both resolve to the same phases, the
+same name and the same key. A phase of no steps is dropped, so a CLM share of 0 or 1 is a pure run.
 
 Names follow the authors' scheme: each phase's tag then its end step (`610m-mlm40-42k`,
 `610m-clm-42k`, `610m-clm-10k-mlm40-42k`); continued pretraining `610m-clm-dec42k-mlm40-64k`.
@@ -36,7 +36,7 @@ from dataclasses import asdict, dataclass, field, replace
 
 from sweeper.plan.hf_init import planned_hf_init
 from sweeper.plan.phases import (describe, leading_clm_share, long_form_phases, masking_defaults, phase,
-                                 short_form_phases, switch_choices, switch_step)
+                                 short_form_phases, switch_choices)
 from sweeper.plan.replicates import SourceGrowth, arm_name, by_replicate, grown_sources, replicate_name, replicated
 from sweeper.plan.run_names import AXIS_TAGS, format_steps, run_name, tag
 from sweeper.contract import registry

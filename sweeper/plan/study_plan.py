@@ -8,8 +8,8 @@ task: its budget and its family's own settings applied, so editing QA's stride c
 trial keys only.
 
 A trial is a point in a space: the learning rate, plus one value of each swept or searched
-protocol field (`finetuning.weight_decay: [0.0, 0.1]`, `{uniform: [0.0, 0.1]}`), its `params`. The point's values enter the
-protocol like any fixed value, so the key hashes what it always hashed: a spec that sweeps nothing
+protocol field (`finetuning.weight_decay: [0.0, 0.1]`, `{uniform: [0.0, 0.1]}`), its `params`. The point's values enter
+the protocol like any fixed value, so the key hashes what it always hashed: a spec that sweeps nothing
 plans the trials it planned before, under the same keys, and sweeping a field from its current
 value (listed first) keeps every recorded trial's key. Points that give a task the same protocol
 are one trial (a swept doc_stride changes nothing for a classification task; a task budget
@@ -224,7 +224,8 @@ def plan_trials(spec: StudySpec, checkpoints: list[EvaluatedCheckpoint],
         for ckpt, task in itertools.product(checkpoints, ft.tasks):
             run_key = ckpt.source_key
             for params, protocol, text, lr in points[task]:
-                trials += [Trial(trial_key=trial_key(run_key, ckpt.step, task_texts[task], text, seed, learning_rate=lr),
+                trials += [Trial(trial_key=trial_key(run_key, ckpt.step, task_texts[task], text, seed,
+                                                     learning_rate=lr),
                                  checkpoint=ckpt, task=task, protocol=protocol, seed=seed, params=params)
                            for seed in ft.seeds]
     elif ft.search == "random":
@@ -238,7 +239,8 @@ def plan_trials(spec: StudySpec, checkpoints: list[EvaluatedCheckpoint],
                 lr = params.pop(space.LEARNING_RATE)
                 protocol = replace(finetune_protocol(spec, task, point=params), learning_rate=lr)
                 text = protocol_text(protocol)
-                trials += [Trial(trial_key=trial_key(run_key, ckpt.step, task_texts[task], text, seed, learning_rate=lr),
+                trials += [Trial(trial_key=trial_key(run_key, ckpt.step, task_texts[task], text, seed,
+                                                     learning_rate=lr),
                                  checkpoint=ckpt, task=task, protocol=protocol, seed=seed, sample=k, params=params,
                                  search_mode="random")
                            for seed in ft.seeds]
@@ -250,7 +252,11 @@ def plan_trials(spec: StudySpec, checkpoints: list[EvaluatedCheckpoint],
             protocol = finetune_protocol(spec, task)  # searched fields at their largest: the plan budgets with it
             # The key hashes the space and leaves the searched fields out of the protocol.
             keyed = with_values(protocol, dict.fromkeys(searched))
-            search = {"optuna": settings, "seeds": ft.seeds, **({"space": space.identity(searched)} if searched else {})}
+            search = {
+                "optuna": settings,
+                "seeds": ft.seeds,
+                **({"space": space.identity(searched)} if searched else {}),
+            }
             cells[task] = protocol, keyed, search, dict.fromkeys(searched), protocol_text(keyed), canonical(search)
         for ckpt, task in itertools.product(checkpoints, ft.tasks):
             (protocol, keyed, search, params, keyed_text, search_text), run_key = cells[task], ckpt.source_key
@@ -290,7 +296,9 @@ def trial_count_text(spec: StudySpec, plan: StudyPlan) -> str:
     if not swept:
         return text + f"{len(ft.learning_rates)} learning rates x {len(ft.seeds)} seeds"
     pairs = sum(len(task_points(spec, task)) for task in ft.tasks)
-    values = ", ".join(f"{name} {[list(v) if isinstance(v, tuple) else v for v in grid]}" for name, grid in swept.items())
+    values = ", ".join(
+        f"{name} {[list(v) if isinstance(v, tuple) else v for v in grid]}" for name, grid in swept.items()
+    )
     return (f"{len(plan.trials):,} = {len(plan.checkpoints)} checkpoints x {pairs} (dataset, point) pairs x "
             f"{len(ft.learning_rates)} learning rates x {len(ft.seeds)} seeds; points over {values}")
 
@@ -345,7 +353,8 @@ def checkpoint_id(run_name: str, step: int, total_steps: int) -> str:
 
 
 def plan_study(spec: StudySpec, replicate_counts: Mapping[str, int] | None = None, *,
-               runs: list[PretrainingRun] | None = None, externals: list[ExternalCheckpoint] | None = None) -> StudyPlan:
+               runs: list[PretrainingRun] | None = None,
+               externals: list[ExternalCheckpoint] | None = None) -> StudyPlan:
     """The study a checked spec plans. The commands get it from `sweeper.plan.load.load_study`,
     which passes the runs and the checkpoints from elsewhere it checked and resolved (resolved
     once); without them (a spec built in code) they are expanded and resolved here.
@@ -360,6 +369,8 @@ def plan_study(spec: StudySpec, replicate_counts: Mapping[str, int] | None = Non
         for run in runs
         for step in (*run.checkpoint_steps, run.total_steps)
     ] + external_checkpoints(externals)
-    spaces = {task: search_space(spec, task) for task in spec.finetuning.tasks} if spec.finetuning.search != "grid" else {}
+    spaces = (
+        {task: search_space(spec, task) for task in spec.finetuning.tasks} if spec.finetuning.search != "grid" else {}
+    )
     return StudyPlan(runs=tuple(runs), checkpoints=tuple(checkpoints),
                      trials=tuple(plan_trials(spec, checkpoints, spaces)), spaces=spaces)

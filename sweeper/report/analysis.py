@@ -372,7 +372,9 @@ def masking_ratios(categories: pd.DataFrame) -> pd.DataFrame:
 def continued_pretraining(categories: pd.DataFrame) -> pd.DataFrame:
     """CPT runs by source and added steps, with each source itself at 0 added steps."""
     final = final_only(categories)
-    cpt = final[final["init_from"].notna()].assign(source=lambda f: f["init_from"], added_steps=lambda f: f["total_steps"])
+    cpt = final[final["init_from"].notna()].assign(
+        source=lambda f: f["init_from"], added_steps=lambda f: f["total_steps"]
+    )
     sources = final[final["run_name"].isin(set(cpt["init_from"]))].assign(
         source=lambda f: f["run_name"], added_steps=0)
     return pd.concat([sources, cpt]).sort_values(["source", "added_steps", "task_category"])

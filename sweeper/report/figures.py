@@ -13,20 +13,22 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 
 import matplotlib
+import matplotlib.pyplot as plt
+from matplotlib.figure import Figure
+from matplotlib.lines import Line2D
+from matplotlib.patches import Patch
+from matplotlib.ticker import FuncFormatter, LogLocator, NullFormatter
+import numpy as np
+import pandas as pd
 
-matplotlib.use("Agg")  # files only; no display on clusters and CI
-import matplotlib.pyplot as plt  # noqa: E402
-from matplotlib.figure import Figure  # noqa: E402
-from matplotlib.lines import Line2D  # noqa: E402
-from matplotlib.patches import Patch  # noqa: E402
-from matplotlib.ticker import FuncFormatter, LogLocator, NullFormatter  # noqa: E402
-import numpy as np  # noqa: E402
-import pandas as pd  # noqa: E402
+from sweeper.report import analysis
+from sweeper.report.analysis import ordered_categories
+from sweeper.report.lr_bins import rate_text
+from sweeper.contract import registry
 
-from sweeper.report import analysis  # noqa: E402
-from sweeper.report.analysis import ordered_categories  # noqa: E402
-from sweeper.report.lr_bins import rate_text  # noqa: E402
-from sweeper.contract import registry  # noqa: E402
+# Files only: no display on clusters and CI. Switching after pyplot's import is allowed while no
+# figure is open.
+matplotlib.use("Agg")
 
 UNREGISTERED_RANGE = (-100.0, 100.0)
 """Score range of a category no registered family reports (a plugin's study reported without its
@@ -221,7 +223,8 @@ def stability_bars(table: pd.DataFrame, lr_range: str, families: Mapping[str, st
     interval over seeds (`analysis.stability`; never below 0)."""
     return bars(table, "run_name", "spread", lambda rows: (rows["spread"] - rows["spread_low"],
                                                            rows["spread_high"] - rows["spread"]),
-                families, "std of centred test score\n(points, 95 % CI)", "Fine-tuning stability (smaller = more stable)",
+                families, "std of centred test score\n(points, 95 % CI)", "Fine-tuning stability (smaller "
+                                                                          "= more stable)",
                 f"spread over seeds x learning rates {lr_range}")
 
 

@@ -12,7 +12,6 @@ seeds) or that the data cannot show it.
 """
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -97,12 +96,15 @@ def finding_1(scores: SeedScores, config: VerdictConfig) -> list[Part]:
         scored = scores.categories([mlm, clm[0]])
         for category in ("SC", "QA", "TC"):
             if category not in scored:
-                parts.append(Part(comparison=f"{where}, {category}", missing=f"{category} not scored for {mlm} and {clm[0]}"))
+                parts.append(
+                    Part(comparison=f"{where}, {category}", missing=f"{category} not scored for {mlm} and {clm[0]}")
+                )
             elif category != "TC":
                 parts.append(pair_part(scores, mlm, clm[0], f"{where}, {category}: MLM beats CLM", [category], config))
             else:  # 'ties or wins' is a non-inferiority claim: CLM - MLM > -margin
                 parts.append(pair_part(scores, clm[0], mlm, f"{where}, TC: CLM ties or wins ("
-                                       f"{config.tie_margin:g}-point margin)", ["TC"], config, shift=-config.tie_margin))
+                                       f"{config.tie_margin:g}-point margin)", ["TC"], config,
+                                       shift=-config.tie_margin))
     if not parts:
         parts.append(Part(comparison="MLM vs CLM",
                           missing="needs a pure MLM and a pure CLM run of the same size and budget"))
@@ -170,8 +172,10 @@ def best_everywhere_test(part: Part, ratios: list[float], categories: list[str],
     part.numbers = "; ".join(f"{c}: " + ", ".join(f"{ratio_text(r)} {means[i, k]:.2f}" for i, r in enumerate(ratios))
                              + f" (best {ratio_text(ratios[int(means[:, k].argmax())])})"
                              for k, c in enumerate(categories))
-    part.test = (f"one-sided {test_name(config, y.shape[2])}s over {units} per (ratio pair, category); intersection-union "
-                 "over ratios, Bonferroni within")
+    part.test = (
+        f"one-sided {test_name(config, y.shape[2])}s over {units} per (ratio pair, category); intersection-union "
+        "over ratios, Bonferroni within"
+    )
     pairs = (y[:, None] - y[None, :])[off_diagonal]
     part.skewness = skewness(pairs)
     part.noise, part.units = float(np.median(pairs.std(axis=-1, ddof=1))), y.shape[2]
@@ -278,7 +282,9 @@ def split_beats_part(scores: SeedScores, mlm: str, splits: pd.DataFrame, label: 
     categories = scores.categories(ids)
     y = scores.matrix(ids, categories).mean(axis=1) if categories else np.empty((len(ids), 0))
     if y.shape[1] < config.min_seeds:
-        part.missing = f"needs >= {config.min_seeds} {unit_name(scores, ids)} shared by MLM and the splits, has {y.shape[1]}"
+        part.missing = (
+            f"needs >= {config.min_seeds} {unit_name(scores, ids)} shared by MLM and the splits, has {y.shape[1]}"
+        )
         return part
     above, below = paired_test(y[1:] - y[0], 0.0, config)
     part.p_support = float(min(1.0, len(splits) * np.min(above)))
@@ -286,9 +292,14 @@ def split_beats_part(scores: SeedScores, mlm: str, splits: pd.DataFrame, label: 
     part.noise = float(np.max((y[1:] - y[0]).std(axis=-1, ddof=1)))
     part.skewness = skewness(y[1:] - y[0])
     part.units, part.inside, part.one_sided = y.shape[1], len(splits), True
-    part.numbers = ("mean of " + "/".join(categories) + f": MLM {describe(y[0])}, "
-                    + ", ".join(f"{ratio_text(f)} CLM {describe(y[i + 1])}" for i, f in enumerate(splits["clm_fraction"])))
-    part.test = f"one-sided {test_name(config, y.shape[1])}s over {scores.units(ids, y.shape[1])}, Bonferroni over {len(splits)} split(s)"
+    part.numbers = (
+        "mean of "
+        + "/".join(categories)
+        + f": MLM {describe(y[0])}, "
+        + ", ".join(f"{ratio_text(f)} CLM {describe(y[i + 1])}" for i, f in enumerate(splits["clm_fraction"]))
+    )
+    part.test = (f"one-sided {test_name(config, y.shape[1])}s over {scores.units(ids, y.shape[1])}, "
+                 f"Bonferroni over {len(splits)} split(s)")
     if np.isnan(part.p_support) or np.isnan(part.p_contradict):
         part.missing = "the units do not vary: no test"
     return part
@@ -315,8 +326,10 @@ def reliable_part(scores: SeedScores, split: str, mlm: str, others: list[str], l
     part.numbers = "; ".join([f"{c} minus MLM {describe(y[0, k] - y[1, k])}" for k, c in enumerate(categories)]
                              + [f"mean minus {o} {describe(y[0].mean(axis=0) - y[2 + i].mean(axis=0))}"
                                 for i, o in enumerate(others)])
-    part.test = (f"{test_name(config, y.shape[2])}s over {scores.units(ids, y.shape[2])} against a {config.tie_margin:g}-point "
-                 "margin, intersection-union over categories and splits")
+    part.test = (
+        f"{test_name(config, y.shape[2])}s over {scores.units(ids, y.shape[2])} against a {config.tie_margin:g}-point "
+        "margin, intersection-union over categories and splits"
+    )
     if np.isnan(part.p_support) or np.isnan(part.p_contradict):
         part.missing = "the units do not vary: no test"
     return part
@@ -344,7 +357,8 @@ def finding_5(scores: SeedScores, config: VerdictConfig) -> list[Part]:
         where = f"{size}, +{budget(added)} MLM {ratio_text(ratio)} steps after {budget(before)}"
         from_clm, from_mlm = group.index[group["source"] == "clm"], group.index[group["source"] == "mlm"]
         if len(from_clm) == 0 or len(from_mlm) == 0:
-            parts.append(Part(comparison=where, missing=f"no continued run from a {'CLM' if len(from_clm) == 0 else 'MLM'} "
+            parts.append(Part(comparison=where, missing="no continued run from a "
+                                                        f"{'CLM' if len(from_clm) == 0 else 'MLM'} "
                                                         "checkpoint with these steps"))
             continue
         parts.append(pair_part(scores, from_clm[0], from_mlm[0], f"{where}: from CLM beats from MLM", None, config))

@@ -102,7 +102,8 @@ class TrialGrid:
 
     def only(self, keep: np.ndarray) -> TrialGrid:
         """The checkpoints where `keep` is true (a sequential look's replicates)."""
-        return replace(self, checkpoints=[c for c, k in zip(self.checkpoints, keep) if k], validation=self.validation[keep],
+        return replace(self, checkpoints=[c for c, k in zip(self.checkpoints, keep) if k],
+                       validation=self.validation[keep],
                        test=self.test[keep], state=self.state[keep], final=self.final[keep])
 
     def swapped(self) -> TrialGrid:

@@ -52,7 +52,9 @@ def inferred_space(points: list[dict]) -> dict[str, object]:
         values = [p[name] for p in points if p.get(name) is not None]
         if values and all(isinstance(v, (int, float)) and not isinstance(v, bool) for v in values):
             low, high = float(min(values)), float(max(values))
-            found[name] = optuna.distributions.FloatDistribution(low, high, log=name == spaces.LEARNING_RATE and low > 0)
+            found[name] = optuna.distributions.FloatDistribution(
+                low, high, log=name == spaces.LEARNING_RATE and low > 0
+            )
         else:
             found[name] = optuna.distributions.CategoricalDistribution(sorted({json.dumps(v) for v in values}))
     return found

@@ -35,8 +35,8 @@ def skew_corrected_t(differences: np.ndarray, shift: float = 0.0) -> tuple[np.nd
     """One-sided tests of the mean like `paired_t`, robust to skewed differences: per direction the
     larger p of the paired t-test and of Hall's (1992) monotone form of Johnson's (1978) skewness-
     corrected t (from SKEW_UNITS units), T = sqrt(n) (u + g u^2 / 3 + g^2 u^3 / 27 + g / (6 n)),
-    u = (mean - shift) / SD and g the adjusted sample skewness (scipy's `skew(bias=False)`), read on Student's t with n - 1
-    degrees of freedom. A skewed difference (one arm with occasional bad runs) makes the t-test's
+    u = (mean - shift) / SD and g the adjusted sample skewness (scipy's `skew(bias=False)`), read on Student's t with n
+    - 1 degrees of freedom. A skewed difference (one arm with occasional bad runs) makes the t-test's
     tail on the short side too light; the correction moves it, and the larger p keeps the t-test's
     where the correction's noisy skewness would make a tail lighter still. Measured false verdicts
     per finding (tests/unit/report/test_skew_calibration.py, docs/statistics.md): at most the

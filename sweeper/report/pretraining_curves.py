@@ -5,20 +5,18 @@ its whole history, the trunk's rows up to the branch step drawn dashed (not trai
 itself, but the steps its weights went through) and its own solid."""
 from __future__ import annotations
 
-import matplotlib
+# The backend (Agg) is set by sweeper.report.figures, imported below, before any figure is drawn.
+import matplotlib.pyplot as plt
+import pandas as pd
+from matplotlib.figure import Figure
+from matplotlib.lines import Line2D
 
-matplotlib.use("Agg")
-import matplotlib.pyplot as plt  # noqa: E402
-import pandas as pd  # noqa: E402
-from matplotlib.figure import Figure  # noqa: E402
-from matplotlib.lines import Line2D  # noqa: E402
-
-from sweeper.plan.branches import Branch, shared_prefixes  # noqa: E402
-from sweeper.report.figure_set import FigureSet  # noqa: E402
-from sweeper.report.figures import drawn  # noqa: E402
-from sweeper.store.layout import StudyLayout  # noqa: E402
-from sweeper.store.results import read_table  # noqa: E402
-from sweeper.store.schemas import PRETRAINING  # noqa: E402
+from sweeper.plan.branches import Branch, shared_prefixes
+from sweeper.report.figure_set import FigureSet
+from sweeper.report.figures import drawn
+from sweeper.store.layout import StudyLayout
+from sweeper.store.results import read_table
+from sweeper.store.schemas import PRETRAINING
 
 CAPTION = ("Lines: each pretraining run's training loss against its step (log scale when it spans a decade or "
            "more); a run that started "

@@ -122,7 +122,9 @@ def robustness_lines(card: list[Variant], baseline: list[Verdict]) -> list[str]:
     rows = [head, "|" + "---|" * (len(baseline) + 3),
             "| **the report's** | " + " | ".join(v.verdict for v in baseline) + " | | |"]
     for variant in card:
-        cells = [v.verdict if v.verdict == b.verdict else f"**{v.verdict}**" for v, b in zip(variant.verdicts, baseline)]
+        cells = [
+            v.verdict if v.verdict == b.verdict else f"**{v.verdict}**" for v, b in zip(variant.verdicts, baseline)
+        ]
         rows.append(f"| {variant.name} | " + " | ".join(cells) + f" | {len(variant.flips) or ''} | "
                     f"{undecidable_cell(variant)} |")
     fragile: dict[str, list[str]] = {}
@@ -142,7 +144,9 @@ def robustness_lines(card: list[Variant], baseline: list[Verdict]) -> list[str]:
                 f"Could not decide every part: {', '.join(could_not)} (its *cannot tell* says nothing about "
                 "fragility).", ""]
     if fragile:
-        out += ["Parts whose verdict flips:", ""] + [f"- {part}: " + "; ".join(why) for part, why in sorted(fragile.items())]
+        out += ["Parts whose verdict flips:", ""] + [
+            f"- {part}: " + "; ".join(why) for part, why in sorted(fragile.items())
+        ]
     else:
         out += ["No part's verdict flips under any of these choices."]
     return out + [""]

@@ -222,7 +222,9 @@ def final_verdicts(verdicts: list[Verdict], states: dict, design_looks: tuple[in
                 lines.append(part.line())
             else:
                 when = f"look {look + 1} of {looks}" if look is not None else "open"
-                why = {FUTILE: " (futile: stopped)", CANNOT_TELL: " (no boundary reached by the last look)"}.get(decision, "")
+                why = {FUTILE: " (futile: stopped)", CANNOT_TELL: " (no boundary reached by the last look)"}.get(
+                    decision, ""
+                )
                 shown.note = skew_note(at.units, at.family, at.skewness, test, design_looks)
                 note = f" ({shown.note})" if shown.note else ""
                 lines.append(f"{at.comparison}: {at.numbers}; {at.test}; p = {p_text(at.p_value)} at {when}, "
@@ -270,7 +272,9 @@ def looks_section(outcome: Outcome) -> list[str]:
            f"{outcome.design.maximum} runs is below {outcome.design.futility:.0%}. The findings above are these "
            "decisions (docs/statistics.md, \"Sequential replicates\").", ""]
     if outcome.pending is not None:
-        waiting = {run: n for run, n in outcome.pending.items() if not outcome.counts or n > outcome.counts[-1].get(run, 0)}
+        waiting = {
+            run: n for run, n in outcome.pending.items() if not outcome.counts or n > outcome.counts[-1].get(run, 0)
+        }
         out += [f"Look {len(outcome.counts) + 1} is pending: it needs " + ", ".join(
             f"{run} x{n}" for run, n in waiting.items()) + " (`sweeper run` trains them).", ""]
     if outcome.rows:

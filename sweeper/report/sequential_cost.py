@@ -117,7 +117,10 @@ def futility_p(fraction: float, units: int, bound: float, futility: float) -> fl
     falls as p rises); inf when nothing is futile."""
     if futility <= 0:
         return math.inf
-    gap = lambda log_p: conditional_power(math.exp(log_p), units, fraction, bound) - futility  # noqa: E731
+
+    def gap(log_p: float) -> float:
+        return conditional_power(math.exp(log_p), units, fraction, bound) - futility
+
     if gap(LOWEST_LOG_P) < 0:
         return 0.0
     return math.exp(optimize.brentq(gap, LOWEST_LOG_P, 0.0, xtol=1e-10))
@@ -160,7 +163,9 @@ def close_looks(differences: np.ndarray, findings: tuple[tuple[int, ...], ...], 
             m = len(index)
             open_ = ~closed[:, index]
             # Holm: the open parts by p-value, each at the level of the parts not yet decided.
-            order = np.argsort(np.where(open_, np.nan_to_num(p_value[:, index], nan=2.0), np.inf), axis=1, kind="stable")
+            order = np.argsort(
+                np.where(open_, np.nan_to_num(p_value[:, index], nan=2.0), np.inf), axis=1, kind="stable"
+            )
             count = decided[:, index].sum(axis=1)
             going = np.ones(studies, bool)
             for i in range(m):
@@ -269,7 +274,8 @@ def plan_lines(study) -> list[str]:
             f"10-90 %: {gpu_low:,.1f}-{gpu_high:,.1f}); maximum {cost.maximum_hours:,.1f} "
             f"({cost.maximum_runs} runs, the fixed design at {design.maximum})"
             f"{'; new steps only where runs share first steps' if branched else ''}",
-            f"    pretraining runs: expected {runs:,.1f} (10-90 %: {runs_low:,.0f}-{runs_high:,.0f}): the report's rule "
+            f"    pretraining runs: expected {runs:,.1f} (10-90 %: {runs_low:,.0f}-{runs_high:,.0f}): the "
+            "report's rule "
             f"simulated over {PATHS:,} studies of this plan's findings ({sizes} parts), every comparison differing "
             f"by {design.planning_effect:g} points, run SD {design.planning_run_sd:g} + seed SD {SEED_SD:g} over "
             f"{seeds} seeds ({took:.2f} s)", *skipped]

@@ -24,12 +24,13 @@ from dataclasses import dataclass
 
 import numpy as np
 import pandas as pd
-from scipy import stats
 
 from sweeper.report import analysis, provenance
 from sweeper.report.power import standardized_detectable
 from sweeper.report.grid import Sensitivity, TrialGrid
-from sweeper.report.paired import paired_t, paired_test, skew_note, skewness, test_name  # noqa: F401 (re-exported)
+from sweeper.report.paired import (  # re-exported (`X as X`)
+    paired_t as paired_t, paired_test as paired_test, skew_note as skew_note, skewness as skewness,
+    test_name as test_name)
 
 SUPPORTS, CONTRADICTS, CANNOT_TELL = "supports", "contradicts", "cannot tell"
 
@@ -112,7 +113,8 @@ class Part:
         if self.missing:
             return f"{self.comparison}: cannot tell ({self.missing})"
         note = f" ({self.note})" if self.note else ""
-        return f"{self.comparison}: {self.numbers}; {self.test}; p = {p_text(self.p_adjusted)} (Holm) -> {self.verdict}{note}"
+        return (f"{self.comparison}: {self.numbers}; {self.test}; p = {p_text(self.p_adjusted)} (Holm) "
+                f"-> {self.verdict}{note}")
 
 
 def p_text(p: float) -> str:
@@ -125,7 +127,11 @@ def interval(values: np.ndarray) -> tuple[float, float, float]:
     """Mean over seeds and its 95 % Student-t interval (low, high)."""
     values = np.asarray(values, dtype=float)
     mean = float(values.mean())
-    half = float(analysis.t95(len(values) - 1) * values.std(ddof=1) / np.sqrt(len(values))) if len(values) > 1 else math.nan
+    half = (
+        float(analysis.t95(len(values) - 1) * values.std(ddof=1) / np.sqrt(len(values)))
+        if len(values) > 1
+        else math.nan
+    )
     return mean, mean - half, mean + half
 
 
@@ -268,7 +274,9 @@ def pair_part(scores: SeedScores, a: str, b: str, label: str, categories: Sequen
         return part
     both = scores.matrix([a, b], categories).mean(axis=1)  # (2, units): category mean per unit
     if both.shape[1] < config.min_seeds:
-        part.missing = f"needs >= {config.min_seeds} {unit_name(scores, [a, b])} shared by {a} and {b}, has {both.shape[1]}"
+        part.missing = (
+            f"needs >= {config.min_seeds} {unit_name(scores, [a, b])} shared by {a} and {b}, has {both.shape[1]}"
+        )
         return part
     difference = both[0] - both[1]
     part.p_support, part.p_contradict = (float(p) for p in paired_test(difference, shift, config))

@@ -113,7 +113,8 @@ def study_status(layout: StudyLayout, study: LoadedStudy) -> dict:
                                                                 damaged=damaged.__setitem__, kind=list) or []
                        if isinstance(e, dict))
     running = min(running, unrecorded)
-    return {"study": spec.study, "runs": runs, "interrupted": interrupted, "trial_interruptions": requeued, "trained": trained_trials(plan)[0], "trials": {"planned": len(planned), "ok": counts["ok"],
+    return {"study": spec.study, "runs": runs, "interrupted": interrupted, "trial_interruptions": requeued,
+            "trained": trained_trials(plan)[0], "trials": {"planned": len(planned), "ok": counts["ok"],
             "stopped": counts["stopped"], "diverged": counts["diverged"], "failed": counts["failed"],
             "unclassified": len(unclassified), "running": running, "pending": unrecorded - running},
             "early_stopping": spec.finetuning.scheduler.kind != "none", "eta": eta,

@@ -39,8 +39,11 @@ def damage_section(layout: StudyLayout, damaged: dict[str, str], unreadable: dic
                 "absent from this report until its trials run again; delete them once inspected):", ""]
         out += [f"- `{n['file']}` (set aside {n['quarantined_at']}): {n['reason'][:200]}" for n in notes]
     if unreadable:
-        out += [""] * (len(out) > 2) + [f"{len(unreadable)} damaged store file(s) not read and left in place (`sweeper run` sets them "
-                "aside in `quarantine/` and reruns their trials):", ""]
+        out += [""] * (len(out) > 2) + [
+            f"{len(unreadable)} damaged store file(s) not read and left in place (`sweeper run` sets them "
+            "aside in `quarantine/` and reruns their trials):",
+            "",
+        ]
         out += [f"- `{relative(layout, location)}`: {why[:200]}" for location, why in sorted(unreadable.items())]
     out += [f"- `{relative(layout, location)}`: {why}; read as absent" for location, why in sorted(damaged.items())]
     if problems:
@@ -220,7 +223,7 @@ def study_loaded(layout: StudyLayout):
 
     try:
         return loading.load_study(layout.spec)
-    except Exception:  # noqa: BLE001
+    except Exception:
         return None
 
 
@@ -304,9 +307,13 @@ def report_and_figures(layout: StudyLayout) -> tuple[str, FigureSet, list[str]]:
     flagged = chance.at_chance(best, trials, read_predictions(layout, unreadable))
     terminal += headline.terminal_lines(found, chance.flag_lines(flagged))
     out += headline.comparisons_section(found)
-    at_best = "test score at the best point (learning rate, swept values)" if analysis.axes(best) else "best-LR test score"
+    at_best = (
+        "test score at the best point (learning rate, swept values)" if analysis.axes(best) else "best-LR test score"
+    )
     out += category_section(final, f"Category averages (final checkpoints; {at_best}, mean ± 95 % CI over seeds)")
-    out += shown.place("category scores", "category_scores", figures.category_bars(final, ranges, families), "no scores")
+    out += shown.place(
+        "category scores", "category_scores", figures.category_bars(final, ranges, families), "no scores"
+    )
     out += chance.chance_section(flagged)
     out += verdicts_sections(trials, lr_range, spec and spec.pretraining.sequential) + left_out_section(trials)
     if not stability.empty:
@@ -324,7 +331,8 @@ def report_and_figures(layout: StudyLayout) -> tuple[str, FigureSet, list[str]]:
     out += pretraining_curves.loss_section(layout, loaded, shown, unreadable)
     efficiency = analysis.data_efficiency(categories)
     out += curve_table(efficiency, ["run_name", "checkpoint_step", "tokens_seen"], "Data efficiency",
-                       "Category score at each evaluated checkpoint of runs with intermediate checkpoints (mean ± 95 % CI "
+                       "Category score at each evaluated checkpoint of runs with intermediate checkpoints "
+                       "(mean ± 95 % CI "
                        "over seeds).")
     out += shown.place("data efficiency", "data_efficiency", figures.lines_by_category(
         efficiency, "tokens_seen", "run_name", "pretraining tokens", "Score vs pretraining tokens", ranges, families),

@@ -22,6 +22,7 @@ Ray's `(task pid=...)` prefixes follow that rule (`RAY_COLOR_PREFIX=0`); the deb
 """
 from __future__ import annotations
 
+import importlib
 import logging
 import os
 import re
@@ -170,7 +171,7 @@ class Console:
         if not colour_allowed():
             os.environ["RAY_COLOR_PREFIX"] = "0"
         os.environ.setdefault("RAY_AIR_NEW_OUTPUT", "0")
-        import ray  # noqa: F401  (its own logging setup first: it adds its handler once, at import)
+        importlib.import_module("ray")  # its own logging setup first: it adds its handler once, at import
 
         ray_logger = logging.getLogger("ray")
         for handler in list(ray_logger.handlers):
@@ -178,7 +179,9 @@ class Console:
         ray_logger.setLevel(logging.INFO)
         ray_logger.propagate = True
         root = logging.getLogger()
-        for handler in [h for h in root.handlers if isinstance(h, ConsoleHandler)]:  # a study run before in this process
+        for handler in [
+            h for h in root.handlers if isinstance(h, ConsoleHandler)
+        ]:  # a study run before in this process
             root.removeHandler(handler)
         root.addHandler(ConsoleHandler())
         self.file.addFilter(ForDebugLog())

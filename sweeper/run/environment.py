@@ -25,7 +25,8 @@ def describe_environment() -> dict:
 def probe_environment(spec: StudySpec) -> dict:
     res = spec.resources
     probe = ray.remote(describe_environment).options(
-        num_cpus=res.cpus_per_trial, num_gpus=res.gpus_per_trial, resources=dict(res.custom_resources_per_trial) or None)
+        num_cpus=res.cpus_per_trial, num_gpus=res.gpus_per_trial, resources=dict(res.custom_resources_per_trial) or None
+    )
     return ray.get(probe.remote(), timeout=PROBE_TIMEOUT_S)
 
 

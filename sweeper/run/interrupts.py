@@ -1,8 +1,8 @@
 """SIGINT and SIGTERM to `sweeper run`: stop at any stage, keep what finished, say so, exit 128 + signal.
 
 Within `interruptible()` either signal raises `Interrupted` (a KeyboardInterrupt) in the driver's main
-thread, wherever it is (task preparation, pretraining, Tune's loop), so the stages' own `finally` blocks run: the results
-recorder writes the rows it holds (sweeper.run.tune_grid.run_shards), the console and the lease are
+thread, wherever it is (task preparation, pretraining, Tune's loop), so the stages' own `finally` blocks run: the
+results recorder writes the rows it holds (sweeper.run.tune_grid.run_shards), the console and the lease are
 released. Tune's own SIGINT handler is turned off (`TUNE_DISABLE_SIGINT_HANDLER`): it would end the
 grid as if it were done and print Tune's `Tuner.restore(...)` hint, the wrong advice here, where a
 rerun of `sweeper run` resumes (the results store is the record). A second signal while the first

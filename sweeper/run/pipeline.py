@@ -87,7 +87,11 @@ class Pipeline:
     def publish(self) -> None:
         grid, written = self.pretraining, set(self.readiness.checkpoints)
         for checkpoint in self.checkpoints:
-            if checkpoint.run is not None and checkpoint.checkpoint_id not in written and grid.checkpoint_ready(checkpoint.run, checkpoint.step):
+            if (
+                checkpoint.run is not None
+                and checkpoint.checkpoint_id not in written
+                and grid.checkpoint_ready(checkpoint.run, checkpoint.step)
+            ):
                 written.add(checkpoint.checkpoint_id)
         self.readiness = Readiness(frozenset(written), frozenset(grid.failed))
 

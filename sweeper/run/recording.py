@@ -30,7 +30,7 @@ from __future__ import annotations
 import os
 import socket
 import time
-from datetime import datetime, timezone
+from datetime import datetime, UTC
 from pathlib import Path
 
 from ray import tune
@@ -92,7 +92,7 @@ def trial_row(study: str, trial: Trial, result: dict | None, status: str, error:
         "train_loss": result.get("train_loss"), "train_steps": result.get("train_steps"),
         "error": storage.redact(error) if error else error, "wall_time_s": result.get("wall_time_s"),
         "packing": result.get("packing"),
-        "finished_at": datetime.now(timezone.utc),
+        "finished_at": datetime.now(UTC),
     }
 
 
@@ -259,8 +259,8 @@ def record_trial_interruption(layout: StudyLayout, trial: Trial, kind: str, erro
     last = (error or "").strip().splitlines()[-1:] or [""]
     entries = storage.read_json(layout.trial_interruptions, kind=list) or []
     storage.write_json(layout.trial_interruptions, [*entries, {
-        "kind": kind, "at": time.time(), "trial_key": trial.trial_key, "checkpoint_id":
-        trial.checkpoint.checkpoint_id, "task": trial.task, "seed": trial.seed, "error": storage.redact(last[0])[:300]}])
+        "kind": kind, "at": time.time(), "trial_key": trial.trial_key, "checkpoint_id": trial.checkpoint.checkpoint_id,
+        "task": trial.task, "seed": trial.seed, "error": storage.redact(last[0])[:300]}])
 
 
 def write_live_state(layout: StudyLayout, running_trials: int, progress: ProgressLine | None = None) -> None:

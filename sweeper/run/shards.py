@@ -96,7 +96,8 @@ def task_definitions(task_dirs: dict) -> dict[str, tuple[TaskInfo, str, tuple[st
 
 
 def trial_config(trial: Trial, layout: StudyLayout, task_dirs: dict, sets: EvaluationSets,
-                 runtime: TrialRuntime, tasks: dict[str, tuple[TaskInfo, str, tuple[str, ...]]] | None = None) -> TrialConfig:
+                 runtime: TrialRuntime,
+                 tasks: dict[str, tuple[TaskInfo, str, tuple[str, ...]]] | None = None) -> TrialConfig:
     """The typed config the worker runs: the planned trial with concrete locations, without
     credentials (`storage.strip_credentials`: workers use their own provider chain)."""
     ckpt = trial.checkpoint

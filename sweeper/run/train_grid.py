@@ -15,9 +15,9 @@ With `pretraining.share_prefixes` (the default) a run whose first steps are anot
 step, and the branch starts from it as soon as it is written, beside its trunk. A branch with
 checkpoints of its own resumes from them; one whose trunk failed before the branch step fails
 with that reason; one whose trunk finished, or trained past the branch step, without that
-checkpoint (trained before the branch was planned: a study extended) starts from the latest training state a finished run keeps within
-the steps it shares with the branch, or, with none, trains from scratch and says so. Once every branch from a step is done and its
-trunk too, that checkpoint's training state is dropped.
+checkpoint (trained before the branch was planned: a study extended) starts from the latest training state a finished
+run keeps within the steps it shares with the branch, or, with none, trains from scratch and says so. Once every branch
+from a step is done and its trunk too, that checkpoint's training state is dropped.
 """
 from __future__ import annotations
 
@@ -227,7 +227,9 @@ class PretrainingGrid:
                         continue  # its trunk has not reached the branch step yet
                     branch = self.kept_start(run, branch)
                 self.waiting.remove(run)
-                storage.write_json(self.layout.run(run.name).started, {"run_key": run.run_key, "identity": run.identity})
+                storage.write_json(
+                    self.layout.run(run.name).started, {"run_key": run.run_key, "identity": run.identity}
+                )
                 self.configs[run.name] = pretrain_config(
                     run, self.spec, self.layout, self.corpus_dirs[run.tokenizer], self.by_name, branch,
                     tuple(sorted(self.branch_steps.get(run.name, ()))))
@@ -372,7 +374,11 @@ class PretrainingGrid:
             run_layout = self.layout.run(run.name)
             saved = run_layout.saved_checkpoints()
             ready = set(saved)
-            if self.spec.resources.pretraining_workers > 0 and saved and not run_layout.files_arrived(saved[max(saved)]):
+            if (
+                self.spec.resources.pretraining_workers > 0
+                and saved
+                and not run_layout.files_arrived(saved[max(saved)])
+            ):
                 ready.discard(max(saved))
             self.listings[run.name] = (time.time(), ready)
         return ready

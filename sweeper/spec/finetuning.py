@@ -227,7 +227,9 @@ class FinetuningSpec(AdamWConfig):
 
     def swept(self) -> dict[str, tuple]:
         """The protocol fields given as a grid, each with its values in the order given."""
-        return {name: getattr(self, name).values for name in self.SEARCH_FIELDS if isinstance(getattr(self, name), Grid)}
+        return {
+            name: getattr(self, name).values for name in self.SEARCH_FIELDS if isinstance(getattr(self, name), Grid)
+        }
 
     def searched(self) -> dict[str, Distribution]:
         """The protocol fields given as a distribution (search: optuna or random)."""

@@ -17,7 +17,7 @@ CPU study (the plan's GPU figures read them), `scheduler.kind: none` written out
 from __future__ import annotations
 
 from dataclasses import fields
-from typing import Iterator
+from collections.abc import Iterator
 
 from sweeper.contract import registry
 from sweeper.contract.configs import TrackingConfig
@@ -81,7 +81,9 @@ def unread_family_settings(ft: FinetuningSpec) -> Problems:
             value = getattr(ft, name, None)
             default = derived_doc_stride(ft.max_length) if name == "doc_stride" else default_of(FinetuningSpec, name)
             if value is not None and value != default:
-                tasks = sorted(t for t, info in known.tasks.items() if info.family == family.name and not info.train_task)
+                tasks = sorted(
+                    t for t, info in known.tasks.items() if info.family == family.name and not info.train_task
+                )
                 listed = ", ".join(tasks[:4]) + (", ..." if len(tasks) > 4 else "")
                 yield f"finetuning.{name}", (f"has no effect: no task of the study is {family.name} ({listed}), "
                                              f"the only family that reads {name}; remove it, or add such a task")
@@ -125,7 +127,8 @@ def run_settings(pre: PretrainingSpec) -> Problems:
     switching = any(run.objective == "clm-mlm" or len(run.phases or ()) > 1 for run in pre.runs)
     if pre.clm_fraction_of != "total" and not switching:
         yield "pretraining.clm_fraction_of", ("has no effect: no run switches objective (clm-mlm, or several "
-                                              "phases), and clm_fraction_of says what a switch's share is of; remove it")
+                                              "phases), and clm_fraction_of says what a switch's share "
+                                              "is of; remove it")
 
 
 def harmless_settings(spec) -> Problems:
@@ -150,7 +153,10 @@ def study_settings(spec) -> Problems:
                 yield name, (f"has no effect: the study trains no pretraining runs (it fine-tunes "
                              f"finetuning.checkpoints only), and {name} shapes only those; remove the section")
     trained_here = DataSpec().tokenizer
-    if spec.data.tokenizer != trained_here and spec.data.tokenizer_sample_documents != DataSpec().tokenizer_sample_documents:
+    if (
+        spec.data.tokenizer != trained_here
+        and spec.data.tokenizer_sample_documents != DataSpec().tokenizer_sample_documents
+    ):
         yield "data.tokenizer_sample_documents", (
             f"has no effect with tokenizer {spec.data.tokenizer!r}: it is read when the tokenizer is trained here "
             f"(tokenizer: {trained_here}); remove it")
@@ -161,5 +167,5 @@ def study_settings(spec) -> Problems:
     if not spec.tracking.wandb:
         for name in (f.name for f in fields(TrackingConfig) if f.name != "wandb"):
             if getattr(spec.tracking, name) != getattr(TrackingConfig(), name):
-                yield f"tracking.{name}", (f"has no effect with tracking.wandb: false (nothing is logged to "
+                yield f"tracking.{name}", ("has no effect with tracking.wandb: false (nothing is logged to "
                                            "W&B); set wandb: true, or remove it")

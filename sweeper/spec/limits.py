@@ -179,4 +179,5 @@ def size_problems(spec):
         return
     if (curve := curve_points(spec)) > limits.max_curve_points:
         yield "finetuning.eval_every", over("validation points per trial",
-                                            Count(curve, f"max_steps / eval_every {ft.eval_every:,}"), "max_curve_points")
+                                            Count(curve, f"max_steps / eval_every {ft.eval_every:,}"),
+                                            "max_curve_points")

@@ -37,7 +37,7 @@ def gathered(context: Context, items):
     """The converted values of `items` ((path, thunk) pairs), every mistake among them noted;
     raises Skipped after converting all of them when one had a mistake."""
     values, failed = [], False
-    for path, thunk in items:
+    for _, thunk in items:
         try:
             values.append(thunk())
         except SpecError as error:
@@ -69,7 +69,8 @@ def convert(value, annotation, path: str, context: Context):
         if not isinstance(value, list):  # `seeds: 3` reads as three seeds to some and as seed 3 to others
             context.fail(path, f"expected a list, got {type_name(value)} {shown(value)}: write [{shown(value)}] "
                                "for a list of that one value")
-        return gathered(context, [(f"{path}[{i}]", lambda item=item, i=i: convert(item, args[0], f"{path}[{i}]", context))
+        return gathered(context, [(f"{path}[{i}]",
+                                   lambda item=item, i=i: convert(item, args[0], f"{path}[{i}]", context))
                                   for i, item in enumerate(value)])
     if origin is tuple:  # tuple[X, ...] or a fixed length, e.g. betas: tuple[float, float]
         if not isinstance(value, list):
@@ -289,8 +290,11 @@ def convert_space(value, annotation, path: str, context: Context, distributions:
         keys = list(value)
         if len(keys) > 1 and set(keys) & set(FORMS):
             context.fail(path, f"give one form per field, got {len(keys)} keys ({', '.join(map(key_text, keys))})")
-        context.fail(f"{path}.{key_text(keys[0])}", f"unknown form{suggestion(keys[0], list(FORMS))}; "
-                                                    f"a sweepable field takes a value, a list, or one of {', '.join(FORMS)}")
+        context.fail(
+            f"{path}.{key_text(keys[0])}",
+            f"unknown form{suggestion(keys[0], list(FORMS))}; "
+            f"a sweepable field takes a value, a list, or one of {', '.join(FORMS)}",
+        )
     if is_grid_list(value, annotation):
         return grid_of(value, annotation, path, "", context)
     return convert(value, annotation, path, context)
@@ -325,19 +329,28 @@ def distribution_of(kind: str, args, annotation, path: str, context: Context) ->
     arity = FORMS[kind]
     shape = "[lo, hi]" if arity == 2 else "[lo, hi, q]"
     if typing.get_origin(annotation) is tuple:
-        context.fail(path, f"{kind} draws one number, and this field takes a list of {len(typing.get_args(annotation))}: "
-                           "use choice over whole values (choice: [[0.9, 0.95], [0.9, 0.98]])")
+        context.fail(
+            path,
+            f"{kind} draws one number, and this field takes a list of {len(typing.get_args(annotation))}: "
+            "use choice over whole values (choice: [[0.9, 0.95], [0.9, 0.98]])",
+        )
     if not isinstance(args, list):
         context.fail(path, f"{kind} takes a list {shape}, got {type_name(args)} {shown(args)}")
     if len(args) != arity:
         context.fail(path, f"{kind} takes {arity} numbers {shape}, got {len(args)}")
     if kind == "randint":
         if kind_of_field is not int:
-            context.fail(path, f"randint draws integers, and this field takes {KIND_WORDS.get(kind_of_field, 'other values')}: "
-                               "use uniform or loguniform")
+            context.fail(
+                path,
+                f"randint draws integers, and this field takes {KIND_WORDS.get(kind_of_field, 'other values')}: "
+                "use uniform or loguniform",
+            )
     elif kind_of_field is not float:
-        context.fail(path, f"{kind} draws real numbers, and this field takes {KIND_WORDS.get(kind_of_field, 'other values')}: "
-                           "use randint or choice")
+        context.fail(
+            path,
+            f"{kind} draws real numbers, and this field takes {KIND_WORDS.get(kind_of_field, 'other values')}: "
+            "use randint or choice",
+        )
     numbers = tuple(convert(item, kind_of_field, f"{path}[{i}]", context) for i, item in enumerate(args))
     low, high = numbers[0], numbers[1]
     if not low < high:
@@ -347,8 +360,11 @@ def distribution_of(kind: str, args, annotation, path: str, context: Context) ->
     if arity == 3 and not numbers[2] > 0:
         context.fail(f"{path}[2]", f"q (the step values are rounded to) must be positive, got {numbers[2]}")
     if arity == 3 and numbers[2] > (high - low) * (1 + Q_TOLERANCE):
-        context.fail(f"{path}[2]", f"q {numbers[2]} is larger than the range [{low}, {high}]: {kind} rounds every value "
-                                   "to a multiple of q, and the range holds at most one: give a q no larger than hi - lo")
+        context.fail(
+            f"{path}[2]",
+            f"q {numbers[2]} is larger than the range [{low}, {high}]: {kind} rounds every value "
+            "to a multiple of q, and the range holds at most one: give a q no larger than hi - lo",
+        )
     if arity == 3:  # values are rounded to multiples of q: so are the ends, or a value could fall outside them
         for i, end in enumerate(numbers[:2]):
             if not is_multiple(end, numbers[2]):

@@ -8,7 +8,7 @@ the exact key. A field named in a `GRID_FIELDS` takes a grid: one run per value
 """
 from __future__ import annotations
 
-from dataclasses import dataclass, field, fields, replace
+from dataclasses import dataclass, field, replace
 from typing import ClassVar, Literal
 
 from sweeper.contract import registry
@@ -275,7 +275,8 @@ class PretrainingSpec:
         defaults = SCALE_DEFAULTS[scale_of(presets)]
         steps = defaults["steps"] if self.steps is None else self.steps
         derived = PAPER_SCHEDULE_STEPS if 2 * PAPER_SCHEDULE_STEPS <= steps else steps // 20
-        return replace(self, steps=steps, global_batch_size=(defaults["global_batch_size"] if self.global_batch_size is None
+        return replace(self, steps=steps,
+                       global_batch_size=(defaults["global_batch_size"] if self.global_batch_size is None
                                                              else self.global_batch_size),
                        warmup_steps=derived if self.warmup_steps is None else self.warmup_steps,
                        decay_steps=derived if self.decay_steps is None else self.decay_steps)
@@ -292,7 +293,10 @@ class PretrainingSpec:
                            f"step {step} is not before the run's budget of {min(budgets)} steps")
             for j, step in enumerate(run.switch_steps or []):
                 if step > min(budgets):
-                    yield f"runs[{i}].switch_steps[{j}]", f"step {step} is beyond the run's budget of {min(budgets)} steps"
+                    yield (
+                        f"runs[{i}].switch_steps[{j}]",
+                        f"step {step} is beyond the run's budget of {min(budgets)} steps",
+                    )
             warmups = values_of(self.warmup_steps if run.warmup_steps is None else run.warmup_steps)
             decays = values_of(self.decay_steps if run.decay_steps is None else run.decay_steps)
             # The first (budget, warmup, decay) combination in grid order that does not fit, found
@@ -303,10 +307,13 @@ class PretrainingSpec:
                 k = next(k for k, decay in enumerate(decays) if warmups[j] + decay > budget)
                 key = (f"runs[{i}].warmup_steps[{j}]" if isinstance(run.warmup_steps, Grid) and j else
                        f"runs[{i}].decay_steps[{k}]" if isinstance(run.decay_steps, Grid) and k else
-                       f"warmup_steps[{j}]" if run.warmup_steps is None and isinstance(self.warmup_steps, Grid) and j else
+                       f"warmup_steps[{j}]"
+                       if run.warmup_steps is None and isinstance(self.warmup_steps, Grid) and j else
                        f"decay_steps[{k}]" if run.decay_steps is None and isinstance(self.decay_steps, Grid) and k else
                        f"runs[{i}].steps")
-                owner = f"pretraining.runs[{i}]." if (run.warmup_steps, run.decay_steps) != (None, None) else "pretraining."
+                owner = (
+                    f"pretraining.runs[{i}]." if (run.warmup_steps, run.decay_steps) != (None, None) else "pretraining."
+                )
                 yield key, (f"budget {budget} is shorter than warmup + decay steps ({warmups[j]} + {decays[k]}): "
                             f"set {owner}warmup_steps and {owner}decay_steps to fit (or a longer steps)")
 

@@ -53,7 +53,11 @@ AMOUNTS = ("cpus_per_worker", "gpus_per_worker", "cpus_per_trial", "gpus_per_tri
 def layout_problems(resources):
     """(key under `resources`, reason) for each layout of `resources` (a ResourcesSpec) that
     cannot run as written."""
-    workers, worker_gpus, trial_gpus = resources.pretraining_workers, resources.gpus_per_worker, resources.gpus_per_trial
+    workers, worker_gpus, trial_gpus = (
+        resources.pretraining_workers,
+        resources.gpus_per_worker,
+        resources.gpus_per_trial,
+    )
     for key in AMOUNTS:
         if 0 < (amount := getattr(resources, key)) < RAY_GRANULARITY:
             yield key, (f"{amount:g} is below the smallest amount Ray schedules ({RAY_GRANULARITY:g}): "
@@ -63,7 +67,8 @@ def layout_problems(resources):
                                   "workers of one run on one GPU, and NCCL refuses that (\"Duplicate GPU detected\"); "
                                   "give each worker a whole GPU (gpus_per_worker: 1)")
     if worker_gpus > 1:
-        yield "gpus_per_worker", (f"{worker_gpus:g} GPUs per worker, and a pretraining worker trains on one: the others "
+        yield "gpus_per_worker", (f"{worker_gpus:g} GPUs per worker, and a pretraining worker trains on "
+                                  "one: the others "
                                   f"would idle; to train a run on {max(1, workers) * worker_gpus:g} GPUs give "
                                   f"pretraining_workers: {math.ceil(max(1, workers) * worker_gpus)} with "
                                   "gpus_per_worker: 1")

@@ -23,7 +23,6 @@ from sweeper.spec.limits import LimitsSpec, size_problems
 from sweeper.spec.parsing import values_of
 from sweeper.spec.model_data import DataSpec, ModelSpec
 from sweeper.spec.pretraining import PretrainingSpec
-from sweeper.spec.reading import shown
 from sweeper.spec.resources import RAY_GRANULARITY, custom_resource_problem, layout_problems
 from sweeper.store.storage import folder_name_problem
 
@@ -82,7 +81,10 @@ class ResourcesSpec:
                 elif not amount >= 0:
                     yield f"{key}.{name}", f"must not be negative, got {amount}"
                 elif 0 < amount < RAY_GRANULARITY:
-                    yield f"{key}.{name}", f"{amount:g} is below the smallest amount Ray schedules ({RAY_GRANULARITY:g})"
+                    yield (
+                        f"{key}.{name}",
+                        f"{amount:g} is below the smallest amount Ray schedules ({RAY_GRANULARITY:g})",
+                    )
 
 
 PAPER_STABILITY_RANGE = (1e-5, 1e-4)
@@ -182,8 +184,15 @@ class StudySpec:
             used = {p for grid in self.pretraining.runs for p in grid.preset or [self.model.preset]}
             for preset, point in itertools.product(sorted(used & set(MODEL_PRESETS)), self.model.override_points()):
                 if problem := self.model.architecture_problem(preset, point):
-                    swept = f" with {', '.join(f'{k}: {v}' for k, v in point.items())}" if point != self.model.overrides else ""
-                    yield ("model.overrides" if self.model.overrides else "model.preset"), f"preset {preset}{swept}: {problem}"
+                    swept = (
+                        f" with {', '.join(f'{k}: {v}' for k, v in point.items())}"
+                        if point != self.model.overrides
+                        else ""
+                    )
+                    yield (
+                        ("model.overrides" if self.model.overrides else "model.preset"),
+                        f"preset {preset}{swept}: {problem}",
+                    )
                     break
         yield from self.finetuning.sweep_problems()
         yield from ignored_settings(self)  # last: a setting no mode of the spec reads (sweeper.spec.ignored)

@@ -12,7 +12,7 @@ study on different environments need not give the same rows.
 from __future__ import annotations
 
 from collections.abc import Callable
-from datetime import datetime, timezone
+from datetime import datetime, UTC
 
 from sweeper.store import storage
 from sweeper.store.layout import StudyLayout
@@ -36,7 +36,7 @@ def record(layout: StudyLayout, environment: dict, spec_entry: str | None = None
     kept = entries(layout)
     if kept and same(kept[-1], environment):
         return False
-    entry = {"recorded_at": datetime.now(timezone.utc).isoformat(timespec="seconds"), "spec": spec_entry,
+    entry = {"recorded_at": datetime.now(UTC).isoformat(timespec="seconds"), "spec": spec_entry,
              **{field: environment.get(field) for field in SHAPING}}
     storage.write_json(layout.environments, kept + [entry])
     return True

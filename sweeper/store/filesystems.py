@@ -53,8 +53,9 @@ def filesystem_of_root(root: str) -> pafs.FileSystem:
                                  **options)
 
 
-TRANSIENT_MARKS = ("SLOW_DOWN", "SlowDown", "THROTTLING", "SERVICE_UNAVAILABLE", "INTERNAL_FAILURE", "NETWORK_CONNECTION",
-                   "REQUEST_TIMEOUT", "Failed to flush response stream", "curlCode", "Connection reset")
+TRANSIENT_MARKS = ("SLOW_DOWN", "SlowDown", "THROTTLING", "SERVICE_UNAVAILABLE", "INTERNAL_FAILURE",
+                   "NETWORK_CONNECTION", "REQUEST_TIMEOUT", "Failed to flush response stream", "curlCode",
+                   "Connection reset")
 """What an OSError from pyarrow says when the request may succeed if sent again. pyarrow reads a
 small object into a buffer of the object's size; an error answer longer than that (a 503
 SlowDown body to a GET of a 9-byte marker) overflows it and comes back as INTERNAL_FAILURE

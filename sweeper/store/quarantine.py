@@ -21,7 +21,7 @@ from __future__ import annotations
 import os
 import sys
 import time
-from datetime import datetime, timezone
+from datetime import datetime, UTC
 
 from sweeper.store import storage
 from sweeper.store.layout import StudyLayout
@@ -70,7 +70,7 @@ def set_aside(layout: StudyLayout, location: str, why: str, target: str | None =
     if not storage.is_remote(target) and (os.path.lexists(target) or os.path.lexists(target + NOTE_SUFFIX)):
         target = f"{target}.{time.strftime('%Y%m%dT%H%M%S')}-{os.getpid()}"
     note = storage.join(storage.parent(target), storage.name(target) + NOTE_SUFFIX)  # a URI keeps its query
-    at = datetime.now(timezone.utc).isoformat(timespec="seconds")
+    at = datetime.now(UTC).isoformat(timespec="seconds")
     try:
         if link := link_on_the_way(layout, storage.parent(target)):
             raise OSError(f"{link} is a link: the quarantine must lie inside the study")

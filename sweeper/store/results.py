@@ -40,11 +40,13 @@ import pyarrow.parquet as pq
 
 from sweeper.store import quarantine, storage
 from sweeper.store.layout import StudyLayout
-from sweeper.store.quarantine import link_text, quarantined, relative  # noqa: F401 - quarantined: re-exported
+from sweeper.store.quarantine import link_text, quarantined as quarantined, relative  # re-exported: quarantined
 
-from sweeper.store.schemas import (  # noqa: F401 - re-exported: the tables are named from here
-    EVAL_CURVES, EVAL_CURVE_SCHEMA, PARTITION, PREDICTIONS, PREDICTION_SCHEMA, PRETRAINING, PRETRAINING_SCHEMA,
-    PROTOCOL_COLUMNS, ROW_KEY, SCHEMAS, SCORE_COLUMNS, TRIAL_SCHEMA, TRIALS)
+from sweeper.store.schemas import (  # re-exported (`X as X`): the tables are named from here
+    EVAL_CURVES as EVAL_CURVES, EVAL_CURVE_SCHEMA as EVAL_CURVE_SCHEMA, PARTITION as PARTITION,
+    PREDICTIONS as PREDICTIONS, PREDICTION_SCHEMA as PREDICTION_SCHEMA, PRETRAINING as PRETRAINING,
+    PRETRAINING_SCHEMA as PRETRAINING_SCHEMA, PROTOCOL_COLUMNS as PROTOCOL_COLUMNS, ROW_KEY as ROW_KEY,
+    SCHEMAS as SCHEMAS, SCORE_COLUMNS as SCORE_COLUMNS, TRIAL_SCHEMA as TRIAL_SCHEMA, TRIALS as TRIALS)
 
 
 def table_dir(layout: StudyLayout, table: str) -> str:

@@ -13,7 +13,7 @@ from __future__ import annotations
 import hashlib
 from collections.abc import Callable
 from dataclasses import dataclass
-from datetime import datetime, timezone
+from datetime import datetime, UTC
 
 from sweeper.store import storage
 from sweeper.store.layout import StudyLayout
@@ -65,6 +65,6 @@ def keep_spec(layout: StudyLayout, text: str, plan: dict) -> str:
     name = f"{(kept[-1].number if kept else 0) + 1:03d}-{digest(text)}"
     storage.make_dirs(layout.specs)
     storage.write_text(layout.spec_copy(name), text)
-    storage.write_json(layout.spec_plan(name), {"ran_at": datetime.now(timezone.utc).isoformat(timespec="seconds"),
+    storage.write_json(layout.spec_plan(name), {"ran_at": datetime.now(UTC).isoformat(timespec="seconds"),
                                                 **plan}, indent=None)
     return name

@@ -259,7 +259,8 @@ def read_json(location: str, default=None, patience_s: float = 5.0,
             why = "empty file" if isinstance(error, json.JSONDecodeError) and not error.doc.strip() \
                 else f"not JSON ({error})"
             break
-        except OSError:  # a read broken off half-way (moto ends the response): read again; an error that stays is raised
+        # A read broken off half-way (moto ends the response): read again; an error that stays is raised.
+        except OSError:
             if not (is_remote(location) and time.monotonic() < deadline):
                 raise
             time.sleep(0.02)

@@ -71,7 +71,8 @@ def test_branched_runs_train_the_weights_of_the_same_runs_from_scratch(ray_head,
 
 STEPS = 600
 SWITCH = 100
-STUDY = nano_study("branching", f"    - {{objective: clm}}\n    - {{objective: clm-mlm, switch_steps: [{SWITCH}]}}\n", """\
+STUDY = nano_study("branching", f"    - {{objective: clm}}\n    - {{objective: clm-mlm, switch_steps: "
+                                f"[{SWITCH}]}}\n", """\
   tasks: [wordnet-supersense-cls]
   learning_rates: [0.001]
   seeds: [0]
@@ -140,6 +141,8 @@ def test_a_killed_driver_resumes_trunk_and_branch_to_the_weights_of_runs_from_sc
     result = run_sweeper("run", str(alone), "--storage", str(scratch), address=address)
     assert result.returncode == 0, result.stdout[-5000:] + result.stderr[-3000:]
     for name in (trunk, branch):
-        ours, theirs = (folder / "pretraining" / name / f"step-{STEPS}" / "model.safetensors" for folder in (study, scratch))
+        ours, theirs = (
+            folder / "pretraining" / name / f"step-{STEPS}" / "model.safetensors" for folder in (study, scratch)
+        )
         assert ours.read_bytes() == theirs.read_bytes(), name
     assert set(table(scratch, "trials")["status"]) == {"ok"} == set(table(study, "trials")["status"])

@@ -100,12 +100,14 @@ def test_four_families_continue_mlm_natively_and_fine_tune_on_every_task_family(
     group_spec = write_spec(tmp_path / "group.yaml", "native-ddp", [folders["qwen3"]], "wordnet-supersense-cls",
                             workers=2)
     group_study = tmp_path / "group-study"
-    grouped = run_sweeper("run", str(group_spec), "--storage", str(group_study), address=ray_head_two_cpus[0], timeout=900)
+    grouped = run_sweeper(
+        "run", str(group_spec), "--storage", str(group_study), address=ray_head_two_cpus[0], timeout=900
+    )
     assert grouped.returncode == 0, grouped.stdout[-6000:] + grouped.stderr[-3000:]
     local_log = storage.read_json(str(study / "pretraining" / names["qwen3"] / "step-12" / "train_log.json"))
     group_log = storage.read_json(str(group_study / "pretraining" / names["qwen3"] / "step-12" / "train_log.json"))
     assert [row["step"] for row in group_log] == [row["step"] for row in local_log]
-    assert all(abs(g["loss"] - l["loss"]) <= 1e-4 * l["loss"] for g, l in zip(group_log, local_log)), \
+    assert all(abs(g["loss"] - own["loss"]) <= 1e-4 * own["loss"] for g, own in zip(group_log, local_log)), \
         (group_log, local_log)
 
 

@@ -8,8 +8,6 @@ URI carries keys of its own, which no output and no object of the study may hold
 in Train's local mode; tests/e2e/test_fsdp_study.py checks a worker group's, with W&B)."""
 from __future__ import annotations
 
-import sys
-from pathlib import Path
 
 import pytest
 import torch
@@ -25,8 +23,7 @@ from sweeper.contract.text_sources import iter_corpus_texts
 from conftest import ROOT, run_sweeper
 from local_s3 import holding, objects_under
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "unit" / "store"))
-from test_secrets import KEY, SECRET, aws_environment  # noqa: E402,F401 (what the unit tests share; the autouse fixture)
+from test_secrets import KEY, SECRET, aws_environment  # noqa: F401 (what the unit tests share; the autouse fixture)
 
 pytestmark = pytest.mark.e2e
 
@@ -121,7 +118,9 @@ def test_continued_pretraining_from_study_and_hub_checkpoints_in_an_object_store
     assert "3 already done" in rerun.stdout and "4 already recorded, 0 blocked by failed runs, 0 to run" in rerun.stdout
     assert len(read_table(StudyLayout(study), TRIALS)) == 4, "a rerun duplicates nothing"
     status = run_sweeper("status", study, address=ray_head[0])
-    assert status.returncode == 0 and "3 done" in status.stdout and "4 ok" in status.stdout, status.stdout + status.stderr
+    assert status.returncode == 0 and "3 done" in status.stdout and "4 ok" in status.stdout, (
+        status.stdout + status.stderr
+    )
     report = run_sweeper("report", study, address=ray_head[0])
     assert report.returncode == 0 and "[report] s3://sweeper-tests/" in report.stdout, report.stdout + report.stderr
     printed = "".join(done.stdout + done.stderr for done in (rerun, status, report))

@@ -1,8 +1,6 @@
 """A damaged part in moto's S3 server: split from tests/unit/store/test_damage.py."""
 from __future__ import annotations
 
-import sys
-from pathlib import Path
 
 
 from sweeper.plan.load import load_study
@@ -12,8 +10,7 @@ from sweeper.store.layout import StudyLayout
 from sweeper.store.results import TRIALS, quarantined, read_trials, write_rows
 
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "unit" / "store"))
-from test_damage import CLS, SMOKE, rows_for  # noqa: E402 (what the unit tests share)
+from test_damage import CLS, SMOKE, rows_for
 
 
 def test_a_damaged_part_in_an_object_store_is_set_aside_there(object_store, monkeypatch, tmp_path):

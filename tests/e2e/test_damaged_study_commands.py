@@ -7,7 +7,6 @@ import json
 import os
 import re
 import socket
-import sys
 import time
 from pathlib import Path
 
@@ -17,9 +16,8 @@ import pytest
 
 from conftest import run_sweeper
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "unit" / "store"))
-from test_damage import CLS, SMOKE, record_study, sweeper_cli  # noqa: E402
-from test_damaged_studies import JOURNAL_GARBAGE, output  # noqa: E402 (what the unit tests share)
+from test_damage import CLS, SMOKE, record_study, sweeper_cli
+from test_damaged_studies import JOURNAL_GARBAGE, output
 
 
 OUTSIDE_PART = b"PAR1 not the study's: a file some other project keeps\n" * 20
@@ -56,8 +54,8 @@ WRONG_SHAPES = {"resolved.json": "[1]", "pretraining/nano-mlm40-40/sweeper_run.j
 def damaged_study(tmp_path_factory, ray_head):
     """A finished study with: infinite and NaN scores in its parts; a lease with `pid:
     "not-a-pid"`; a garbage Optuna journal; a folder where plan.json goes; a partition folder
-    that is a link to a folder outside the study; state files of the wrong JSON shape. Returns the study, what lies outside, the
-    tree before, and the three commands' results (status, report, run), in that order."""
+    that is a link to a folder outside the study; state files of the wrong JSON shape. Returns the study, what lies
+    outside, the tree before, and the three commands' results (status, report, run), in that order."""
     root = tmp_path_factory.mktemp("damaged")
     study, _ = record_study(root / "study", checkpoints=True)
     parts = sorted((study / "results" / "trials" / CLS).glob("part-*.parquet"))

@@ -4,15 +4,13 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
-import sys
 
 import pytest
 import torch
 from safetensors.torch import load_file
 
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "unit" / "trainables"))
-from test_accumulation import planned_run  # noqa: E402
+from test_accumulation import planned_run
 
 
 @pytest.mark.e2e
@@ -55,7 +53,9 @@ def test_two_ddp_workers_in_micro_batches_train_like_one_process_and_keep_only_w
 
 
 @pytest.mark.e2e
-def test_a_run_resumed_at_its_final_checkpoint_applies_the_retention_it_missed(ray_head_two_cpus, wordpiece_dir, tmp_path):
+def test_a_run_resumed_at_its_final_checkpoint_applies_the_retention_it_missed(
+    ray_head_two_cpus, wordpiece_dir, tmp_path
+):
     """Killed between its final checkpoint and that step's retention, a run restarts at its last
     step and trains none: the loop applies retention at the resume point, or the resume-only
     checkpoints and the older evaluated one's optimizer state stay for good. The folder such a

@@ -2,7 +2,6 @@
 from __future__ import annotations
 
 from pathlib import Path
-import sys
 
 import pytest
 import ray
@@ -18,8 +17,7 @@ from sweeper.run.recording import FINAL, ResultsRecorder
 from sweeper.run.search import SEARCH_METRIC
 from sweeper.store.results import EVAL_CURVES, read_table, read_trials
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "unit" / "run"))
-from test_early_stopping import es_spec, smoke_shard  # noqa: E402
+from test_early_stopping import es_spec, smoke_shard
 
 
 def curve_trainable(config):
@@ -32,7 +30,6 @@ def curve_trainable(config):
     for its sibling could reach step 2 while the sibling's actor was still starting (not yet
     RUNNING) on a loaded machine, and run through unheld."""
     import time
-    from pathlib import Path
 
     offset = 5.0 if config["seed"] else -5.0
     if config.get("started"):
@@ -91,7 +88,11 @@ def test_tune_stops_a_points_seeds_together_and_hands_their_last_point_to_the_se
     trials, layout, shard = smoke_shard(tmp_path, 8)
     ft = load_study(es_spec(tmp_path)).spec.finetuning
     searcher = ListSearcher([50.0, 60.0, 10.0, 70.0], started=str(tmp_path / "seed-started"))
-    ray.init(address=ray_head_two_cpus[0], log_to_driver=False, runtime_env={"env_vars": {"PYTHONPATH": worker_pythonpath(__file__)}})
+    ray.init(
+        address=ray_head_two_cpus[0],
+        log_to_driver=False,
+        runtime_env={"env_vars": {"PYTHONPATH": worker_pythonpath(__file__)}},
+    )
     try:
         recorder = ResultsRecorder("smoke", layout, shard, ProgressLine("finetune", 8, unit="trials"))
         tune.Tuner(tune.with_resources(curve_trainable, {"cpu": 1}), tune_config=tune.TuneConfig(

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import os
 import shutil
-import sys
 from pathlib import Path
 
 import pytest
@@ -12,10 +11,9 @@ from conftest import nano_study, run_sweeper
 
 from sweeper.plan.load import load_study
 
-from tiny_checkpoints import KINDS  # noqa: E402
+from tiny_checkpoints import KINDS
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "unit" / "plan"))
-from test_external_checkpoints import entry, external_spec, tiny  # noqa: E402 (what the unit tests share)
+from test_external_checkpoints import entry, external_spec
 
 
 def test_an_object_store_source_is_planned_and_imported(tmp_path, tiny, object_store):

@@ -5,10 +5,9 @@ carries keys. The sharded run must train like the single-process run; the keys m
 nowhere."""
 from __future__ import annotations
 
+import importlib
 import json
-import sys
 from dataclasses import dataclass
-from pathlib import Path
 
 import pytest
 from transformers import AutoConfig, AutoModelForMaskedLM
@@ -16,14 +15,14 @@ from transformers import AutoConfig, AutoModelForMaskedLM
 from sweeper.store import folders, storage
 from sweeper.store.layout import StudyLayout
 from sweeper.store.results import TRIALS, read_table
-import trainables.model  # noqa: F401  (registers the architecture)
 
 from conftest import ROOT, run_sweeper
 from in_process_run import trained_in_process
 from local_s3 import holding, objects_under
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "unit" / "store"))
-from test_secrets import KEY, SECRET, aws_environment  # noqa: E402,F401 (what the unit tests share; the autouse fixture)
+from test_secrets import KEY, SECRET, aws_environment  # noqa: F401 (what the unit tests share; the autouse fixture)
+
+importlib.import_module("trainables.model")  # registers the architecture with AutoModel
 
 pytestmark = pytest.mark.e2e
 FSDP = ROOT / "tests" / "specs" / "fsdp.yaml"
@@ -65,7 +64,8 @@ def test_fsdp2_sharded_run_matches_the_single_process_run(fsdp_study, ray_head_t
     local_spec = tmp_path / "local.yaml"
     # No W&B for the reference (tracking shapes no weight): the sharded study's is checked below.
     local_spec.write_text("".join(line for line in FSDP.read_text().replace(
-        "pretraining_workers: 2", "pretraining_workers: 0").splitlines(keepends=True) if not line.startswith("tracking:")))
+        "pretraining_workers: 2", "pretraining_workers: 0").splitlines(keepends=True)
+        if not line.startswith("tracking:")))
     sharded_study = fsdp_study.uri  # with its keys, as the driver was given it
     assert read_table(StudyLayout(sharded_study), TRIALS).num_rows == 2
     # Offline W&B: the pretraining curve from rank 0, the trials from the driver (in the node's

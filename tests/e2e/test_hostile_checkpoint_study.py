@@ -4,15 +4,10 @@ the study. The folders are built by tests/unit/plan/test_hostile_checkpoints.py'
 from __future__ import annotations
 
 import shutil
-import sys
-from pathlib import Path
 
-import pytest
 from conftest import run_sweeper
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "unit" / "plan"))
-from test_hostile_checkpoints import (SECRET, assert_no_secret, bert, edit_config, hub_cache_folder,  # noqa: E402,F401
-                                      outside, plan, spec_of)
+from test_hostile_checkpoints import SECRET, assert_no_secret, edit_config, hub_cache_folder, plan, spec_of
 
 
 def test_a_hub_cache_folder_is_fine_tuned_and_a_folder_failing_at_load_is_a_recorded_failure(
@@ -54,5 +49,7 @@ def test_a_hub_cache_folder_is_fine_tuned_and_a_folder_failing_at_load_is_a_reco
     part = study / "results" / "trials" / "task=wordnet-supersense-cls" / "part-planted.parquet"
     part.symlink_to(outside)
     again = run_sweeper("run", str(spec), "--storage", str(study), address=ray_head[0])
-    assert f"[store] damaged {part} set aside" in again.stderr and f"a link (to {outside})" in again.stderr, again.stderr
+    assert f"[store] damaged {part} set aside" in again.stderr and f"a link (to {outside})" in again.stderr, (
+        again.stderr
+    )
     assert outside.read_text().startswith(SECRET) and not part.exists()

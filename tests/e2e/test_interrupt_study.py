@@ -66,10 +66,13 @@ def test_an_optuna_search_interrupted_in_its_startup_draws_resumes_without_repea
     # resume.yaml's study (trials long enough that the interrupt comes with samples still to run)
     # searched by Optuna: 2 cells x 4 samples x 2 seeds, every sample a start-up draw.
     spec.write_text(SPEC.read_text().replace("study: resume", "study: optuna-resume")
-                    .replace("{objective: mlm, mask_ratio: [0.4]}", "{objective: mlm, mask_ratio: [0.4], checkpoint_steps: [10]}")
-                    .replace("  tasks: [wordnet-supersense-cls, wordnet-supersense-tag]", "  tasks: [wordnet-supersense-cls]")
+                    .replace("{objective: mlm, mask_ratio: [0.4]}", "{objective: mlm, mask_ratio: [0.4], "
+                                                                    "checkpoint_steps: [10]}")
+                    .replace("  tasks: [wordnet-supersense-cls, wordnet-supersense-tag]",
+                             "  tasks: [wordnet-supersense-cls]")
                     .replace("  learning_rates: [0.001, 0.003, 10000.0]   # the last one diverges\n",
-                             "  search: optuna\n  optuna: {samples: 4, lr_min: 0.0001, lr_max: 0.01, startup_samples: 4}\n")
+                             "  search: optuna\n  optuna: {samples: 4, lr_min: 0.0001, lr_max: 0.01, "
+                             "startup_samples: 4}\n")
                     .replace("seeds: [0, 1, 2, 3]", "seeds: [0, 1]"))
     study_dir = tmp_path / "study"
     planned = plan_study(load_study(spec).spec).trials

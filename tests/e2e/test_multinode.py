@@ -28,7 +28,8 @@ PLACEMENT = ("  cpus_per_trial: 1               # CPUs per fine-tuning trial\n",
 ONE_SEED = ("seeds: [0, 1]", "seeds: [0]")
 """Half the smoke study's trials: every checkpoint, task and family still, in less time."""
 CONTINUED = ("      clm_fraction: [0.5]         # share of steps trained with CLM before switching to MLM\n",
-             "      clm_fraction: [0.5]\n    - {objective: mlm, init_from: [nano-clm-40], steps: [10], mask_ratio: [0.4],"
+             "      clm_fraction: [0.5]\n    - {objective: mlm, init_from: [nano-clm-40], steps: [10], "
+             "mask_ratio: [0.4],"
              " warmup_steps: 1, decay_steps: 2}\n")
 """And a continued-pretraining run, which reads its source's checkpoint on the pretraining node."""
 
@@ -94,9 +95,11 @@ def test_placement_resources_are_read_and_checked(tmp_path):
                                ("{trial_node: 0.00001}", "custom_resources_per_trial.trial_node", "smallest amount"),
                                ("[trial_node]", "custom_resources_per_trial", "expected a mapping")):
         spec = edited_spec(tmp_path, (PLACEMENT[0], PLACEMENT[1].replace("{trial_node: 1}", wrong)))
-        line = 1 + next(i for i, text in enumerate(spec.read_text().splitlines()) if "custom_resources_per_trial" in text)
+        line = 1 + next(
+            i for i, text in enumerate(spec.read_text().splitlines()) if "custom_resources_per_trial" in text
+        )
         with pytest.raises(SpecError) as error:
-            load_study(spec).spec
+            _ = load_study(spec).spec
         assert f"{spec}:{line}: resources.{key}: " in str(error.value) and reason in str(error.value), str(error.value)
 
 

@@ -3,8 +3,7 @@ from __future__ import annotations
 
 import subprocess
 import sys
-from datetime import datetime, timezone
-from pathlib import Path
+from datetime import datetime, UTC
 
 import pyarrow.dataset as ds
 import pytest
@@ -15,10 +14,9 @@ from sweeper.store.results import TRIALS, compact, read_table, read_trials, tabl
 
 from conftest import ROOT
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "unit" / "store"))
 # The unit tests of a location, run here on an s3:// one (tests/unit/store/test_storage.py runs them
 # on a folder), and the unit module's autouse fixture.
-from test_storage import (  # noqa: E402,F401
+from test_storage import (  # noqa: F401  (the tests and fixture named above)
     private_cache, test_a_run_resumes_from_its_newest_checkpoint_whose_listed_files_all_arrived,
     test_build_once_publishes_a_whole_folder_that_local_copy_reads, test_files_round_trip_and_listing)
 
@@ -30,7 +28,7 @@ def location(request, object_store) -> str:
 
 def row(key: str, task: str, status: str = "ok", minute: int = 0) -> dict:
     return {"study": "s", "trial_key": key, "checkpoint_id": "c", "task": task, "learning_rate": 1e-3, "seed": 0,
-            "status": status, "test_score": 50.0, "finished_at": datetime(2026, 1, 1, 0, minute, tzinfo=timezone.utc)}
+            "status": status, "test_score": 50.0, "finished_at": datetime(2026, 1, 1, 0, minute, tzinfo=UTC)}
 
 
 def test_results_store_in_an_object_store(object_store):

@@ -5,7 +5,6 @@ from __future__ import annotations
 import json
 import math
 from pathlib import Path
-import sys
 
 import optuna
 import pandas as pd
@@ -16,8 +15,7 @@ from conftest import nano_study
 from sweeper.store.layout import StudyLayout
 from sweeper.store.results import TRIALS, read_table, read_trials
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "unit" / "run"))
-from test_optuna_search import journal  # noqa: E402 (what the unit tests share)
+from test_optuna_search import journal
 
 
 def test_a_journal_in_an_object_store_is_a_local_copy_saved_back(object_store, tmp_path, monkeypatch):

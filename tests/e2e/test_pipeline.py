@@ -6,7 +6,7 @@ a later checkpoint (here the final one) shows its upload ended."""
 from __future__ import annotations
 
 import json
-from datetime import datetime, timezone
+from datetime import datetime, UTC
 
 import pytest
 
@@ -24,9 +24,9 @@ def test_intermediate_checkpoint_trials_finish_before_its_run_does(ray_head_two_
                          address=ray_head_two_cpus[0])
     assert result.returncode == 0, result.stdout[-4000:] + result.stderr[-3000:]
     run_dir = study / "pretraining" / "tiny-mlm40-200"
-    run_finished = datetime.fromtimestamp((run_dir / "sweeper_done.json").stat().st_mtime, tz=timezone.utc)
+    run_finished = datetime.fromtimestamp((run_dir / "sweeper_done.json").stat().st_mtime, tz=UTC)
     final_written = datetime.fromtimestamp((run_dir / "step-200" / "sweeper_checkpoint.json").stat().st_mtime,
-                                           tz=timezone.utc)
+                                           tz=UTC)
     trials = read_trials(StudyLayout(str(study))).to_pandas()
     early = trials[trials["checkpoint_id"] == "tiny-mlm40-200-10"]
     assert len(early) == 2 and (early["status"] == "ok").all()

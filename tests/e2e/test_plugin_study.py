@@ -3,8 +3,6 @@ tests/unit/contract/test_extending.py."""
 from __future__ import annotations
 
 import json
-from pathlib import Path
-import sys
 
 import pyarrow.dataset as ds
 import pytest
@@ -13,8 +11,7 @@ from sweeper.contract import registry
 
 from conftest import run_sweeper
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "unit" / "contract"))
-from test_extending import PLUGINS, toy_spec  # noqa: E402
+from test_extending import PLUGINS, toy_spec
 
 
 @pytest.mark.e2e

@@ -49,7 +49,8 @@ def test_five_preemptions_with_one_failure_allowed_finish_as_the_undisturbed_run
             progress = wait_for(training, timeout=300, what=f"training on from step {started_from}",
                                 process=driver, poll_s=0.05)
             os.kill(progress["pid"], signal.SIGTERM)
-            notices = wait_for(lambda n=len(stops): RunLayout(run_dir).interruptions()[n:], timeout=120,
+            seen = len(stops)
+            notices = wait_for(lambda: RunLayout(run_dir).interruptions()[seen:], timeout=120,
                                what="the notice's resume state", process=driver, poll_s=0.05)
             started_from = notices[0]["step"]
             stops.append(started_from)

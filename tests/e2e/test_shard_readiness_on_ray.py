@@ -1,8 +1,6 @@
 """Shard readiness on a real local Ray head: split from tests/unit/run/test_shard_readiness.py."""
 from __future__ import annotations
 
-import sys
-from pathlib import Path
 
 import pytest
 import ray
@@ -16,8 +14,7 @@ from sweeper.store.results import read_trials
 
 from conftest import worker_pythonpath
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "unit" / "run"))
-from test_shard_readiness import WrittenCheckpoints, one_task_spec  # noqa: E402 (what the unit tests share)
+from test_shard_readiness import WrittenCheckpoints, one_task_spec
 
 
 def instant_trainable(config: dict, shard) -> None:
@@ -50,7 +47,9 @@ def test_the_last_shards_ready_checkpoint_is_recorded_before_any_trial_of_an_unw
     pretraining = WrittenCheckpoints(layout, later=earlier, until=last_recorded, deadline_s=180.0)
     pretraining.write(last)
     # Workers import this module by name to find the trainable.
-    ray.init(address=ray_head[0], log_to_driver=False, runtime_env={"env_vars": {"PYTHONPATH": worker_pythonpath(__file__)}})
+    ray.init(
+        address=ray_head[0], log_to_driver=False, runtime_env={"env_vars": {"PYTHONPATH": worker_pythonpath(__file__)}}
+    )
     try:
         pipeline = Pipeline(pretraining, [*earlier, last], poll_every_s=0.5)
         pipeline.start()
@@ -64,7 +63,10 @@ def test_the_last_shards_ready_checkpoint_is_recorded_before_any_trial_of_an_unw
     first = rows[rows["checkpoint_id"] == last.checkpoint_id]
     rest = rows[rows["checkpoint_id"] != last.checkpoint_id]
     assert pretraining.written_at is not None
-    assert (first["finished_at"] < pretraining.written_at).all(), (first["finished_at"].tolist(), pretraining.written_at)
+    assert (first["finished_at"] < pretraining.written_at).all(), (
+        first["finished_at"].tolist(),
+        pretraining.written_at,
+    )
     assert (rest["finished_at"] > pretraining.written_at).all()
     assert first["finished_at"].max() < rest["finished_at"].min()
     assert "6/6 trials" in capsys.readouterr().out

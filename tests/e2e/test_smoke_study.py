@@ -4,6 +4,7 @@ Every test that reads the session's smoke study lies here, so the whole suite, w
 each e2e file to one worker (`--dist loadfile`), builds the study once."""
 from __future__ import annotations
 
+import importlib
 import json
 import os
 import subprocess
@@ -20,9 +21,11 @@ from sweeper.plan.study_plan import plan_study
 from report_text import build_report
 from sweeper.store.layout import StudyLayout
 from sweeper.store.results import TRIALS, read_table
-import trainables.model  # noqa: F401  (registers the architecture)
 
 from conftest import ROOT, run_sweeper
+from datetime import UTC
+
+importlib.import_module("trainables.model")  # registers the architecture with AutoModel
 
 pytestmark = pytest.mark.e2e
 SMOKE = ROOT / "search_spaces" / "smoke.yaml"
@@ -46,12 +49,16 @@ def test_submitted_smoke_study_writes_one_row_per_planned_trial(smoke_study):
     cell = ["checkpoint_id", "learning_rate", "seed"]
     trained = rows[rows.task == "wordnet-usage-retrieval"].set_index(cell)
     scored = rows[rows.task == "wordnet-definition-retrieval"].set_index(cell).loc[trained.index]
-    assert (scored["train_loss"] == trained["train_loss"]).all() and (scored["train_steps"] == trained["train_steps"]).all()
+    assert (scored["train_loss"] == trained["train_loss"]).all() and (
+        scored["train_steps"] == trained["train_steps"]
+    ).all()
     assert (scored["test_score"] != trained["test_score"]).any()
     # 32 Tune trials: the evaluation-only retrieval set is scored by the retrieval trials' models.
     assert "[finetune] 32/32 trials" in output
     # Pretraining table: the training log of every run.
-    pre = ds.dataset(study_dir / "results" / "pretraining", format="parquet", partitioning="hive").to_table().to_pandas()
+    pre = (
+        ds.dataset(study_dir / "results" / "pretraining", format="parquet", partitioning="hive").to_table().to_pandas()
+    )
     assert set(pre["run_name"]) == {r.name for r in plan.runs}
 
 
@@ -83,7 +90,9 @@ def test_checkpoints_load_with_auto_classes_and_share_one_architecture(smoke_stu
 
 def test_biphasic_run_switches_at_the_planned_step(smoke_study):
     study_dir, _ = smoke_study
-    pre = ds.dataset(study_dir / "results" / "pretraining", format="parquet", partitioning="hive").to_table().to_pandas()
+    pre = (
+        ds.dataset(study_dir / "results" / "pretraining", format="parquet", partitioning="hive").to_table().to_pandas()
+    )
     biphasic = pre[pre["run_name"] == "nano-clm-20-mlm40-40"].sort_values("step")
     # It shares its CLM steps with nano-clm-40 (pretraining.share_prefixes, `plan -v`: from
     # nano-clm-40 at step 20): it logs only what it trains itself, from its switch on; the first
@@ -110,7 +119,9 @@ def test_rerunning_the_study_redoes_nothing(smoke_study, ray_jobs_head):
     assert os.stat(checkpoint).st_mtime_ns == mtime
 
 
-def test_a_checkpoint_step_added_to_a_finished_run_is_refused_naming_the_run_and_step(smoke_study, ray_jobs_head, tmp_path):
+def test_a_checkpoint_step_added_to_a_finished_run_is_refused_naming_the_run_and_step(
+    smoke_study, ray_jobs_head, tmp_path
+):
     """It used to plan trials on `step-10`, which the finished run never wrote: each one failed."""
     study_dir, _ = smoke_study
     spec = yaml.safe_load(SMOKE.read_text())
@@ -129,7 +140,7 @@ def test_a_checkpoint_step_added_to_a_finished_run_is_refused_naming_the_run_and
 def test_a_damaged_part_and_markers_are_set_aside_and_the_rerun_redoes_exactly_their_trials(smoke_study, ray_jobs_head):
     """A truncated Parquet part, an empty done marker and an empty live.json: the rerun names and
     quarantines the part, records exactly its trials again, and retrains nothing."""
-    from datetime import datetime, timezone
+    from datetime import datetime
 
     import pyarrow.parquet as pq
 
@@ -142,7 +153,7 @@ def test_a_damaged_part_and_markers_are_set_aside_and_the_rerun_redoes_exactly_t
     done_marker = study_dir / "pretraining" / "nano-mlm40-40" / "sweeper_done.json"
     done_marker.write_text("")
     (study_dir / "live.json").write_text("")
-    between = datetime.now(timezone.utc)
+    between = datetime.now(UTC)
 
     status = run_sweeper("status", str(study_dir), address=ray_jobs_head[0])
     assert status.returncode == 0 and part.name in status.stdout + status.stderr, status.stdout + status.stderr
@@ -178,8 +189,8 @@ def test_smoke_report_figures_and_values_match_the_parquet_rows(smoke_study):
     for (checkpoint, task), cell in rows.groupby(["checkpoint_id", "task"]):
         by_lr = cell.groupby("learning_rate").agg(val=("validation_score", "mean"), test=("test_score", "mean"))
         best_lr = by_lr["val"].idxmax()
-        line = next(l for l in text.splitlines() if l.startswith(f"| {checkpoint} |") and f"{best_lr:.1e}" in l
-                    and task in text.split(l)[0].rsplit("### ", 1)[1])
+        line = next(row for row in text.splitlines() if row.startswith(f"| {checkpoint} |") and f"{best_lr:.1e}" in row
+                    and task in text.split(row)[0].rsplit("### ", 1)[1])
         assert f"| {by_lr.loc[best_lr, 'test']:.2f} |" in line, line
 
 
@@ -188,13 +199,17 @@ def test_plan_against_a_finished_study_lists_the_trials_a_new_seed_adds_and_noth
     running anything."""
     study_dir, _ = smoke_study
     before = sorted(p.name for p in study_dir.rglob("*"))
-    out = subprocess.run([sys.executable, "-m", "sweeper", "plan", "search_spaces/smoke.yaml", "finetuning.seeds=[0,1,2]",
-                          "--storage", str(study_dir)], capture_output=True, text=True, cwd=ROOT, timeout=300)
+    out = subprocess.run([sys.executable, "-m", "sweeper", "plan", "search_spaces/smoke.yaml",
+                          "finetuning.seeds=[0,1,2]", "--storage", str(study_dir)],
+                         capture_output=True, text=True, cwd=ROOT, timeout=300)
     assert out.returncode == 0, out.stderr
     lines = out.stdout.split("against the study at", 1)[1].splitlines()
     add = lines.index("  add:       20 trials, 0 pretraining runs")  # 4 checkpoints x 5 tasks x the new seed
     listed = lines[add + 1:add + 21]
     assert len(listed) == 20 and all(line.endswith(" / seed 2") for line in listed), listed
-    assert lines[add + 21:] == ["  keep:      40 trials, 3 pretraining runs", "  recompute: 0 trials, 0 pretraining runs",
-                                "  refuse:    0"], lines
+    assert lines[add + 21 :] == [
+        "  keep:      40 trials, 3 pretraining runs",
+        "  recompute: 0 trials, 0 pretraining runs",
+        "  refuse:    0",
+    ], lines
     assert sorted(p.name for p in study_dir.rglob("*")) == before  # nothing run, nothing written

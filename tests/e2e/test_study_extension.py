@@ -16,8 +16,7 @@ from sweeper.store.results import TRIALS, write_rows
 from conftest import ROOT, run_sweeper
 from test_study_management import small_spec
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "unit" / "report"))
-from test_study_history import TASKS, row  # noqa: E402 (what the unit tests share)
+from test_study_history import TASKS, row
 
 
 def files_below(folder: Path) -> dict[str, float]:

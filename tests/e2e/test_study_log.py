@@ -46,7 +46,8 @@ def test_the_smoke_studys_log_in_a_file_is_plain_and_counts_trials_alike_and_its
     spec.write_text(SMOKE_SPEC)
     try:
         with log.open("w") as out:
-            done = subprocess.run([sys.executable, "-m", "sweeper", "run", str(spec), ONE_SEED, "--storage", str(study)],
+            done = subprocess.run([sys.executable, "-m", "sweeper", "run", str(spec), ONE_SEED,
+                                   "--storage", str(study)],
                                   stdout=out, stderr=subprocess.STDOUT, cwd=ROOT, env=env, timeout=600)
     finally:
         shutil.rmtree(ray_tmp, ignore_errors=True)

@@ -23,7 +23,8 @@ def test_run_refuses_a_trial_no_node_can_host(tmp_path):
     started = time.time()
     run = subprocess.run([sys.executable, "-m", "sweeper", "run", str(ROOT / "tests" / "specs" / "resume.yaml"),
                           "resources.custom_resources_per_trial={trial_node: 1}", "--storage", str(tmp_path / "study")],
-                         cwd=ROOT, env={**env, "RAY_AUTH_MODE": "disabled"}, capture_output=True, text=True, timeout=300)
+                         cwd=ROOT, env={**env, "RAY_AUTH_MODE": "disabled"}, capture_output=True, text=True,
+                         timeout=300)
     assert run.returncode == 2, run.stdout[-3000:] + run.stderr[-3000:]
     assert ("resources.custom_resources_per_trial.trial_node: a fine-tuning trial asks for 1 CPUs, 1 trial_node, "
             "and the largest node Ray reports offers ") in run.stderr, run.stderr

@@ -27,7 +27,9 @@ def _install() -> None:
     def hook(event: str, args: tuple) -> None:
         if event not in _EVENTS or not args:
             return
-        for path in args[:2] if event in ("os.rename", "shutil.copytree", "shutil.copyfile", "os.symlink") else args[:1]:
+        for path in (
+            args[:2] if event in ("os.rename", "shutil.copytree", "shutil.copyfile", "os.symlink") else args[:1]
+        ):
             if isinstance(path, (str, bytes, os.PathLike)):
                 text = os.path.abspath(os.fsdecode(path))
                 if (text + "/").startswith(_WATCHED):

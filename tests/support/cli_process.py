@@ -52,7 +52,9 @@ def run_command(request: dict) -> int:
 
     os.environ.clear()
     os.environ.update(request["env"])
-    added = [entry for entry in request["env"].get("PYTHONPATH", "").split(os.pathsep) if entry and entry not in sys.path]
+    added = [
+        entry for entry in request["env"].get("PYTHONPATH", "").split(os.pathsep) if entry and entry not in sys.path
+    ]
     sys.path[1:1] = added
     os.chdir(request["cwd"])
     null = os.open(os.devnull, os.O_RDONLY)

@@ -18,7 +18,6 @@ the test fails naming what started, even where the test caught the exception.
 from __future__ import annotations
 
 import os
-import sys
 import tempfile
 from pathlib import Path
 

@@ -9,7 +9,7 @@ that happen inside an op, or inside a Python autograd Function, into that op's n
 """
 from __future__ import annotations
 
-from typing import Callable
+from collections.abc import Callable
 
 from torch.profiler import ProfilerActivity, profile
 

@@ -99,8 +99,8 @@ class Scenario:
     def source_rows(self, runs: pd.DataFrame) -> np.ndarray:
         """Per checkpoint, the row of the source run's final checkpoint whose run effect it carries
         (its own source replicate, or 0 from `shared_from` on); -1 for a run from scratch."""
-        final = {(n.removesuffix(f"-rep{r}"), r): i for i, (n, r, s, t) in
-                 enumerate(zip(runs["run_name"], runs["replicate"], runs["checkpoint_step"], runs["total_steps"])) if s == t}
+        columns = zip(runs["run_name"], runs["replicate"], runs["checkpoint_step"], runs["total_steps"])
+        final = {(n.removesuffix(f"-rep{r}"), r): i for i, (n, r, s, t) in enumerate(columns) if s == t}
         out = np.full(len(runs), -1)
         for i, (source, r) in enumerate(zip(runs["init_from"], runs["replicate"])):
             if isinstance(source, str):
@@ -118,7 +118,9 @@ class Scenario:
                 steps = [budget // 4, total] if arm.intermediate else [total]
                 for replicate in range(self.replicates):
                     run = name if replicate == 0 else f"{name}-rep{replicate}"
-                    source = run_name(size, budget, next(a for a in ARMS if a.tag == arm.source)) if arm.source else None
+                    source = (
+                        run_name(size, budget, next(a for a in ARMS if a.tag == arm.source)) if arm.source else None
+                    )
                     for step in steps:
                         suffix = "" if step == total else f"-{step}"
                         rows.append({"checkpoint_id": run + suffix, "run_name": run, "objective": arm.objective,

@@ -42,8 +42,12 @@ def test_every_argument_of_every_subcommand_has_help():
 
 
 def test_plan_and_run_report_three_independent_mistakes_at_once_in_line_order(tmp_path, capsys):
-    spec = edited_spec(tmp_path, ("  preset: nano ", "  prest: nano "),
-                       ("  global_batch_size: 8 ", "  global_batch_size: -8 "), ("  seeds: [0, 1] ", "  seeds: [0, x] "))
+    spec = edited_spec(
+        tmp_path,
+        ("  preset: nano ", "  prest: nano "),
+        ("  global_batch_size: 8 ", "  global_batch_size: -8 "),
+        ("  seeds: [0, 1] ", "  seeds: [0, x] "),
+    )
     for command in (["plan", str(spec)], ["run", str(spec), "--storage", str(tmp_path / "never")]):
         assert cli.main(command) == 2
         lines = capsys.readouterr().err.splitlines()

@@ -16,6 +16,7 @@ import pytest
 import yaml
 from conftest import ROOT
 from tiny_checkpoints import KINDS, build_tiny_checkpoint
+from datetime import UTC
 
 DOCUMENTS = [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md"))]
 BLOCK = re.compile(r"^```ya?ml[^\n]*\n(.*?)^```", re.M | re.S)
@@ -97,8 +98,10 @@ def test_the_results_page_recomputes_a_trials_scores_from_its_predictions(tmp_pa
             return table[input_ids[:, 0]]
 
     positives = [rng.choice(40, size=rng.integers(1, 4), replace=False) for _ in range(12)]
-    split = {"query_input_ids": np.arange(12, dtype=np.int32)[:, None], "query_attention_mask": np.ones((12, 1), np.int8),
-             "doc_input_ids": (12 + np.arange(40, dtype=np.int32))[:, None], "doc_attention_mask": np.ones((40, 1), np.int8),
+    split = {"query_input_ids": np.arange(12, dtype=np.int32)[:, None],
+             "query_attention_mask": np.ones((12, 1), np.int8),
+             "doc_input_ids": (12 + np.arange(40, dtype=np.int32))[:, None],
+             "doc_attention_mask": np.ones((40, 1), np.int8),
              "positive_offsets": np.cumsum([0] + [len(p) for p in positives]).astype(np.int64),
              "positive_docs": np.concatenate(positives).astype(np.int64)}
     halves = {"validation": split, "test": split}
@@ -123,7 +126,7 @@ def test_the_results_page_reads_the_rows_the_report_used(tmp_path, monkeypatch):
     pandas-alone lines find the same current rows, and the snippet's assertion would catch a
     superseded row read as current."""
     import json
-    from datetime import datetime, timezone
+    from datetime import datetime
 
     from sweeper.plan.changes import cell_id, trial_cell
     from report_text import build_report
@@ -135,7 +138,7 @@ def test_the_results_page_reads_the_rows_the_report_used(tmp_path, monkeypatch):
                 "objective": "mlm", "mask_ratio": 0.3, "checkpoint_step": 10, "total_steps": 10, "task": "sc1",
                 "task_category": "SC", "search_mode": "grid", "learning_rate": 1e-4, "seed": seed, "params": "{}",
                 "status": "ok", "validation_score": 50.0 + seed, "test_score": 50.0 + seed,
-                "finished_at": datetime.now(timezone.utc)}
+                "finished_at": datetime.now(UTC)}
 
     study = StudyLayout(str(tmp_path / "studies" / "micro"))
     write_rows(study, TRIALS, [row("old-0", 0), row("new-0", 0), row("new-1", 1)])

@@ -70,7 +70,9 @@ def test_an_e2e_test_may_listen():
 
 
 def test_the_guard_fails_each_quick_test_that_starts_ray_or_a_server(tmp_path):
-    (tmp_path / "test_inner.py").write_text(textwrap.dedent(INNER.format(ray=str(BIN / "ray"), smoke=str(ROOT / "search_spaces" / "smoke.yaml"))))
+    (tmp_path / "test_inner.py").write_text(
+        textwrap.dedent(INNER.format(ray=str(BIN / "ray"), smoke=str(ROOT / "search_spaces" / "smoke.yaml")))
+    )
     (tmp_path / "pytest.ini").write_text("[pytest]\nmarkers =\n    e2e: end-to-end\n")
     env = {k: v for k, v in os.environ.items() if k not in ("SWEEPER_QUICK_TIER_LOG", "PYTHONPATH")}
     env["PYTHONPATH"] = os.pathsep.join([str(TESTS / "support"), str(ROOT)])
@@ -89,8 +91,11 @@ def test_the_guard_fails_each_quick_test_that_starts_ray_or_a_server(tmp_path):
     }, out[-6000:]
     assert "started: a Ray cluster: ray start --head" in out, out[-6000:]
     assert "started: a Ray cluster process: gcs_server" in out, out[-6000:]
-    assert re.search(r"test_a_moto_server is a quick-tier test .* started: a server: \S+ -m moto.server", out), out[-6000:]
+    assert re.search(r"test_a_moto_server is a quick-tier test .* started: a server: \S+ -m moto.server", out), out[
+        -6000:
+    ]
     assert re.search(r"test_a_sweeper_run_forked_by_the_cli_server_starts_a_local_ray is a quick-tier test .* started: "
                      r"a Ray cluster process: gcs_server", out), out[-6000:]
-    assert re.search(r"test_a_child_binds_a_fixed_port is a quick-tier test .* started: a server: a socket bound to port \d+",
-                     out), out[-6000:]
+    assert re.search(
+        r"test_a_child_binds_a_fixed_port is a quick-tier test .* started: a server: a socket bound to port \d+", out
+    ), out[-6000:]

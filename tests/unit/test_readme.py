@@ -4,7 +4,6 @@ screen; its links lead somewhere; dated measurements and commit ids live in docs
 from __future__ import annotations
 
 import re
-from pathlib import Path
 from conftest import ROOT
 
 README = (ROOT / "README.md").read_text()

@@ -90,7 +90,7 @@ def segment_table(rows: list[int], offsets: list[int], lengths: list[int], row_w
     """The packed rows' `cu_seqlens` (trainables.model.varlen_segments of their document ids),
     from the plan on the host: each row's examples in order, then its padding as one segment."""
     segments = [[] for _ in range(max(rows) + 1)]
-    for row, offset, length in sorted(zip(rows, offsets, lengths)):
+    for row, _, length in sorted(zip(rows, offsets, lengths)):
         segments[row].append(length)
     flat = [size for row in segments for size in (*row, row_width - sum(row)) if size]
     return torch.tensor([0, *itertools.accumulate(flat)], dtype=torch.int32)

@@ -48,9 +48,12 @@ def evaluation_judgements(task: TaskInfo, revision: str | None) -> tuple[dict, d
     """({query id: judgement} of validation, of test) as the source splits them."""
     if task.schema == "beir":
         qrels = f"{task.source}-qrels"  # BEIR's convention (BeIR/nq -> BeIR/nq-qrels), as the authors load it
-        read = lambda split: qrels_judgements(rows_of(qrels, split, task))  # noqa: E731
+
+        def read(split):
+            return qrels_judgements(rows_of(qrels, split, task))
     else:
-        read = lambda split: mldr_judgements(rows_of(part(task.source, "default"), split, task, revision))  # noqa: E731
+        def read(split):
+            return mldr_judgements(rows_of(part(task.source, "default"), split, task, revision))
     if task.validation_split:
         return read(task.validation_split), read(task.test_split)
     judged = read(task.test_split)

@@ -212,14 +212,16 @@ def test_the_shipped_config_waits_for_the_operators_security_group():
     assert f's/{SG_PLACEHOLDER}/' in DOCS.read_text(), "docs/cluster.md says how to fill it in"
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def instance_type(name: str) -> dict:
     """AWS's DescribeInstanceTypes record of an instance type (moto carries AWS's published data)."""
     import boto3
     from moto import mock_aws
 
     with mock_aws():
-        return boto3.client("ec2", region_name="us-east-1").describe_instance_types(InstanceTypes=[name])["InstanceTypes"][0]
+        return boto3.client("ec2", region_name="us-east-1").describe_instance_types(InstanceTypes=[name])[
+            "InstanceTypes"
+        ][0]
 
 
 def paper_gpu_memory_gb() -> float:
@@ -249,8 +251,12 @@ def test_gpu_instances_have_the_memory_and_peak_the_paper_spec_plans_for():
     peak = yaml.safe_load((ROOT / "search_spaces" / "paper.yaml").read_text())["cost"]["gpu_peak_tflops"]
     for where, name in gpu_instance_types().items():
         (gpu,) = instance_type(name)["GpuInfo"]["Gpus"]
-        assert PEAK_TFLOPS.get(gpu["Name"]) == peak, f"{where}: the cost model assumes {peak} TFLOP/s, {name} has {gpu['Name']}"
-        assert gpu_memory_gb(name) == spec_gb, f"{where}: {name} has {gpu_memory_gb(name):g} GB GPUs, paper.yaml plans {spec_gb:g}"
+        assert PEAK_TFLOPS.get(gpu["Name"]) == peak, (
+            f"{where}: the cost model assumes {peak} TFLOP/s, {name} has {gpu['Name']}"
+        )
+        assert gpu_memory_gb(name) == spec_gb, (
+            f"{where}: {name} has {gpu_memory_gb(name):g} GB GPUs, paper.yaml plans {spec_gb:g}"
+        )
         # The spec's GB are decimal (sweeper/plan/memory.py): 80e9 bytes is below the GPU's 80 GiB.
         assert spec_gb * 1e9 <= gpu_memory_gb(name) * 2**30
 
@@ -465,7 +471,7 @@ def test_rayjob_requests_fit_below_the_named_node_types_allocatable():
             ("submitter", spec["submitterPodTemplate"]["spec"])]
     pods += [(g["groupName"], g["template"]["spec"]) for g in spec["rayClusterSpec"]["workerGroupSpecs"]]
     per_node: dict[str, dict[str, float]] = {}
-    for where, pod in pods:
+    for _, pod in pods:
         node = pod["nodeSelector"][INSTANCE_LABEL]
         for container in pod["containers"]:
             requests = container["resources"]["requests"]

@@ -62,7 +62,7 @@ def test_without_the_plugin_its_names_are_spec_errors(tmp_path, plugins, monkeyp
     path = toy_spec(tmp_path)
     monkeypatch.setenv(registry.PLUGINS_VARIABLE, "")
     with registry.using(registry.shipped()), pytest.raises(SpecError) as caught:
-        load_study(path).spec
+        _ = load_study(path).spec
     assert "pretraining.runs[1].objective" in str(caught.value) and "unknown objective 'span-mlm'" in str(caught.value)
 
 
@@ -118,7 +118,9 @@ def test_plan_costs_and_sizes_a_plugin_family_by_its_own_estimate(plugins, tmp_p
     flops = len(plan.trials) * (6 * trained + 2 * scored) * backbone_count(config)
     padded = len(plan.trials) * (6 * ft.max_steps * ft.batch_size + 2 * loaded.cost.finetune_eval_examples) \
         * ft.max_length * backbone_count(config)
-    cost_line = next(line for line in printed.stdout.splitlines() if line.strip().startswith("fine-tuning ") and "FLOPs" in line)
+    cost_line = next(
+        line for line in printed.stdout.splitlines() if line.strip().startswith("fine-tuning ") and "FLOPs" in line
+    )
     assert f"({flops:.2e} FLOPs)" in cost_line, cost_line
     assert f"{padded:.2e}" != f"{flops:.2e}", "the generic fallback would print another figure"
 

@@ -2,7 +2,6 @@
 checked, handed to `wandb.init`, and part of no run or trial key."""
 from __future__ import annotations
 
-from pathlib import Path
 
 import pytest
 from conftest import ROOT

@@ -29,7 +29,9 @@ def runs_of(tmp_path, runs_yaml: str, *changes, name="spec.yaml"):
     """smoke.yaml with these run entries (and `changes`): its runs by name."""
     text = (ROOT / "search_spaces" / "smoke.yaml").read_text()
     start, end = text.index("  runs:"), text.index("finetuning:")
-    spec = load_study(edited_spec(tmp_path, *changes, name=name, text=text[:start] + "  runs:\n" + runs_yaml + text[end:])).spec
+    spec = load_study(
+        edited_spec(tmp_path, *changes, name=name, text=text[:start] + "  runs:\n" + runs_yaml + text[end:])
+    ).spec
     return {run.name: run for run in plan_study(spec).runs}
 
 
@@ -93,7 +95,9 @@ def test_runs_that_differ_in_anything_but_their_schedule_share_nothing(tmp_path)
     assert prefix_branches(list(ratios.values())) == {}  # the masking differs from step 0
     lrs = runs_of(tmp_path, pair, ("    peak_lr: 0.002", "    peak_lr: [0.002, 0.001]"), name="lr.yaml")
     assert {b.run for b in prefix_branches(list(lrs.values())).values()} == {"nano-mlm40-24", "nano-mlm40-24-lr1e-3"}
-    assert all(b.trunk.endswith("lr1e-3") == b.run.endswith("lr1e-3") for b in prefix_branches(list(lrs.values())).values())
+    assert all(
+        b.trunk.endswith("lr1e-3") == b.run.endswith("lr1e-3") for b in prefix_branches(list(lrs.values())).values()
+    )
 
 
 @settings(max_examples=40, deadline=None)
@@ -155,7 +159,9 @@ def test_share_prefixes_false_counts_every_step_and_keeps_every_key(paper):
     alone = replace(study, spec=replace(study.spec, pretraining=replace(study.spec.pretraining, share_prefixes=False)))
     text = "\n".join(plan_lines(alone, verbose=True))
     assert "    pretraining       7,924.8 GPU-h" in text
-    assert "every run from scratch (pretraining.share_prefixes: false); sharing prefixes would save 2,281.1 GPU-h" in text
+    assert (
+        "every run from scratch (pretraining.share_prefixes: false); sharing prefixes would save 2,281.1 GPU-h" in text
+    )
     assert "610m-clm-10k-mlm40-42k  (clm-mlm, 42,000 steps, 756M params, from scratch (shares its first 10,000 " \
            "steps with 610m-clm-42k)" in text
     again = plan_study(alone.spec)

@@ -85,7 +85,9 @@ def test_a_changed_fixed_value_lists_the_recorded_cells_and_more_samples_change_
 @pytest.mark.parametrize("mode", ["optuna", "random"])
 def test_a_changed_search_space_lists_the_recorded_samples_with_why(tmp_path, mode):
     layout, recorded = record(tmp_path, mode)
-    changed = load_study(spec_file(tmp_path, mode, ("{uniform: [0.0, 0.2]}", "{uniform: [0.0, 0.3]}"), name="wider.yaml")).spec
+    changed = load_study(
+        spec_file(tmp_path, mode, ("{uniform: [0.0, 0.2]}", "{uniform: [0.0, 0.3]}"), name="wider.yaml")
+    ).spec
     found = find_changes(changed, plan_study(changed), layout)
     assert len(found.trials) == len(recorded)
     assert "search.space.weight_decay: ['uniform', [0.0, 0.2]] -> ['uniform', [0.0, 0.3]]" in found.trials[0][1], \

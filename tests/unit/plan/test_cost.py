@@ -113,8 +113,9 @@ def test_msmarco_trials_pay_for_their_companions(paper, monkeypatch):
     alone = trial_tokens(with_finetuning(spec, tasks=["msmarco"]), "msmarco")
     both = trial_tokens(spec, "msmarco")
     nq, mldr = task_statistics("nq"), task_statistics("mldr-en")
-    companions = (sum(nq.split_rows()) * (nq.query_tokens + nq.documents_per_query * nq.document_tokens)
-                  + sum(mldr.split_rows()) * (mldr.query_tokens + spec.finetuning.max_length))  # MLDR documents cut at max_length
+    companions = sum(nq.split_rows()) * (nq.query_tokens + nq.documents_per_query * nq.document_tokens) + sum(
+        mldr.split_rows()
+    ) * (mldr.query_tokens + spec.finetuning.max_length)  # MLDR documents cut at max_length
     assert both.scored - alone.scored == pytest.approx(companions)  # same sums, float64
     assert both.trained == alone.trained
     assert trial_tokens(spec, "nq").scored == trial_tokens(spec, "mldr-en").scored == 0

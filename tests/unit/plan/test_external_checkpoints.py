@@ -17,7 +17,7 @@ from sweeper.plan.load import load_study
 from sweeper.plan.study_plan import plan_study
 from sweeper.spec.reading import SpecError
 
-from tiny_checkpoints import KINDS, build_tiny_checkpoint  # noqa: E402
+from tiny_checkpoints import KINDS, build_tiny_checkpoint
 
 
 @pytest.fixture(scope="module")
@@ -91,7 +91,7 @@ def test_an_unusable_folder_is_a_spec_error(tmp_path, tiny, problem, make, key, 
             (tmp_path / name / extra).unlink()
     path = external_spec(tmp_path, entry("m", make(tiny, tmp_path)))
     with pytest.raises(SpecError) as caught:
-        load_study(path).spec
+        _ = load_study(path).spec
     assert f"finetuning.checkpoints[0].{key}" in str(caught.value) and reason in str(caught.value)
     assert str(path) in str(caught.value)
 
@@ -128,20 +128,20 @@ def test_a_pinned_hub_commit_plans_offline_and_is_sized_at_run_time(tmp_path, mo
 def test_malformed_entries_name_key_and_reason(tmp_path, text, key, reason):
     path = external_spec(tmp_path, text)
     with pytest.raises(SpecError) as caught:
-        load_study(path).spec
+        _ = load_study(path).spec
     assert f"finetuning.{key}" in str(caught.value) and reason in str(caught.value), str(caught.value)
 
 
 def test_an_external_name_may_not_be_a_study_checkpoint(tmp_path, tiny):
     with pytest.raises(SpecError, match=r"finetuning.checkpoints\[0\].name: 'nano-mlm40-12' names a checkpoint"):
-        load_study(external_spec(tmp_path, entry("nano-mlm40-12", tiny["bert"]), pretraining=True)).spec
+        _ = load_study(external_spec(tmp_path, entry("nano-mlm40-12", tiny["bert"]), pretraining=True)).spec
 
 
 def test_a_study_needs_something_to_fine_tune(tmp_path):
     path = tmp_path / "empty.yaml"
     path.write_text("study: x\nfinetuning: {tasks: [wordnet-supersense-cls]}\n")
     with pytest.raises(SpecError, match="nothing to fine-tune"):
-        load_study(path).spec
+        _ = load_study(path).spec
 
 
 def test_plan_prints_external_checkpoints_without_loading_weights(tmp_path, tiny):

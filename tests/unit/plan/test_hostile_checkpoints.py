@@ -23,7 +23,7 @@ import pytest
 from cli_process import sweeper_cli
 from conftest import ROOT
 
-from tiny_checkpoints import build_tiny_checkpoint  # noqa: E402
+from tiny_checkpoints import build_tiny_checkpoint
 
 ADDRESS_SPACE = 2 << 30
 CPU_SECONDS = 10
@@ -92,7 +92,9 @@ def link_out(folder: Path, name: str, target: Path) -> None:
 
 
 def custom_model(folder: Path, marker: Path) -> None:
-    edit_config(folder, model_type="evil_arch", auto_map={"AutoConfig": "evil.EvilConfig", "AutoModel": "evil.EvilModel"})
+    edit_config(
+        folder, model_type="evil_arch", auto_map={"AutoConfig": "evil.EvilConfig", "AutoModel": "evil.EvilModel"}
+    )
     (folder / "evil.py").write_text(marker_code(marker))
 
 
@@ -157,7 +159,8 @@ HOSTILE = {  # id -> (make(folder, outside, marker), the reason's words)
                       "names shard 'model-00002-of-00002.safetensors', which the folder does not hold"),
     "shard out of the folder": (lambda f, o, m: missing_shard(f, "../elsewhere/secret.txt"),
                                 "not a file name of this folder"),
-    "tokenizer with its own code": (lambda f, o, m: custom_tokenizer(f, m), "auto_map asks for the tokenizer's own code"),
+    "tokenizer with its own code": (lambda f, o, m: custom_tokenizer(f, m), "auto_map asks for the "
+                                                                            "tokenizer's own code"),
     "pickle payload in pytorch_model.bin": (lambda f, o, m: pickled_weights(f, m),
                                             "pytorch_model.bin: its pickle names io.open"),
 }
@@ -190,7 +193,9 @@ def test_a_named_tokenizer_folder_with_custom_code_is_refused(tmp_path, bert):
     shutil.copytree(bert, tokenizer)
     custom_tokenizer(tokenizer, marker)
     spec = spec_of(tmp_path, ("m", bert), extra=f"      tokenizer: {tokenizer}\n")
-    assert_refused(plan(spec), spec, "finetuning.checkpoints[0].tokenizer", "auto_map asks for the tokenizer's own code")
+    assert_refused(
+        plan(spec), spec, "finetuning.checkpoints[0].tokenizer", "auto_map asks for the tokenizer's own code"
+    )
     assert not marker.exists()
 
 
@@ -213,8 +218,9 @@ def test_one_folder_under_two_names_is_refused(tmp_path, bert):
                    "holds the same weights and tokenizer as checkpoints[0] (a)")
 
 
-@pytest.mark.parametrize("name", ["TPU", "gpu", "memory", "object_store_memory", "node:10.0.0.1", "accelerator_type:A100",
-                                  "neuron_cores", "bundle_group_0_0123456789abcdef0123456789abcdef"])
+@pytest.mark.parametrize("name", ["TPU", "gpu", "memory", "object_store_memory", "node:10.0.0.1",
+                                  "accelerator_type:A100", "neuron_cores",
+                                  "bundle_group_0_0123456789abcdef0123456789abcdef"])
 def test_a_resource_ray_reserves_is_refused(tmp_path, bert, name):
     spec = spec_of(tmp_path, ("m", bert), head=f"resources:\n  custom_resources_per_trial: {{{json.dumps(name)}: 1}}\n")
     done = plan(spec)
@@ -237,7 +243,9 @@ def test_the_shipped_names_are_those_transformers_loads():
     from sweeper.plan.checkpoint_checks import shipped_model_types, shipped_tokenizer_classes
 
     assert shipped_model_types() == frozenset(MODEL_MAPPING_NAMES)
-    assert {name.removesuffix("Fast") for name in TOKENIZER_MAPPING_NAMES.values() if name} <= shipped_tokenizer_classes()
+    assert {
+        name.removesuffix("Fast") for name in TOKENIZER_MAPPING_NAMES.values() if name
+    } <= shipped_tokenizer_classes()
 
 
 def test_a_weights_only_pickle_passes_and_its_globals_are_read_not_run(tmp_path):
@@ -245,7 +253,9 @@ def test_a_weights_only_pickle_passes_and_its_globals_are_read_not_run(tmp_path)
 
     from sweeper.plan.checkpoint_checks import bin_problem
 
-    torch.save({"weight": torch.ones(2, 3), "bias": torch.zeros(3, dtype=torch.bfloat16)}, tmp_path / "pytorch_model.bin")
+    torch.save(
+        {"weight": torch.ones(2, 3), "bias": torch.zeros(3, dtype=torch.bfloat16)}, tmp_path / "pytorch_model.bin"
+    )
     assert bin_problem(str(tmp_path), "pytorch_model.bin") is None
     marker = tmp_path / "ran"
     (tmp_path / "legacy.bin").write_bytes(pickle.dumps(Payload(str(marker))))

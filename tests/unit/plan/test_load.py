@@ -2,7 +2,6 @@
 steps it takes are private, and a spec is checked, resolved and planned once."""
 from __future__ import annotations
 
-import sys
 
 import inspect
 import re
@@ -16,15 +15,18 @@ from sweeper.plan import study_plan
 from sweeper.spec.reading import SpecError, SpecErrors
 from sweeper.store.layout import StudyLayout
 from sweeper.store.results import TRIALS, write_rows
-sys.path.insert(0, str(ROOT / "tests" / "unit" / "report"))
-from test_statistics import CLEAR, synthetic_trials  # noqa: E402
+from test_statistics import CLEAR, synthetic_trials
 
 
 @pytest.fixture
 def calls(monkeypatch) -> list[str]:
     """Every load_study call of the commands (they call it through the module: a wrapper sees them)."""
     seen, real = [], loading.load_study
-    monkeypatch.setattr(loading, "load_study", lambda path, overrides=(), **options: seen.append(str(path)) or real(path, overrides, **options))
+    monkeypatch.setattr(
+        loading,
+        "load_study",
+        lambda path, overrides=(), **options: seen.append(str(path)) or real(path, overrides, **options),
+    )
     return seen
 
 
@@ -55,14 +57,18 @@ def test_load_study_is_the_modules_one_public_entry_and_the_commands_plan_nowher
         text = path.read_text()
         if path != ROOT / "sweeper" / "plan" / "load.py":
             assert not re.search(r"\bplan_study\(", text.replace("def plan_study(", "")), path
-            assert "build_dataclass(StudySpec" not in text and "load_yaml(" not in text.replace("def load_yaml(", ""), path
+            assert "build_dataclass(StudySpec" not in text and "load_yaml(" not in text.replace("def load_yaml(", ""), (
+                path
+            )
 
 
 def test_external_checkpoints_are_resolved_once_and_the_plan_uses_them(monkeypatch, tmp_path):
     from tiny_checkpoints import build_tiny_checkpoint  # a real local folder, read by the resolver
 
     folder = build_tiny_checkpoint("llama", tmp_path / "ckpt")
-    spec = edited_spec(tmp_path, ("  learning_rates:", f"  checkpoints: [{{name: outside, source: {folder}}}]\n  learning_rates:"))
+    spec = edited_spec(
+        tmp_path, ("  learning_rates:", f"  checkpoints: [{{name: outside, source: {folder}}}]\n  learning_rates:")
+    )
     resolved, real = [], loading.resolve_all
     monkeypatch.setattr(loading, "resolve_all", lambda entries: resolved.append(entries) or real(entries))
     monkeypatch.setattr(study_plan, "resolve_all", lambda entries: pytest.fail("resolved a second time"))
@@ -81,8 +87,12 @@ def test_the_plan_holds_each_cells_whole_search_space():
 
 
 def test_three_independent_mistakes_are_all_reported_in_line_order(tmp_path):
-    spec = edited_spec(tmp_path, ("  preset: nano ", "  prest: nano "), ("  global_batch_size: 8 ", "  global_batch_size: -8 "),
-                       ("  max_length: 48 ", "  max_lenght: 48 "))
+    spec = edited_spec(
+        tmp_path,
+        ("  preset: nano ", "  prest: nano "),
+        ("  global_batch_size: 8 ", "  global_batch_size: -8 "),
+        ("  max_length: 48 ", "  max_lenght: 48 "),
+    )
     with pytest.raises(SpecErrors) as raised:
         loading.load_study(spec)
     errors = raised.value.errors
@@ -94,8 +104,12 @@ def test_three_independent_mistakes_are_all_reported_in_line_order(tmp_path):
 def test_a_mistake_skips_only_the_checks_that_depend_on_it(tmp_path):
     """A bad value inside `pretraining.optimizer` skips pretraining's own check (it would judge the
     section without that value: here that warmup is longer than the runs) but not finetuning's."""
-    spec = edited_spec(tmp_path, ("    peak_lr: 0.002 ", "    peak_lr: fast "), ("  doc_stride: 8 ", "  doc_stride: 48 "),
-                       ("  warmup_steps: 4 ", "  warmup_steps: 400 "))
+    spec = edited_spec(
+        tmp_path,
+        ("    peak_lr: 0.002 ", "    peak_lr: fast "),
+        ("  doc_stride: 8 ", "  doc_stride: 48 "),
+        ("  warmup_steps: 4 ", "  warmup_steps: 400 "),
+    )
     with pytest.raises(SpecError) as raised:
         loading.load_study(spec)
     assert [(e.key_path, e.line) for e in raised.value.errors] == [

@@ -54,7 +54,9 @@ def test_plan_refuses_a_request_this_machine_cannot_meet(tmp_path):
     assert plan.returncode == 2, plan.stderr
     line = next(line for line in plan.stderr.splitlines() if "cpus_per_trial" in line)
     assert line.startswith(f"spec error: {spec}:") and "a fine-tuning trial asks for 64 CPUs" in line
-    assert f"this machine (where `sweeper run` starts Ray unless RAY_ADDRESS names a cluster) offers {cpus:g} CPUs" in line
+    assert (
+        f"this machine (where `sweeper run` starts Ray unless RAY_ADDRESS names a cluster) offers {cpus:g} CPUs" in line
+    )
 
     # A study for a cluster is not checked against this machine: the run checks Ray's nodes.
     joined = sweeper_cli("plan", str(spec), env={**env, "RAY_ADDRESS": "127.0.0.1:1"})

@@ -165,7 +165,9 @@ def test_estimates_grow_with_the_batch_the_length_and_the_predicted_share():
 def test_fsdp_divides_the_model_state_and_checkpointing_keeps_block_inputs():
     ddp = MemorySetup(micro_batch_size=8, seq_len=1024, predicted_share=1.0, workers=8)
     fsdp = replace(ddp, sharding="fsdp")
-    params = 1_409_486_400  # 28 x (2 x 1728^2 + 2 x 1728 x 576 + 3 x 1728 x 5120 + 2 x 1728) + 2 x 128,257 x 1728 + 1728
+    params = (
+        1_409_486_400  # 28 x (2 x 1728^2 + 2 x 1728 x 576 + 3 x 1728 x 5120 + 2 x 1728) + 2 x 128,257 x 1728 + 1728
+    )
     assert ModelSizes.of(ONE_B).total == params
     ddp_terms, fsdp_terms = estimate_peak(ONE_B, ddp).terms, estimate_peak(ONE_B, fsdp).terms
     assert ddp_terms["adamw"] == 8 * params and fsdp_terms["adamw"] == 8 * params / 8

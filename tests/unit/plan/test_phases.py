@@ -2,7 +2,6 @@
 3k/6k/9k, 5k/11k/17k and 10k/21k/32k, which no share rule gives."""
 from __future__ import annotations
 
-from pathlib import Path
 
 import pytest
 from conftest import ROOT
@@ -52,10 +51,12 @@ def test_the_papers_switch_steps_are_planned_as_its_tables_list_them():
 
 
 @pytest.mark.parametrize("runs_yaml, key, reason", [
-    ("    - {objective: mlm, switch_steps: [10]}\n", "pretraining.runs[0].switch_steps", "goes with objective: clm-mlm"),
+    ("    - {objective: mlm, switch_steps: [10]}\n", "pretraining.runs[0].switch_steps",
+     "goes with objective: clm-mlm"),
     ("    - {objective: clm-mlm, switch_steps: [10, 20], clm_fraction: [0.25]}\n", "pretraining.runs[0].clm_fraction",
      "one share per switch step"),
-    ("    - {objective: clm-mlm, switch_steps: [50]}\n", "pretraining.runs[0].switch_steps[0]", "beyond the run's budget"),
+    ("    - {objective: clm-mlm, switch_steps: [50]}\n", "pretraining.runs[0].switch_steps[0]",
+     "beyond the run's budget"),
     ("    - {objective: clm-mlm, switch_steps: [0]}\n", "pretraining.runs[0].switch_steps[0]", "must be positive"),
     ("    - {objective: clm-mlm, switch_steps: [10, 10]}\n", "pretraining.runs[0].switch_steps[1]", "listed twice"),
 ])

@@ -8,14 +8,12 @@ key, so a failure names the cell; paper.yaml's 18,000 trial keys by count and di
 from __future__ import annotations
 
 import json
-import sys
 
 import pytest
 
 from conftest import ROOT
 
-sys.path.insert(0, str(ROOT / "scripts"))
-from pin_keys import SPECS, keys_of  # noqa: E402
+from pin_keys import SPECS, keys_of
 
 PINNED = json.loads((ROOT / "tests" / "data" / "pinned_keys.json").read_text())
 

@@ -71,17 +71,22 @@ class Bomb:
 
 
 BOMBS = [
-    Bomb("1e9 runs from optimizer grids", edited(("    peak_lr: 0.002 ", f"    peak_lr: {rates(40)}\n    eps: {rates(40)}\n"
+    Bomb("1e9 runs from optimizer grids", edited(("    peak_lr: 0.002 ", f"    peak_lr: {rates(40)}\n    "
+                                                                         f"eps: {rates(40)}\n"
                                                   f"    weight_decay: {rates(40)}\n    grad_clip: {rates(40)}\n    #")),
          "pretraining.runs[0]", ["7,680,000 pretraining runs", "40 optimizer.peak_lr", "limits.max_runs (1,000)"]),
     Bomb("runs: step budgets x mask ratios x replicates",
-         edited(("      mask_ratio: [0.4] ", f"      mask_ratio: [0.1, 0.2, 0.3, 0.4, 0.5]\n      steps: {numbers(1000, 40)}\n"
-                                            "      replicates: 1000\n      #"), ("checkpoint_steps: [20]", "checkpoint_steps: [2]")),
-         "pretraining.runs[0]", ["5,000,002 pretraining runs", "1,000 step budgets x 5 objective shapes x 1,000 replicates",
+         edited(("      mask_ratio: [0.4] ", "      mask_ratio: [0.1, 0.2, 0.3, 0.4, 0.5]\n      steps: "
+                                             f"{numbers(1000, 40)}\n"
+                                            "      replicates: 1000\n      #"),
+                ("checkpoint_steps: [20]", "checkpoint_steps: [2]")),
+         "pretraining.runs[0]", ["5,000,002 pretraining runs", "1,000 step budgets x 5 objective shapes x "
+                                                               "1,000 replicates",
                                  "limits.max_runs"], command="run"),
     Bomb("1e9 runs from an entry's step, warmup and decay grids",
          edited(("    - objective: clm  ", f"    - objective: clm\n      steps: {numbers(1000, 100_000)}\n"
-                                         f"      warmup_steps: {numbers(1000)}\n      decay_steps: {numbers(1000)}\n    #")),
+                                         f"      warmup_steps: {numbers(1000)}\n      decay_steps: "
+                                         f"{numbers(1000)}\n    #")),
          "pretraining.runs[1]", ["1,000,000,002 pretraining runs", "1,000 step budgets", "limits.max_runs"]),
     Bomb("1e8 combinations of model overrides",
          edited(("  preset: nano ", f"  preset: nano\n  overrides:\n    num_hidden_layers: {numbers(100)}\n"
@@ -89,7 +94,8 @@ BOMBS = [
                                   f"    rope_theta: {numbers(100, 10_000)}\n  #")),
          "model.overrides", ["100,000,000 combinations of model overrides", "limits.max_points"]),
     Bomb("checkpoints: 3,000 checkpoint steps x 4 runs",
-         edited(("      mask_ratio: [0.4] ", "      mask_ratio: [0.1, 0.2, 0.3, 0.4]  #"), ("  steps: 40 ", "  steps: 4000 #"),
+         edited(("      mask_ratio: [0.4] ", "      mask_ratio: [0.1, 0.2, 0.3, 0.4]  #"),
+                ("  steps: 40 ", "  steps: 4000 #"),
                 ("checkpoint_steps: [20]", f"checkpoint_steps: {numbers(3000)}")),
          "pretraining.runs", ["12,006 evaluated checkpoints", "limits.max_checkpoints (10,000)"]),
     Bomb("2.4e12 fine-tuning protocol points",
@@ -97,13 +103,17 @@ BOMBS = [
                                    f"  weight_decay: {rates(300)}\n  grad_clip: {rates(300)}  #")),
          "finetuning", ["2,430,000,000,000 fine-tuning protocol points", "300 max_steps x 300 epochs",
                         "limits.max_points (10,000)"]),
-    Bomb("random.samples 1e12", edited(("  learning_rates: [0.001] ", "  search: random\n  random: {samples: 1000000000000}\n  #")),
+    Bomb("random.samples 1e12", edited(("  learning_rates: [0.001] ", "  search: random\n  random: {samples: "
+                                                                      "1000000000000}\n  #")),
          "finetuning.random.samples", ["1,000,000,000,000 samples per cell", "limits.max_samples"], command="run"),
-    Bomb("optuna.samples 1e12", edited(("  learning_rates: [0.001] ", "  search: optuna\n  optuna: {samples: 1000000000000}\n  #")),
+    Bomb("optuna.samples 1e12", edited(("  learning_rates: [0.001] ", "  search: optuna\n  optuna: {samples: "
+                                                                      "1000000000000}\n  #")),
          "finetuning.optuna.samples", ["1,000,000,000,000 samples per cell", "limits.max_samples"]),
     Bomb("4,000 learning rates x 4,000 seeds",
-         edited(("  learning_rates: [0.001] ", f"  learning_rates: {rates(4000)}  #"), ("  seeds: [0, 1] ", f"  seeds: {numbers(4000, 0)} #")),
-         "finetuning", ["320,000,000 fine-tuning trials", "4,000 learning rates x 4,000 seeds", "limits.max_trials (200,000)"],
+         edited(("  learning_rates: [0.001] ", f"  learning_rates: {rates(4000)}  #"),
+                ("  seeds: [0, 1] ", f"  seeds: {numbers(4000, 0)} #")),
+         "finetuning",
+         ["320,000,000 fine-tuning trials", "4,000 learning rates x 4,000 seeds", "limits.max_trials (200,000)"],
          command="run"),
     Bomb("eval_every 1 over 1e12 steps",
          edited(("  max_steps: 8 ", "  max_steps: 1000000000000\n  eval_every: 1\n  #")),
@@ -114,9 +124,11 @@ BOMBS = [
                 ("  cpus_per_trial: 1 ", "  gpus_per_worker: 1\n  gpu_memory_gb: 2\n  cpus_per_trial: 1 ")),
          "", ["micro batch 1099511627776", "pretraining.micro_batch_size: 512 "], command="run"),
     Bomb("fine-tuning micro batch search over a 1e12 batch",
-         edited(("  batch_size: 16 ", "  batch_size: 1000000000000 #"), ("  micro_batch_size: 16 ", "  micro_batch_size: 1000000000000 #"),
+         edited(("  batch_size: 16 ", "  batch_size: 1000000000000 #"),
+                ("  micro_batch_size: 16 ", "  micro_batch_size: 1000000000000 #"),
                 ("  cpus_per_trial: 1 ", "  gpus_per_trial: 0.1\n  gpu_memory_gb: 2\n  cpus_per_trial: 1 ")),
-         "", ["finetuning.micro_batch_size 1000000000000", "resources.gpus_per_trial: 1 + finetuning.micro_batch_size: 800"]),
+         "", ["finetuning.micro_batch_size 1000000000000", "resources.gpus_per_trial: 1 + "
+                                                           "finetuning.micro_batch_size: 800"]),
 ]
 
 
@@ -148,7 +160,8 @@ def test_raising_a_limit_plans_what_the_default_refuses(tmp_path):
     # Each has its final checkpoint alone and one trial.
     text = edited(("  steps: 40 ", "  steps: 40 #"),
                   ("      checkpoint_steps: [20] ", f"      steps: {numbers(999, 40)}\n      #"),
-                  ("    [wordnet-supersense-cls, wordnet-supersense-tag, wordnet-supersense-qa, wordnet-usage-retrieval,\n"
+                  ("    [wordnet-supersense-cls, wordnet-supersense-tag, wordnet-supersense-qa, "
+                   "wordnet-usage-retrieval,\n"
                    "     wordnet-definition-retrieval]", "    [wordnet-supersense-cls]"),
                   ("  seeds: [0, 1] ", "  seeds: [0] #"))
     spec.write_text(text)
@@ -162,7 +175,8 @@ def test_raising_a_limit_plans_what_the_default_refuses(tmp_path):
     sampled = edited(("  learning_rates: [0.001] ", "  search: random\n  random: {samples: 10001}\n  #"),
                      ("    - objective: clm  ", "    #"), ("    - objective: clm-mlm", "    #"),
                      ("      clm_fraction: [0.5] ", "      #"), ("      checkpoint_steps: [20] ", "      #"),
-                     ("    [wordnet-supersense-cls, wordnet-supersense-tag, wordnet-supersense-qa, wordnet-usage-retrieval,\n"
+                     ("    [wordnet-supersense-cls, wordnet-supersense-tag, wordnet-supersense-qa, "
+                      "wordnet-usage-retrieval,\n"
                       "     wordnet-definition-retrieval]", "    [wordnet-supersense-cls]"),
                      ("  seeds: [0, 1] ", "  seeds: [0] #"))
     spec.write_text(sampled)

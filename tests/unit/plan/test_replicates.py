@@ -139,7 +139,7 @@ def test_a_continued_replicate_continues_its_sources_own_replicate_the_source_gr
         "replicate r of the source"]
     missing = edited_spec(tmp_path, CPT, ("init_from: [nano-clm-40]", "init_from: [nano-clm-40-rep1]"), name="m.yaml")
     with pytest.raises(Exception, match="no run named 'nano-clm-40-rep1'"):
-        load_study(missing).spec  # a continued entry names a configuration; its replicates pair up by themselves
+        _ = load_study(missing).spec  # a continued entry names a configuration; its replicates pair up by themselves
 
 
 def test_micro_continued_five_times_plans_five_distinct_source_replicates_per_arm():
@@ -160,7 +160,8 @@ def test_micro_continued_five_times_plans_five_distinct_source_replicates_per_ar
 
 
 def test_random_search_draws_the_same_points_for_every_replicate_of_a_checkpoint(tmp_path):
-    _, plan = plan_of(tmp_path, GLOBAL, ("  seeds: [0, 1]", "  seeds: [0, 1]\n  search: random\n  random: {samples: 2}"),
+    _, plan = plan_of(tmp_path, GLOBAL, ("  seeds: [0, 1]", "  seeds: [0, 1]\n  search: random\n  "
+                                                            "random: {samples: 2}"),
                       ("  learning_rates: [0.001] ", "  "),
                       name="random.yaml")
     points = {}
@@ -200,8 +201,8 @@ def test_replicates_continued_from_one_hugging_face_checkpoint_are_said_to_share
     LlamaConfig(vocab_size=300, hidden_size=64, intermediate_size=96, num_hidden_layers=2, num_attention_heads=8,
                 num_key_value_heads=2).save_pretrained(tmp_path / "llama")  # the plan reads config.json only
     hf = f"hf:{tmp_path / 'llama'}"
-    study = load_study(edited_spec(tmp_path, ("    - objective: clm ", CPT[1].replace("      replicates: 2\n", "").replace(
-        "[nano-clm-40]", f'["{hf}"]'))))
+    entry = CPT[1].replace("      replicates: 2\n", "").replace("[nano-clm-40]", f'["{hf}"]')
+    study = load_study(edited_spec(tmp_path, ("    - objective: clm ", entry)))
     assert [(r.replicate, r.init_from) for r in study.plan.runs if r.init_from] == [(r, hf) for r in range(3)]
     (line,) = replicate_source_lines(study.spec)
     assert line.startswith(f"    one fixed source: hf-llama-mlm40-10 x3 from {hf}: their replicates "

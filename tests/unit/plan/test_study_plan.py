@@ -28,7 +28,8 @@ def test_run_names_follow_the_authors_scheme():
 def test_micro_plan_counts_and_names():
     plan = plan_study(load_study(SPECS / "micro.yaml").spec)
     names = [run.name for run in plan.runs]
-    assert names == ["nano-mlm40-600", "nano-mlm20-600", "nano-clm-600", "nano-clm-150-mlm40-600", "nano-clm-300-mlm40-600",
+    assert names == ["nano-mlm40-600", "nano-mlm20-600", "nano-clm-600", "nano-clm-150-mlm40-600",
+                     "nano-clm-300-mlm40-600",
                      "nano-mlm40-600-rep1", "nano-clm-600-rep1", "nano-mlm40-600-rep2", "nano-clm-600-rep2",
                      "nano-clm-dec600-mlm40-700", "nano-mlm40-dec600-mlm40-700"]
     ids = [c.checkpoint_id for c in plan.checkpoints]
@@ -124,7 +125,8 @@ def test_the_long_form_plans_the_short_forms_runs_under_the_same_keys(tmp_path):
 
 def test_other_phase_lists_get_their_own_names_and_keys(tmp_path):
     plan = plan_study(spec_with_runs(tmp_path, (
-        "    - phases: [{objective: clm, until: 0.25}, {objective: mlm, mask_ratio: 0.3, until: 0.75}, {objective: clm}]\n"
+        "    - phases: [{objective: clm, until: 0.25}, {objective: mlm, mask_ratio: 0.3, until: 0.75}, "
+        "{objective: clm}]\n"
         "    - phases: [{objective: mlm, mask_ratio: 0.4, settings: {random_replace: 0.1, keep_original: 0.1}}]\n")))
     assert [r.name for r in plan.runs] == ["nano-clm-10-mlm30-30-clm-40", "nano-mlm40-40"]
     three, bert = plan.runs

@@ -39,7 +39,9 @@ def test_lr_x_weight_decay_grid_plans_the_product_per_checkpoint_and_task(tmp_pa
     plan = plan_study(spec)
     ft = spec.finetuning
     assert len(plan.trials) == len(plan.checkpoints) * len(ft.tasks) * 2 * 2 * len(ft.seeds)
-    cells = [(t.checkpoint.checkpoint_id, t.task, t.learning_rate, t.params["weight_decay"], t.seed) for t in plan.trials]
+    cells = [
+        (t.checkpoint.checkpoint_id, t.task, t.learning_rate, t.params["weight_decay"], t.seed) for t in plan.trials
+    ]
     assert len(set(cells)) == len(cells)
     assert len({t.trial_key for t in plan.trials}) == len(plan.trials)
     for trial in plan.trials:  # the point's value is the protocol's, and so the key's
@@ -49,7 +51,9 @@ def test_lr_x_weight_decay_grid_plans_the_product_per_checkpoint_and_task(tmp_pa
 
 def test_sweeping_a_field_from_its_current_value_keeps_every_recorded_key(tmp_path):
     """weight_decay is 0.1 by default: [0.1, 0.0] plans the old trials under their old keys, plus new ones."""
-    before = plan_study(load_study(smoke_with(tmp_path, ("  max_steps: 8 ", "  max_steps: 8 "), name="plain.yaml")).spec)
+    before = plan_study(
+        load_study(smoke_with(tmp_path, ("  max_steps: 8 ", "  max_steps: 8 "), name="plain.yaml")).spec
+    )
     after = plan_study(load_study(smoke_with(tmp_path, WD_GRID)).spec)
     assert all(t.params == {} for t in before.trials)
     old_keys = [t.trial_key for t in before.trials]
@@ -73,16 +77,20 @@ def test_points_that_give_a_task_the_same_protocol_are_one_trial(tmp_path):
     per_task = pd.Series([t.task for t in plan.trials]).value_counts() / len(plan.checkpoints) / 2  # seeds
     assert per_task.to_dict() == {"wordnet-supersense-qa": 4, "wordnet-supersense-tag": 2, "wordnet-supersense-cls": 1,
                                   "wordnet-usage-retrieval": 2, "wordnet-definition-retrieval": 2}
-    smallest = [t for t in plan.trials if t.task == "wordnet-supersense-qa" and t.params == {"max_steps": 4, "doc_stride": 4}]
+    smallest = [
+        t for t in plan.trials if t.task == "wordnet-supersense-qa" and t.params == {"max_steps": 4, "doc_stride": 4}
+    ]
     assert smallest and all(t.protocol.family_settings == {"doc_stride": 4} and t.protocol.max_steps == 4
                             for t in smallest)
 
 
 def test_a_combination_of_grid_values_the_checks_refuse_is_a_spec_error(tmp_path):
     """Each value is checked alone when read; doc_stride 20 is fine at max_length 48, not at 32."""
-    path = smoke_with(tmp_path, ("  max_length: 48 ", "  max_length: [48, 32] "), ("  doc_stride: 8 ", "  doc_stride: [8, 20] "))
+    path = smoke_with(
+        tmp_path, ("  max_length: 48 ", "  max_length: [48, 32] "), ("  doc_stride: 8 ", "  doc_stride: [8, 20] ")
+    )
     with pytest.raises(SpecError) as caught:
-        load_study(path).spec
+        _ = load_study(path).spec
     assert caught.value.key_path == "finetuning.doc_stride"
     assert "with max_length 32, doc_stride 20" in caught.value.reason and "max_length / 2" in caught.value.reason
     assert caught.value.line is not None
@@ -93,7 +101,8 @@ def test_task_data_is_prepared_once_per_length_and_stride_a_trial_reads(tmp_path
 
     base = load_study(smoke_with(tmp_path, ("  max_steps: 8 ", "  max_steps: 8 "), name="plain.yaml")).spec
     qa = "wordnet-supersense-qa"
-    # Unswept: one folder, named by the task, its length and the key of what shapes it (tests/unit/store/test_cache_keys.py).
+    # Unswept: one folder, named by the task, its length and the key of what shapes it
+    # (tests/unit/store/test_cache_keys.py).
     assert task_folder_name(qa, "0123abcd", finetune_protocol(base, qa)).startswith("wordnet-supersense-qa-len48-")
     spec = load_study(smoke_with(tmp_path, ("  max_length: 48 ", "  max_length: [48, 32] "),
                                 ("  doc_stride: 8 ", "  doc_stride: [8, 4] "))).spec
@@ -145,7 +154,9 @@ def test_store_columns_read_without_project_code_and_old_parts_read_as_unswept(t
     old_schema = pa.schema([f for f in TRIAL_SCHEMA if f.name not in protocol and f.name != "task"])
     old = tmp_path / "old"
     (old / "results" / "trials" / "task=sst2").mkdir(parents=True)
-    unswept = plan_study(load_study(smoke_with(tmp_path, ("  max_steps: 8 ", "  max_steps: 8 "), name="plain.yaml")).spec)
+    unswept = plan_study(
+        load_study(smoke_with(tmp_path, ("  max_steps: 8 ", "  max_steps: 8 "), name="plain.yaml")).spec
+    )
     old_rows = [trial_row("s", t, {"validation_score": 50.0, "test_score": 40.0 + t.seed}, "ok", None)
                 for t in unswept.trials]
     pq.write_table(pa.Table.from_pylist([{k: r.get(k) for k in old_schema.names} for r in old_rows], schema=old_schema),
@@ -160,8 +171,9 @@ def test_selection_is_the_best_params_tuple_on_seed_averaged_validation(tmp_path
     spec = load_study(smoke_with(tmp_path, WD_GRID, TWO_LRS)).spec
     plan = plan_study(spec)
     # Validation favours wd 0.0 at lr 0.002 by a margin no seed noise undoes; test follows it.
-    rows = [trial_row("s", t, {"validation_score": 50.0 + 0.3 * t.seed + (5.0 if (t.learning_rate, t.params["weight_decay"])
-                                                                          == (0.002, 0.0) else 0.0),
+    favoured = (0.002, 0.0)
+    rows = [trial_row("s", t, {"validation_score": 50.0 + 0.3 * t.seed
+                               + (5.0 if (t.learning_rate, t.params["weight_decay"]) == favoured else 0.0),
                                "test_score": 40.0 + t.seed + 10 * t.params["weight_decay"]}, "ok", None)
             for t in plan.trials]
     trials = pd.DataFrame(rows)
@@ -187,7 +199,9 @@ def test_a_changed_fixed_value_names_the_swept_cells_it_changes(tmp_path):
     assert not find_changes(spec, plan, layout)  # nothing changed
     more = load_study(smoke_with(tmp_path, WD_GRID, ("  seeds: [0, 1] ", "  seeds: [0, 1, 2] "), name="more.yaml")).spec
     assert not find_changes(more, plan_study(more), layout), "adding a seed adds cells, changes none"
-    changed = load_study(smoke_with(tmp_path, WD_GRID, ("  max_steps: 8\n", "  max_steps: 6\n"), name="changed.yaml")).spec
+    changed = load_study(
+        smoke_with(tmp_path, WD_GRID, ("  max_steps: 8\n", "  max_steps: 6\n"), name="changed.yaml")
+    ).spec
     found = find_changes(changed, plan_study(changed), layout)
     assert len(found.trials) == 4
     cell, why = found.trials[0]

@@ -4,7 +4,6 @@ import re
 import subprocess
 import sys
 from dataclasses import replace
-from pathlib import Path
 
 import pytest
 from conftest import ROOT

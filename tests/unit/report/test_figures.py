@@ -11,7 +11,7 @@ from __future__ import annotations
 import json
 import re
 from collections import defaultdict
-from datetime import datetime, timezone
+from datetime import datetime, UTC
 
 import numpy as np
 import pandas as pd
@@ -65,7 +65,7 @@ def trial_rows() -> list[dict]:
                                      "metric": "accuracy", "search_mode": "grid", "learning_rate": lr, "seed": seed,
                                      "params": json.dumps({"weight_decay": decay}), "weight_decay": decay,
                                      "status": "ok", "validation_score": score + rng.normal(0, 0.1),
-                                     "test_score": score, "finished_at": datetime.now(timezone.utc)})
+                                     "test_score": score, "finished_at": datetime.now(UTC)})
     return rows
 
 
@@ -151,7 +151,9 @@ def test_one_legend_per_figure_beside_its_panels_at_ten_points(drawn):
         legend = fig.legends[0]
         assert all(text.get_fontsize() >= 10 for text in legend.get_texts()), name
         labels = [text.get_text() for text in legend.get_texts()]
-        assert all(re.search(r"\((MLM|CLM|CLM -> MLM|continued|from elsewhere)\)|: ", label) for label in labels), labels
+        assert all(re.search(r"\((MLM|CLM|CLM -> MLM|continued|from elsewhere)\)|: ", label) for label in labels), (
+            labels
+        )
 
 
 def test_checkpoints_of_one_family_differ_by_style(drawn):

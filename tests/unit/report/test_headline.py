@@ -3,7 +3,7 @@ findings it does not test in one line each, tasks at chance flagged, a short ter
 (sweeper.report.headline, sweeper.report.chance, sweeper.report.verdict_text)."""
 from __future__ import annotations
 
-from datetime import datetime, timezone
+from datetime import datetime, UTC
 
 import numpy as np
 import pytest
@@ -41,7 +41,7 @@ def rows() -> list[dict]:
                             "task_category": category, "metric": metric, "search_mode": "grid",
                             "learning_rate": 1e-4, "seed": seed, "params": "{}", "status": "ok",
                             "validation_score": score, "test_score": score,
-                            "finished_at": datetime.now(timezone.utc)})
+                            "finished_at": datetime.now(UTC)})
     return out
 
 

@@ -6,6 +6,7 @@ import pandas as pd
 
 from sweeper.report import analysis, figures
 from sweeper.report.lr_bins import BINS, binned, lr_section, rate_text
+from datetime import UTC
 
 
 def sampled(rates) -> pd.DataFrame:
@@ -59,7 +60,7 @@ def test_the_figure_labels_few_ticks_that_do_not_overlap():
 
 
 def test_an_optuna_studys_report_has_binned_lr_columns(tmp_path):
-    from datetime import datetime, timezone
+    from datetime import datetime
 
     from report_text import build_report
     from sweeper.store.layout import StudyLayout
@@ -79,7 +80,7 @@ def test_an_optuna_studys_report_has_binned_lr_columns(tmp_path):
                              "task_category": "SC", "metric": "accuracy", "search_mode": "optuna",
                              "learning_rate": float(rate), "seed": seed, "sample": sample, "params": "{}",
                              "status": "ok", "validation_score": score, "test_score": score,
-                             "finished_at": datetime.now(timezone.utc)})
+                             "finished_at": datetime.now(UTC)})
     layout = StudyLayout(str(tmp_path / "optuna"))
     write_rows(layout, TRIALS, rows)
     text, _ = build_report(layout)

@@ -7,7 +7,7 @@ only those whose objective, size and budget are known, and the report names the 
 """
 from __future__ import annotations
 
-from datetime import datetime, timezone
+from datetime import datetime, UTC
 
 import numpy as np
 import pandas as pd
@@ -63,7 +63,7 @@ def rows_of(checkpoints: list[dict], means: dict[str, float] | None = None, seed
                                  "run_name": name, "run_key": f"key-{name}", "task": task, "task_category": category,
                                  "metric": "accuracy", "search_mode": "grid", "learning_rate": lr, "seed": s,
                                  "status": "ok", "validation_score": score + rng.normal(0, 0.1), "test_score": score,
-                                 "finished_at": datetime.now(timezone.utc)})
+                                 "finished_at": datetime.now(UTC)})
     return rows
 
 

@@ -45,7 +45,9 @@ def test_wilcoxon_at_5_seeds_or_3_runs_flips_nothing_and_says_why(replicates, un
     assert decided(verdicts) and set(wilcoxon.undecidable) == decided(verdicts)
     assert wilcoxon.flips == {}, "a test that cannot reach p < 0.05 at this size flips nothing"
     floor = robustness.smallest_p("wilcoxon", units)
-    assert all(f"cannot decide at n = {units}" in why and f"{floor:.3f}" in why for why in wilcoxon.undecidable.values())
+    assert all(
+        f"cannot decide at n = {units}" in why and f"{floor:.3f}" in why for why in wilcoxon.undecidable.values()
+    )
     lines = "\n".join(robustness.robustness_lines(list(card.values()), verdicts))
     row = next(line for line in lines.splitlines() if line.startswith(f"| {WILCOXON} |"))
     assert f"{len(decided(verdicts))} decided part(s) not counted: cannot decide at n = {units} " in row
@@ -59,11 +61,15 @@ def test_a_real_flip_at_a_size_the_test_can_decide_is_still_counted(monkeypatch)
     does not is a choice the verdict rests on (a weak planted effect, study 0; the plain t-test,
     which decides it: the skew-corrected one does not at this effect)."""
     monkeypatch.setattr(verdict_simulation, "SEEDS", 10)
-    verdicts, card = card_of(verdict_simulation.simulate(np.random.default_rng(0), planted(0.3)), VerdictConfig(test="t"))
+    verdicts, card = card_of(
+        verdict_simulation.simulate(np.random.default_rng(0), planted(0.3)), VerdictConfig(test="t")
+    )
     wilcoxon = card[WILCOXON]
     assert wilcoxon.undecidable == {} and wilcoxon.floors == {}
     assert wilcoxon.flips and all(change == "supports -> cannot tell" for change in wilcoxon.flips.values())
     lines = "\n".join(robustness.robustness_lines(list(card.values()), verdicts))
     assert "Parts whose verdict flips:" in lines and "Could not decide every part" not in lines
     flipped = lines.split("Parts whose verdict flips:")[-1]
-    assert all(f"- {part}: " in flipped and f"{WILCOXON} (supports -> cannot tell)" in flipped for part in wilcoxon.flips)
+    assert all(
+        f"- {part}: " in flipped and f"{WILCOXON} (supports -> cannot tell)" in flipped for part in wilcoxon.flips
+    )

@@ -5,7 +5,7 @@ all recorded, the next look is computed and the earlier ones are the same. So a 
 neither loses nor repeats a look. No Ray: the rows are written with the store's own writer."""
 from __future__ import annotations
 
-from datetime import datetime, timezone
+from datetime import datetime, UTC
 
 from sweeper.report.sequential import recorded_replicates, study_looks
 from sweeper.spec.sequential import SequentialSpec
@@ -30,7 +30,7 @@ def trial_rows(arm: str, replicate: int, seeds=(0, 1)) -> list[dict]:
              "task": "planted-sc", "task_family": "planted_score", "task_category": "SC", "metric": "pearson",
              "search_mode": "grid", "learning_rate": 0.001, "seed": seed, "status": "ok",
              "validation_score": score + 0.05 * seed, "test_score": score - 0.05 * seed,
-             "finished_at": datetime.now(timezone.utc)} for seed in seeds]
+             "finished_at": datetime.now(UTC)} for seed in seeds]
 
 
 def looks_of(layout: StudyLayout):

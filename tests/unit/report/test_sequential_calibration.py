@@ -3,11 +3,11 @@ truth, with deliberate breakages the calibration must catch.
 
 A simulated finding has PARTS parts, each a paired comparison whose replicate differences are
 normal with a planted mean (SD 1); look k tests each open part on its first n_k replicates by the
-verdicts' test a report runs (`statistics.paired_test`, `VerdictConfig()`), then `decide_look` applies the boundaries, Holm over the parts and
-futility, exactly as for a study. Under the null (every mean 0) a finding may give a verdict at
+verdicts' test a report runs (`statistics.paired_test`, `VerdictConfig()`), then `decide_look` applies the boundaries,
+Holm over the parts and futility, exactly as for a study. Under the null (every mean 0) a finding may give a verdict at
 most 5 % of the time over all looks: at most MAX_FALSE of NULL_STUDIES, 5 % plus 2.33 binomial
-standard errors at NULL_STUDIES (a true 5 % rate passes with probability 99 %). Two broken procedures must exceed it: no alpha spending
-(the fixed design's level at every look) and boundaries that ignore the number of looks (each
+standard errors at NULL_STUDIES (a true 5 % rate passes with probability 99 %). Two broken procedures must exceed it: no
+alpha spending (the fixed design's level at every look) and boundaries that ignore the number of looks (each
 look tested as if it were the only one before the last). At effects the fixed design at the
 maximum finds 80-90 % of the time, the sequential plan finds them within 5 points as often, with
 fewer replicates. The study-level figures (the paper's grid, the paper's effects) are

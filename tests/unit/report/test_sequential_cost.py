@@ -19,8 +19,7 @@ from sweeper.report.statistics import Part, VerdictConfig, paired_test
 from sweeper.spec.sequential import SequentialSpec
 
 from conftest import ROOT
-sys.path.insert(0, str(ROOT / "tests" / "e2e"))
-from test_sequential_study import planted_study  # noqa: E402 (the e2e study's spec, planned here)
+from test_sequential_study import planted_study  # (the e2e study's spec, planned here)
 
 FINDINGS = ((0, 1, 2), (3, 4))
 PARTS = StudyParts(findings=FINDINGS, runs=(("mlm", "clm"), ("mlm", "split"), ("clm", "split"), ("mlm", "cpt-mlm"),
@@ -75,8 +74,10 @@ def plan_output(spec, *overrides, env=None) -> str:
 def cost_shares(out: str) -> tuple[float, float, str]:
     """(expected, first look) over the maximum of the printed pretraining GPU-hours, and the line."""
     cost = next(line for line in out.splitlines() if "pretraining GPU-h: first look" in line)
-    first, expected, maximum = (float(x.replace(",", "")) for x in
-                                re.search(r"first look ([0-9,.]+); expected ([0-9,.]+) .*maximum ([0-9,.]+)", cost).groups())
+    first, expected, maximum = (
+        float(x.replace(",", ""))
+        for x in re.search(r"first look ([0-9,.]+); expected ([0-9,.]+) .*maximum ([0-9,.]+)", cost).groups()
+    )
     low, high = (float(x.replace(",", "")) for x in re.search(r"10-90 %: ([0-9,.]+)-([0-9,.]+)\)", cost).groups())
     assert low <= expected <= high, cost
     return expected / maximum, first / maximum, cost

@@ -23,7 +23,8 @@ SOURCES_DECIDE = Scenario(groups=GROUPS[:1], replicates=DESIGN.maximum, run_sd=0
     "mlm30": dict.fromkeys(CATEGORIES, -6.0), "mlm40-early": dict.fromkeys(CATEGORIES, -6.0)},
     depth={"clm": 0.2, "mlm40": 12.0})
 """Every comparison of the sources (CLM, MLM-40) decided early; the continued runs equal: only
-finding 5's comparison stays open (CLM's flatter learning-rate curve decides finding 3's stability part), so its arms grow past their sources' own needs."""
+finding 5's comparison stays open (CLM's flatter learning-rate curve decides finding 3's stability part), so its arms
+grow past their sources' own needs."""
 
 
 def looks_counts(seed: int) -> tuple[list[dict[str, int]], dict[str, str]]:

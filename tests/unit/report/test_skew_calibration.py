@@ -15,9 +15,9 @@ from its replicate 0), the plain t-test, which ignores skew, and the skew-t with
 in the sequential design (5.4 % under centred-exponential differences, three parts).
 
 Measured (seed 7, 20,000 findings; a three-part null's cells ~8 CPU-s, most of it the sign-flips): skew-sign
-2.8-5.3 % fixed (5.3 %: centred-exponential at 3 runs, the plain t there), 3.7-5.1 % sequential; the largest, 5.1 %, centred-exponential with three parts
-in the sequential design (the skew-t alone: 5.4 %); the plain t-test 7.0 % fixed at 9 and 15
-runs and 7.5 % sequential (three parts, centred-exponential).
+2.8-5.3 % fixed (5.3 %: centred-exponential at 3 runs, the plain t there), 3.7-5.1 % sequential; the largest, 5.1 %,
+centred-exponential with three parts in the sequential design (the skew-t alone: 5.4 %); the plain t-test 7.0 % fixed at
+9 and 15 runs and 7.5 % sequential (three parts, centred-exponential).
 """
 from __future__ import annotations
 
@@ -110,6 +110,8 @@ def test_the_study_simulation_catches_cpt_replicates_sharing_a_source():
         rng = np.random.default_rng(1)
         scenario = Scenario(groups=GROUPS[:1], run_sd=1.0, replicates=9, rates=3, tasks_per_category=1,
                             shared_from=shared_from)
-        counts[shared_from] = sum(judge_grid(*simulate(rng, scenario))[4].verdict != CANNOT_TELL for _ in range(studies))
+        counts[shared_from] = sum(
+            judge_grid(*simulate(rng, scenario))[4].verdict != CANNOT_TELL for _ in range(studies)
+        )
     print(f"\nfinding 5, false verdicts of {studies}: {counts} (bound {bound:.1f})")
     assert counts[None] <= bound < counts[3]

@@ -3,7 +3,7 @@ and the real report (markdown + figures) of the smoke study checked against the 
 from __future__ import annotations
 
 import math
-from datetime import datetime, timezone
+from datetime import datetime, UTC
 from pathlib import Path
 
 import numpy as np
@@ -40,7 +40,7 @@ def synthetic_trials(means: dict, noise: dict, seed: int = 0) -> list[dict]:
                         "tokens_seen": 100 * 2048, "task": task, "task_category": category, "metric": "accuracy",
                         "search_mode": "grid", "learning_rate": lr, "seed": s, "status": "ok",
                         "validation_score": score + rng.normal(0, 0.1), "test_score": score,
-                        "finished_at": datetime.now(timezone.utc),
+                        "finished_at": datetime.now(UTC),
                     })
     return rows
 
@@ -107,7 +107,10 @@ def test_the_stability_range_is_the_specs_and_the_report_names_it(clear_study):
     says so; the spec's range reaches the report's stability table and leaves other rates out."""
     trials = read_trials(clear_study).to_pandas()
     assert analysis.stability(trials, None)[1] == "all (1e-05..0.0001; report.stability_lr_range not set)"
-    assert analysis.stability(trials, (2e-4, 5e-4))[1] == "all (1e-05..0.0001; none in report.stability_lr_range 0.0002..0.0005)"
+    assert (
+        analysis.stability(trials, (2e-4, 5e-4))[1]
+        == "all (1e-05..0.0001; none in report.stability_lr_range 0.0002..0.0005)"
+    )
     assert "learning rates all (1e-05..0.0001; report.stability_lr_range not set)" in build_report(clear_study)[0]
     spec = (Path(__file__).parents[3] / "search_spaces" / "micro.yaml").read_text()
     Path(clear_study.spec).write_text(spec + "report:\n  stability_lr_range: [2.0e-5, 5.0e-5]\n")

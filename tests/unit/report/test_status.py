@@ -11,7 +11,10 @@ from sweeper.store.layout import CHECKPOINT_MARKER, StudyLayout
 def test_status_shows_a_pending_branch_waiting_for_its_trunk(tmp_path):
     study = load_study(ROOT / "search_spaces" / "smoke.yaml")
     layout = StudyLayout(str(tmp_path / "study"))
-    assert "nano-clm-20-mlm40-40 (waits for nano-clm-40 to reach step 20)" in study_status(layout, study)["runs"]["pending"]
+    assert (
+        "nano-clm-20-mlm40-40 (waits for nano-clm-40 to reach step 20)"
+        in study_status(layout, study)["runs"]["pending"]
+    )
     point = tmp_path / "study" / "pretraining" / "nano-clm-40" / "step-20"
     point.mkdir(parents=True)
     (point / CHECKPOINT_MARKER).write_text("{}")

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import json
 import os
-from datetime import datetime, timezone
+from datetime import datetime, UTC
 from pathlib import Path
 
 import pytest
@@ -34,7 +34,7 @@ def row(task: str, lr: float, seed: int, version: str = "v1") -> dict:
             "mask_ratio": 0.4, "checkpoint_step": 100, "total_steps": 100, "tokens_seen": 204800, "task": task,
             "task_category": TASKS[task], "metric": "accuracy", "search_mode": "grid", "learning_rate": lr,
             "seed": seed, "params": "{}", "status": "ok", "validation_score": score, "test_score": score,
-            "source": "study", "finished_at": datetime.now(timezone.utc)}
+            "source": "study", "finished_at": datetime.now(UTC)}
 
 
 def planned(rows: list[dict], resolved: dict) -> dict:
@@ -73,8 +73,10 @@ def test_superseded_kept_and_other_settings_rows(recompute_record):
     assert "`specs/001-" in record and "`specs/002-" in record and "(= `spec.yaml`)" in record
     assert "**Kept, not in the current spec** (6 trials" in record and "m-mlm40-100 / tc1: 6 trial(s)" in record
     superseded = record.split("**Superseded**")[1].split("**Other settings**")[0]
-    assert "(3 trials, left out)" in superseded and "m-mlm40-100 / sc1: 3 trial(s), e.g. m-mlm40-100 / sc1 / lr 0.0001" \
-        in superseded
+    assert (
+        "(3 trials, left out)" in superseded
+        and "m-mlm40-100 / sc1: 3 trial(s), e.g. m-mlm40-100 / sc1 / lr 0.0001" in superseded
+    )
     other = record.split("**Other settings**")[1]
     assert "sc1 / lr 0.0003" in other and "task_protocol.sc1.max_steps: None -> 12" in other, other
     # The category table reads the new sc1 rows (v2 scores are 5 points up) and the kept tc1 ones.

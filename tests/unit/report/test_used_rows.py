@@ -17,7 +17,6 @@ import sweeper
 from sweeper import cli
 from report_text import build_report
 
-from test_study_history import recompute_record  # noqa: F401 (the fixture)
 
 CURRENT = {f"sc1/0.0001/{seed}/v2" for seed in range(3)}
 KEPT = {f"tc1/{lr}/{seed}/v1" for lr in (0.0001, 0.0003) for seed in range(3)}
@@ -29,7 +28,7 @@ def standings(rows: pd.DataFrame) -> dict[str, set[str]]:
     return {standing: set(group["trial_key"]) for standing, group in rows.groupby("standing")}
 
 
-def test_the_rows_are_those_the_report_reads_each_with_its_standing(recompute_record):  # noqa: F811
+def test_the_rows_are_those_the_report_reads_each_with_its_standing(recompute_record):
     Path(recompute_record.spec).write_text("study: record\n")
     rows = sweeper.results(recompute_record.root)
     assert standings(rows) == {"current": CURRENT, "kept": KEPT}
@@ -42,14 +41,14 @@ def test_the_rows_are_those_the_report_reads_each_with_its_standing(recompute_re
     assert every.drop(columns="standing").columns.equals(rows.drop(columns="standing").columns)
 
 
-def test_without_a_plan_every_row_is_read_and_its_standing_unknown(recompute_record):  # noqa: F811
+def test_without_a_plan_every_row_is_read_and_its_standing_unknown(recompute_record):
     Path(recompute_record.spec).write_text("study: record\n")
     os.remove(recompute_record.plan)
     rows = sweeper.results(recompute_record.root)
     assert len(rows) == 15 and set(rows["standing"]) == {"unknown"}
 
 
-def test_the_command_writes_each_format_and_finds_the_study_by_name(recompute_record, tmp_path_factory,  # noqa: F811
+def test_the_command_writes_each_format_and_finds_the_study_by_name(recompute_record, tmp_path_factory,
                                                                     monkeypatch, capsys):
     Path(recompute_record.spec).write_text("study: record\n")
     expected = sweeper.results(recompute_record.root)

@@ -64,7 +64,8 @@ MIN_POWER = 0.80
 CLM_FAMILY, MLM_FAMILY = ("clm", "split25", "split50", "cpt-clm"), ("mlm40", "mlm30", "cpt-mlm")
 NULL_RUNS = Scenario(groups=GROUPS, run_sd=0.5, replicates=3)
 NULL_SINGLE = Scenario(groups=GROUPS[:1])
-UNEQUAL_CURVES = Scenario(groups=GROUPS[:2], run_sd=0.5, replicates=3, depth={**dict.fromkeys(CLM_FAMILY, 0.2), **dict.fromkeys(MLM_FAMILY, 8.0)})
+UNEQUAL_CURVES = Scenario(groups=GROUPS[:2], run_sd=0.5, replicates=3,
+                          depth={**dict.fromkeys(CLM_FAMILY, 0.2), **dict.fromkeys(MLM_FAMILY, 8.0)})
 UNEQUAL_NOISE = Scenario(groups=GROUPS[:2], noise={"clm": SIGMA / 3, "mlm40": SIGMA})
 BOUNDARY = Scenario(groups=GROUPS[:2], effects={
     "mlm40": {"SC": 4.0, "QA": 4.0},
@@ -185,7 +186,8 @@ BREAKAGES = {
     "the two-sided p not doubled": (NULL_SINGLE, lambda mp: mp.setattr(statistics.Part, "p_value", property(
         lambda part: min(part.p_support, part.p_contradict))), VerdictConfig()),
     "superiority instead of non-inferiority": (BOUNDARY, lambda mp: None, VerdictConfig(tie_margin=0.0)),
-    "supports if any part supports": (BOUNDARY, lambda mp: mp.setattr(findings, "decide", supports_if_any_part_supports),
+    "supports if any part supports": (BOUNDARY,
+                                      lambda mp: mp.setattr(findings, "decide", supports_if_any_part_supports),
                                       VerdictConfig()),
 }
 

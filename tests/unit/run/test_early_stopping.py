@@ -111,9 +111,9 @@ def test_no_scheduler_in_the_spec_is_none_and_grid_mode_refuses_one(tmp_path):
     assert make_scheduler(spec.finetuning) is None
     grid = ES_SPEC.replace("  search: optuna\n", "  learning_rates: [0.001]\n")
     with pytest.raises(SpecError, match="scheduler.kind"):
-        load_study(es_spec(tmp_path, grid)).spec
+        _ = load_study(es_spec(tmp_path, grid)).spec
     with pytest.raises(SpecError, match="eval_every"):
-        load_study(es_spec(tmp_path, ES_SPEC.replace("  eval_every: 2\n", ""))).spec
+        _ = load_study(es_spec(tmp_path, ES_SPEC.replace("  eval_every: 2\n", ""))).spec
 
 
 @pytest.mark.parametrize("kind", ["asha", "median"])

@@ -75,7 +75,11 @@ def test_rays_notices_go_to_the_debug_log_and_its_warnings_to_the_console(study_
     assert [batch["lines"] for batch in shown] == [
         ["[pretrain nano-clm-40] step 10/40 clm loss 6.761", "Traceback (most recent call last):"]]
     debug = open(study_console.local).read()
-    assert "Token authentication" in debug and "View the dashboard" in debug and "(fit_run pid=7) Running in local" in debug
+    assert (
+        "Token authentication" in debug
+        and "View the dashboard" in debug
+        and "(fit_run pid=7) Running in local" in debug
+    )
     assert "retention_priority" in debug and "\x1b[" not in debug
 
 
@@ -111,7 +115,9 @@ def test_ray_stopping_a_worker_inside_a_callback_goes_to_the_debug_log_and_other
 def test_a_batch_of_notices_only_prints_nothing(study_console):
     study_console.start()
     shown = []
-    study_console.route({"pid": 3, "task_name": "prepare_corpus_task", "is_err": False, "lines": ["", ""]}, shown.append)
+    study_console.route(
+        {"pid": 3, "task_name": "prepare_corpus_task", "is_err": False, "lines": ["", ""]}, shown.append
+    )
     assert shown == []
 
 

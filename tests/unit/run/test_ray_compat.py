@@ -60,7 +60,8 @@ def private_ray_uses(path: Path) -> list[str]:
 
 
 def test_no_private_ray_or_tune_name_outside_the_compat_module():
-    found = [f"{path.relative_to(ROOT)}:{use}" for package in SEARCHED for path in sorted((ROOT / package).rglob("*.py"))
+    found = [f"{path.relative_to(ROOT)}:{use}"
+             for package in SEARCHED for path in sorted((ROOT / package).rglob("*.py"))
              if path not in (COMPAT, WORKER, TEST_ONLY) for use in private_ray_uses(path)]
     assert not found, "private Ray/Tune API outside sweeper/run/ray_compat.py:\n" + "\n".join(found)
 

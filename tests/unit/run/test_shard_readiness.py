@@ -8,7 +8,7 @@ import subprocess
 import sys
 import time
 from dataclasses import replace
-from datetime import datetime, timezone
+from datetime import datetime, UTC
 from pathlib import Path
 
 import pytest
@@ -55,7 +55,7 @@ class WrittenCheckpoints:
         if self.written_at is None and (self.until() or time.time() > self.deadline):
             for checkpoint in self.later:
                 self.write(checkpoint)
-            self.written_at = datetime.now(timezone.utc)
+            self.written_at = datetime.now(UTC)
         elif self.written_at is None:
             time.sleep(timeout)  # as a grid waits for a run to end
 
@@ -150,7 +150,7 @@ import sys
 sys.path.insert(0, {root!r})
 from sweeper.plan.load import load_study
 from sweeper.plan.study_plan import plan_study
-from sweeper.run.tune_grid import run_shards  # noqa: F401 (the driver's imports: Ray Tune included)
+import sweeper.run.tune_grid  # the driver's imports: Ray Tune included
 from sweeper.run.pipeline import Pipeline
 from sweeper.run.shards import EvaluationSets, grid_shards, trial_runtime
 from sweeper.store.layout import StudyLayout

@@ -79,7 +79,9 @@ def test_functions_that_import_the_worker_side_are_handed_to_ray_never_called():
         for node in ast.walk(tree):
             if isinstance(node, ast.Call):
                 called.add(node.func.id if isinstance(node.func, ast.Name) else getattr(node.func, "attr", None))
-                referenced.update(a.id for a in [*node.args, *(k.value for k in node.keywords)] if isinstance(a, ast.Name))
+                referenced.update(
+                    a.id for a in [*node.args, *(k.value for k in node.keywords)] if isinstance(a, ast.Name)
+                )
             elif isinstance(node, ast.FunctionDef):  # a default value: tune_grid.run_shards(trainable_fn=...)
                 referenced.update(d.id for d in node.args.defaults + node.args.kw_defaults if isinstance(d, ast.Name))
     assert not entries & called, f"called in the driver: {sorted(entries & called)}"
@@ -96,13 +98,15 @@ def test_the_worker_side_is_imported_frozen_on_workers():
     for path in sorted(RUN_STAGE.glob("*.py")):
         tree = ast.parse(path.read_text())
         frozen = {id(inner) for node in ast.walk(tree) if isinstance(node, ast.With)
-                  and any(isinstance(item.context_expr, ast.Call) and getattr(item.context_expr.func, "id", None) == "imports_frozen"
+                  and any(isinstance(item.context_expr, ast.Call)
+                          and getattr(item.context_expr.func, "id", None) == "imports_frozen"
                           for item in node.items)
                   for statement in node.body for inner in ast.walk(statement)}
         unfrozen += [f"{path.name}:{node.lineno}" for node in ast.walk(tree)
                      if isinstance(node, (ast.Import, ast.ImportFrom)) and id(node) not in frozen
                      and any(name.partition(".")[0] == "trainables"
-                             for name in ([node.module or ""] if isinstance(node, ast.ImportFrom) else [a.name for a in node.names]))]
+                             for name in ([node.module or ""] if isinstance(node, ast.ImportFrom)
+                                          else [a.name for a in node.names]))]
     assert not unfrozen, f"imported without imports_frozen: {unfrozen}"
 
 
@@ -120,5 +124,7 @@ def test_the_corpus_task_runs_the_worker_sides_preparation(monkeypatch):
 
     from sweeper.run.corpora import prepare_corpus_task
 
-    monkeypatch.setattr(trainables.corpus_prep, "prepare_corpus", lambda config, out_dir: {"prepared": (config, out_dir)})
+    monkeypatch.setattr(
+        trainables.corpus_prep, "prepare_corpus", lambda config, out_dir: {"prepared": (config, out_dir)}
+    )
     assert prepare_corpus_task("config", "out") == {"prepared": ("config", "out")}

@@ -91,10 +91,12 @@ CASES = [
          "finetuning.seeds[0]", "expected an integer, got a list", at="  seeds:"),
     Case("alias bomb as the study name", change("study: smoke", f"study: {list_bomb(9)}"),
          "study", "expected a string, got a list", at="study:"),
-    Case("alias bomb in model overrides", change("  preset: nano", f"  preset: nano\n  overrides: {{hidden_size: {list_bomb(9)}}}"),
+    Case("alias bomb in model overrides", change("  preset: nano", f"  preset: nano\n  overrides: {{hidden_size: "
+                                                                   f"{list_bomb(9)}}}"),
          "model.overrides.hidden_size", "expected an integer, got a list", at="overrides:"),
     Case("alias bomb in objective settings",
-         change("    - objective: clm ", f"    - phases: [{{objective: mlm, settings: {{keep_original: {list_bomb(9)}}}}}]\n     "),
+         change("    - objective: clm ", f"    - phases: [{{objective: mlm, settings: {{keep_original: "
+                                         f"{list_bomb(9)}}}}}]\n     "),
          "pretraining.runs[1].phases[0].settings.keep_original", "expected a number", at="phases:"),
     Case("alias bomb as a literal choice", in_section("resources", f"sharding: {list_bomb(9)}"),
          "resources.sharding", "is not one of", at="sharding:"),
@@ -112,7 +114,8 @@ CASES = [
          "", "nested deeper than 64 levels"),
     Case("20,000 values", GOOD + "extra: [" + ", ".join(["1"] * 20_000) + "]\n", "", "more than 10,000 values"),
     Case("a 2 MB file", GOOD + ("# padding " + "x" * 100 + "\n") * 20_000, "", "larger than 1,024 KiB"),
-    Case("one byte over 1 MiB", GOOD + "#" * ((1 << 20) + 1 - len(GOOD.encode()) - 1) + "\n", "", "larger than 1,024 KiB"),
+    Case("one byte over 1 MiB", GOOD + "#" * ((1 << 20) + 1 - len(GOOD.encode()) - 1) + "\n", "",
+         "larger than 1,024 KiB"),
     Case("binary garbage", GARBAGE, "", "not UTF-8"),
     Case("UTF-16 with a byte-order mark", GOOD.encode("utf-16"), "", "UTF-16"),
     Case("UTF-16 big-endian", b"\xfe\xff" + GOOD.encode("utf-16-be"), "", "UTF-16"),
@@ -145,7 +148,8 @@ CASES = [
          at="study: other"),
     Case("duplicate nested key", change("  steps: 40", "  steps: 40\n  steps: 4000"), "pretraining.steps",
          "duplicate key", at="steps: 4000"),
-    Case("duplicate key in a flow mapping", change("    - objective: clm ", "    - {objective: clm, objective: mlm}\n     "),
+    Case("duplicate key in a flow mapping", change("    - objective: clm ", "    - {objective: clm, "
+                                                                            "objective: mlm}\n     "),
          "pretraining.runs[1].objective", "given twice on line", at="objective: clm, objective"),
     Case("duplicate key in model overrides",
          change("  preset: nano", "  preset: nano\n  overrides:\n    hidden_size: 64\n    hidden_size: 128"),
@@ -211,45 +215,54 @@ CASES = [
          "must be positive", at="max_documents"),
     Case("an empty corpus name", change("  corpus: wordnet", '  corpus: ""'), "data.corpus", "must not be empty",
          at="corpus:"),
-    Case("a phase setting that is a word", change("    - objective: clm ", "    - phases: [{objective: mlm, settings: {random_replace: lots}}]\n     "),
+    Case("a phase setting that is a word", change("    - objective: clm ", "    - phases: [{objective: mlm, settings: "
+                                                                           "{random_replace: lots}}]\n     "),
          "pretraining.runs[1].phases[0].settings.random_replace", "expected a number", at="phases:"),
-    Case("a NaN phase setting", change("    - objective: clm ", "    - phases: [{objective: mlm, settings: {keep_original: .nan}}]\n     "),
+    Case("a NaN phase setting", change("    - objective: clm ", "    - phases: [{objective: mlm, settings: "
+                                                                "{keep_original: .nan}}]\n     "),
          "pretraining.runs[1].phases[0].settings.keep_original", "must be a finite number", at="phases:"),
     # --- model overrides: LlamaEncoderConfig's fields and types ---------------------------------
     Case("an unknown override", change("  preset: nano", "  preset: nano\n  overrides: {num_hidden_layer: 2}"),
          "model.overrides.num_hidden_layer", "unknown key (did you mean 'num_hidden_layers'?)", at="overrides"),
     Case("a word as an override", change("  preset: nano", "  preset: nano\n  overrides: {hidden_size: big}"),
          "model.overrides.hidden_size", "expected an integer, got a string", at="overrides"),
-    Case("a float for an integer override", change("  preset: nano", "  preset: nano\n  overrides: {num_hidden_layers: 2.5}"),
+    Case("a float for an integer override", change("  preset: nano", "  preset: nano\n  overrides: "
+                                                                     "{num_hidden_layers: 2.5}"),
          "model.overrides.num_hidden_layers", "expected an integer", at="overrides"),
     Case("a boolean override", change("  preset: nano", "  preset: nano\n  overrides: {num_hidden_layers: true}"),
          "model.overrides.num_hidden_layers", "expected an integer, got a boolean", at="overrides"),
-    Case("1e-5 read as text in an override", change("  preset: nano", "  preset: nano\n  overrides: {rms_norm_eps: 1e-5}"),
+    Case("1e-5 read as text in an override", change("  preset: nano", "  preset: nano\n  overrides: "
+                                                                      "{rms_norm_eps: 1e-5}"),
          "model.overrides.rms_norm_eps", "write 1.0e-5", at="overrides"),
     Case("a NaN override", change("  preset: nano", "  preset: nano\n  overrides: {rope_theta: .nan}"),
          "model.overrides.rope_theta", "must be a finite number", at="overrides"),
     Case("a negative layer count", change("  preset: nano", "  preset: nano\n  overrides: {num_hidden_layers: -2}"),
          "model.overrides.num_hidden_layers", "must be positive", at="overrides"),
-    Case("heads that do not divide the width", change("  preset: nano", "  preset: nano\n  overrides: {num_attention_heads: 3}"),
+    Case("heads that do not divide the width", change("  preset: nano", "  preset: nano\n  overrides: "
+                                                                        "{num_attention_heads: 3}"),
          "model.overrides", "not divisible by num_attention_heads", at="overrides"),
     # --- repeated grid items: cells planned twice under one key ----------------------------------
     Case("duplicate seeds", change("  seeds: [0, 1]", "  seeds: [0, 1, 0]"), "finetuning.seeds[2]", "listed twice",
          at="  seeds:"),
     Case("duplicate tasks", change("[wordnet-supersense-cls, ", "[wordnet-supersense-cls, wordnet-supersense-cls, "),
          "finetuning.tasks[1]", "listed twice", at="[wordnet-supersense-cls"),
-    Case("duplicate learning rates, spelt differently", change("  learning_rates: [0.001]", "  learning_rates: [0.001, 1e-3]"),
+    Case("duplicate learning rates, spelt differently",
+         change("  learning_rates: [0.001]", "  learning_rates: [0.001, 1e-3]"),
          "finetuning.learning_rates[1]", "listed twice", at="learning_rates"),
     Case("duplicate mask ratios", change("mask_ratio: [0.4]", "mask_ratio: [0.4, 0.4]"),
          "pretraining.runs[0].mask_ratio[1]", "listed twice", at="mask_ratio"),
     Case("duplicate CLM fractions", change("clm_fraction: [0.5]", "clm_fraction: [0.5, 0.5]"),
          "pretraining.runs[2].clm_fraction[1]", "listed twice", at="clm_fraction"),
-    Case("duplicate step budgets", change("    - objective: clm ", "    - objective: clm\n      steps: [40, 40]\n     "),
+    Case("duplicate step budgets", change("    - objective: clm ", "    - objective: clm\n      steps: "
+                                                                   "[40, 40]\n     "),
          "pretraining.runs[1].steps[1]", "listed twice", at="steps: [40, 40]"),
-    Case("duplicate presets", change("    - objective: clm ", "    - objective: clm\n      preset: [nano, nano]\n     "),
+    Case("duplicate presets", change("    - objective: clm ", "    - objective: clm\n      preset: "
+                                                              "[nano, nano]\n     "),
          "pretraining.runs[1].preset[1]", "listed twice", at="preset: [nano, nano]"),
     Case("duplicate checkpoint steps", change("checkpoint_steps: [20]", "checkpoint_steps: [20, 20]"),
          "pretraining.runs[0].checkpoint_steps[1]", "listed twice", at="checkpoint_steps"),
-    Case("duplicate init_from", change("    - objective: clm ", "    - objective: mlm\n      init_from: [nano-clm-40, nano-clm-40]\n    - objective: clm "),
+    Case("duplicate init_from", change("    - objective: clm ", "    - objective: mlm\n      init_from: [nano-clm-40, "
+                                                                "nano-clm-40]\n    - objective: clm "),
          "pretraining.runs[1].init_from[1]", "listed twice", at="init_from"),
     # --- the study's name and storage: refused before anything starts ----------------------------
     Case("a NUL in the study name", change("study: smoke", 'study: "a\\0b"'), "study", "control characters",
@@ -283,24 +296,28 @@ CASES = [
          "finetuning.warmup_ratio.quniform[1]", "1.0 is outside [0, 1)", at="warmup_ratio:"),
     # --- a phase's settings: the study's rules, the study's defaults merged in (#29) ---------------
     Case("a phase masking more than all selected tokens",
-         change("    - objective: clm ", "    - phases: [{objective: mlm, mask_ratio: 0.3, settings: {random_replace: 0.6, keep_original: 0.6}}]\n     "),
+         change("    - objective: clm ", "    - phases: [{objective: mlm, mask_ratio: 0.3, settings: {random_replace: "
+                                         "0.6, keep_original: 0.6}}]\n     "),
          "pretraining.runs[1].phases[0].settings.random_replace", "random_replace + keep_original must lie in [0, 1]",
          at="phases:"),
     Case("a phase setting over 1 with the study's default",
          change("  log_every: 10 ", "  random_replace: 0.1\n  log_every: 10 ").replace(
-             "    - objective: clm ", "    - phases: [{objective: clm, until: 0.25}, {objective: mlm, settings: {keep_original: 0.95}}]\n     "),
+             "    - objective: clm ", "    - phases: [{objective: clm, until: 0.25}, {objective: mlm, settings: "
+                                      "{keep_original: 0.95}}]\n     "),
          "pretraining.runs[1].phases[1].settings.keep_original", "random_replace 0.1 + keep_original 0.95",
          at="phases:"),
     # --- run and checkpoint names as planned: folder names, after expansion (#29) ------------------
     Case("a run name of 315 bytes from 40 phases",
          change("    - objective: clm ", "    - phases: [" + ", ".join(
-             f"{{objective: {('clm', 'mlm')[i % 2]}, until: {(i + 1) / 40}}}" for i in range(39)) + ", {objective: mlm}]\n     "),
+             f"{{objective: {('clm', 'mlm')[i % 2]}, until: {(i + 1) / 40}}}" for i in range(39))
+             + ", {objective: mlm}]\n     "),
          "pretraining.runs[1]", "the name is 315 bytes long", at="phases:", argv=["plan", "{spec}"]),
     Case("a run name of 512 bytes from a hub model",
          change("    - objective: clm ", f"    - {{objective: mlm, init_from: ['hf:/models/{'m' * 500}']}}\n     "),
          "pretraining.runs[1]", "the name is 512 bytes long", at="init_from:", argv=["plan", "{spec}"]),
     Case("a run name pushed over by its replicate tag",
-         change("    - objective: clm ", f"    - {{objective: mlm, replicates: 2, init_from: ['hf:{'m' * 202}']}}\n     "),
+         change("    - objective: clm ", f"    - {{objective: mlm, replicates: 2, init_from: "
+                                         f"['hf:{'m' * 202}']}}\n     "),
          "pretraining.runs[1]", "-rep1', and a run's name is its folder's", at="replicates: 2"),
     Case("an external checkpoint name with no room for its key",
          in_section("finetuning", f"checkpoints: [{{name: {'c' * 240}, source: hf:org/model}}]"),
@@ -314,7 +331,8 @@ CASES = [
          argv=["run", "{spec}"]),
     Case("keys in the spec's storage", GOOD + 'storage: "s3://AKIAHOSTILE:hostilesecret@bucket/x"\n', "storage",
          "carries credentials (user:secret@): a spec file is shared", at="storage:", argv=["run", "{spec}"]),
-    Case("keys in a checkpoint source", in_section("finetuning", 'checkpoints: [{name: x, source: "gs://u:p@bucket/m"}]'),
+    Case("keys in a checkpoint source", in_section("finetuning", 'checkpoints: [{name: x, source: '
+                                                                 '"gs://u:p@bucket/m"}]'),
          "finetuning.checkpoints[0].source", "carries credentials", at="checkpoints:"),
     Case("--storage with credentials and no bucket", GOOD, "--storage", "names no bucket",
          argv=["run", "{spec}", "--storage", "s3://KEY:SECRET@/x"], where="command line"),
@@ -353,7 +371,8 @@ CASES = [
          argv=["status", "{folder}"]),
     Case("status of a study whose spec nests 5,000 deep", "study: " + "[" * 5000 + "]" * 5000 + "\n", "",
          "nested deeper than 64 levels", argv=["status", "{folder}"]),
-    Case("plan of a 2 MB spec", GOOD + ("#" * 100 + "\n") * 20_000, "", "larger than 1,024 KiB", argv=["plan", "{spec}"]),
+    Case("plan of a 2 MB spec", GOOD + ("#" * 100 + "\n") * 20_000, "", "larger than 1,024 KiB",
+         argv=["plan", "{spec}"]),
     Case("a folder as the spec", "", "", "cannot read the file", argv=["run", "{folder}"]),
 ]
 

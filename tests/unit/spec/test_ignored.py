@@ -56,9 +56,11 @@ CASES = [
             "finetuning.optuna", "search: grid"),
     Ignored("random section in grid mode", (at("  seeds: [0]\n", "  seeds: [0]\n  random: {samples: 4}\n"),),
             "finetuning.random", "search: random"),
-    Ignored("random section in optuna mode", (at("  seeds: [0]\n", "  seeds: [0]\n  search: optuna\n  random: {seed: 3}\n"),),
+    Ignored("random section in optuna mode", (at("  seeds: [0]\n", "  seeds: [0]\n  search: optuna\n  "
+                                                                   "random: {seed: 3}\n"),),
             "finetuning.random", "search: optuna"),
-    Ignored("optuna section in random mode", (at("  seeds: [0]\n", "  seeds: [0]\n  search: random\n  optuna: {seed: 3}\n"),),
+    Ignored("optuna section in random mode", (at("  seeds: [0]\n", "  seeds: [0]\n  search: random\n  "
+                                                                   "optuna: {seed: 3}\n"),),
             "finetuning.optuna", "search: random"),
     Ignored("learning rates in optuna mode",
             (at("  seeds: [0]\n", "  seeds: [0]\n  search: optuna\n  learning_rates: [1.0e-3, 3.0e-3]\n"),),
@@ -71,10 +73,12 @@ CASES = [
             (at("  seeds: [0]\n", "  seeds: [0]\n  search: optuna\n  scheduler: {grace_period: 3}\n"),),
             "finetuning.scheduler.grace_period", "asha or median"),
     Ignored("ASHA's reduction factor with median stopping",
-            (at("  seeds: [0]\n", "  seeds: [0]\n  search: optuna\n  scheduler: {kind: median, reduction_factor: 4}\n"),),
+            (at("  seeds: [0]\n", "  seeds: [0]\n  search: optuna\n  scheduler: {kind: median, "
+                                  "reduction_factor: 4}\n"),),
             "finetuning.scheduler.reduction_factor", "asha"),
     Ignored("median stopping's sample count with ASHA",
-            (at("  seeds: [0]\n", "  seeds: [0]\n  search: random\n  scheduler: {kind: asha, min_samples_required: 5}\n"),),
+            (at("  seeds: [0]\n", "  seeds: [0]\n  search: random\n  scheduler: {kind: asha, "
+                                  "min_samples_required: 5}\n"),),
             "finetuning.scheduler.min_samples_required", "median"),
     Ignored("a scheduler in grid mode", (at("  seeds: [0]\n", "  seeds: [0]\n  scheduler: {kind: asha}\n"),),
             "finetuning.scheduler.kind", "search: optuna or random"),
@@ -95,7 +99,8 @@ CASES = [
     Ignored("MLM token shares without an MLM run", (at("{objective: mlm}", "{objective: clm, preset: [tiny]}"),
                                                     at("  steps: 40\n", "  steps: 40\n  random_replace: 0.1\n")),
             "pretraining.random_replace", "MLM"),
-    Ignored("clm_fraction_of without a switching run", (at("  steps: 40\n", "  steps: 40\n  clm_fraction_of: pre_decay\n"),),
+    Ignored("clm_fraction_of without a switching run", (at("  steps: 40\n", "  steps: 40\n  "
+                                                                            "clm_fraction_of: pre_decay\n"),),
             "pretraining.clm_fraction_of", "clm-mlm"),
     Ignored("resume checkpoints kept where none is saved",
             (at("  steps: 40\n", "  steps: 40\n  save_every: 0\n  keep_resume_checkpoints: 3\n"),),
@@ -112,7 +117,8 @@ CASES = [
     Ignored("a W&B project with tracking off", (at("study: ignored\n", "study: ignored\ntracking: {project: mine}\n"),),
             "tracking.project", "wandb: false"),
     Ignored("a model section in a study that trains nothing", (
-        at("pretraining:\n  steps: 40\n  global_batch_size: 8\n  runs:\n    - {objective: mlm}\n    - {objective: clm}\n", ""),
+        at("pretraining:\n  steps: 40\n  global_batch_size: 8\n  runs:\n    - {objective: mlm}\n    - "
+           "{objective: clm}\n", ""),
         at("  seeds: [0]\n", "  seeds: [0]\n  checkpoints: [{name: other, source: ./no-such-folder}]\n")),
             "model", "trains no pretraining runs"),
 ]

@@ -21,7 +21,8 @@ def with_change(old: str, new: str) -> str:
 
 MALFORMED = [
     ("unknown top key", GOOD + "\nfinetunning: {}\n", "finetunning", "did you mean 'finetuning'"),
-    ("unknown nested key", with_change("  seq_len: 64", "  seq_length: 64"), "data.seq_length", "did you mean 'seq_len'"),
+    ("unknown nested key", with_change("  seq_len: 64", "  seq_length: 64"), "data.seq_length",
+     "did you mean 'seq_len'"),
     ("unknown run key", with_change("mask_ratio: [0.4]", "mask_ratios: [0.4]"), "pretraining.runs[0].mask_ratios",
      "did you mean 'mask_ratio'"),
     ("unknown resources key", with_change("  cpus_per_trial: 1", "  cpus_per_trail: 1"),
@@ -31,9 +32,11 @@ MALFORMED = [
      "expected an integer"),
     ("wrong list item type", with_change("  seeds: [0, 1]", "  seeds: [0, one]"), "finetuning.seeds[1]",
      "expected an integer"),
-    ("budget for a task not studied", with_change("  max_steps: 8 ", "  task_budgets: {sst2: {max_steps: 5}}\n  max_steps: 8 "),
+    ("budget for a task not studied", with_change("  max_steps: 8 ", "  task_budgets: {sst2: {max_steps: 5}}\n "
+                                                                     " max_steps: 8 "),
      "finetuning.task_budgets.sst2", "'sst2' is not in tasks"),
-    ("negative task budget", with_change("  max_steps: 8 ", "  task_budgets: {wordnet-supersense-qa: {epochs: -1}}\n  max_steps: 8 "),
+    ("negative task budget", with_change("  max_steps: 8 ", "  task_budgets: {wordnet-supersense-qa: {epochs: -1}}\n "
+                                                            " max_steps: 8 "),
      "finetuning.task_budgets.wordnet-supersense-qa.epochs", "must be positive"),
     ("QA stride beyond half a window", with_change("  doc_stride: 8 ", "  doc_stride: 30 "), "finetuning.doc_stride",
      "must be in [0, max_length / 2)"),
@@ -43,7 +46,8 @@ MALFORMED = [
      "finetuning.keep_predictions", "expected true or false"),
     ("unknown sharding", with_change("  cpus_per_trial: 1", "  sharding: zero3\n  cpus_per_trial: 1"),
      "resources.sharding", "'zero3' is not one of 'ddp', 'fsdp'"),
-    ("mapping for scalar", with_change("  preset: nano ", "  preset:\n    name: nano "), "model.preset", "expected a string"),
+    ("mapping for scalar", with_change("  preset: nano ", "  preset:\n    name: nano "), "model.preset",
+     "expected a string"),
     ("mask ratio out of range", with_change("mask_ratio: [0.4]", "mask_ratio: [1.4]"),
      "pretraining.runs[0].mask_ratio[0]", "outside (0, 1)"),
     ("mask ratio zero", with_change("mask_ratio: [0.4]", "mask_ratio: [0]"),
@@ -73,17 +77,22 @@ MALFORMED = [
      "pretraining.runs[0].objective", "unknown objective 'mlmx' (did you mean 'mlm'?)"),
     ("missing objective", with_change("    - objective: mlm ", "    - steps: [40] "),
      "pretraining.runs[0].objective", "give either objective (short form) or phases (long form)"),
-    ("objective and phases", with_change("    - objective: clm ", "    - objective: clm\n      phases: [{objective: clm}]\n     "),
+    ("objective and phases", with_change("    - objective: clm ", "    - objective: clm\n      phases: "
+                                                                  "[{objective: clm}]\n     "),
      "pretraining.runs[1].objective", "give either objective"),
-    ("unknown phase objective", with_change("    - objective: clm ", "    - phases: [{objective: clm, until: 0.5}, {objective: mlmm}]\n     "),
+    ("unknown phase objective", with_change("    - objective: clm ", "    - phases: [{objective: clm, until: 0.5}, "
+                                                                     "{objective: mlmm}]\n     "),
      "pretraining.runs[1].phases[1].objective", "unknown objective 'mlmm' (did you mean 'mlm'?)"),
     ("phase ends out of order", with_change("    - objective: clm ", "    - phases: [{objective: clm, until: 0.5}, "
      "{objective: mlm, until: 0.4}, {objective: clm}]\n     "), "pretraining.runs[1].phases[1].until", "not after"),
-    ("phase without an end", with_change("    - objective: clm ", "    - phases: [{objective: clm}, {objective: mlm}]\n     "),
+    ("phase without an end", with_change("    - objective: clm ", "    - phases: [{objective: clm}, "
+                                                                  "{objective: mlm}]\n     "),
      "pretraining.runs[1].phases[0].until", "needs until"),
-    ("masking ratio on a causal phase", with_change("    - objective: clm ", "    - phases: [{objective: clm, mask_ratio: 0.3}]\n     "),
+    ("masking ratio on a causal phase", with_change("    - objective: clm ", "    - phases: [{objective: clm, "
+                                                                             "mask_ratio: 0.3}]\n     "),
      "pretraining.runs[1].phases[0].mask_ratio", "masks nothing"),
-    ("unknown objective setting", with_change("    - objective: clm ", "    - phases: [{objective: mlm, settings: {keep_orig: 0.1}}]\n     "),
+    ("unknown objective setting", with_change("    - objective: clm ", "    - phases: [{objective: mlm, settings: "
+                                                                       "{keep_orig: 0.1}}]\n     "),
      "pretraining.runs[1].phases[0].settings.keep_orig", "did you mean 'keep_original'"),
     ("missing referenced checkpoint", with_change("    - objective: clm ", "    - objective: mlm\n      "
      "init_from: [nano-clm-4k]\n    - objective: clm "), "pretraining.runs[1].init_from[0]", "no run named"),
@@ -111,7 +120,8 @@ MALFORMED = [
     ("negative gradient clip", with_change("    peak_lr: 0.002", "    peak_lr: 0.002\n    grad_clip: -1"),
      "pretraining.optimizer.grad_clip", "must be positive"),
     ("utilisation out of range", GOOD + "cost: {utilization: 1.5}\n", "cost.utilization", "outside (0, 1]"),
-    ("unsupported storage scheme", GOOD + "storage: ftp://host/studies\n", "storage", "unsupported storage scheme 'ftp'"),
+    ("unsupported storage scheme", GOOD + "storage: ftp://host/studies\n", "storage", "unsupported "
+                                                                                      "storage scheme 'ftp'"),
     ("storage URI without a bucket", GOOD + "storage: s3:///studies\n", "storage", "names no bucket"),
     ("study name with a slash", with_change("study: smoke", "study: a/b"), "study", "without '/'"),
     ("study name ..", with_change("study: smoke", "study: .."), "study", "not . or .."),
@@ -125,7 +135,8 @@ MALFORMED = [
      "pretraining.global_batch_size", "not divisible by resources.pretraining_workers"),
     ("unknown model override", with_change("  preset: nano ", "  preset: nano\n  overrides: {hidden_sise: 64}\n "),
      "model.overrides.hidden_sise", "unknown key (did you mean 'hidden_size'?)"),
-    ("model override of the wrong type", with_change("  preset: nano ", "  preset: nano\n  overrides: {rope_theta: big}\n "),
+    ("model override of the wrong type", with_change("  preset: nano ", "  preset: nano\n  overrides: "
+                                                                        "{rope_theta: big}\n "),
      "model.overrides.rope_theta", "expected a number"),
     ("duplicate key", with_change("  steps: 40", "  steps: 40\n  steps: 50"), "pretraining.steps",
      "duplicate key: given on line"),
@@ -140,7 +151,7 @@ def test_malformed_spec_names_file_key_and_reason(tmp_path, name, text, key, rea
     path = tmp_path / "bad.yaml"
     path.write_text(text)
     with pytest.raises(SpecError) as caught:
-        load_study(path).spec
+        _ = load_study(path).spec
     message = str(caught.value)
     assert str(path) in message and key in message and reason in message
 
@@ -149,7 +160,7 @@ def test_error_carries_the_yaml_line(tmp_path):
     path = tmp_path / "bad.yaml"
     path.write_text(with_change("mask_ratio: [0.4]", "mask_ratio: [1.4]"))
     with pytest.raises(SpecError) as caught:
-        load_study(path).spec
+        _ = load_study(path).spec
     line = next(i for i, text in enumerate(path.read_text().splitlines(), 1) if "1.4" in text)
     assert caught.value.line == line and f"bad.yaml:{line}:" in str(caught.value)
 
@@ -159,7 +170,7 @@ def test_a_bad_scoring_setting_names_its_file_line_and_key(tmp_path, setting):
     path = tmp_path / "bad.yaml"
     path.write_text(with_change("  max_steps: 8 ", f"  {setting}\n  max_steps: 8 "))
     with pytest.raises(SpecError) as caught:
-        load_study(path).spec
+        _ = load_study(path).spec
     line = next(i for i, text in enumerate(path.read_text().splitlines(), 1) if text.strip() == setting)
     key = f"finetuning.{setting.split(':')[0]}"
     assert caught.value.line == line and caught.value.key_path == key
@@ -171,7 +182,7 @@ def test_every_malformed_file_exits_2_names_its_key_and_starts_no_ray(tmp_path):
     Ray never imported (so no Ray process can have started) and no study folder created."""
     assert len(MALFORMED) >= 25
     paths = []
-    for index, (name, text, key, reason) in enumerate(MALFORMED):
+    for index, (_, text, _, _) in enumerate(MALFORMED):
         path = tmp_path / f"bad_{index:02d}.yaml"
         path.write_text(text)
         paths.append(str(path))
@@ -208,7 +219,7 @@ def test_an_evaluation_only_set_needs_its_training_task(tmp_path):
 
 def test_shipped_specs_load():
     for path in (ROOT / "search_spaces").glob("*.yaml"):
-        load_study(path).spec
+        _ = load_study(path).spec
 
 
 def test_shipped_specs_document_every_field_they_set():
@@ -233,7 +244,7 @@ def test_duplicate_key_names_both_lines(tmp_path):
     path = tmp_path / "bad.yaml"
     path.write_text(GOOD + "study: again\n")
     with pytest.raises(SpecError) as caught:
-        load_study(path).spec
+        _ = load_study(path).spec
     last = len(path.read_text().splitlines())
     assert caught.value.line == last and f"given on line 4 and again on line {last}" in str(caught.value)
 
@@ -242,7 +253,9 @@ def test_an_alias_is_resolved_once_and_still_works(tmp_path):
     """Anchors and aliases stay usable (resolved once, never expanded as text)."""
     path = tmp_path / "aliases.yaml"
     text = with_change("checkpoint_steps: [20]", "checkpoint_steps: &steps [20]")
-    path.write_text(text.replace("    - objective: clm ", "    - objective: clm\n      checkpoint_steps: *steps\n     ", 1))
+    path.write_text(
+        text.replace("    - objective: clm ", "    - objective: clm\n      checkpoint_steps: *steps\n     ", 1)
+    )
     runs = load_study(path).spec.pretraining.runs
     assert runs[0].checkpoint_steps == runs[1].checkpoint_steps == [20]
 

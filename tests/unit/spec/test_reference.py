@@ -17,7 +17,7 @@ def test_docs_spec_md_is_current():
 
 def test_every_field_of_every_section_has_its_docstring_on_the_page():
     page = (ROOT / "docs" / "spec.md").read_text()
-    for path, cls in sections():
+    for _, cls in sections():
         docs = field_docs(cls)
         for field in dataclasses.fields(cls):
             assert docs.get(field.name), f"{cls.__name__}.{field.name} has no docstring"

@@ -18,8 +18,10 @@ IMPOSSIBLE = [
     # (resources, key, reason)
     ({"pretraining_workers": 2, "gpus_per_worker": 0.5}, "gpus_per_worker", "Duplicate GPU detected"),
     ({"pretraining_workers": 8, "gpus_per_worker": 0.25, "sharding": "fsdp"}, "gpus_per_worker", "Duplicate GPU"),
-    ({"pretraining_workers": 0, "gpus_per_worker": 2}, "gpus_per_worker", "pretraining_workers: 2 with gpus_per_worker: 1"),
-    ({"pretraining_workers": 4, "gpus_per_worker": 1.5}, "gpus_per_worker", "pretraining_workers: 6 with gpus_per_worker: 1"),
+    ({"pretraining_workers": 0, "gpus_per_worker": 2}, "gpus_per_worker", "pretraining_workers: 2 with "
+                                                                          "gpus_per_worker: 1"),
+    ({"pretraining_workers": 4, "gpus_per_worker": 1.5}, "gpus_per_worker", "pretraining_workers: 6 with "
+                                                                            "gpus_per_worker: 1"),
     ({"gpus_per_trial": 2}, "gpus_per_trial", "a trial trains on one"),
     ({"gpus_per_trial": 1.25}, "gpus_per_trial", "a trial trains on one"),
     ({"cpus_per_worker": 0}, "cpus_per_worker", "needs some CPU or GPU"),

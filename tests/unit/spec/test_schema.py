@@ -130,7 +130,8 @@ ACCEPTED = {
     "a grid of betas pairs": edited("pretraining.optimizer.betas", [[0.9, 0.95], [0.9, 0.98]]),
     "a random search's choice of pairs": {**MICRO, "finetuning": {
         **{k: v for k, v in MICRO["finetuning"].items() if k != "learning_rates"}, "search": "random",
-        "random": {"samples": 2}, "betas": {"choice": [[0.9, 0.95], [0.9, 0.98]]}, "weight_decay": {"uniform": [0, 0.1]},
+        "random": {"samples": 2}, "betas": {"choice": [[0.9, 0.95], [0.9, 0.98]]},
+        "weight_decay": {"uniform": [0, 0.1]},
         "batch_size": {"randint": [8, 17]}}},
 }
 

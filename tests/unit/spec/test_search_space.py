@@ -88,7 +88,8 @@ def test_plan_of_a_depth_ablation_prints_counts_and_names(tmp_path):
 
 
 def test_a_grid_expands_every_entry_as_a_product_and_runs_carry_their_values(tmp_path):
-    spec = smoke_with(("    peak_lr: 0.002", "    peak_lr: {grid_search: [0.002, 0.004]}\n    weight_decay: [0.1, 0.0]"),
+    spec = smoke_with(("    peak_lr: 0.002", "    peak_lr: {grid_search: [0.002, 0.004]}\n    "
+                                             "weight_decay: [0.1, 0.0]"),
                       ("  global_batch_size: 8 ", "  global_batch_size: [8, 16] "),
                       ("  seq_len: 64 ", "  seq_len: [64, 32] "),
                       ("  warmup_steps: 4 ", "  warmup_steps: [4, 2] "))
@@ -126,7 +127,9 @@ def test_sweeping_a_field_from_its_current_value_keeps_the_planned_runs(tmp_path
                     ("  global_batch_size: 8 ", "  global_batch_size: {grid_search: [8, 16]} "),
                     ("  decay_steps: 8 ", "  decay_steps: [8, 16] "),
                     ("  preset: nano ", "  preset: nano\n  overrides: {num_hidden_layers: [2, 3]}\n ")]:
-        after = {run.name: run.run_key for run in plan_study(load_study(write(tmp_path, smoke_with(changed))).spec).runs}
+        after = {
+            run.name: run.run_key for run in plan_study(load_study(write(tmp_path, smoke_with(changed))).spec).runs
+        }
         assert len(after) == 2 * len(before), changed
         assert {name: after[name] for name in before} == before, changed
 
@@ -195,9 +198,11 @@ MALFORMED_FORMS = [
     # (name, (old, new) in smoke.yaml, key path, reason)
     ("pretraining distribution", ("    peak_lr: 0.002", "    peak_lr: {loguniform: [1.0e-4, 1.0e-2]}"),
      "pretraining.optimizer.peak_lr.loguniform", "only a value or a grid"),
-    ("override distribution", ("  preset: nano ", "  preset: nano\n  overrides: {num_hidden_layers: {randint: [2, 8]}}\n "),
+    ("override distribution", ("  preset: nano ", "  preset: nano\n  overrides: {num_hidden_layers: "
+                                                  "{randint: [2, 8]}}\n "),
      "model.overrides.num_hidden_layers.randint", "pretraining runs are planned as a grid"),
-    ("seq_len choice", ("  seq_len: 64 ", "  seq_len: {choice: [64, 128]} "), "data.seq_len.choice", "only a value or a grid"),
+    ("seq_len choice", ("  seq_len: 64 ", "  seq_len: {choice: [64, 128]} "), "data.seq_len.choice",
+     "only a value or a grid"),
     ("negative value in a grid", ("    peak_lr: 0.002", "    peak_lr: [0.002, -1.0]"),
      "pretraining.optimizer.peak_lr[1]", "must be positive"),
     ("value listed twice", ("  global_batch_size: 8 ", "  global_batch_size: [8, 8] "),
@@ -215,7 +220,8 @@ MALFORMED_FORMS = [
      "pretraining.optimizer.betas[1]", "two numbers in [0, 1)"),
     ("misspelt override in a grid", ("  preset: nano ", "  preset: nano\n  overrides: {num_hiden_layers: [2, 4]}\n "),
      "model.overrides.num_hiden_layers", "did you mean 'num_hidden_layers'"),
-    ("override grid of the wrong type", ("  preset: nano ", "  preset: nano\n  overrides: {num_hidden_layers: [2, 2.5]}\n "),
+    ("override grid of the wrong type", ("  preset: nano ", "  preset: nano\n  overrides: "
+                                                            "{num_hidden_layers: [2, 2.5]}\n "),
      "model.overrides.num_hidden_layers[1]", "expected an integer"),
     ("override grid value the encoder cannot build",
      ("  preset: nano ", "  preset: nano\n  overrides: {num_attention_heads: [2, 3]}\n "),
@@ -238,7 +244,8 @@ MALFORMED_FORMS = [
      "finetuning.weight_decay.uniform", "needs lo < hi"),
     ("loguniform from 0", ("  max_steps: 8 ", "  max_steps: 8\n  weight_decay: {loguniform: [0.0, 0.1]} "),
      "finetuning.weight_decay.loguniform[0]", "needs lo > 0"),
-    ("qloguniform negative q", ("  max_steps: 8 ", "  max_steps: 8\n  weight_decay: {qloguniform: [1.0e-3, 0.1, -1.0]} "),
+    ("qloguniform negative q", ("  max_steps: 8 ", "  max_steps: 8\n  weight_decay: {qloguniform: "
+                                                   "[1.0e-3, 0.1, -1.0]} "),
      "finetuning.weight_decay.qloguniform[2]", "q (the step values are rounded to) must be positive"),
     ("range beyond the field's bounds", ("  max_steps: 8 ", "  max_steps: 8\n  weight_decay: {uniform: [-0.1, 0.1]} "),
      "finetuning.weight_decay.uniform[0]", "must not be negative"),
@@ -255,7 +262,8 @@ MALFORMED_FORMS = [
     ("grid in optuna mode", (OPTUNA, ("  max_steps: 8 ", "  max_steps: 8\n  weight_decay: [0.0, 0.1] ")),
      "finetuning.weight_decay", "a grid goes with search: grid; search: optuna samples its points: write "
                                 "{choice: [0.0, 0.1]}"),
-    ("grid_search in random mode", (RANDOM, ("  max_steps: 8 ", "  max_steps: 8\n  weight_decay: {grid_search: [0.0, 0.1]} ")),
+    ("grid_search in random mode", (RANDOM, ("  max_steps: 8 ", "  max_steps: 8\n  weight_decay: "
+                                                                "{grid_search: [0.0, 0.1]} ")),
      "finetuning.weight_decay.grid_search", "a grid goes with search: grid; search: random samples"),
     ("random mode without samples", (("  learning_rates: [0.001] ", "  search: random\n  random: {samples: 0} "),),
      "finetuning.random.samples", "must be positive, got 0"),
@@ -275,7 +283,8 @@ MALFORMED_FORMS = [
      "finetuning.doc_stride.quniform", "quniform draws real numbers"),
     ("uniform over the betas pair", (OPTUNA, ("  max_steps: 8 ", "  max_steps: 8\n  betas: {uniform: [0.9, 0.99]} ")),
      "finetuning.betas.uniform", "use choice over whole values"),
-    ("quniform end off the q grid", (OPTUNA, ("  max_steps: 8 ", "  max_steps: 8\n  weight_decay: {quniform: [0.01, 0.1, 0.02]} ")),
+    ("quniform end off the q grid", (OPTUNA, ("  max_steps: 8 ", "  max_steps: 8\n  weight_decay: {quniform: "
+                                                                 "[0.01, 0.1, 0.02]} ")),
      "finetuning.weight_decay.quniform[0]", "0.01 is not a multiple of q 0.02"),
     ("choice combination the checks refuse", (OPTUNA, ("  max_length: 48 ", "  max_length: {choice: [48, 32]} "),
                                               ("  doc_stride: 8 ", "  doc_stride: {choice: [8, 20]} ")),
@@ -289,7 +298,7 @@ MALFORMED_FORMS = [
 def test_a_malformed_form_names_file_line_key_and_reason(tmp_path, name, change, key, reason):
     path = write(tmp_path, smoke_with(change))
     with pytest.raises(SpecError) as caught:
-        load_study(path).spec
+        _ = load_study(path).spec
     error = caught.value
     assert error.key_path == key and reason in error.reason, str(error)
     assert error.line is not None and f"{path}:{error.line}:" in str(error)
@@ -360,8 +369,8 @@ def test_distributions_plan_in_optuna_and_random_mode_and_the_plan_names_the_spa
 
 
 def test_the_former_sample_count_name_keeps_working(tmp_path):
-    old = load_study(write(tmp_path, smoke_with(OPTUNA, ("  max_steps: 8 ", "  max_steps: 8\n  optuna: "
-                                                                            "{learning_rates_per_cell: 4} ")), "old.yaml")).spec
+    former = ("  max_steps: 8 ", "  max_steps: 8\n  optuna: {learning_rates_per_cell: 4} ")
+    old = load_study(write(tmp_path, smoke_with(OPTUNA, former), "old.yaml")).spec
     new = load_study(write(tmp_path, smoke_with(OPTUNA, ("  max_steps: 8 ", "  max_steps: 8\n  optuna: {samples: 4} ")),
                           "new.yaml")).spec
     assert old.finetuning.optuna.samples_per_cell == new.finetuning.optuna.samples_per_cell == 4

@@ -72,7 +72,11 @@ def probe(tmp_path, monkeypatch):
     with registry.using(registry.shipped()):
         info = registry.register_task(replace(registry.get_task("wordnet-supersense-cls"), name="probe-cls",
                                               source=str(rows)))
-        yield {"info": info, "rows": rows, "protocol": finetune_protocol(load_study(SMOKE).spec, "wordnet-supersense-cls")}
+        yield {
+            "info": info,
+            "rows": rows,
+            "protocol": finetune_protocol(load_study(SMOKE).spec, "wordnet-supersense-cls"),
+        }
 
 
 def edit_rows(probe, monkeypatch):

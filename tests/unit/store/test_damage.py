@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import os
 import time
-from datetime import datetime, timezone
+from datetime import datetime, UTC
 from pathlib import Path
 
 import pyarrow.parquet as pq
@@ -33,7 +33,7 @@ def damage(path: Path, kind: str) -> None:
 
 
 def rows_for(trials, study: str) -> list[dict]:
-    now = datetime.now(timezone.utc)
+    now = datetime.now(UTC)
     return [{**trial_row(study, t, {"validation_score": 50.0 + t.seed, "test_score": 49.0 + t.seed + len(t.task) % 3,
                                     "train_loss": 0.5, "train_steps": 8, "wall_time_s": 1.0}, "ok", None),
              "finished_at": now} for t in trials]
@@ -107,7 +107,7 @@ def test_a_damaged_part_and_markers_are_named_set_aside_and_the_rest_is_reported
     assert aside.exists() and not part.exists(), "moved, not deleted"
     note = (aside.parent / f"{part.name}.why.txt").read_text()
     assert f"file: results/trials/{CLS}/{part.name}" in note and "reason: ArrowInvalid" in note
-    assert f"quarantined_at: {datetime.now(timezone.utc):%Y-%m-%d}" in note
+    assert f"quarantined_at: {datetime.now(UTC):%Y-%m-%d}" in note
     assert read_table(layout, TRIALS).num_rows == 36
     assert "damaged files: 1 set aside in quarantine/" in sweeper_cli("status", str(study)).stdout
 

@@ -11,7 +11,6 @@ from __future__ import annotations
 import json
 import os
 import socket
-import sys
 import time
 from pathlib import Path
 
@@ -19,7 +18,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
-from test_damage import CLS, recorded_study, sweeper_cli  # noqa: F401 - a fixture
+from test_damage import CLS, sweeper_cli
 from sweeper.run.lease import read_lease, stale_reason, take_lease
 from sweeper.store import storage
 from sweeper.store.layout import StudyLayout
@@ -59,7 +58,7 @@ def test_status_names_what_it_cannot_read_and_accounts_for_every_planned_trial(r
     status = sweeper_cli("status", str(study))
     assert status.returncode == 0 and "Traceback" not in output(status), output(status)
     out = status.stdout
-    assert f"40 result rows (32 trials): 32 ok, 0 running, 4 pending, 0 diverged, 0 failed, 4 unclassified" in out
+    assert "40 result rows (32 trials): 32 ok, 0 running, 4 pending, 0 diverged, 0 failed, 4 unclassified" in out
     assert f"results/trials/{CLS}/{parts[0].name}: rows without status" in out
     assert out.count("unclassified nano-") == 4 and "status 'weird'" in out
     assert "pretraining/nano-clm-40/sweeper_done.json: a folder, not a file" in out
@@ -134,7 +133,6 @@ def test_a_garbage_journal_is_rebuilt_from_the_store_when_a_search_starts(tmp_pa
     """The Optuna journal Optuna cannot read (a UnicodeDecodeError at main): set aside, and the
     cell's study rebuilt from the recorded samples."""
     import optuna
-    sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "run"))
     import test_optuna_search as search_tests
 
     from sweeper.plan.load import load_study

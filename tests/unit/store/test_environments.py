@@ -3,7 +3,6 @@ reports (trainables.environment), how the study keeps it, and where status and t
 from __future__ import annotations
 
 import shutil
-from pathlib import Path
 
 import torch
 from conftest import ROOT

@@ -9,7 +9,7 @@ import errno
 import os
 import subprocess
 import uuid
-from datetime import datetime, timezone
+from datetime import datetime, UTC
 from pathlib import Path
 
 import pytest
@@ -60,7 +60,7 @@ def leftovers(disk: Path) -> list[str]:
 
 def row(key: str) -> dict:
     return {"study": "s", "trial_key": key, "checkpoint_id": "c", "task": "sst2", "learning_rate": 1e-3, "seed": 0,
-            "status": "ok", "test_score": 50.0, "finished_at": datetime(2026, 1, 1, tzinfo=timezone.utc)}
+            "status": "ok", "test_score": 50.0, "finished_at": datetime(2026, 1, 1, tzinfo=UTC)}
 
 
 def test_a_file_rewritten_on_a_full_disk_keeps_its_old_content_and_leaves_no_half_file(small_disk):

@@ -1,5 +1,5 @@
 """Results store: Hive-partitioned batches as atomic Parquet files, compaction, one row per trial on read."""
-from datetime import datetime, timedelta, timezone
+from datetime import datetime, timedelta, UTC
 from pathlib import Path
 
 import pyarrow as pa
@@ -21,7 +21,7 @@ def study(tmp_path) -> StudyLayout:
 def row(key, status="ok", score=50.0, minutes=0, task="t"):
     return {"study": "s", "trial_key": key, "checkpoint_id": "c", "task": task, "learning_rate": 1e-3, "seed": 0,
             "status": status, "test_score": score,
-            "finished_at": datetime(2026, 1, 1, tzinfo=timezone.utc) + timedelta(minutes=minutes)}
+            "finished_at": datetime(2026, 1, 1, tzinfo=UTC) + timedelta(minutes=minutes)}
 
 
 def test_batches_round_trip_by_partition_and_leave_no_temporary_files(study):
@@ -65,7 +65,7 @@ def test_compaction_merges_batches_into_one_file_per_partition(study):
 
 def prediction(key, split, example, value, task="t", minutes=0):
     return {"task": task, "trial_key": key, "split": split, "example": example, "prediction": f"[{value}]",
-            "gold": "[1]", "finished_at": datetime(2026, 1, 1, tzinfo=timezone.utc) + timedelta(minutes=minutes)}
+            "gold": "[1]", "finished_at": datetime(2026, 1, 1, tzinfo=UTC) + timedelta(minutes=minutes)}
 
 
 def test_predictions_written_again_by_a_retried_trial_read_and_compact_to_one_row_per_example(study):

@@ -107,7 +107,10 @@ def test_build_once_publishes_a_whole_folder_that_local_copy_reads(location, tmp
     if storage.is_remote(target):
         assert str(copy).startswith(str(tmp_path / "cache")), "remote folders are copied into the node's cache"
         light = folders.local_copy(target, "marker.json", skip=("weights.bin",))
-        assert light != copy and sorted(p.name for p in light.rglob("*") if p.is_file()) == ["config.json", "marker.json"]
+        assert light != copy and sorted(p.name for p in light.rglob("*") if p.is_file()) == [
+            "config.json",
+            "marker.json",
+        ]
         # Published again with other content (a recomputed run): the new marker means a new copy.
         local = tmp_path / "v2"
         local.mkdir()

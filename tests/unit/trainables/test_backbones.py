@@ -132,7 +132,9 @@ def test_packed_and_dynamically_padded_batches_give_the_padded_loss_gradients_an
         model.eval()
         TOKEN_COUNTS.reset()
         with torch.no_grad():
-            scores[mode] = [family.score(model, splits[split], meta, 16, CPU, protocol) for split in ("validation", "test")]
+            scores[mode] = [
+                family.score(model, splits[split], meta, 16, CPU, protocol) for split in ("validation", "test")
+            ]
         computed[mode] = TOKEN_COUNTS.computed
     # Classification heads already cut batches to their longest row; QA windows and retrieval texts are padded.
     assert computed["dynamic"] <= computed["padded"]
@@ -168,14 +170,16 @@ class DocumentBlindBackbone(HuggingFaceBackbone):
 def trial_config(kind: str, name: str, prepared, checkpoint: str, packing: bool) -> TrialConfig:
     folder, length = prepared[kind, name]
     return TrialConfig(
-        trial_key=f"{kind}-{name}-{packing}", task=get_task(name), family=family_of(get_task(name).family).implementation,
+        trial_key=f"{kind}-{name}-{packing}", task=get_task(name),
+        family=family_of(get_task(name).family).implementation,
         seed=3, checkpoint_path=checkpoint, protocol=protocol_for(name, length), task_data_dir=folder,
         runtime=TrialRuntime(micro_batch_size=4, eval_batch_size=16, packing=packing))
 
 
 @pytest.mark.parametrize("kind", ["modernbert", "qwen3"])  # the smallest and the largest leak (see PROBE_TOLERANCE)
+@pytest.mark.usefixtures("float64_default")
 def test_a_backbone_blind_to_documents_is_caught_and_trains_with_dynamic_padding(
-        checkpoints, prepared, kind, monkeypatch, capsys, float64_default, fresh_probe_verdicts):
+        checkpoints, prepared, kind, monkeypatch, capsys, fresh_probe_verdicts):
     blind = DocumentBlindBackbone(load_backbone(checkpoints[kind]).model)
     error, scale = packing_error(blind, CPU)
     assert error > 30 * PROBE_TOLERANCE * scale, "the leak is far outside the tolerance"
@@ -197,8 +201,8 @@ def test_a_backbone_blind_to_documents_is_caught_and_trains_with_dynamic_padding
 
 
 @pytest.mark.parametrize("kind", KINDS)
-def test_a_trial_fine_tunes_each_kind_packed_as_it_does_padded(checkpoints, prepared, kind, float64_default,
-                                                              fresh_probe_verdicts):
+@pytest.mark.usefixtures("float64_default")
+def test_a_trial_fine_tunes_each_kind_packed_as_it_does_padded(checkpoints, prepared, kind, fresh_probe_verdicts):
     name = "wordnet-supersense-cls"
     results = {packing: run_trial(trial_config(kind, name, prepared, checkpoints[kind], packing))
                for packing in (True, False)}

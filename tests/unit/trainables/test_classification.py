@@ -274,8 +274,8 @@ def test_the_standard_encoding_is_todays_bit_for_bit(name, max_length):
     task = local(name)
     family = TokenClassification if task.family == "token_classification" else SequenceClassification
     splits = load_task_splits(task, None, None)
-    for settings in ({}, {"scoring": "standard"}):
-        arrays, meta = family.encode(splits, task, wordpiece(), max_length, settings)
+    for options in ({}, {"scoring": "standard"}):
+        arrays, meta = family.encode(splits, task, wordpiece(), max_length, options)
         digest = hashlib.sha256()
         for split in sorted(arrays):
             for key in sorted(arrays[split]):

@@ -49,7 +49,9 @@ def test_wordpiece_stream_equals_the_tokenizer_call(tmp_path):
                           shard_tokens=4096)
     texts = list(iter_corpus_texts("wordnet", "text", 300))
     tokenizer = AutoTokenizer.from_pretrained(out / "tokenizer")
-    expected = [t for ids in tokenizer(texts, add_special_tokens=False)["input_ids"] for t in (*ids, meta["separator_id"])]
+    expected = [
+        t for ids in tokenizer(texts, add_special_tokens=False)["input_ids"] for t in (*ids, meta["separator_id"])
+    ]
     corpus = PackedCorpus(str(out), 16, 0)
     assert corpus.tokens(0, meta["tokens"]).tolist() == expected and meta["documents"] == 300
     assert set(corpus.meta) >= {"documents", "tokens", "vocab_size", "separator_id", "mask_token_id", "pad_token_id",
@@ -64,7 +66,9 @@ def test_windows_span_shards_and_the_order_is_blocked_and_prefix_stable(numbers_
     batch = 512
     steps = short.num_windows // batch
     # The first two blocks (all the short corpus holds) are visited in the same order.
-    assert all(short.window_indices(s, batch, 0, 1) == grown.window_indices(s, batch, 0, 1) for s in range(0, steps, 37))
+    assert all(
+        short.window_indices(s, batch, 0, 1) == grown.window_indices(s, batch, 0, 1) for s in range(0, steps, 37)
+    )
     visited = [w for s in range(steps) for w in short.window_indices(s, batch, 0, 1)]
     assert sorted(visited) == list(range(short.num_windows))  # a permutation per epoch
     assert max(visited[:ORDER_BLOCK_WINDOWS]) < ORDER_BLOCK_WINDOWS  # block 0 before block 1
@@ -144,8 +148,12 @@ def test_a_bad_corpus_source_exits_2_before_anything_starts(tmp_path, corpus, te
     (tmp_path / "rows.jsonl").write_text(json.dumps({"text": "a b"}) + "\n")
     corpus = corpus.format(folder=tmp_path)
     spec = tmp_path / "spec.yaml"
-    spec.write_text(PIPELINE_SPEC.read_text().replace(
-        "data: {vocab_size: 1024", f"data: {{corpus: {json.dumps(corpus)}, text_column: {text_column}, vocab_size: 1024"))
+    spec.write_text(
+        PIPELINE_SPEC.read_text().replace(
+            "data: {vocab_size: 1024",
+            f"data: {{corpus: {json.dumps(corpus)}, text_column: {text_column}, vocab_size: 1024",
+        )
+    )
     data_line = next(n for n, line in enumerate(spec.read_text().splitlines(), 1) if line.startswith("data:"))
     env = {"RAY_ADDRESS": "127.0.0.1:1"}  # no cluster there: the check comes first
     result = subprocess.run([sys.executable, "-m", "sweeper", "run", str(spec), "--storage", str(tmp_path / "s")],

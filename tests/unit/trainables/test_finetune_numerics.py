@@ -8,7 +8,6 @@ from dataclasses import replace
 
 import numpy as np
 import pytest
-import torch
 from torch import nn
 
 from sweeper.contract.configs import AdamWConfig, FinetuneProtocol, TrialConfig, TrialRuntime

@@ -78,7 +78,8 @@ def assert_within(a, b, bound, what):
     assert excess <= 0, f"{what}: off by more than the derived bound (excess {excess.item():.3g})"
 
 
-@pytest.mark.parametrize("dtype,autocast", [(torch.float32, None), (torch.float64, None), (torch.float32, torch.bfloat16)])
+@pytest.mark.parametrize("dtype,autocast",
+                         [(torch.float32, None), (torch.float64, None), (torch.float32, torch.bfloat16)])
 @pytest.mark.parametrize("rows,chunk_rows,ignored_every", [(53, 8, 3), (53, 53, 7), (40, 7, 1000), (9, 4, 1)])
 def test_chunked_equals_reference_within_the_dtype_bound(dtype, autocast, rows, chunk_rows, ignored_every):
     h, w, labels = case(rows, 24, 301, ignored_every, dtype=dtype)
@@ -149,7 +150,7 @@ def test_chunked_holds_less_memory_than_the_reference():
     for name, fn in (("reference", reference_linear_cross_entropy),
                      ("chunked", lambda a, b, t: chunked_linear_cross_entropy(a, b, t, chunk_rows=64))):
         hg, wg = h.clone().requires_grad_(), w.clone().requires_grad_()
-        peaks[name] = peak_allocated_bytes(lambda: fn(hg, wg, labels).backward())  # noqa: B023 (called at once)
+        peaks[name] = peak_allocated_bytes(lambda: fn(hg, wg, labels).backward())  # called at once: the loop's tensors
     assert peaks["reference"] >= 2 * logits_bytes  # logits, log-softmax, gradient: at least two at once
     assert peaks["chunked"] <= logits_bytes / 2  # 64 of 512 rows a chunk, a few chunk buffers + gradients
     assert peaks["chunked"] * 3 < peaks["reference"]

@@ -56,7 +56,9 @@ def test_flash_varlen_path_matches_the_block_mask_path(monkeypatch):
         out = torch.empty_like(q)
         for start, end in zip(cu_q[:-1].tolist(), cu_q[1:].tolist()):
             qs, ks, vs = (t[start:end].transpose(0, 1) for t in (q, k, v))
-            out[start:end] = F.scaled_dot_product_attention(qs, ks, vs, is_causal=causal, enable_gqa=True).transpose(0, 1)
+            out[start:end] = F.scaled_dot_product_attention(qs, ks, vs, is_causal=causal, enable_gqa=True).transpose(
+                0, 1
+            )
         return out
 
     config = LlamaEncoderConfig(vocab_size=100, hidden_size=32, intermediate_size=64, num_hidden_layers=2,

@@ -7,7 +7,7 @@ import torch
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from sweeper.plan.runs import switch_step
+from sweeper.plan.phases import switch_step
 from sweeper.contract.configs import AdamWConfig, InitSource, PhaseConfig, PretrainConfig
 from sweeper.contract.registry import current, objective_of, resolve
 from trainables.corpus import document_layout
@@ -115,7 +115,10 @@ def test_mlm_settings_reach_the_masking():
     ids = torch.randint(5, VOCAB, (2, 32))
     bert = {"mask_ratio": 0.5, "random_replace": 0.1, "keep_original": 0.1}
     seen = []
-    model = lambda inputs, **kwargs: seen.append(inputs) or tiny_model()(inputs, **kwargs)  # noqa: E731
+
+    def model(inputs, **kwargs):
+        seen.append(inputs)
+        return tiny_model()(inputs, **kwargs)
     mlm_loss(model, token_batch(ids), bert, loss_context(5))
     config = MaskingConfig(mask_token_id=MASK_ID, vocab_size=VOCAB, **bert)
     expected, _ = mask_tokens(ids, ids == SEP_ID, config, RowDraws(5, step=0))

@@ -117,7 +117,9 @@ def test_mldr_uses_dev_and_test_and_pools_the_positives_only():
     test, _ = pool_and_queries(splits["test"], task.schema)
     assert sorted(validation) == ["q-en-1", "q-en-2"] and sorted(test) == ["q-en-3", "q-en-4", "q-en-5"]
     assert set(pool) == {f"doc-en-{i}" for i in range(1, 6)}, "EncodEval adds no negatives to the pool"
-    assert pool["doc-en-3"] == "Document: Paper was invented in China." and test["q-en-3"]["query"].startswith("Query: ")
+    assert pool["doc-en-3"] == "Document: Paper was invented in China." and test["q-en-3"]["query"].startswith(
+        "Query: "
+    )
 
 
 def test_capped_splits_pool_only_their_queries_documents_and_keep_every_positive():

@@ -65,8 +65,9 @@ for name, folder in args["folders"].items():
     masked_lm = AutoModelForMaskedLM.from_pretrained(folder, trust_remote_code=True).eval()
     report["classes"] += [f"{type(m).__module__}.{type(m).__name__}" for m in (backbone, masked_lm)]
     with torch.no_grad():
-        outputs[f"{name}/hidden"] = backbone(inputs["input_ids"], attention_mask=inputs["attention_mask"]).last_hidden_state
-        outputs[f"{name}/logits"] = masked_lm(inputs["input_ids"], attention_mask=inputs["attention_mask"]).logits
+        mask = inputs["attention_mask"]
+        outputs[f"{name}/hidden"] = backbone(inputs["input_ids"], attention_mask=mask).last_hidden_state
+        outputs[f"{name}/logits"] = masked_lm(inputs["input_ids"], attention_mask=mask).logits
     tokenizer = AutoTokenizer.from_pretrained(folder, trust_remote_code=True)
     outputs[f"{name}/tokens"] = torch.tensor(tokenizer(args["text"])["input_ids"])
 report["project_modules"] = sorted(m for m in sys.modules if m.split(".")[0] in ("trainables", "sweeper"))

@@ -18,7 +18,7 @@ from trainables.corpus_prep import prepare_corpus
 from trainables.tokenizer import load_or_train_tokenizer
 
 from conftest import ROOT
-from tiny_checkpoints import train_tokenizer  # noqa: E402
+from tiny_checkpoints import train_tokenizer
 
 RESERVED = [f"<|reserved_special_token_{i}|>" for i in (0, 1, 2)]
 
@@ -76,10 +76,14 @@ def test_the_corpus_key_follows_the_mask_only_away_from_its_default():
     reserved = replace(spec, data=replace(spec.data, mask_token="reserved"))
     assert "mask_token" not in spec.data.identity() and reserved.data.identity()["mask_token"] == "reserved"
     # A trained WordPiece has its own [MASK]: the setting does not reach it.
-    assert corpus_dir(layout, corpus_config(reserved, plan, None)) == corpus_dir(layout, corpus_config(spec, plan, None))
+    assert corpus_dir(layout, corpus_config(reserved, plan, None)) == corpus_dir(
+        layout, corpus_config(spec, plan, None)
+    )
     hub = corpus_dir(layout, corpus_config(spec, plan, "some/tokenizer"))
     assert corpus_dir(layout, corpus_config(reserved, plan, "some/tokenizer")) != hub
     # Sample lengths are cut from the stream as it is read: the same corpus serves both.
     variable = replace(spec, data=replace(spec.data, sample_lengths="variable"))
     assert variable.data.identity()["sample_lengths"] == "variable" and "sample_lengths" not in spec.data.identity()
-    assert corpus_dir(layout, corpus_config(variable, plan, None)) == corpus_dir(layout, corpus_config(spec, plan, None))
+    assert corpus_dir(layout, corpus_config(variable, plan, None)) == corpus_dir(
+        layout, corpus_config(spec, plan, None)
+    )
