@@ -9,6 +9,7 @@ given flat under `finetuning:`.
 from __future__ import annotations
 
 import itertools
+from collections.abc import Iterator
 from dataclasses import dataclass, field, replace
 from typing import ClassVar, Literal
 
@@ -147,6 +148,14 @@ def derived_doc_stride(max_length) -> int | None:
     return PAPER_DOC_STRIDE if PAPER_DOC_STRIDE < shortest // 2 else shortest // 4
 
 
+def unknown_tasks(tasks) -> Iterator[tuple[str, str]]:
+    """(key, reason) for each task name no registered family holds."""
+    known = registry.current()
+    for i, task in enumerate(tasks):
+        if task not in known.tasks:
+            yield f"tasks[{i}]", f"unknown task {shown(task)}{suggestion(task, list(known.tasks))}"
+
+
 @dataclass(frozen=True, kw_only=True, slots=True)
 class FinetuningSpec(AdamWConfig):
     """The fine-tuning protocol; its AdamW settings (betas, eps, weight_decay, grad_clip) are
@@ -214,6 +223,9 @@ class FinetuningSpec(AdamWConfig):
     max_eval_examples: int | None = None
     """Cap on validation and test examples per task (None: whole splits)."""
 
+    FIELD_CHECKS: ClassVar = {"tasks": unknown_tasks}
+    """Checks of one field alone (sweeper.spec.parsing.read_section runs them even when a sibling
+    field is wrong, so an unknown task is named beside a bad seed)."""
     SEARCH_FIELDS: ClassVar = ("batch_size", "max_steps", "epochs", "max_length", "doc_stride", "retrieval_temperature",
                                "warmup_ratio", "betas", "eps", "weight_decay", "grad_clip")
     """Protocol fields that take a value, a grid or a distribution in Ray Tune's vocabulary
@@ -302,9 +314,7 @@ class FinetuningSpec(AdamWConfig):
         yield from AdamWConfig.check(self)
         known = registry.current()
         for i, task in enumerate(self.tasks):
-            if task not in known.tasks:
-                yield f"tasks[{i}]", f"unknown task {shown(task)}{suggestion(task, list(known.tasks))}"
-            elif known.tasks[task].train_task and known.tasks[task].train_task not in self.tasks:
+            if task in known.tasks and known.tasks[task].train_task and known.tasks[task].train_task not in self.tasks:
                 trained_on = known.tasks[task].train_task
                 yield f"tasks[{i}]", (f"{task!r} is an evaluation-only set scored with the model trained on "
                                       f"{trained_on!r}; add {trained_on!r} to tasks")

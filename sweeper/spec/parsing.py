@@ -164,11 +164,25 @@ def read_section(cls, value, path: str, context: Context):
         if name not in value and field.default is dataclasses.MISSING and field.default_factory is dataclasses.MISSING:
             context.note(where_of(path, name), "required key is missing")
             given = None
-    read_values = gathered(context, [(where_of(path, name), lambda name=name: read(name, where_of(path, name)))
-                                     for name in given or []])
-    if given is None:
+    kwargs, failed = {}, given is None
+    for name in given or []:
+        try:
+            kwargs[name] = read(name, where_of(path, name))
+        except SpecError as error:
+            context.errors.append(error)
+            failed = True
+        except Skipped:
+            failed = True
+    # A field's own check (`FIELD_CHECKS`: one that needs no other field) runs on every field that
+    # converted, so its mistakes are named beside a sibling's (an unknown task beside a bad seed).
+    checked = False
+    for name, field_check in getattr(cls, "FIELD_CHECKS", {}).items():
+        if name in kwargs:
+            for key, reason in field_check(kwargs[name]):
+                context.note(where_of(path, key), reason)
+                checked = True
+    if failed or checked:
         raise Skipped
-    kwargs = dict(zip(given, read_values))
     instance = cls(**kwargs)
     if getattr(instance, "check", None) is None:
         return instance

@@ -58,6 +58,18 @@ def test_plan_and_run_report_three_independent_mistakes_at_once_in_line_order(tm
     assert not (tmp_path / "never").exists()
 
 
+def test_an_unknown_task_is_named_beside_a_bad_seed_and_a_misspelled_key(tmp_path, capsys):
+    """Mistakes of the same section (a seed that is a string, a task no family holds) and of
+    another (a misspelled key) in one run: the task's own check does not wait for the seed."""
+    spec = edited_spec(tmp_path, ("  seq_len: 64 ", "  seq_lenn: 64 "), ("  seeds: [0, 1] ", "  seeds: [0, x] "),
+                       ("[wordnet-supersense-cls, ", "[wordnet-supersense-clz, "))
+    assert cli.main(["plan", str(spec)]) == 2
+    lines = capsys.readouterr().err.splitlines()
+    assert [line.split(": ")[2] for line in lines] == [
+        "data.seq_lenn", "finetuning.tasks[0]", "finetuning.seeds[1]"], lines
+    assert "did you mean 'wordnet-supersense-cls'" in lines[1]
+
+
 def test_a_list_of_many_bad_values_names_the_first_fifty_then_a_count(tmp_path, capsys):
     spec = edited_spec(tmp_path, ("  seeds: [0, 1] ", "  seeds: [" + ", ".join(["x"] * 120) + "] "))
     assert cli.main(["plan", str(spec)]) == 2
