@@ -75,8 +75,11 @@ os.environ.pop("AWS_SESSION_TOKEN", None)
 
 def worker_pythonpath(test_file: str) -> str:
     """PYTHONPATH for Ray workers that import a test module by name (to find a trainable defined
-    there): the module's folder, tests/ (its `from conftest import`) and tests/support."""
-    return os.pathsep.join([str(Path(test_file).resolve().parent), str(TESTS), str(TESTS / "support")])
+    there): the module's folder, tests/ (its `from conftest import`), and every test folder pytest
+    put on sys.path (pyproject.toml's `pythonpath`: tests/support and the folders whose tests
+    others import, as the module may)."""
+    listed = [entry for entry in sys.path if Path(entry).resolve().is_relative_to(TESTS.resolve())]
+    return os.pathsep.join(dict.fromkeys([str(Path(test_file).resolve().parent), str(TESTS), *listed]))
 
 
 def ray_cli(*args: str, env=None, timeout: float = 600, new_session: bool = False) -> subprocess.CompletedProcess:
