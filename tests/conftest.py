@@ -23,9 +23,10 @@ TESTS = Path(__file__).parent
 # verdict_simulation) and the folders whose tests share fixtures are on sys.path through
 # pyproject.toml's `pythonpath`.
 # Plugins: the quick tier's guard (its hooks), and the modules whose fixtures tests elsewhere use
-# (a hub-cache BERT folder and a file outside the study; a recorded smoke study; a study recorded
-# under two specs).
-pytest_plugins = ["quick_tier", "test_hostile_checkpoints", "test_damage", "test_study_history"]
+# (a hub-cache BERT folder and a file outside the study; tiny checkpoints of each architecture; a
+# recorded smoke study; a study recorded under two specs).
+pytest_plugins = ["quick_tier", "test_hostile_checkpoints", "test_external_checkpoints", "test_damage",
+                  "test_study_history"]
 
 
 SMOKE_SPEC = (ROOT / "search_spaces" / "smoke.yaml").read_text()
