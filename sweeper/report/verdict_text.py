@@ -80,8 +80,13 @@ def untested(verdict: Verdict) -> bool:
 
 
 def untested_reason(verdict: Verdict) -> str:
-    """Why, once: the distinct reasons of its parts, in order."""
-    return "; ".join(dict.fromkeys(part.missing for part in verdict.parts)) or "no evidence"
+    """Why, once per distinct reason, after the parts it holds for (a part names what it would
+    compare: a causal LM from elsewhere, a size), in order."""
+    by_reason: dict[str, list[str]] = {}
+    for part in verdict.parts:
+        by_reason.setdefault(part.missing, []).append(part.comparison)
+    return "; ".join(f"{', '.join(dict.fromkeys(parts))}: {reason}" for reason, parts in by_reason.items()) \
+        or "no evidence"
 
 
 def detectable_text(value: float) -> str:

@@ -126,7 +126,7 @@ def resumed(rank: int, folder: Path) -> None:
     model_peak = peak() - before
     optimizer = torch.optim.AdamW(model.parameters(), lr=run.peak_lr, **run.optimizer.torch_kwargs())
     between = reset_peak()
-    step, log = restore_training_state(checkpoint, model, optimizer, run, WORLD)
+    step, log, _ = restore_training_state(checkpoint, model, optimizer, run, WORLD)  # and the log window
     optimizer_peak = peak() - between
     load = {"model": model_peak, "optimizer": optimizer_peak, "whole": max(before + model_peak, peak()) - before,
             "step": step, "log": log}
