@@ -31,3 +31,10 @@ def test_a_reader_elsewhere_is_named(tmp_path):
     stray = tmp_path / "test_stray.py"
     stray.write_text("def test_reads(ray_head, smoke_study):\n    pass\n\ndef test_other(tmp_path):\n    pass\n")
     assert readers_outside("smoke_study", SMOKE_READERS, [SMOKE_READERS, stray]) == ["test_stray.py::test_reads"]
+
+
+def test_every_test_file_name_is_unique_across_the_folders():
+    """pytest imports a test module by its file name (the folders are on sys.path, pyproject.toml's
+    `pythonpath`): two files of one name are an import mismatch, found only when both are collected."""
+    names = [path.name for path in sorted(TESTS.rglob("test_*.py"))]
+    assert not [name for name in set(names) if names.count(name) > 1]
