@@ -54,3 +54,10 @@ def test_the_python_version_is_stated_once_and_agreed():
     assert f"Python {minimum}+ (`requires-python` in `pyproject.toml`" in README
     assert f"python{minimum} -m venv" in (ROOT / "Dockerfile").read_text()
     assert f"python{minimum} -m venv" in (ROOT / "cluster" / "ray-cluster.yaml").read_text()
+
+
+def test_the_readme_is_one_screen_and_the_benchmarks_current_results_only():
+    """A README of one screen and a map (the reference is docs/), and docs/benchmarks.md holding
+    current results only (history lives in git): both within their issue #58 bounds."""
+    assert len((ROOT / "README.md").read_text().splitlines()) <= 250
+    assert len((ROOT / "docs" / "benchmarks.md").read_text().splitlines()) <= 500
