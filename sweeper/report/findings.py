@@ -59,12 +59,14 @@ def ratio_text(ratio: float) -> str:
 def closest_mlm(group: pd.DataFrame, config: VerdictConfig) -> str | None:
     """The MLM checkpoint standing for MLM: the study's own before one from elsewhere; among them
     the reference ratio when trained, else the closest (a ratio not stated: last)."""
-    mlm = group[group["objective"] == "mlm"]
-    if mlm.empty:
+    # Arrays, not frames: a plan's decidable block asks this for every group of a 1,000-run spec.
+    is_mlm = group["objective"].to_numpy() == "mlm"
+    if not is_mlm.any():
         return None
-    mlm = mlm[~mlm["external"]] if (~mlm["external"]).any() else mlm
-    distance = (mlm["mask_ratio"] - config.reference_ratio).abs().fillna(np.inf)
-    return mlm.iloc[int(np.argmin(distance.to_numpy()))].name
+    own = is_mlm & ~group["external"].to_numpy(dtype=bool)
+    pick = np.flatnonzero(own if own.any() else is_mlm)
+    distance = np.abs(group["mask_ratio"].to_numpy(dtype=float)[pick] - config.reference_ratio)
+    return group.index[pick[int(np.argmin(np.where(np.isnan(distance), np.inf, distance)))]]
 
 
 def final_scratch(runs: pd.DataFrame) -> pd.DataFrame:
