@@ -8,6 +8,7 @@ AdamW settings of `sweeper.contract.configs.AdamWConfig`) takes its base's docst
 from __future__ import annotations
 
 import ast
+import dataclasses
 import functools
 import inspect
 import textwrap
@@ -40,3 +41,12 @@ def class_doc(cls: type) -> str:
     generated signature as `__doc__`, which is not documentation)."""
     doc = vars(cls).get("__doc__") or ""
     return "" if doc.startswith(f"{cls.__name__}(") else " ".join(doc.split())
+
+
+def field_default(field: dataclasses.Field):
+    """The field's default value (its factory called), or dataclasses.MISSING for a required one."""
+    if field.default is not dataclasses.MISSING:
+        return field.default
+    if field.default_factory is not dataclasses.MISSING:
+        return field.default_factory()
+    return dataclasses.MISSING

@@ -9,7 +9,7 @@ import dataclasses
 import types
 import typing
 
-from sweeper.spec.field_docs import class_doc, field_docs
+from sweeper.spec.field_docs import class_doc, field_default, field_docs
 from sweeper.spec.study import StudySpec
 
 HEAD = """# Spec reference
@@ -59,11 +59,8 @@ def type_text(annotation) -> str:
 
 
 def default_text(field: dataclasses.Field) -> str:
-    if field.default is not dataclasses.MISSING:
-        value = field.default
-    elif field.default_factory is not dataclasses.MISSING:
-        value = field.default_factory()
-    else:
+    value = field_default(field)
+    if value is dataclasses.MISSING:
         return "required"
     if dataclasses.is_dataclass(value):
         return "its defaults"

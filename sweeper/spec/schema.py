@@ -19,7 +19,7 @@ import json
 import types
 import typing
 
-from sweeper.spec.field_docs import class_doc, field_docs
+from sweeper.spec.field_docs import class_doc, field_default, field_docs
 from sweeper.spec.parsing import FORMS
 from sweeper.spec.reading import MAX_INT
 from sweeper.spec.study import StudySpec
@@ -68,11 +68,8 @@ def section(cls, defs: dict) -> dict:
 
 def default_of(field: dataclasses.Field) -> dict:
     """`{"default": ...}` where the field's default is plain data (editors show it), else {}."""
-    if field.default is not dataclasses.MISSING:
-        value = field.default
-    elif field.default_factory is not dataclasses.MISSING:
-        value = field.default_factory()
-    else:
+    value = field_default(field)
+    if value is dataclasses.MISSING:
         return {}
     try:
         return {"default": json.loads(json.dumps(value))}  # tuples become lists; a section is not plain data
