@@ -187,7 +187,7 @@ def hf_grid(configs: list, slots: int, work: Path) -> tuple[float, list[dict]]:
 
 # --- the sweeper ---------------------------------------------------------------------------------
 
-def counted_trainable(config: dict, shard, out_dir: str) -> None:
+def counted_trainable(config: dict, trials, out_dir: str) -> None:
     """`sweeper.run.tune_grid.finetune_trainable`, plus the trial's token counts written to `out_dir`
     (they live in the worker process: `TOKEN_COUNTS` is per process, reset per trial here)."""
     called = time.time()  # before the imports: a worker's first trial pays them
@@ -198,7 +198,7 @@ def counted_trainable(config: dict, shard, out_dir: str) -> None:
     from trainables.tasks.packing import TOKEN_COUNTS
 
     TOKEN_COUNTS.reset()
-    trial = shard.trial_config(config)
+    trial = trials.config_at(config)
     cpu_started = time.process_time()
     result = run_trial(trial)
     Path(out_dir, f"{trial.trial_key}.json").write_text(json.dumps({

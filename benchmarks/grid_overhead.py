@@ -29,11 +29,11 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
 
-def sleep_trainable(config: dict, shard, seconds: float) -> None:
+def sleep_trainable(config: dict, trials, seconds: float) -> None:
     """The fixed workload: sleep, then report what a trial reports."""
     from ray import tune
 
-    trial = shard.trial(config)
+    trial = trials.config_at(config)  # the shard's ShardTrials
     if seconds:
         time.sleep(seconds)
     tune.report({"trial_key": trial.trial_key, "status": "ok", "validation_score": 50.0, "test_score": 50.0,

@@ -1,6 +1,6 @@
 """Driver side of the sweeper, in stages (each package's docstring says what it owns):
 
-    cli ─► run ─► report ─► plan ─► spec ─► contract ─► store
+    cli ─► run ─► design ─► report ─► plan ─► spec ─► contract ─► store
 
 a stage imports only the stages to its right (tests/unit/test_architecture.py checks it); `cli.py`
 and `__main__.py` sit on top. Never imports torch: the worker side (`trainables`) runs inside

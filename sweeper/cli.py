@@ -70,11 +70,11 @@ def command_plan(args) -> int:
     warn_unread(study.spec, args.spec)
     lines = plan_lines(study, args.verbose)
     with imports_frozen():  # the report's tests: pandas, scipy.stats
-        from sweeper.report.decidable import plan_lines as decidable_lines
+        from sweeper.design.decidable import plan_lines as decidable_lines
 
     lines += decidable_lines(study, args.verbose)
     if study.spec.pretraining.sequential is not None:  # its expected cost: a sequential plan's only
-        from sweeper.report.sequential_cost import plan_lines as sequential_lines
+        from sweeper.design.sequential_cost import plan_lines as sequential_lines
 
         lines += sequential_lines(study)
     print("\n".join(lines))

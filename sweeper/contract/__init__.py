@@ -6,7 +6,7 @@ family's trials spend tokens and memory (`estimates`), where pretraining text co
 (`text_sources`: corpus documents and task rows; the driver checks a source with it, the workers
 read with it), W&B (`tracking`) and how both import their heavy dependencies (`heavy_imports`).
 Imports only `sweeper.store` below it; no Ray, no torch: the driver stages above (spec, plan,
-report, run) and the worker side (`trainables`) both stand on it, so no arrow points from the
+report, design, run) and the worker side (`trainables`) both stand on it, so no arrow points from the
 workers back up into the driver.
 The stages and every module, in one place: docs/architecture.md.
 """

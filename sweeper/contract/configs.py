@@ -1,4 +1,5 @@
-"""Typed configurations that cross from the driver to Ray workers: a pretraining run, a trial.
+"""Typed configurations that cross from the driver to Ray workers: a pretraining run, a trial,
+a fine-tuning shard's trials.
 
 Torch-free and Ray-free, so both sides import them: the driver builds them from the spec and
 the plan, Ray pickles them as they are, and the worker loops read attributes, never string keys.
@@ -15,7 +16,7 @@ from __future__ import annotations
 import functools
 import hashlib
 import json
-from dataclasses import asdict, dataclass, field, fields
+from dataclasses import asdict, dataclass, field, fields, replace
 from typing import ClassVar, Literal
 
 # Re-exported (`X as X`): the spec imports the checks from here, and TaskInfo is named from here too.
@@ -364,6 +365,70 @@ class TrialConfig:
     @property
     def learning_rate(self) -> float:
         return self.protocol.learning_rate
+
+
+def with_values(protocol: FinetuneProtocol, values: dict) -> FinetuneProtocol:
+    """`protocol` with some fields set (field -> value, as `FinetuningSpec` names them): its own
+    fields, the AdamW settings, the family's settings."""
+    own, adamw = {f.name for f in fields(FinetuneProtocol)}, {f.name for f in fields(AdamWConfig)}
+    return replace(protocol, **{k: v for k, v in values.items() if k in own},
+                   optimizer=replace(protocol.optimizer, **{k: v for k, v in values.items() if k in adamw}),
+                   family_settings={**protocol.family_settings,
+                                    **{k: v for k, v in values.items() if k in protocol.family_settings}})
+
+
+def protocol_at_point(protocol: FinetuneProtocol, params: dict, point: dict) -> tuple[FinetuneProtocol, dict]:
+    """A searched trial's protocol and `params` at the point its cell's search picked (the point
+    names the rate `learning_rate`, as the protocol does): the fields in `params` take the point's
+    values; a point's field that does not reach the trial's task (an evaluation-only set) is left out.
+    The driver plans with it (sweeper.plan.study_plan.at_point), the workers build with it (`SearchedCell`)."""
+    params = {name: point[name] for name in params if name in point}
+    return with_values(protocol, {"learning_rate": point["learning_rate"], **params}), params
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class SearchedCell:
+    """An Optuna cell's planned trials, as the workers build them at the point its search picks:
+    the protocol and `params` take the point's values, the task data is the folder prepared for the
+    point's data fields (sweeper.run.shards.OptunaShard.for_workers computes the folders on the driver)."""
+
+    trials: tuple[tuple[TrialConfig, ...], ...]
+    """[sample][seed index] -> the trial at the plan's point (its learning rate None)."""
+    data_fields: tuple[str, ...] = ()
+    """The cell's searched fields that choose its prepared task data (max_length, a family's
+    encoding settings: each a choice, tokenised per value before the search)."""
+    data_dirs: dict[tuple, tuple[str, tuple[str, ...]]] = field(default_factory=dict)
+    """The data fields' values (in `data_fields` order; () when none is searched) -> the trial's
+    task data folder and each companion's, in `companions` order."""
+
+    def at(self, sample: int, seed_index: int, point: dict) -> TrialConfig:
+        planned = self.trials[sample][seed_index]
+        protocol, params = protocol_at_point(planned.protocol, planned.params, point)
+        task_data_dir, companion_dirs = self.data_dirs[tuple(point[name] for name in self.data_fields)]
+        companions = tuple(replace(companion, task_data_dir=folder)
+                           for companion, folder in zip(planned.companions, companion_dirs, strict=True))
+        return replace(planned, protocol=protocol, params=params, task_data_dir=task_data_dir,
+                       companions=companions)
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class ShardTrials:
+    """What a fine-tuning shard ships to its workers (`tune.with_parameters`, once per shard): the
+    config of every trial Tune's config may locate in it, and nothing of the planning around it
+    (docs/architecture.md: only these types cross). Tune keeps each trial's config in its
+    experiment state, so the config stays a location (sweeper.run.search) and this turns it into
+    the trial's `TrialConfig`."""
+
+    trials: dict[int, TrialConfig] = field(default_factory=dict)
+    """Grid and random shards: `trial_index` -> the planned trial's config."""
+    cells: dict[int, SearchedCell] = field(default_factory=dict)
+    """Optuna shards: `cell` -> its trials, built at the point the search picks."""
+
+    def config_at(self, config: dict) -> TrialConfig:
+        """The trial Tune's `config` locates: `trial_index`, or `cell`, `sample`, `seed_index`, `point`."""
+        if "trial_index" in config:
+            return self.trials[config["trial_index"]]
+        return self.cells[config["cell"]].at(config["sample"], config["seed_index"], config["point"])
 
 
 def trial_identity(run_key: str, step: int, task: TaskInfo, protocol: FinetuneProtocol, seed: int,

@@ -2,7 +2,7 @@
 estimates ask of a family (torch-free).
 
 A family declares a `FamilyEstimate` in its `FamilyInfo`; `sweeper.plan.cost` and
-`sweeper.plan.memory_check` ask it and never name a family. The estimate is a few functions of a
+`sweeper.plan.memory` ask it and never name a family. The estimate is a few functions of a
 task's statistics (`sweeper.contract.catalog.TaskStatistics`: sizes and mean lengths) and of how rows
 are laid out (`RowShape`), plus the rows one example puts in a training forward pass. It lives in
 the spec stage, beside the registry that carries it, so a family (shipped or a plugin) declares it

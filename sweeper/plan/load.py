@@ -24,7 +24,7 @@ from sweeper.plan.checkpoint_sources import ExternalCheckpoint, SourceProblem, r
 from sweeper.plan.hf_init import HfSourceProblem, resolve_hf_init
 from sweeper.plan.input_paths import input_path_problems
 from sweeper.plan.machine_fit import local_fit_problems
-from sweeper.plan.memory_check import RunMemory, TrialMemory, check_runs, check_trials, refusal, trial_refusal
+from sweeper.plan.memory import RunMemory, TrialMemory, check_runs, check_trials, refusal, trial_refusal
 from sweeper.plan.runs import PretrainingRun, RunNameProblem, expand_base_runs, expand_runs
 from sweeper.plan.study_plan import StudyPlan, plan_study
 from sweeper.spec.overrides import apply_overrides, effective_text
@@ -46,7 +46,7 @@ class LoadedStudy:
     overrides: tuple[str, ...]
     """The command-line overrides applied, as given."""
     run_memory: list[RunMemory]
-    """Each pretraining run's memory estimate (sweeper.plan.memory_check), in plan order."""
+    """Each pretraining run's memory estimate (sweeper.plan.memory), in plan order."""
     trial_memory: list[TrialMemory]
     """The fine-tuning trials' memory estimates."""
     refusal: str | None

@@ -1,5 +1,5 @@
 """What `sweeper plan` prints of a loaded study: its runs, checkpoints, trials, the cost and
-memory estimates (sweeper.plan.cost, sweeper.plan.memory_check), with `-v` every run, and for a
+memory estimates (sweeper.plan.cost, sweeper.plan.memory), with `-v` every run, and for a
 spec that claims the paper's protocol every departure from it (sweeper.plan.departures)."""
 from __future__ import annotations
 
@@ -10,7 +10,7 @@ from sweeper.plan.cost import (StageCost, describe_external, finetuning_comparis
                                parameters_text, pretraining_cost, wall_time_lines)
 from sweeper.plan.departures import protocol_lines
 from sweeper.plan.load import LoadedStudy
-from sweeper.plan.memory_check import run_figure, summary, trial_summary
+from sweeper.plan.memory import run_figure, summary, trial_summary
 from sweeper.plan.replicates import shared_sources
 from sweeper.plan.runs import planned_counts
 from sweeper.plan.study_plan import run_count_text, trained_trials, trial_count_text

@@ -33,14 +33,15 @@ from __future__ import annotations
 
 import itertools
 from collections.abc import Mapping
-from dataclasses import asdict, dataclass, field, fields, replace
+from dataclasses import asdict, dataclass, field, replace
 
 from sweeper.plan.checkpoint_sources import ExternalCheckpoint, resolve_all
 from sweeper.plan.runs import PretrainingRun, expand_runs
 from sweeper.contract import registry
 from sweeper.spec import space
 from sweeper.contract.registry import get_task
-from sweeper.contract.configs import AdamWConfig, FinetuneProtocol, canonical, stable_key_of_parts, trial_key
+from sweeper.contract.configs import (AdamWConfig, FinetuneProtocol, canonical, protocol_at_point, stable_key_of_parts,
+                                      trial_key, with_values)
 from sweeper.spec.parsing import Distribution
 from sweeper.spec.study import StudySpec
 
@@ -181,22 +182,11 @@ def search_space(spec: StudySpec, task: str) -> dict[str, Distribution]:
     return {space.LEARNING_RATE: space.log_range(section.lr_min, section.lr_max), **task_space(spec, task)}
 
 
-def with_values(protocol: FinetuneProtocol, values: dict) -> FinetuneProtocol:
-    """`protocol` with some fields set (field -> value, as `FinetuningSpec` names them): its own
-    fields, the AdamW settings, the family's settings."""
-    own, adamw = {f.name for f in fields(FinetuneProtocol)}, {f.name for f in fields(AdamWConfig)}
-    return replace(protocol, **{k: v for k, v in values.items() if k in own},
-                   optimizer=replace(protocol.optimizer, **{k: v for k, v in values.items() if k in adamw}),
-                   family_settings={**protocol.family_settings,
-                                    **{k: v for k, v in values.items() if k in protocol.family_settings}})
-
-
 def at_point(trial: Trial, point: dict) -> Trial:
     """A planned trial of an Optuna plan at the point its cell's search picked (learning rate and
     searched fields): its protocol and `params` hold the values, as a grid trial's would. The
     point's fields that do not reach the trial's task (an evaluation-only set) are left out."""
-    params = {name: point[name] for name in trial.params if name in point}
-    protocol = with_values(trial.protocol, {"learning_rate": point[space.LEARNING_RATE], **params})
+    protocol, params = protocol_at_point(trial.protocol, trial.params, point)
     return replace(trial, protocol=protocol, params=params)
 
 

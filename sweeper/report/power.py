@@ -1,6 +1,6 @@
 """The power of the paired t-test behind every part: the smallest true difference it detects with
 80 % power (`standardized_detectable`), for the report's "detectable (80 %)" column and `sweeper
-plan`'s "what it can decide" (sweeper.report.decidable). Computed here rather than by statsmodels'
+plan`'s "what it can decide" (sweeper.design.decidable). Computed here rather than by statsmodels'
 `TTestPower.solve_power`, which stops short at 3 units (docs/statistics.md, "Power per part")."""
 from __future__ import annotations
 
@@ -13,7 +13,7 @@ from scipy import stats
 CHI_NODES = 8192
 """Quantile nodes over which `t_test_power` averages: its solved effects agree with statsmodels'
 to 1e-5 SDs where statsmodels converges, and with simulation where it does not
-(tests/unit/report/test_decidable.py)."""
+(tests/unit/design/test_decidable.py)."""
 
 
 @functools.lru_cache(maxsize=64)

@@ -12,8 +12,7 @@ from matplotlib.figure import Figure
 from matplotlib.lines import Line2D
 
 from sweeper.plan.branches import Branch, shared_prefixes
-from sweeper.report.figure_set import FigureSet
-from sweeper.report.figures import drawn
+from sweeper.report.figures import FigureSet, drawn
 from sweeper.store.layout import StudyLayout
 from sweeper.store.results import read_table
 from sweeper.store.schemas import PRETRAINING

@@ -13,9 +13,9 @@ import sys
 
 import pandas as pd
 
-from sweeper.report import (analysis, chance, data_problems, figure_set, figures, headline, importance, lr_bins,
+from sweeper.report import (analysis, chance, data_problems, figures, headline, importance, lr_bins,
                             pretraining_curves, provenance)
-from sweeper.report.figure_set import FigureSet
+from sweeper.report.figures import FigureSet
 from sweeper.report.repeats import repeated_lines
 from sweeper.report.study_history import read_record
 from sweeper.report.tables import fmt, markdown_table
@@ -377,7 +377,7 @@ def report_and_figures(layout: StudyLayout) -> tuple[str, FigureSet, list[str]]:
             continue
         out += axis_section(table, axis)
         out += shown.place(f"score vs {name}", f"swept_{name}", figures.axis_lines(table, axis, name, ranges, families),
-                           "no scores", figure_set.swept_caption(name))
+                           "no scores", figures.swept_caption(name))
     out += importance_section(trials, searched or None)
     out += ["## Per task", ""] + task_sections(best, trials)
     return "\n".join(out + record.section + environment + shown.not_drawn()) + "\n", shown, terminal

@@ -5,6 +5,6 @@ pretraining grid on Ray Train (`pretraining`), the fine-tuning grid on Ray Tune 
 `shards`, `search`, `early_stopping`, `recording`, `finetuning`), the study's single-writer lease
 (`lease`), progress lines, what the console shows and the debug log (`console`), the recorded code version, and every
 use of Ray's or Tune's private API (`ray_compat`). The only stage that imports Ray and launches worker code
-(`trainables`); it imports every stage below it (report, plan, spec, contract, store).
+(`trainables`); it may import every stage below it (design, report, plan, spec, contract, store).
 The stages and every module, in one place: docs/architecture.md.
 """

@@ -120,6 +120,10 @@ class ReadyQueue:
     def __len__(self) -> int:
         return sum(len(items) for _, items in self.by_checkpoint.values())
 
+    def items(self) -> list[int]:
+        """Every item no shard has taken yet, checkpoint by checkpoint."""
+        return [index for _, items in self.by_checkpoint.values() for index in items]
+
     def take(self, pipeline: Pipeline) -> int | None:
         """The next item of the first written checkpoint (None: no checkpoint with work left is
         written yet); the items of checkpoints that will never be written are dropped."""

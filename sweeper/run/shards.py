@@ -6,21 +6,24 @@ checkpoints first. So the trials of a checkpoint written early run at once even 
 lists it last, and each Tuner's state stays bounded by `trials_per_shard`.
 
 Tune keeps and rewrites every trial's config in its experiment state, so a trial's Tune config
-only locates it in the call's work (~18 KB per trial saved on the paper's grid); the shard,
-holding that work (~1 MB for the paper's 18,000 trials), is shipped once to the workers by
-`tune.with_parameters` and turns that location into the trial's `TrialConfig`
-(sweeper.contract.configs). Two kinds, behind one small base class (`study_shards` picks per search mode):
+only locates it in the call's work (~18 KB per trial saved on the paper's grid). The shard stays
+on the driver (its searcher, scheduler and recorder read it); what crosses to the workers, once
+per shard by `tune.with_parameters`, is `for_workers()`: a `ShardTrials` (sweeper.contract.configs)
+holding the `TrialConfig` of every trial the shard may still take, which turns that location into
+the trial's config. Two kinds, behind one small base class (`study_shards` picks per search mode):
 - `GridShard` (grid, random): up to `capacity` planned trials; the config is the trial's index
   (`GridSearcher`);
 - `OptunaShard`: up to `capacity` whole (checkpoint, task) cells searched by `CellSearcher`; the
   config is (cell, sample, seed index, point), the planned trial at that point is what runs and
-  what is recorded (`plan.at_point`), and a sample's seeds are recorded together.
+  what is recorded (`plan.at_point`; the workers' `SearchedCell` builds the same config), and a
+  sample's seeds are recorded together.
 
 Evaluation-only retrieval sets (NQ, MLDR) are scored by the trial that trains their model (on
 MS MARCO): `EvaluationSets` pairs each training trial with its companions' planned trials.
 """
 from __future__ import annotations
 
+import itertools
 import json
 
 from sweeper.plan.study_plan import StudyPlan, Trial, at_point
@@ -30,7 +33,8 @@ from sweeper.run.task_prep import task_data_dir
 from sweeper.contract import registry
 from sweeper.spec import space as spaces
 from sweeper.contract.registry import get_task
-from sweeper.contract.configs import CompanionSet, TaskInfo, TrialConfig, TrialRuntime, params_text
+from sweeper.contract.configs import (CompanionSet, SearchedCell, ShardTrials, TaskInfo, TrialConfig, TrialRuntime,
+                                      params_text)
 from sweeper.spec.study import StudySpec
 from sweeper.store import storage
 from sweeper.store.layout import StudyLayout
@@ -154,8 +158,17 @@ class Shard:
     def trial(self, config: dict) -> Trial:
         raise NotImplementedError
 
+    def config_of(self, trial: Trial) -> TrialConfig:
+        return trial_config(trial, self.layout, self.task_dirs, self.sets, self.runtime, self.tasks)
+
     def trial_config(self, config: dict) -> TrialConfig:
-        return trial_config(self.trial(config), self.layout, self.task_dirs, self.sets, self.runtime, self.tasks)
+        """The config of the trial Tune's `config` locates, built on the driver."""
+        return self.config_of(self.trial(config))
+
+    def for_workers(self) -> ShardTrials:
+        """What `tune.with_parameters` ships to the shard's workers: the configs of the work still
+        in the queue (earlier shards took the rest), contract types only."""
+        raise NotImplementedError
 
     def group(self, config: dict):
         """Key of the group the trial's rows are held in until all of it is done (None: none)."""
@@ -191,6 +204,10 @@ class GridShard(Shard):
     def trial(self, config: dict) -> Trial:
         return self.trials[config["trial_index"]]
 
+    def for_workers(self) -> ShardTrials:
+        return ShardTrials(trials={index: self.trial_config({"trial_index": index})
+                                   for index in sorted(self.queue.items())})
+
 
 class OptunaShard(Shard):
     """Up to `capacity` whole cells of the call's `cells`, searched by `CellSearcher`: Tune's
@@ -201,12 +218,14 @@ class OptunaShard(Shard):
 
     def __init__(self, cells: list[list[list[Trial]]], searches: list[CellSearch], layout: StudyLayout,
                  task_dirs: dict, sets: EvaluationSets, runtime: TrialRuntime = TrialRuntime(),
-                 queue: ReadyQueue | None = None, capacity: int | None = None, expected_trials: int | None = None):
+                 queue: ReadyQueue | None = None, capacity: int | None = None, expected_trials: int | None = None,
+                 data_fields: tuple[str, ...] = ()):
         if queue is None:  # alone: a queue of its own
             queue = ReadyQueue([cell[0][0].checkpoint for cell in cells])
         super().__init__(layout, task_dirs, sets, runtime, queue)
         self.cells = cells  # cells[c][sample][seed index] -> planned trial
         self.searches = searches
+        self.data_fields = data_fields  # FinetuningSpec.data_fields(): a point's value picks the task data
         self.group_size = len(cells[0][0])
         self.capacity = len(cells) if capacity is None else capacity
         self.expected_trials = (sum(search.trials_left for search in searches) if expected_trials is None
@@ -231,6 +250,25 @@ class OptunaShard(Shard):
 
     def group(self, config: dict):
         return config["cell"], config["sample"]
+
+    def for_workers(self) -> ShardTrials:
+        return ShardTrials(cells={number: self.searched_cell(number) for number in sorted(self.queue.items())})
+
+    def searched_cell(self, number: int) -> SearchedCell:
+        """Cell `number`'s trials at the plan's point, and the task data folders (its own and its
+        companions') of each value of its searched data fields, found as `trial_config` finds them
+        at a point. A cell's trials share a checkpoint, a task and so these folders."""
+        space, samples = self.searches[number].space, self.cells[number]
+        names = tuple(name for name in space if name in self.data_fields)
+        data_dirs = {}
+        for values in itertools.product(*(spaces.planning_values(space[name]) for name in names)):
+            # Any rate but None (None would leave the companions at the plan's point): the folders depend
+            # on the data fields alone.
+            point = {spaces.LEARNING_RATE: 1.0, **dict(zip(names, values))}
+            at = self.trial_config({"cell": number, "sample": 0, "seed_index": 0, "point": point})
+            data_dirs[values] = at.task_data_dir, tuple(companion.task_data_dir for companion in at.companions)
+        return SearchedCell(trials=tuple(tuple(map(self.config_of, sample)) for sample in samples),
+                            data_fields=names, data_dirs=data_dirs)
 
     def point(self, config: dict) -> tuple:
         return self.group(config)  # a sample is one point run with every seed
@@ -299,5 +337,6 @@ def optuna_shards(spec: StudySpec, plan: StudyPlan, pending: list[Trial], done: 
     queue = ReadyQueue([grid[0][0].checkpoint for grid in grids])
     runtime = trial_runtime(spec)
     return [OptunaShard(grids, searches, layout, task_dirs, sets, runtime, queue, capacity=cells_per_shard,
-                        expected_trials=sum(search.trials_left for search in searches[i:i + cells_per_shard]))
+                        expected_trials=sum(search.trials_left for search in searches[i:i + cells_per_shard]),
+                        data_fields=ft.data_fields())
             for i in range(0, len(grids), cells_per_shard)]

@@ -36,6 +36,7 @@ from sweeper.run.progress import ProgressLine
 from sweeper.run.recording import FINAL, ResultsRecorder, trial_row
 from sweeper.run.search import SEARCH_METRIC, search_score
 from sweeper.run.shards import EvaluationSets, Shard, study_shards
+from sweeper.contract.configs import ShardTrials
 from sweeper.contract.heavy_imports import imports_frozen
 from sweeper.contract.registry import get_task
 from sweeper.run.task_prep import corpus_tokenizers, prepare_tasks
@@ -47,9 +48,10 @@ from sweeper.store.layout import CHECKPOINT_MARKER, StudyLayout
 from sweeper.store.results import EVAL_CURVES, PREDICTIONS, TRIALS, compact, finished_trial_keys, write_rows
 
 
-def finetune_trainable(config: dict, shard: Shard, report_curve: bool = False) -> None:
+def finetune_trainable(config: dict, trials: ShardTrials, report_curve: bool = False) -> None:
     """The Tune function trainable; imports the worker side only inside the trial's process.
-    `config` locates the trial in its shard (shipped once by `tune.with_parameters`).
+    `config` locates the trial in its shard's `trials` (`Shard.for_workers`, shipped once by
+    `tune.with_parameters`).
 
     With `report_curve` (a trial scheduler watches the shard) each curve point is reported as it
     is measured, marked not final, with what recording a stopped trial needs; Tune stops the
@@ -60,7 +62,7 @@ def finetune_trainable(config: dict, shard: Shard, report_curve: bool = False) -
         from trainables.backbones import CheckpointUnloadable
         from trainables.finetune_loop import run_trial
 
-    trial, started = shard.trial_config(config), time.time()
+    trial, started = trials.config_at(config), time.time()
 
     def report_point(step: int, train_loss: float, validation_score: float) -> None:
         point = {"trial_key": trial.trial_key, "learning_rate": trial.learning_rate, "train_steps": step,
@@ -254,7 +256,7 @@ def run_shards(spec: StudySpec, shards: list[Shard], layout: StudyLayout, traina
         early_stopping = make_scheduler(spec.finetuning, cell_of=partial(cell_of, shard),
                                         point_of=shard.point)
         trainable = tune.with_resources(
-            tune.with_parameters(trainable_fn, shard=shard, **trainable_args,
+            tune.with_parameters(trainable_fn, trials=shard.for_workers(), **trainable_args,
                                  **({"report_curve": True} if early_stopping is not None else {})),
             {"cpu": res.cpus_per_trial, "gpu": res.gpus_per_trial, **res.custom_resources_per_trial},
         )

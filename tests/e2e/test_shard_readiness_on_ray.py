@@ -6,6 +6,7 @@ import pytest
 import ray
 from ray import tune
 
+from sweeper.contract.configs import ShardTrials
 from sweeper.plan.study_plan import plan_study
 from sweeper.run.pipeline import Pipeline
 from sweeper.run.shards import grid_shards
@@ -17,8 +18,9 @@ from conftest import worker_pythonpath
 from test_shard_readiness import WrittenCheckpoints, one_task_spec
 
 
-def instant_trainable(config: dict, shard) -> None:
-    trial = shard.trial(config)
+def instant_trainable(config: dict, trials) -> None:
+    assert isinstance(trials, ShardTrials), "the shard stays on the driver: its workers get contract types"
+    trial = trials.config_at(config)
     tune.report({"trial_key": trial.trial_key, "status": "ok", "validation_score": 50.0, "test_score": 50.0,
                  "train_loss": 1.0, "train_steps": 1, "wall_time_s": 0.0, "search_score": 50.0, "curve": []})
 

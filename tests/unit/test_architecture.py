@@ -1,7 +1,7 @@
 """The driver's architecture, checked on the source (stdlib `ast`, nothing imported):
 
-    cli ─► run ─► report ─► plan ─► spec ─► contract ─► store   (sweeper/, a stage imports only to its right)
-            └─► trainables ─► contract, store                     (the worker side)
+    cli ─► run ─► design ─► report ─► plan ─► spec ─► contract ─► store   (sweeper/, a stage imports only to its right)
+            └─► trainables ─► contract, store                               (the worker side)
 
 Every import counts, at module level and inside functions (and under `if TYPE_CHECKING:`):
 no import cycle in sweeper/ or trainables/, no import against the stage order, no Ray or torch
@@ -15,9 +15,9 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[2]
 PACKAGES = ("sweeper", "trainables")
-STAGES = ("store", "contract", "spec", "plan", "report", "run", "cli")
+STAGES = ("store", "contract", "spec", "plan", "report", "design", "run", "cli")
 """sweeper's stages, lowest first: a module imports from its own stage and the ones before it."""
-RAY_FREE = ("store", "contract", "spec", "plan", "report")
+RAY_FREE = ("store", "contract", "spec", "plan", "report", "design")
 """Stages that import neither Ray nor torch (`sweeper plan`, `status`, `report` run without them)."""
 WORKER_STAGES = ("contract", "store")
 """The stages the worker side imports: the contract both sides share, and the store."""

@@ -164,9 +164,10 @@ shards = grid_shards(training, StudyLayout("/tmp/unused-study"), task_dirs, spec
                      trial_runtime(spec))
 handed = 0
 for shard in shards:  # every searcher built and drained, as the grid does shard by shard
+    shipped = shard.for_workers()  # what run_shards hands tune.with_parameters: the queue's trials
     searcher = shard.tuner_args(spec, Pipeline())["search_alg"]
     while isinstance(config := searcher.suggest(str(handed)), dict):
-        shard.trial_config(config)
+        shipped.config_at(config)
         handed += 1
 # VmHWM, this process's own peak: ru_maxrss would carry the parent's (exec keeps the pre-exec
 # peak), and the test suite's process is itself ~1 GiB by the time this runs.

@@ -1,4 +1,4 @@
-"""The expected cost `sweeper plan` prints for a sequential plan (sweeper.report.sequential_cost):
+"""The expected cost `sweeper plan` prints for a sequential plan (sweeper.design.sequential_cost):
 its vectorised rule against the report's own look code on the same simulated data, and the real
 command line, in a child process, on paper.yaml and on the end-to-end test's spec (no Ray)."""
 from __future__ import annotations
@@ -14,7 +14,7 @@ import pytest
 
 from sweeper.report import sequential
 from sweeper.report.findings import Verdict
-from sweeper.report.sequential_cost import StudyParts, close_looks, run_counts
+from sweeper.design.sequential_cost import StudyParts, close_looks, run_counts
 from sweeper.report.statistics import Part, VerdictConfig, paired_test
 from sweeper.spec.sequential import SequentialSpec
 
@@ -121,7 +121,7 @@ def test_plan_prints_the_looks_and_the_expected_and_maximum_cost(tmp_path):
 
 def test_the_figure_is_the_same_on_every_call_and_quick_once_the_boundaries_are_known():
     design = SequentialSpec()
-    from sweeper.report.sequential_cost import expected_cost
+    from sweeper.design.sequential_cost import expected_cost
 
     parts = StudyParts(findings=((0, 1, 2),), runs=(("a", "b"), ("a", "c"), ("b", "c")), sources={})
     hours = {"a": 1.0, "b": 2.0, "c": 3.0}
@@ -136,7 +136,7 @@ def test_the_figure_is_the_same_on_every_call_and_quick_once_the_boundaries_are_
 def test_a_run_branching_from_its_trunk_costs_its_new_steps_while_the_trunk_trains_its_replicate():
     """pretraining.share_prefixes: b starts from a's first steps, so a replicate of b that a also
     trains costs b's new steps (0.5 of 2.0 GPU-h); both grow to at least the first look (9)."""
-    from sweeper.report.sequential_cost import expected_cost
+    from sweeper.design.sequential_cost import expected_cost
 
     design = SequentialSpec()
     parts = StudyParts(findings=((0, 1, 2),), runs=(("a", "b"), ("a", "c"), ("b", "c")), sources={})

@@ -1,4 +1,4 @@
-"""`sweeper plan`'s block on what the design can decide (sweeper.report.decidable): a 2-seed
+"""`sweeper plan`'s block on what the design can decide (sweeper.design.decidable): a 2-seed
 study says which comparisons it cannot decide, in the report's words, before anything runs; the
 smallest detectable difference is checked by simulation against a known truth (80 % power at
 that difference, far less at half of it), and shrinks with more seeds."""
@@ -13,7 +13,7 @@ from scipy import stats
 from conftest import ROOT
 from sweeper import cli
 from sweeper.plan.load import load_study
-from sweeper.report.decidable import planned_sd, plan_lines
+from sweeper.design.decidable import planned_sd, plan_lines
 from sweeper.report.power import standardized_detectable
 from sweeper.spec.sequential import SequentialSpec
 

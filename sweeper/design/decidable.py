@@ -23,7 +23,7 @@ from __future__ import annotations
 
 import math
 
-from sweeper.report.sequential_cost import SEED_SD, placeholder_judgement, unit_sd
+from sweeper.design.sequential_cost import SEED_SD, placeholder_judgement, unit_sd
 from sweeper.report.power import standardized_detectable
 from sweeper.report.statistics import VerdictConfig
 from sweeper.spec.sequential import SequentialSpec
