@@ -25,10 +25,23 @@ def installed_versions() -> dict[str, str]:
     return versions
 
 
+def cpu_model() -> str | None:
+    """The CPU's model name (Linux's /proc/cpuinfo; `platform.processor()` elsewhere): the same torch
+    path (AVX2) on two CPU models can differ 2x in speed, which `sweeper plan`'s estimate feels."""
+    try:
+        with open("/proc/cpuinfo", encoding="utf-8") as cpuinfo:
+            for line in cpuinfo:
+                if line.startswith("model name"):
+                    return line.split(":", 1)[1].strip() or None
+    except OSError:
+        pass
+    return platform.processor() or None
+
+
 def describe() -> dict:
     """The environment's fields (sweeper.store.environments.SHAPING)."""
     gpu = torch.cuda.get_device_name(0) if torch.cuda.is_available() else None
-    return {"python": platform.python_version(), "machine": platform.machine(),
+    return {"python": platform.python_version(), "machine": platform.machine(), "cpu_model": cpu_model(),
             "torch_cpu_capability": torch.backends.cpu.get_cpu_capability(), "torch_threads": torch.get_num_threads(),
             "cpu_count": os.cpu_count(), "gpu": gpu, "cuda": torch.version.cuda if gpu else None,
             "packages": installed_versions()}

@@ -245,6 +245,29 @@ a pretraining token costs pretrain_token_s + 6 x parameters / pretrain_flops_per
 objective: MLM scores only the masked positions), a run pretrain_run_s more (start, final
 checkpoint); a fine-tuning trial trial_s (backbone load, data, scoring set-up) + its FLOPs
 (`trial_flops`) / trial_flops_per_s."""
+CALIBRATION_CPU_FLAG = "avx512f"
+"""The calibration's machine had AVX512 (torch's CPU path AVX512). On a CPU without it (an AMD
+EPYC with AVX2, measured side by side by per-step CPU time) the same work took 1.9-2.2x the CPU
+seconds, and the default study 26m41s against its ~14 min estimate (docs/benchmarks.md, section
+14): `sweeper plan` says so on such a machine rather than print a figure half as long as the run."""
+
+
+CPUINFO = "/proc/cpuinfo"
+"""Where Linux lists the CPU's flags."""
+
+
+def cpu_flags() -> set[str] | None:
+    """This machine's CPU flags (Linux), or None where they cannot be read."""
+    try:
+        with open(CPUINFO, encoding="utf-8") as lines:
+            for line in lines:
+                if line.startswith("flags"):
+                    return set(line.split(":", 1)[1].split())
+    except OSError:
+        pass
+    return None
+
+
 STUDY_SETUP_S = 45.0
 """Seconds of a study before and after its work: Ray's start, the corpus and task data prepared,
 the report written (an estimate from the default study's logs, not fitted)."""
@@ -336,11 +359,16 @@ def wall_time_lines(spec: StudySpec, plan: StudyPlan, cpus: int) -> list[str]:
         return [f"  estimated wall time on one node of {gpus} GPUs (resources.gpus_per_node): "
                 f"~{duration_text(hours * 3600 / gpus)} (the GPU-hours below over its GPUs, every GPU busy)"]
     extra = f" (+ {estimate.unknown} runs or trials sized at run time)" if estimate.unknown else ""
-    return [f"  estimated wall time on {cpus} CPU{'s' if cpus != 1 else ''} (this machine's): "
-            f"~{duration_text(estimate.seconds)}{extra}",
-            f"    {estimate.pretraining_cpu_s / 60:,.1f} CPU-min of pretraining + "
-            f"{estimate.finetuning_cpu_s / 60:,.1f} "
-            f"of fine-tuning over the CPUs, + {STUDY_SETUP_S:.0f} s of set-up (benchmarks/wall_time.py)"]
+    lines = [f"  estimated wall time on {cpus} CPU{'s' if cpus != 1 else ''} (this machine's): "
+             f"~{duration_text(estimate.seconds)}{extra}",
+             f"    {estimate.pretraining_cpu_s / 60:,.1f} CPU-min of pretraining + "
+             f"{estimate.finetuning_cpu_s / 60:,.1f} "
+             f"of fine-tuning over the CPUs, + {STUDY_SETUP_S:.0f} s of set-up (benchmarks/wall_time.py)"]
+    flags = cpu_flags()
+    if flags is not None and CALIBRATION_CPU_FLAG not in flags:
+        lines.append("    calibrated on a CPU with AVX512, which this one lacks: on an AVX2 CPU studies took about 2x "
+                     "the estimate (docs/benchmarks.md, section 14; rerun benchmarks/wall_time.py here)")
+    return lines
 
 
 def parameters_text(count: int) -> str:

@@ -72,3 +72,16 @@ def test_texts():
 def test_lines_name_the_cpus(micro):
     lines = wall_time_lines(*micro, cpus=2)
     assert lines[0].startswith("  estimated wall time on 2 CPUs") and "CPU-min" in lines[1]
+
+
+def test_a_cpu_unlike_the_calibrations_is_named(micro, tmp_path, monkeypatch):
+    import sweeper.plan.cost as cost
+
+    cpuinfo = tmp_path / "cpuinfo"
+    monkeypatch.setattr(cost, "CPUINFO", str(cpuinfo))
+    assert cost.cpu_flags() is None, "no file: no note"
+    for flags, noted in (("fpu sse avx2", True), ("fpu sse avx2 avx512f", False)):
+        cpuinfo.write_text(f"processor\t: 0\nflags\t\t: {flags}\n")
+        assert cost.cpu_flags() == set(flags.split())
+        lines = wall_time_lines(*micro, cpus=2)
+        assert any("calibrated on a CPU with AVX512, which this one lacks" in line for line in lines) == noted, lines

@@ -24,6 +24,10 @@ def test_a_worker_reports_every_field_that_shapes_the_numbers():
     assert {"torch", "transformers", "tokenizers", "ray", "numpy"} <= set(found["packages"])
     assert found["packages"]["torch"] == torch.__version__
     assert (found["gpu"] is None) == (not torch.cuda.is_available())
+    with open("/proc/cpuinfo", encoding="utf-8") as cpuinfo:  # the project's machines run Linux
+        names = {line.split(":", 1)[1].strip() for line in cpuinfo if line.startswith("model name")}
+    assert found["cpu_model"] in names, (found["cpu_model"], names)
+    assert f"({found['cpu_model']}), CPU path" in environments.describe(found)
 
 
 def test_the_study_keeps_one_entry_per_environment(tmp_path):
@@ -40,6 +44,17 @@ def test_the_study_keeps_one_entry_per_environment(tmp_path):
     assert all(e["recorded_at"] for e in kept)
     summary = "\n".join(environments.summary(layout))
     assert f"CPU path {other}" in summary and "1 earlier environment(s) differ" in summary
+    another_cpu = {**here, "torch_cpu_capability": other, "cpu_model": "another CPU"}
+    assert environments.record(layout, another_cpu, "002-def"), \
+        "the same CPU path on another CPU model is another environment (it may run at half the speed)"
+
+
+def test_an_entry_recorded_before_the_cpu_model_was_is_not_a_new_environment(tmp_path):
+    layout = StudyLayout(str(tmp_path))
+    here = describe()
+    assert environments.record(layout, {field: value for field, value in here.items() if field != "cpu_model"}, "001")
+    assert not environments.record(layout, here, "001"), "a field the kept entry predates is not a difference"
+    assert environments.record(layout, {**here, "python": "0.0"}, "001")
 
 
 def study_with_environment(tmp_path) -> StudyLayout:
