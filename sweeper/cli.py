@@ -21,6 +21,7 @@ from sweeper.run.lease import EXIT_LEASE, LeaseHeld, hold_lease
 from sweeper.spec.names import location_problem
 from sweeper.spec.reading import SpecError, SpecErrors
 from sweeper.store import storage
+from sweeper.store.filesystems import refusal
 from sweeper.store.layout import StudyLayout
 
 EXIT_SPEC_ERROR = 2
@@ -132,6 +133,8 @@ def run_interruptibly(args, where: dict) -> int:
         print(f"error: {error}", file=sys.stderr)
         return EXIT_LEASE
     except OSError as error:  # a folder that exists but cannot be written, as in study_layout_for
+        if refusal(error):  # a bucket's refusal (credentials, a policy): main's storage error, exit 1
+            raise
         raise SpecError("command line" if args.storage else args.spec, "--storage" if args.storage else "storage",
                         f"cannot write the study's lease {storage.display(layout.lease)}: "
                         f"{error.strerror or error}") from None

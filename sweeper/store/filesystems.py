@@ -4,6 +4,7 @@ passes locations; this module makes the client)."""
 from __future__ import annotations
 
 import random
+import re
 import time
 from functools import lru_cache
 
@@ -65,6 +66,37 @@ SlowDown body to a GET of a 9-byte marker) overflows it and comes back as INTERN
 def transient(error: OSError) -> bool:
     """Whether `error` (not a missing file) may pass if the request is sent again."""
     return not isinstance(error, FileNotFoundError) and any(mark in str(error) for mark in TRANSIENT_MARKS)
+
+
+REFUSALS = (
+    (("INVALID_ACCESS_KEY_ID", "InvalidAccessKeyId", "does not exist in our records"),
+     "the access key is not known to the store (InvalidAccessKeyId)"),
+    (("SIGNATURE_DOES_NOT_MATCH", "SignatureDoesNotMatch", "signature we calculated does not match"),
+     "the secret key does not match the access key (SignatureDoesNotMatch)"),
+    (("EXPIRED_TOKEN", "ExpiredToken"), "the session token has expired (ExpiredToken)"),
+    (("InvalidToken", "token is malformed"), "the session token is not valid for the access key (InvalidToken)"),
+    (("NO_SUCH_BUCKET", "NoSuchBucket"), "the bucket does not exist (NoSuchBucket)"),
+    (("ACCESS_DENIED", "AccessDenied"),
+     "access denied: the credentials are valid but not allowed this request (AccessDenied)"),
+)
+"""What an S3 error from pyarrow says (its error type, the store's code, or the store's message)
+when no retry mends it, first match first, -> the reason in plain words. S3 checks the key and the
+signature before any policy, so an AccessDenied with a body comes after both passed."""
+UNEXPLAINED_REFUSAL = ("refused without a reason (the answer to a HEAD request carries none: an unknown "
+                       "access key, a wrong secret key or session token, or a policy that denies it)")
+"""The reason of a 403 or 400 without a body: S3 answers a HEAD request (an object's or a bucket's
+information) with the status alone, which pyarrow reports as "ACCESS_DENIED" or "UNKNOWN (HTTP
+status 400)" with "No response body" (400: a session token that is not valid, or has expired)."""
+_BODILESS_REFUSAL = re.compile(r"(ACCESS_DENIED|HTTP status 40[03]\b).*No response body")
+
+
+def refusal(error: OSError) -> str | None:
+    """Why the store refused a request for good, in plain words (`REFUSALS`, `UNEXPLAINED_REFUSAL`),
+    or None for an error that is not a refusal (a missing object, a transient error, a bug)."""
+    text = str(error)
+    if _BODILESS_REFUSAL.search(text):
+        return UNEXPLAINED_REFUSAL
+    return next((words for marks, words in REFUSALS if any(mark in text for mark in marks)), None)
 
 
 OBJECT_TRIES = 6

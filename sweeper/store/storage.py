@@ -33,7 +33,7 @@ from urllib.parse import unquote, urlsplit, urlunsplit
 
 import pyarrow.fs as pafs
 
-from sweeper.store.filesystems import filesystem_of_root, read_object, write_object
+from sweeper.store.filesystems import filesystem_of_root, read_object, refusal, write_object
 from sweeper.store.local_files import (  # noqa: F401 - re-exported
     removed_on_error,
     replace_file,
@@ -98,7 +98,9 @@ def scheme_error(location: str) -> str | None:
 
 def reach_error(location: str) -> str | None:
     """Why the study's bucket cannot be used from here, or None (always None for a path): a
-    missing bucket or refused credentials say so before any Ray process starts."""
+    missing bucket or an unreachable endpoint say so before any Ray process starts. Refused
+    credentials are raised, not returned: they are no mistake of the spec's, and the command says
+    so as a storage error (sweeper.store.permanent_errors, exit 1)."""
     if not is_remote(location):
         return None
     try:
@@ -107,6 +109,9 @@ def reach_error(location: str) -> str | None:
         if fs.get_file_info(bucket).type == pafs.FileType.NotFound:
             return f"bucket {bucket!r} does not exist (create it first, or check the endpoint)"
     except (OSError, ValueError) as error:
+        if isinstance(error, OSError) and refusal(error):
+            list_names(location)  # S3 says why it refused a GET (a listing), not a HEAD: raise that
+            raise
         return f"cannot reach {display(location)}: {redact(str(error).splitlines()[0])}"
     return None
 
