@@ -81,9 +81,12 @@ def differences(rng: np.random.Generator, null: str, studies: int, parts: int, r
 def fixed_verdicts(d: np.ndarray, config: VerdictConfig = VerdictConfig()) -> np.ndarray:
     """Per study, whether its finding gives a verdict (supports or contradicts) in the fixed design:
     the report's rule (`statistics.part_codes`, `config.parts`, and `finding_codes`) over its
-    parts' p-values (looked up at each call: a calibration breaks them on purpose)."""
+    parts' p-values (looked up at each call: a calibration breaks them on purpose); under `holm`,
+    whether any part is decided (the family-wise rate, an upper bound of the finding's)."""
     above, below = paired_test(d, 0.0, config)
     codes, _, _ = statistics.part_codes(above, below, config.alpha, config.parts)
+    if config.parts == HOLM:  # Holm's family-wise rate: any part decided (an upper bound; the tables')
+        return (codes != 0).any(axis=1)
     return statistics.finding_codes(codes) != 0
 
 

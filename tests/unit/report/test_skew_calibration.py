@@ -111,13 +111,16 @@ def test_replicates_sharing_a_source_make_the_calibration_fail():
 
 
 def test_a_test_that_ignores_skew_makes_the_calibration_fail():
-    """At the co-primary rule's least favourable configuration (one null part of 3): the plain
-    t-test in both designs, and the skew-t without the sign-flip in the sequential design."""
-    t, effects = VerdictConfig(test="t"), least_favourable(3)
-    rates = {n: fixed_rate("centred-exponential", 3, n, t, effects=effects) for n in SIZES}
-    sequential = {test: sequential_rate("centred-exponential", 3, VerdictConfig(test=test), effects=effects)
+    """Under Holm's rule (three null parts): the plain t-test in both designs, and the skew-t
+    without the sign-flip in the sequential design. Under co-primary parts neither shows at the
+    least favourable configuration (measured: plain t 2.9 / 4.3 / 4.1 % fixed at 3 / 9 / 15 runs,
+    4.5 % sequential; skew-t 3.4 % sequential): there the skewed part's claim is one one-sided
+    test at alpha / 2."""
+    t = VerdictConfig(test="t", parts=HOLM)
+    rates = {n: fixed_rate("centred-exponential", 3, n, t) for n in SIZES}
+    sequential = {test: sequential_rate("centred-exponential", 3, VerdictConfig(test=test, parts=HOLM))
                   for test in ("t", "skew-t")}
-    print(f"\nplain t, centred-exponential, one null part of 3: fixed {rates}; sequential {sequential} "
+    print(f"\nplain t, centred-exponential, 3 parts, Holm: fixed {rates}; sequential {sequential} "
           f"(bound {BOUND:.4f})")
     assert max(rates.values()) > BOUND
     assert min(sequential.values()) > BOUND
