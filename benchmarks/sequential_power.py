@@ -10,6 +10,7 @@ what the driver would have trained. The fixed design reads all of them (`finding
 The paper's effects are benchmarks/verdict_power.py's. docs/statistics.md quotes the figures.
 
     .venv/bin/python benchmarks/sequential_power.py [--studies 400] [--first 3 --step 3 --maximum 12]
+        [--parts-rule holm]
 """
 from __future__ import annotations
 
@@ -30,6 +31,7 @@ from verdict_simulation import GROUPS, Scenario, simulate
 
 from sweeper.report.findings import judge_grid
 from sweeper.report.sequential import run_looks
+from sweeper.report.statistics import PART_RULES, VerdictConfig
 from sweeper.spec.sequential import SequentialSpec
 
 FINDINGS = (1, 2, 3, 4, 5)
@@ -37,15 +39,16 @@ PAPER_CLAIMS = (1, 4, 5)
 """The findings the paper's 610m effects support (benchmarks/verdict_power.py)."""
 
 
-def simulate_designs(scenario: Scenario, design: SequentialSpec, studies: int, seed: int) -> pd.DataFrame:
+def simulate_designs(scenario: Scenario, design: SequentialSpec, studies: int, seed: int,
+                     config: VerdictConfig = VerdictConfig()) -> pd.DataFrame:
     """One row per study: each finding's verdict under the sequential plan and the fixed design at
     the maximum, and the runs each trained."""
     rng = np.random.default_rng(seed)
     rows = []
     for _ in range(studies):
         grid, runs = simulate(rng, scenario)
-        outcome = run_looks(grid, runs, design)
-        fixed = judge_grid(grid, runs)
+        outcome = run_looks(grid, runs, design, config=config)
+        fixed = judge_grid(grid, runs, config=config)
         row = {"runs": outcome.runs_trained(), "runs_fixed": outcome.runs_fixed(), "looks": len(outcome.counts)}
         row |= {f"seq{v.number}": v.verdict for v in outcome.verdicts}
         row |= {f"fix{v.number}": v.verdict for v in fixed}
@@ -61,20 +64,24 @@ def main() -> None:
     parser.add_argument("--maximum", type=int, default=SequentialSpec().maximum)
     parser.add_argument("--futility", type=float, default=SequentialSpec().futility)
     parser.add_argument("--run-sd", type=float, default=0.5)
+    parser.add_argument("--parts-rule", choices=PART_RULES, default=VerdictConfig().parts)
     args = parser.parse_args()
+    config = VerdictConfig(parts=args.parts_rule)
     design = SequentialSpec(first=args.first, step=args.step, maximum=args.maximum, futility=args.futility)
     print(f"design: looks at {design.looks()} replicates per configuration, alpha {design.alpha}, "
-          f"futility below {design.futility:.0%} conditional power; {args.studies} studies per scenario")
+          f"futility below {design.futility:.0%} conditional power; parts {config.parts}; {args.studies} studies "
+          "per scenario")
     started = time.perf_counter()
     null = simulate_designs(Scenario(groups=GROUPS[:1], run_sd=args.run_sd, replicates=design.maximum, rates=4),
-                            design, args.studies, seed=1)
+                            design, args.studies, seed=1, config=config)
     false = pd.DataFrame({f"finding {f}": [(null[f"{d}{f}"] != "cannot tell").mean() * 100 for d in ("seq", "fix")]
                           for f in FINDINGS}, index=["sequential", "fixed at maximum"])
     print(f"\nnull (equal objectives, run SD {args.run_sd:g}): false verdicts over all looks, %")
     print(false.round(1).to_string())
     print(f"runs trained: {null['runs'].mean() / null['runs_fixed'].mean():.0%} of the fixed design's")
     paper = simulate_designs(Scenario(groups=GROUPS[:1], effects=PAPER_EFFECTS, run_sd=args.run_sd,
-                                      replicates=design.maximum, rates=4), design, args.studies, seed=2)
+                                      replicates=design.maximum, rates=4), design, args.studies, seed=2,
+                                                                      config=config)
     power = pd.DataFrame({f"finding {f}": [(paper[f"{d}{f}"] == "supports").mean() * 100 for d in ("seq", "fix")]
                           for f in PAPER_CLAIMS}, index=["sequential", "fixed at maximum"])
     print("\nthe paper's 610m effects: power ('supports'), %")

@@ -10,8 +10,10 @@ detect.
   report would leave untested says why, in the report's words ("needs >= 3 seeds shared by the
   ratios, has 2").
 - **The smallest difference it detects** (points on the 0-100 scale): the report's own
-  `standardized_detectable` (a paired t-test with 80 % power, statsmodels) over the part's units at
-  Holm's first-step level (alpha / the finding's parts, and the Bonferroni inside the part), times
+  `standardized_detectable` (a paired t-test with 80 % power) over the part's units at the level
+  its claim needs under the spec's `report.finding_parts` (`Part.power_level`: co-primary, alpha / 2
+  one-sided with no split over the parts; holm, alpha / the finding's parts; both with the
+  Bonferroni inside the part), times
   the SD of one unit's difference that the sequential planner assumes (`planning_run_sd`, SEED_SD:
   `sequential_cost.unit_sd` for units that are pretraining runs; sqrt(2) x SEED_SD for seeds, whose
   run is fixed). Averaging over a category's tasks is not counted, so the figure leans high. A
@@ -22,12 +24,14 @@ detect.
 from __future__ import annotations
 
 import math
+from dataclasses import replace
 
 from sweeper.design.sequential_cost import SEED_SD, placeholder_judgement, unit_sd
 from sweeper.report.power import standardized_detectable
-from sweeper.report.statistics import VerdictConfig
+from sweeper.report.statistics import CO_PRIMARY, HOLM, verdict_config
 from sweeper.spec.sequential import SequentialSpec
 
+RULE_TEXT = {CO_PRIMARY: "co-primary parts: each claim at alpha / 2 one-sided", HOLM: "Holm over its parts"}
 UNDECIDED_SHOWN = 3
 """Comparisons a finding cannot decide listed by name (`sweeper plan -v`: all of them)."""
 
@@ -43,11 +47,12 @@ def is_spread(part) -> bool:
 
 
 def detectable(part, design: SequentialSpec, seeds: int, by_runs: bool, alpha: float) -> float:
-    """The smallest difference (points) a decidable part detects; NaN for a spread part."""
+    """The smallest difference (points) a decidable part detects at its rule's level for the claim
+    (`statistics.Part.power_level` at `alpha`); NaN for a spread part."""
     if is_spread(part):
         return math.nan
-    level = alpha / (part.family * part.inside)
-    return planned_sd(design, seeds, by_runs) * standardized_detectable(part.units, level, part.one_sided)
+    at = replace(part, alpha=alpha)
+    return planned_sd(design, seeds, by_runs) * standardized_detectable(part.units, *at.power_level())
 
 
 def part_line(part, effect: float, units: str) -> str:
@@ -82,7 +87,7 @@ def plan_lines(study, verbose: bool = False) -> list[str]:
     its comparisons the design can decide and the smallest difference they detect, and each it
     cannot decide with the report's reason (`verbose`: every comparison)."""
     spec, plan = study.spec, study.plan
-    config = VerdictConfig()
+    config = verdict_config(spec.report)
     design = spec.pretraining.sequential or SequentialSpec()
     alpha = spec.pretraining.sequential.alpha if spec.pretraining.sequential else config.alpha
     seeds = len(spec.finetuning.seeds)
@@ -106,7 +111,8 @@ def plan_lines(study, verbose: bool = False) -> list[str]:
     if not lines:
         return ["  what it can decide:    no comparison of the paper's findings (the report will say why)"]
     head = (f"  what it can decide:    {undecided and f'{undecided} comparison(s) cannot be decided; ' or ''}"
-            f"alpha {alpha:g} per finding (Holm), 80 % power, unit SD from run SD {design.planning_run_sd:g} "
+            f"alpha {alpha:g} per finding ({RULE_TEXT[config.parts]}), 80 % power, unit SD from run SD "
+            f"{design.planning_run_sd:g} "
             f"and seed SD {SEED_SD:g} over {seeds} seed(s)"
             + ("; as a fixed design of the first look's replicates" if spec.pretraining.sequential else ""))
     return [head, *lines]

@@ -14,7 +14,9 @@ spec plans for (`planning_effect`, `planning_run_sd`; points on the 0-100 scale)
   arms are correlated in a study: not modelled).
 - **The rule** is sweeper.report.sequential's, vectorised over simulated studies: at look k the
   p-values come from `statistics.paired_test` (the report's test) over the first n_k units; per
-  finding, Holm over its parts at `boundaries.nominal_level` of alpha / (m - r); an open part from
+  finding, by `VerdictConfig.parts`: co-primary (each part's claim at look k's one-sided
+  `boundaries.nominal_level` of alpha / 2, its opposite by Holm over the parts at alpha / 2 /
+  (m - r)), or Holm over the two-sided p at alpha / (m - r); an open part from
   FUTILITY_UNITS units on is futile when `boundaries.conditional_power` of a verdict is below
   `futility` (solved once per look and level for the p-value where it crosses, as the power falls
   with the p-value); the last look closes every part. A run grows while a part of its arms is
@@ -39,7 +41,7 @@ from sweeper.report.analysis import RUN_COLUMNS
 from sweeper.report.boundaries import conditional_power, efficacy_bounds, nominal_level
 from sweeper.report.findings import judge_grid
 from sweeper.report.grid import OK, TrialGrid
-from sweeper.report.statistics import VerdictConfig, paired_test
+from sweeper.report.statistics import HOLM, VerdictConfig, paired_test, verdict_config
 from sweeper.spec.sequential import SequentialSpec
 
 PATHS = 2000
@@ -135,53 +137,89 @@ def per_level(value, level: np.ndarray) -> np.ndarray:
 def close_looks(differences: np.ndarray, findings: tuple[tuple[int, ...], ...], design: SequentialSpec,
                 config: VerdictConfig = VerdictConfig()) -> np.ndarray:
     """The look (0-based) at which each part closes (decided, futile, or the last), per simulated
-    study: `differences` (studies, parts, maximum) are the parts' units in replicate order."""
+    study, by `config.parts`'s rule: `differences` (studies, parts, maximum) are the parts' units
+    in replicate order."""
     from sweeper.report.sequential import FUTILITY_UNITS
 
     looks, fractions, alpha = design.looks(), design.fractions(), design.alpha
     studies, parts, _ = differences.shape
     closed, decided = np.zeros((studies, parts), bool), np.zeros((studies, parts), bool)
     closing = np.full((studies, parts), len(looks) - 1)
-    rows = np.arange(studies)
 
     @functools.cache
-    def threshold(k: int, j: int) -> float:  # look k's nominal level with j parts left to decide
+    def threshold(k: int, j: int) -> float:  # look k's two-sided nominal level for alpha / j
         return nominal_level(fractions, k, alpha / j)
 
     @functools.cache
-    def futile_above(k: int, j: int) -> float:
+    def futile_above(k: int, j: int) -> float:  # the one-sided p above which a side is futile
         if looks[k] < FUTILITY_UNITS or k == len(looks) - 1:
             return math.inf
         return futility_p(fractions[k], looks[k], efficacy_bounds(fractions, alpha / j / 2)[-1], design.futility)
 
+    step = holm_look if config.parts == HOLM else co_primary_look
     for k, n in enumerate(looks):
         p_support, p_contradict = (np.asarray(p, float) for p in paired_test(differences[..., :n], 0.0, config))
-        smaller = np.fmin(p_support, p_contradict)
-        p_value = np.minimum(1.0, 2 * smaller)
         for members in findings:
             index = np.array(members)
-            m = len(index)
-            open_ = ~closed[:, index]
-            # Holm: the open parts by p-value, each at the level of the parts not yet decided.
-            order = np.argsort(
-                np.where(open_, np.nan_to_num(p_value[:, index], nan=2.0), np.inf), axis=1, kind="stable"
-            )
-            count = decided[:, index].sum(axis=1)
-            going = np.ones(studies, bool)
-            for i in range(m):
-                column, valid = index[order[:, i]], open_[rows, order[:, i]]
-                level = np.maximum(m - count, 1)
-                win = valid & going & (p_value[rows, column] <= per_level(lambda j: threshold(k, j), level))
-                count, going = count + win, going & (win | ~valid)
-                lose = valid & ~win
-                futile = lose & (smaller[rows, column] > per_level(lambda j: futile_above(k, j), level))
-                ends = (win | futile | (lose & (k == len(looks) - 1))) & ~closed[rows, column]
-                decided[rows, column] |= win
-                closing[rows, column] = np.where(ends, k, closing[rows, column])
-                closed[rows, column] |= ends
+            ends, wins = step(k, p_support[:, index], p_contradict[:, index], ~closed[:, index], decided[:, index],
+                              threshold, futile_above)
+            ends |= ~closed[:, index] & (k == len(looks) - 1)
+            closing[:, index] = np.where(ends, k, closing[:, index])
+            closed[:, index] |= ends
+            decided[:, index] |= wins
         if closed.all():
             break
     return closing
+
+
+def holm_look(k: int, p_support: np.ndarray, p_contradict: np.ndarray, open_: np.ndarray, decided: np.ndarray,
+              threshold, futile_above) -> tuple[np.ndarray, np.ndarray]:
+    """`holm` at look k over one finding's parts (studies, m): the open parts by two-sided p, each
+    at the level of the parts not yet decided; returns (closes, decided) per part."""
+    studies, m = p_support.shape
+    rows = np.arange(studies)
+    smaller = np.fmin(p_support, p_contradict)
+    p_value = np.minimum(1.0, 2 * smaller)
+    order = np.argsort(np.where(open_, np.nan_to_num(p_value, nan=2.0), np.inf), axis=1, kind="stable")
+    count, going = decided.sum(axis=1), np.ones(studies, bool)
+    ends, wins = np.zeros_like(open_), np.zeros_like(open_)
+    for i in range(m):
+        column = order[:, i]
+        valid = open_[rows, column]
+        level = np.maximum(m - count, 1)
+        win = valid & going & (p_value[rows, column] <= per_level(lambda j: threshold(k, j), level))
+        count, going = count + win, going & (win | ~valid)
+        futile = valid & ~win & (smaller[rows, column] > per_level(lambda j: futile_above(k, j), level))
+        wins[rows, column] |= win
+        ends[rows, column] |= win | futile
+    return ends, wins
+
+
+def co_primary_look(k: int, p_support: np.ndarray, p_contradict: np.ndarray, open_: np.ndarray,
+                    contradicted: np.ndarray, threshold, futile_above) -> tuple[np.ndarray, np.ndarray]:
+    """`co-primary` at look k over one finding's parts (studies, m): Holm over looks on the open
+    parts' p against the claim at alpha / 2 (the r-th at alpha / 2 / (m - r), r the parts
+    contradicted), then each other open part supports at look k's one-sided level of alpha / 2;
+    `contradicted` marks the parts contradicted at earlier looks. Returns (closes, contradicted)."""
+    studies, m = p_support.shape
+    rows = np.arange(studies)
+    toward = p_contradict < p_support
+    order = np.argsort(np.where(open_, np.nan_to_num(p_contradict, nan=2.0), np.inf), axis=1, kind="stable")
+    count, going = contradicted.sum(axis=1), np.ones(studies, bool)
+    against = np.zeros_like(open_)
+    for i in range(m):
+        column = order[:, i]
+        valid = open_[rows, column]
+        level = np.maximum(m - count, 1)
+        win = valid & going & toward[rows, column] & (
+            p_contradict[rows, column] <= per_level(lambda j: threshold(k, j), level) / 2)
+        count, going = count + win, going & (win | ~valid)
+        against[rows, column] |= win
+    supports = open_ & ~against & (p_support < p_contradict) & (p_support <= threshold(k, 1) / 2)
+    level = np.maximum(m - count, 1)[:, None]
+    futile = (open_ & ~against & ~supports & (p_support > futile_above(k, 1))
+              & (p_contradict > per_level(lambda j: futile_above(k, j), np.broadcast_to(level, open_.shape))))
+    return against | supports | futile, against
 
 
 def run_counts(closing: np.ndarray, parts: StudyParts, runs: list[str], design: SequentialSpec) -> np.ndarray:
@@ -262,7 +300,8 @@ def plan_lines(study) -> list[str]:
     branched = {run.name: (branches[run.name].trunk, pretraining_cost(spec, (run,), branches).gpu_hours)
                 for run in base if run.name in branches}
     first = pretraining_cost(spec, plan.runs, shared_prefixes(spec, plan.runs)).gpu_hours
-    cost = expected_cost(design, parts, hours, seeds, branched=branched)
+    config = verdict_config(spec.report)
+    cost = expected_cost(design, parts, hours, seeds, config=config, branched=branched)
     took = time.perf_counter() - start
     (runs, runs_low, runs_high), (gpu, gpu_low, gpu_high) = cost.runs, cost.hours
     share = gpu / cost.maximum_hours if cost.maximum_hours else math.nan
@@ -275,7 +314,7 @@ def plan_lines(study) -> list[str]:
             f"({cost.maximum_runs} runs, the fixed design at {design.maximum})"
             f"{'; new steps only where runs share first steps' if branched else ''}",
             f"    pretraining runs: expected {runs:,.1f} (10-90 %: {runs_low:,.0f}-{runs_high:,.0f}): the "
-            "report's rule "
+            f"report's rule ({config.parts} parts) "
             f"simulated over {PATHS:,} studies of this plan's findings ({sizes} parts), every comparison differing "
             f"by {design.planning_effect:g} points, run SD {design.planning_run_sd:g} + seed SD {SEED_SD:g} over "
             f"{seeds} seeds ({took:.2f} s)", *skipped]

@@ -2,13 +2,14 @@
 known false-positive rate, and names them with their numbers (docs/statistics.md).
 
 Each finding is split into parts (one claim about one group of runs), tested on the per-seed
-category scores with the machinery of `sweeper.report.statistics` (paired t-tests over seeds, Holm
-over a finding's parts). Only checkpoints of one model size and one budget (total steps) are
-compared with each other, and only checkpoints whose objective, size and budget are known: the
-study's own runs, and checkpoints from elsewhere whose meta says enough, in the comparisons of
-objectives only (`sweeper.report.provenance`). The finding supports when every part supports,
-contradicts when any part contradicts, and otherwise cannot tell, saying what is missing (runs,
-seeds) or that the data cannot show it.
+category scores with the machinery of `sweeper.report.statistics` (paired tests over runs or
+seeds; a finding's parts as co-primary claims, or Holm over them: `VerdictConfig.parts`). Only
+checkpoints of one model size and one budget (total steps) are compared with each other, and only
+checkpoints whose objective, size and budget are known: the study's own runs, and checkpoints from
+elsewhere whose meta says enough, in the comparisons of objectives only
+(`sweeper.report.provenance`). The finding supports when every part supports, contradicts when
+any part contradicts, and otherwise cannot tell, saying what is missing (runs, seeds) or that the
+data cannot show it.
 """
 from __future__ import annotations
 

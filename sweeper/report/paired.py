@@ -113,10 +113,14 @@ SKEWED_RATES = {"skew-sign": {1: ((3, 11.5), (6, 4.8), (9, 4.9), (12, 4.6), (15,
                 "t": {1: ((3, 11.5), (6, 11.2), (9, 10.2), (12, 9.2), (15, 8.4)),
                       3: ((3, 15.0), (6, 18.4), (9, 16.5), (12, 15.0), (15, 13.6))}}
 """False verdicts per finding (%) of the fixed design under centred-exponential run differences,
-by test, parts of the finding (1; 3 stands for 2 or more) and units (the rate at the largest
-units listed at or below the part's), no source effect (the worst case), 20,000 simulated
-findings each (`benchmarks/skew_rates.py`; the sequential design's: `SKEWED_SEQUENTIAL`). The
-skew-sign test decides nothing for 3 parts at 6 units (the sign-flip's floor 2^-5 is above 0.05 / 3)."""
+by test, parts of the finding (1; 3 stands for 2 or more, under `VerdictConfig.parts` holm) and
+units (the rate at the largest units listed at or below the part's), no source effect (the worst
+case), 20,000 simulated findings each (`benchmarks/skew_rates.py`; the sequential design's:
+`SKEWED_SEQUENTIAL`). The skew-sign test decides nothing for 3 parts at 6 units under holm (the
+sign-flip's floor 2^-5 is above 0.05 / 3). A co-primary part's note quotes the one-part row
+(`statistics.part_family`): its claim is tested alone at alpha / 2, and its finding's least
+favourable configuration, one null part among true ones, adds only a share of the opposite
+side's rate (tests/unit/report/test_skew_calibration.py)."""
 
 
 def skewness(differences: np.ndarray) -> float:

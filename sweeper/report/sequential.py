@@ -6,13 +6,17 @@ The parts of the findings are computed on exactly those replicates by the code a
 (`findings.judge_grid` on the grid restricted to them), so a look is the fixed-design verdict of
 that data, read against group-sequential boundaries:
 
-- **Holm over looks.** Per finding, over its m parts: with r parts already decided, the open part
-  with the smallest p-value is decided when p <= the nominal level of look k for alpha / (m - r)
-  (sweeper.report.boundaries: O'Brien-Fleming-type spending over the planned looks, each
-  direction alpha / 2), then the next at alpha / (m - r - 1), and so on; a decided part stays
-  decided at its look, its numbers those of that look. This is Holm's procedure with group-
-  sequential levels (Ye, Li, Jiang and Wang 2013; Maurer and Bretz 2013), which holds the
-  family-wise rate over the parts and the looks.
+- **Co-primary parts** (`VerdictConfig.parts`, the default): a part supports when its one-sided p
+  for the claim reaches look k's nominal level of alpha / 2 (sweeper.report.boundaries:
+  O'Brien-Fleming-type spending over the planned looks), with no split over the parts: a finding
+  supports only when every part does (intersection-union, sweeper.report.statistics). The
+  opposite side is a union: with r parts contradicted, the open part with the smallest p against
+  the claim contradicts at the nominal level of alpha / 2 / (m - r), then the next, and so on
+  (Holm over looks). A decided part stays decided at its look, its numbers those of that look.
+- **Holm over looks** (`parts: holm`, the rule before #53): with r parts decided, the open part
+  with the smallest two-sided p is decided at the nominal level of alpha / (m - r) (each
+  direction half), and so on down. Holm's procedure with group-sequential levels (Ye, Li, Jiang
+  and Wang 2013; Maurer and Bretz 2013), which holds the family-wise rate over parts and looks.
 - **Futility.** An open part whose conditional power of a verdict by the last look (the trend so
   far, at the level it now has) is below `futility` stops: its runs get no more replicates for it
   and it ends *cannot tell*. Non-binding: the boundaries do not count on it, so stopping lowers
@@ -28,17 +32,19 @@ contradicts when any part contradicts, else cannot tell.
 """
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass, field, replace
 
 import pandas as pd
 
 from sweeper.plan.replicates import arm_name
-from sweeper.report import findings, provenance
+from sweeper.report import findings, provenance, statistics
 from sweeper.report.boundaries import conditional_power, efficacy_bounds, nominal_level
 from sweeper.report.findings import FINDINGS, Verdict, judge_grid
 from sweeper.report.grid import TrialGrid
 from sweeper.report.paired import skew_note
-from sweeper.report.statistics import CANNOT_TELL, CONTRADICTS, SUPPORTS, Part, VerdictConfig, p_text
+from sweeper.report.statistics import (
+    CANNOT_TELL, CO_PRIMARY, CONTRADICTS, HOLM, SUPPORTS, Part, VerdictConfig, combine, p_text, part_family)
 from sweeper.report.tables import markdown_table
 from sweeper.spec.sequential import SequentialSpec
 from sweeper.spec.study import PAPER_STABILITY_RANGE
@@ -61,9 +67,13 @@ class PartLook:
     numbers: str
     p_value: float
     threshold: float
-    """The nominal two-sided level the p-value had to reach at this look."""
+    """The nominal level the p-value had to reach at this look (two-sided under `holm`; the side's
+    one-sided level under `co-primary`)."""
     decision: str
     """supports / contradicts / continue / futile / cannot tell (untested, or open at the last look)."""
+    side: str = ""
+    """`co-primary`: `for` (p_support against its one-sided level) or `against` (p_contradict);
+    empty under `holm` (the two-sided p and level)."""
 
 
 @dataclass(kw_only=True)
@@ -137,7 +147,7 @@ def run_looks(grid: TrialGrid, runs: pd.DataFrame, design: SequentialSpec, recor
         keep = replicate < base.map(counts).to_numpy()
         verdicts = judge_grid(grid.only(keep), runs, lr_range, config)
         outcome.counts.append(dict(counts))
-        open_arms = decide_look(verdicts, states, k, fractions, design, outcome.rows)
+        open_arms = decide_look(verdicts, states, k, fractions, design, outcome.rows, config.parts)
         outcome.verdicts = final_verdicts(verdicts, states, looks, config.test)
         if not open_arms or k == len(looks) - 1:
             break
@@ -168,32 +178,28 @@ def with_sources(counts: dict[str, int], sources: dict[str, str]) -> dict[str, i
 
 
 def decide_look(verdicts: list[Verdict], states: dict, look: int, fractions: tuple[float, ...],
-                design: SequentialSpec, rows: list[PartLook]) -> set[str]:
-    """Holm with look k's levels over each finding's parts, then futility; returns the arms of the
-    parts still open."""
+                design: SequentialSpec, rows: list[PartLook], rule: str = CO_PRIMARY) -> set[str]:
+    """Look k's decisions over each finding's open parts by `rule` (`VerdictConfig.parts`), then
+    futility; returns the arms of the parts still open."""
     open_arms: set[str] = set()
     last = look == len(fractions) - 1
     for verdict in verdicts:
         tested = [p for p in verdict.parts if not p.missing]
-        decided = sum(states.get((verdict.number, p.comparison), ("",))[0] in (SUPPORTS, CONTRADICTS)
-                      for p in verdict.parts)
         family = max(len(tested) + sum(1 for (n, c), s in states.items()
                                        if n == verdict.number and c not in {p.comparison for p in tested}), 1)
-        candidates = sorted((p for p in tested if (verdict.number, p.comparison) not in states),
-                            key=lambda p: p.p_value)
-        stopped = False
-        for part in candidates:
-            level = design.alpha / max(family - decided, 1)
-            threshold = nominal_level(fractions, look, level)
-            decision = OPEN
-            if not stopped and part.p_value <= threshold:
-                decision = SUPPORTS if part.p_support < part.p_contradict else CONTRADICTS
-                decided += 1
-            else:
-                stopped = True
-                bound = efficacy_bounds(fractions, level / 2)[-1]
-                power = max(conditional_power(part.p_support, part.units, fractions[look], bound),
-                            conditional_power(part.p_contradict, part.units, fractions[look], bound))
+        candidates = [p for p in tested if (verdict.number, p.comparison) not in states]
+        if rule == HOLM:
+            decided = sum(states.get((verdict.number, p.comparison), ("",))[0] in (SUPPORTS, CONTRADICTS)
+                          for p in verdict.parts)
+            steps = holm_step(candidates, look, fractions, design.alpha, family, decided)
+        else:
+            contradicted = sum(states.get((verdict.number, p.comparison), ("",))[0] == CONTRADICTS
+                               for p in verdict.parts)
+            steps = co_primary_step(candidates, look, fractions, design.alpha, family, contradicted)
+        for part, (decision, p_value, threshold, side, bounds) in steps:
+            if decision == OPEN:
+                power = max(conditional_power(part.p_support, part.units, fractions[look], bounds[0]),
+                            conditional_power(part.p_contradict, part.units, fractions[look], bounds[1]))
                 if last:
                     decision = CANNOT_TELL
                 elif part.units >= FUTILITY_UNITS and power < design.futility:
@@ -203,8 +209,63 @@ def decide_look(verdicts: list[Verdict], states: dict, look: int, fractions: tup
             else:
                 open_arms |= set(part.arms)
             rows.append(PartLook(finding=verdict.number, comparison=part.comparison, look=look, units=part.units,
-                                 numbers=part.numbers, p_value=part.p_value, threshold=threshold, decision=decision))
+                                 numbers=part.numbers, p_value=p_value, threshold=threshold, decision=decision,
+                                 side=side))
     return open_arms
+
+
+def holm_step(candidates: list[Part], look: int, fractions: tuple[float, ...], alpha: float, family: int,
+              decided: int) -> list[tuple]:
+    """`holm`: the open parts by two-sided p, the r-th decided at look k's nominal level of
+    alpha / (m - r), stopping at the first that is not. Per part (decision, p, threshold, side,
+    the final one-sided bounds for futility's support and contradict directions)."""
+    out, stopped = [], False
+    for part in sorted(candidates, key=lambda p: p.p_value):
+        level = alpha / max(family - decided, 1)
+        threshold = nominal_level(fractions, look, level)
+        bound = efficacy_bounds(fractions, level / 2)[-1]
+        decision = OPEN
+        if not stopped and part.p_value <= threshold:
+            decision = SUPPORTS if part.p_support < part.p_contradict else CONTRADICTS
+            decided += 1
+        else:
+            stopped = True
+        out.append((part, (decision, part.p_value, threshold, "", (bound, bound))))
+    return out
+
+
+def co_primary_step(candidates: list[Part], look: int, fractions: tuple[float, ...], alpha: float, family: int,
+                    contradicted: int) -> list[tuple]:
+    """`co-primary`: each open part supports when its p for the claim reaches look k's one-sided
+    nominal level of alpha / 2 (group-sequential, no split over the parts: intersection-union);
+    contradicts by Holm over looks on the parts' p against the claim, the r-th at the level of
+    alpha / 2 / (m - r) with r parts contradicted so far (a part that supports stays in the family:
+    it never rejects its opposite). Per part as `holm_step`, p and threshold one-sided."""
+    share = statistics.SUPPORT_SHARE
+    against_alpha = 2 * (1 - share) * alpha  # the two-sided alpha whose one side is the opposite's
+    decisions, going = {}, True
+    for part in sorted(candidates, key=lambda p: p.p_contradict):
+        level = against_alpha / max(family - contradicted, 1)
+        threshold = nominal_level(fractions, look, level) / 2
+        if going and part.p_contradict < part.p_support and part.p_contradict <= threshold:
+            decisions[part.comparison] = (CONTRADICTS, part.p_contradict, threshold, "against")
+            contradicted += 1
+        else:
+            going = False
+    support = nominal_level(fractions, look, 2 * share * alpha) / 2
+    against = efficacy_bounds(fractions, against_alpha / max(family - contradicted, 1) / 2)[-1]
+    bounds = (efficacy_bounds(fractions, share * alpha)[-1], against)
+    out = []
+    for part in candidates:
+        if part.comparison in decisions:
+            out.append((part, (*decisions[part.comparison], bounds)))
+        elif part.p_support < part.p_contradict:
+            decision = SUPPORTS if part.p_support <= support else OPEN
+            out.append((part, (decision, part.p_support, support, "for", bounds)))
+        else:
+            level = against_alpha / max(family - contradicted, 1)
+            out.append((part, (OPEN, part.p_contradict, nominal_level(fractions, look, level) / 2, "against", bounds)))
+    return out
 
 
 def final_verdicts(verdicts: list[Verdict], states: dict, design_looks: tuple[int, ...], test: str) -> list[Verdict]:
@@ -213,35 +274,46 @@ def final_verdicts(verdicts: list[Verdict], states: dict, design_looks: tuple[in
     the sequential design's rate (`paired.skew_note`), not the fixed design's."""
     looks, out = len(design_looks), []
     for verdict in verdicts:
-        parts, lines = [], []
+        parts, whens = [], []
         for part in verdict.parts:
             decision, at, look = states.get((verdict.number, part.comparison), (None, part, None))
             shown = Part(**{f: getattr(at, f) for f in Part.__slots__})
             shown.verdict = decision if decision in (SUPPORTS, CONTRADICTS) else CANNOT_TELL
-            if part.missing:
-                lines.append(part.line())
-            else:
-                when = f"look {look + 1} of {looks}" if look is not None else "open"
-                why = {FUTILE: " (futile: stopped)", CANNOT_TELL: " (no boundary reached by the last look)"}.get(
-                    decision, ""
-                )
-                shown.note = skew_note(at.units, at.family, at.skewness, test, design_looks)
-                note = f" ({shown.note})" if shown.note else ""
-                lines.append(f"{at.comparison}: {at.numbers}; {at.test}; p = {p_text(at.p_value)} at {when}, "
-                             f"group-sequential -> {shown.verdict}{why}{note}")
+            when = f"look {look + 1} of {looks}" if look is not None else "open"
+            why = {FUTILE: " (futile: stopped)", CANNOT_TELL: " (no boundary reached by the last look)"}.get(
+                decision, ""
+            )
+            if not part.missing:
+                if shown.rule == CO_PRIMARY:  # the side's own one-sided p, read against its look's level
+                    shown.side = "for" if at.p_support < at.p_contradict else "against"
+                    shown.p_adjusted = at.p_support if shown.side == "for" else at.p_contradict
+                    shown.level = math.nan  # the look's boundary: the report's table of looks
+                else:
+                    shown.p_adjusted = at.p_value
+                shown.note = skew_note(at.units, part_family(shown), at.skewness, test, design_looks)
                 shown.test = f"{at.test}; group-sequential, {when}{why}"
             parts.append(shown)
-        outcomes = [p.verdict for p in parts]
-        overall = (CONTRADICTS if CONTRADICTS in outcomes else
-                   SUPPORTS if outcomes and all(o == SUPPORTS for o in outcomes) else CANNOT_TELL)
+            whens.append((at.test, when, why))
+        overall = combine(parts)
+        lines = [part.line() if part.missing else sequential_line(part, *how) for part, how in zip(parts, whens)]
         out.append(Verdict(verdict.number, FINDINGS[verdict.number - 1], overall, lines, parts))
     return out
+
+
+def sequential_line(part: Part, test: str, when: str, why: str) -> str:
+    """A decided or open part's line: its p (the side read, co-primary) at the look that decided it."""
+    note = f" ({part.note})" if part.note else ""
+    side = {"for": " for the claim, one-sided", "against": " against the claim, one-sided, Holm over looks"}.get(
+        part.side, "")
+    return (f"{part.comparison}: {part.numbers}; {test}; p = "
+            f"{p_text(part.p_adjusted)}{side} at {when}, group-sequential -> {part.verdict_shown()}{why}{note}")
 
 
 def looks_table(outcome: Outcome) -> list[list[str]]:
     """Rows of the report's table of looks: finding, comparison, look, runs per arm, p, boundary, decision."""
     return [[str(r.finding), r.comparison, f"{r.look + 1} of {len(outcome.design.looks())}", str(r.units),
-             p_text(r.p_value), f"<= {r.threshold:.4f}", r.decision] for r in outcome.rows]
+             p_text(r.p_value) + (f" ({r.side})" if r.side else ""), f"<= {r.threshold:.4f}", r.decision]
+            for r in outcome.rows]
 
 
 def saved_text(outcome: Outcome) -> str:
@@ -253,12 +325,13 @@ def saved_text(outcome: Outcome) -> str:
 
 
 def study_looks(trials: pd.DataFrame, design: SequentialSpec,
-                lr_range: tuple[float, float] | None = PAPER_STABILITY_RANGE) -> Outcome | None:
+                lr_range: tuple[float, float] | None = PAPER_STABILITY_RANGE,
+                config: VerdictConfig = VerdictConfig()) -> Outcome | None:
     """The looks of a study's trial rows (the store's, any status); None without a finished trial."""
     study = findings.study_grid(trials)
     if study is None:
         return None
-    return run_looks(*study, design, recorded_replicates(provenance.findings_trials(trials)), lr_range)
+    return run_looks(*study, design, recorded_replicates(provenance.findings_trials(trials)), lr_range, config)
 
 
 def looks_section(outcome: Outcome) -> list[str]:
@@ -267,7 +340,9 @@ def looks_section(outcome: Outcome) -> list[str]:
     out = ["## Sequential looks", "",
            f"Replicates were added in looks (`pretraining.sequential`: {', '.join(map(str, looks))} runs per "
            f"configuration), each comparison tested at every look against O'Brien-Fleming-type boundaries that hold "
-           f"a {outcome.design.alpha:.0%} false-verdict rate per finding over all looks (Holm over its parts); a "
+           f"a {outcome.design.alpha:.0%} false-verdict rate per finding over all looks (co-primary parts: each "
+           "part's claim at half of it, the contradictions by Holm over the parts; or Holm over the parts: "
+           "`report.finding_parts`); a "
            f"comparison stops when decided, or as futile when its conditional power of a verdict by "
            f"{outcome.design.maximum} runs is below {outcome.design.futility:.0%}. The findings above are these "
            "decisions (docs/statistics.md, \"Sequential replicates\").", ""]

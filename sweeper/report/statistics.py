@@ -8,12 +8,21 @@ their first runs: seeds share the data order and the initial head across checkpo
 comparisons are paired seed by seed, and are about those checkpoints. Scores come from the dense
 grid of `sweeper.report.grid`; the tasks are fixed, not sampled.
 
-A part has two one-sided p-values, for its claim and for the opposite; its p-value is twice the
-smaller (both directions tried), and Holm's step-down adjustment runs over the parts of one
-finding, so the chance that a finding says "supports" or "contradicts" while nothing differs is
-at most `alpha`. A part is decided when its adjusted p-value is below `alpha`, in the direction
-of its smaller one-sided p-value. The finding supports when every part supports, contradicts
-when any part contradicts, and otherwise cannot tell.
+A part has two one-sided p-values, for its claim and for the opposite. The finding supports when
+every part supports, contradicts when any part contradicts, and otherwise cannot tell; how the
+parts share `alpha` is `VerdictConfig.parts`:
+
+- `co-primary` (the default): a part supports when its own one-sided p for the claim is below
+  alpha / 2, with no split over the parts: "every part supports" is an intersection-union test
+  (Berger 1982; the co-primary endpoints of FDA's 2022 guidance "Multiple Endpoints in Clinical
+  Trials"): if the finding is false some part's claim is false, and a false "supports" needs that
+  part's own test to reject, probability <= alpha / 2 whatever the other parts do. "Any part
+  contradicts" is a union: Holm's step-down adjustment over the parts' one-sided p against the
+  claim, at alpha / 2. A finding's false verdicts are then at most alpha / 2 + alpha / 2 = alpha
+  in every configuration of true and false parts.
+- `holm` (the rule before #53): the part's p-value is twice the smaller one-sided p (both
+  directions tried), Holm over the finding's parts at alpha, decided in the direction of the
+  smaller one-sided p.
 """
 from __future__ import annotations
 
@@ -33,11 +42,22 @@ from sweeper.report.paired import (  # re-exported (`X as X`)
     test_name as test_name)
 
 SUPPORTS, CONTRADICTS, CANNOT_TELL = "supports", "contradicts", "cannot tell"
+CO_PRIMARY, HOLM = "co-primary", "holm"
+PART_RULES = (CO_PRIMARY, HOLM)
+ALONE = "as one of the finding's co-primary parts, not a result on its own"
+"""Said beside a part that supports in a finding of several tested parts that does not: its level
+is its own, not adjusted for the others, so it must not be read as a multiplicity-controlled
+result."""
 
 @dataclass(frozen=True, kw_only=True, slots=True)
 class VerdictConfig:
     alpha: float = 0.05
-    """Family-wise error rate of each finding: Holm's adjustment runs over its parts."""
+    """False-verdict rate of each finding (supports or contradicts while its claim is not so), in
+    every configuration of true and false parts (`parts`)."""
+    parts: str = CO_PRIMARY
+    """How a finding's parts share `alpha` (module docstring): `co-primary`, each part's claim at
+    alpha / 2 one-sided with no split (intersection-union), its opposite by Holm over the parts at
+    alpha / 2; `holm`, Holm over the parts' two-sided p-values at alpha."""
     tie_margin: float = 1.0
     """Points (scores are on 0-100) within which two scores count as tied: the margin of the
     non-inferiority tests behind 'ties or wins', 'the compromise' and 'reliable'."""
@@ -59,6 +79,12 @@ class VerdictConfig:
     """The power at which a part states the smallest effect it could have detected."""
 
 
+def verdict_config(report=None) -> VerdictConfig:
+    """The verdicts' settings a study's spec chooses (its `report` section, a `spec.study.ReportSpec`;
+    None: the defaults): `finding_parts` is `VerdictConfig.parts`."""
+    return VerdictConfig(parts=report.finding_parts) if report is not None else VerdictConfig()
+
+
 @dataclass(kw_only=True, slots=True)
 class Part:
     """One tested claim of a finding: what is compared, the numbers, the test and its outcome."""
@@ -72,7 +98,18 @@ class Part:
     p_contradict: float = math.nan
     """One-sided p-value of the test whose rejection contradicts it."""
     p_adjusted: float = math.nan
-    """Holm-adjusted p-value of the part (both directions counted) within its finding."""
+    """The p-value the verdict is read from (`side`): `holm`, the Holm-adjusted two-sided p within
+    the finding; `co-primary`, p_support (for the claim), or Holm-adjusted p_contradict (against)."""
+    rule: str = CO_PRIMARY
+    """`VerdictConfig.parts` of the verdict."""
+    side: str = ""
+    """`co-primary`: `for` when p_support is the smaller one-sided p (read at alpha / 2 alone), else
+    `against` (read Holm-adjusted at alpha / 2); empty under `holm`."""
+    level: float = math.nan
+    """`co-primary`: the level the side's p had to be below (NaN in a sequential design: the look's
+    boundary, in the report's table of looks)."""
+    qualifier: str = ""
+    """Said after the verdict (`ALONE` for a co-primary part supporting in a finding that does not)."""
     verdict: str = CANNOT_TELL
     missing: str = ""
     """Why the part could not be tested (runs or seeds missing); empty when it was."""
@@ -95,12 +132,20 @@ class Part:
     @property
     def detectable(self) -> float:
         """The smallest true difference the part's test would find with 80 % power at its observed
-        noise, at Holm's first-step level alpha / family (and the Bonferroni inside the part): so a
+        noise, at the level a verdict for the claim needs (and the Bonferroni inside the part):
+        `co-primary`, alpha / 2 one-sided; `holm`, Holm's first-step level alpha / family: so a
         'cannot tell' reads as 'underpowered' when the effect of interest is below this."""
         if self.missing or not self.units or math.isnan(self.noise):
             return math.nan
-        level = self.alpha / (self.family * self.inside)
-        return self.noise * standardized_detectable(self.units, level, self.one_sided)
+        return self.noise * standardized_detectable(self.units, *self.power_level())
+
+    def power_level(self) -> tuple[float, bool]:
+        """(level, one-sided) at which the claim must be found: `co-primary`, alpha / 2 one-sided,
+        no split over the parts; `holm`, Holm's first step alpha / family (two-sided unless the
+        part is one-sided); both with the Bonferroni inside the part."""
+        if self.rule == CO_PRIMARY:
+            return SUPPORT_SHARE * self.alpha / self.inside, True
+        return self.alpha / (self.family * self.inside), self.one_sided
 
     @property
     def p_value(self) -> float:
@@ -113,8 +158,19 @@ class Part:
         if self.missing:
             return f"{self.comparison}: cannot tell ({self.missing})"
         note = f" ({self.note})" if self.note else ""
-        return (f"{self.comparison}: {self.numbers}; {self.test}; p = {p_text(self.p_adjusted)} (Holm) "
-                f"-> {self.verdict}{note}")
+        return f"{self.comparison}: {self.numbers}; {self.test}; p = {self.p_shown()} -> {self.verdict_shown()}{note}"
+
+    def p_shown(self) -> str:
+        """The p-value the verdict is read from, which side it tests and the level it needed."""
+        if self.rule != CO_PRIMARY:
+            return f"{p_text(self.p_adjusted)} (Holm)"
+        level = "group-sequential" if math.isnan(self.level) else f"level {self.level:g}"
+        if self.side == "for":
+            return f"{p_text(self.p_adjusted)} (for the claim, one-sided, co-primary, {level})"
+        return f"{p_text(self.p_adjusted)} (against the claim, one-sided, Holm over {self.family}, {level})"
+
+    def verdict_shown(self) -> str:
+        return f"{self.verdict} ({self.qualifier})" if self.qualifier else self.verdict
 
 
 def p_text(p: float) -> str:
@@ -140,32 +196,88 @@ def holm(p_values: Sequence[float]) -> list[float]:
     m - i + 1, capped at 1, never below the one before. NaN (a part not tested) stays NaN and does
     not count. statsmodels' `multipletests(method="holm")` gives the same (a test checks), but runs
     a full garbage collection per call: most of the time of a calibration's thousands of studies."""
-    p = np.asarray(p_values, dtype=float)
-    adjusted = np.full(len(p), np.nan)
-    tested = np.flatnonzero(~np.isnan(p))
-    order = tested[np.argsort(p[tested], kind="stable")]
-    steps = p[order] * (len(order) - np.arange(len(order)))
-    adjusted[order] = np.minimum(1.0, np.maximum.accumulate(steps)) if len(order) else steps
-    return adjusted.tolist()
+    return holm_along(np.asarray(p_values, dtype=float)).tolist()
+
+
+def holm_along(p: np.ndarray) -> np.ndarray:
+    """`holm` over the last axis of `p`, every other axis apart (simulated findings at once)."""
+    p = np.asarray(p, dtype=float)
+    if p.shape[-1] == 0:
+        return p.copy()
+    tested = (~np.isnan(p)).sum(axis=-1, keepdims=True)
+    order = np.argsort(np.where(np.isnan(p), np.inf, p), axis=-1, kind="stable")
+    steps = np.take_along_axis(p, order, axis=-1) * (tested - np.arange(p.shape[-1]))
+    adjusted = np.minimum(1.0, np.maximum.accumulate(np.nan_to_num(steps, nan=-np.inf), axis=-1))
+    out = np.empty_like(p)
+    np.put_along_axis(out, order, adjusted, axis=-1)
+    return np.where(np.isnan(p), np.nan, out)
+
+
+SUPPORT_SHARE = 0.5
+"""The share of alpha at which a co-primary part's claim is tested (one-sided, no split over the
+parts); the other half guards the contradictions (Holm over the parts)."""
+
+
+def part_codes(p_support: np.ndarray, p_contradict: np.ndarray, alpha: float, rule: str
+               ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """The parts' verdicts by `rule` (`VerdictConfig.parts`; module docstring) over the last axis
+    (a finding's parts; NaN: not tested), every other axis apart: (+1 supports, -1 contradicts,
+    0 cannot tell; the p-value each verdict is read from, as `Part.p_adjusted`; the level it needed)."""
+    p_support, p_contradict = np.asarray(p_support, float), np.asarray(p_contradict, float)
+    untested = np.isnan(p_support) | np.isnan(p_contradict)
+    towards = np.where(p_support < p_contradict, 1, -1)
+    if rule == HOLM:
+        read = holm_along(np.where(untested, np.nan, np.minimum(1.0, 2 * np.fmin(p_support, p_contradict))))
+        level = np.full(read.shape, alpha)
+    else:  # the claim: each part alone at alpha / 2; its opposite: Holm over the parts at alpha / 2
+        against = holm_along(np.where(untested, np.nan, p_contradict))
+        read = np.where(towards > 0, p_support, against)
+        level = np.where(towards > 0, SUPPORT_SHARE * alpha, (1 - SUPPORT_SHARE) * alpha)
+    return np.where(~untested & (read < level), towards, 0), np.where(untested, np.nan, read), level
 
 
 def decide(parts: list[Part], config: VerdictConfig) -> str:
-    """Adjust the parts' p-values (Holm), give each part its verdict, and the finding its own."""
-    p_values = [part.p_value for part in parts]
-    tested = sum(not math.isnan(p) for p in p_values)
-    for part, adjusted in zip(parts, holm(p_values)):
-        part.p_adjusted, part.family, part.alpha = adjusted, max(tested, 1), config.alpha
-        part.note = "" if part.missing else skew_note(part.units, part.family, part.skewness, config.test)
-        if part.missing or math.isnan(adjusted) or adjusted >= config.alpha:
-            part.verdict = CANNOT_TELL
-        else:
-            part.verdict = SUPPORTS if part.p_support < part.p_contradict else CONTRADICTS
-    outcomes = [part.verdict for part in parts]
-    if not outcomes:
-        return CANNOT_TELL
-    if CONTRADICTS in outcomes:
-        return CONTRADICTS
-    return SUPPORTS if all(o == SUPPORTS for o in outcomes) else CANNOT_TELL
+    """Give each part its verdict by `config.parts` (`part_codes`), and the finding its own."""
+    if config.parts not in PART_RULES:
+        raise ValueError(f"VerdictConfig.parts must be one of {PART_RULES}, got {config.parts!r}")
+    codes, read, levels = part_codes([p.p_support for p in parts], [p.p_contradict for p in parts], config.alpha,
+                                     config.parts)
+    tested = int((~np.isnan(read)).sum())
+    for part, code, p, level in zip(parts, codes.tolist(), read.tolist(), levels.tolist()):
+        part.family, part.alpha, part.rule, part.p_adjusted = max(tested, 1), config.alpha, config.parts, p
+        part.level = level if config.parts == CO_PRIMARY else math.nan
+        part.note = "" if part.missing else skew_note(part.units, part_family(part), part.skewness, config.test)
+        part.side = "" if config.parts == HOLM or math.isnan(p) else ("for" if part.p_support < part.p_contradict
+                                                                      else "against")
+        part.verdict = SUPPORTS if code > 0 and not part.missing else CONTRADICTS if code < 0 and not part.missing \
+            else CANNOT_TELL
+    return combine(parts)
+
+
+def part_family(part: Part) -> int:
+    """The parts that share a part's level: 1 for a co-primary part's claim (no split), else its
+    finding's (for `paired.skew_note`'s rates, measured per rule)."""
+    return 1 if part.rule == CO_PRIMARY else part.family
+
+
+def finding_codes(codes: np.ndarray) -> np.ndarray:
+    """Findings' verdicts from their parts' (`part_codes`, last axis): -1 (contradicts) when any
+    part contradicts, +1 (supports) when every part supports, else 0."""
+    codes = np.asarray(codes)
+    every = (codes > 0).all(axis=-1) & (codes.shape[-1] > 0)
+    return np.where((codes < 0).any(axis=-1), -1, np.where(every, 1, 0))
+
+
+def combine(parts: list[Part]) -> str:
+    """The finding's verdict from its parts' (`finding_codes`); a co-primary part that supports in
+    a finding of several tested parts that does not support says so (`ALONE`)."""
+    code = {SUPPORTS: 1, CONTRADICTS: -1}
+    overall = {1: SUPPORTS, -1: CONTRADICTS}.get(
+        int(finding_codes(np.array([code.get(p.verdict, 0) for p in parts], int))), CANNOT_TELL)
+    for part in parts:  # alone among the tested parts, its level is the finding's: nothing to qualify
+        alone = part.rule == CO_PRIMARY and part.verdict == SUPPORTS and overall != SUPPORTS and part.family > 1
+        part.qualifier = ALONE if alone else ""
+    return overall
 
 
 # --- the study's per-seed scores, arranged for pairing -------------------------------------------

@@ -20,6 +20,7 @@ from sweeper.plan.study_plan import trained_trials
 from sweeper.report import data_problems
 from sweeper.report.analysis import STATUSES
 from sweeper.report.sequential import study_looks
+from sweeper.report.statistics import verdict_config
 from sweeper.report.tables import format_duration
 from sweeper.store import environments, storage
 from sweeper.store.layout import CHECKPOINT_MARKER, StudyLayout
@@ -161,7 +162,8 @@ def at_latest_look(study: LoadedStudy, trials) -> LoadedStudy:
     """A sequential plan's study with the replicates its looks so far asked for (the pending look's
     while it trains: sweeper.report.sequential); any other study as planned."""
     design = study.spec.pretraining.sequential
-    outcome = study_looks(trials, design, study.spec.report.stability_lr_range) if design is not None else None
+    outcome = (study_looks(trials, design, study.spec.report.stability_lr_range, verdict_config(study.spec.report))
+               if design is not None else None)
     if outcome is None or not outcome.counts:
         return study
     return study.with_replicates(outcome.pending or outcome.counts[-1])

@@ -1,5 +1,5 @@
 """The findings as the report writes them: the rule that turns parts into a verdict, what the
-numbers estimate, and per part its comparison, numbers, test, adjusted p-value, the smallest
+numbers estimate, and per part its comparison, numbers, test, the p-value its verdict is read from, the smallest
 effect it could have detected, and its verdict (docs/statistics.md)."""
 from __future__ import annotations
 
@@ -9,17 +9,30 @@ import pandas as pd
 
 from sweeper.report import analysis, findings, robustness, sequential
 from sweeper.report.findings import Verdict
-from sweeper.report.statistics import CANNOT_TELL, p_text
+from sweeper.report.statistics import CANNOT_TELL, CO_PRIMARY, HOLM, VerdictConfig
 from sweeper.report.tables import markdown_table
 
-VERDICT_RULE = (
-    "**How a verdict follows from its parts.** Each finding is split into parts: one claim about one group of "
-    "checkpoints of the same size and budget. A part is decided when its Holm-adjusted p-value (over the "
-    "finding's parts) is below 0.05, in the direction its test points; otherwise it is *cannot tell*. The finding "
-    "**supports** when every part supports, **contradicts** when any part contradicts, and is **cannot tell** "
-    "otherwise, so a finding says *supports* or *contradicts* with at most a 5 % chance when its claim is not "
-    "true. Ties ('ties or wins', 'the compromise', 'reliable') are tested against a 1-point margin: a tie is "
-    "never read from a difference that is merely not significant.")
+PARTS_RULE = {
+    HOLM: "A part is decided when its Holm-adjusted p-value (over the finding's parts) is below 0.05, in the "
+          "direction its test points; otherwise it is *cannot tell*.",
+    CO_PRIMARY: "The parts are co-primary claims: a part *supports* when its own one-sided test of the claim "
+                "gives p below 0.025, with no split over the parts, because the finding supports only when "
+                "every part does (an intersection-union test: a false *supports* needs the one false part's own "
+                "test to err); a part *contradicts* when its one-sided test against the claim, Holm-adjusted over "
+                "the finding's parts, gives p below 0.025. A part that supports inside a finding that does not is "
+                "not a result on its own (its level is not adjusted for the other parts).",
+}
+
+
+def verdict_rule(rule: str) -> str:
+    """**How a verdict follows from its parts**, for `VerdictConfig.parts`."""
+    return (
+        "**How a verdict follows from its parts.** Each finding is split into parts: one claim about one group of "
+        f"checkpoints of the same size and budget. {PARTS_RULE[rule]} The finding "
+        "**supports** when every part supports, **contradicts** when any part contradicts, and is **cannot tell** "
+        "otherwise, so a finding says *supports* or *contradicts* with at most a 5 % chance when its claim is not "
+        "true. Ties ('ties or wins', 'the compromise', 'reliable') are tested against a 1-point margin: a tie is "
+        "never read from a difference that is merely not significant.")
 
 POWER_NOTE = (
     "**detectable (80 %)**: the smallest true difference the part's test finds 4 times in 5 at the noise it "
@@ -52,9 +65,11 @@ ESTIMAND = (
 
 
 def findings_section(verdicts: list[Verdict], replicated: bool = False) -> list[str]:
-    """Per finding its verdict, then per part: comparison, numbers, test, Holm-adjusted p,
-    detectable effect and verdict."""
-    out = ["## The paper's findings, checked on this study", "", VERDICT_RULE, "", level_text(verdicts, replicated), "",
+    """Per finding its verdict, then per part: comparison, numbers, test, the p its verdict is read
+    from (and, co-primary, which side and level), detectable effect and verdict."""
+    rule = next((part.rule for v in verdicts for part in v.parts), CO_PRIMARY)
+    out = ["## The paper's findings, checked on this study", "", verdict_rule(rule), "",
+           level_text(verdicts, replicated), "",
            ESTIMAND, "", POWER_NOTE, "", "Numbers: mean [95 % CI]. Tests and their measured error rates: "
            "docs/statistics.md.", ""]
     for verdict in verdicts:
@@ -66,11 +81,11 @@ def findings_section(verdicts: list[Verdict], replicated: bool = False) -> list[
             out += [f"   - {line}" for line in verdict.evidence] + [""]
             continue
         rows = [[part.comparison, part.numbers or "-", part.test if not part.missing else "not tested",
-                 p_text(part.p_adjusted) if not part.missing else "n/a", detectable_text(part.detectable),
-                 part.verdict if not part.missing else f"{CANNOT_TELL}: {part.missing}"]
+                 part.p_shown() if not part.missing else "n/a", detectable_text(part.detectable),
+                 part.verdict_shown() if not part.missing else f"{CANNOT_TELL}: {part.missing}"]
                 for part in verdict.parts]
         out += ["   " + line for line in markdown_table(
-            ["part", "numbers", "test", "p (Holm)", "detectable (80 %)", "verdict"], rows).splitlines()] + [""]
+            ["part", "numbers", "test", "p", "detectable (80 %)", "verdict"], rows).splitlines()] + [""]
     return out
 
 
@@ -109,15 +124,16 @@ def outcomes_section(trials: pd.DataFrame) -> list[str]:
                                          [[c, *(str(int(v)) for v in row)] for c, row in shown.iterrows()]), ""]
 
 
-def verdicts_sections(trials: pd.DataFrame, lr_range: tuple[float, float], design=None) -> list[str]:
+def verdicts_sections(trials: pd.DataFrame, lr_range: tuple[float, float], design=None,
+                      config: VerdictConfig = VerdictConfig()) -> list[str]:
     """The findings (a sequential plan's looks when `design`), the trials that did not finish, and
-    the robustness card."""
+    the robustness card, by `config` (the spec's: `statistics.verdict_config`)."""
     study = findings.study_grid(trials)
     if study is None:
-        return findings_section(findings.check_findings(trials, lr_range))
-    looks = sequential.study_looks(trials, design, lr_range) if design is not None else None
-    verdicts = looks.verdicts if looks is not None else findings.judge_grid(*study, lr_range)
+        return findings_section(findings.check_findings(trials, lr_range, config))
+    looks = sequential.study_looks(trials, design, lr_range, config) if design is not None else None
+    verdicts = looks.verdicts if looks is not None else findings.judge_grid(*study, lr_range, config)
     replicated = bool((study[1]["replicate"].fillna(0) > 0).any())
-    card = robustness.robustness_card(*study, verdicts, lr_range)
+    card = robustness.robustness_card(*study, verdicts, lr_range, config)
     return (findings_section(verdicts, replicated) + (sequential.looks_section(looks) if looks else [])
             + outcomes_section(trials) + robustness.robustness_lines(card, verdicts))

@@ -19,6 +19,7 @@ from sweeper.report.figures import FigureSet
 from sweeper.report.repeats import repeated_lines
 from sweeper.report.study_history import read_record
 from sweeper.report.tables import fmt, markdown_table
+from sweeper.report.statistics import verdict_config
 from sweeper.report.verdict_text import verdicts_sections
 from sweeper.store import environments, storage
 from sweeper.store.layout import StudyLayout
@@ -315,7 +316,8 @@ def report_and_figures(layout: StudyLayout) -> tuple[str, FigureSet, list[str]]:
         "category scores", "category_scores", figures.category_bars(final, ranges, families), "no scores"
     )
     out += chance.chance_section(flagged)
-    out += verdicts_sections(trials, lr_range, spec and spec.pretraining.sequential) + left_out_section(trials)
+    out += verdicts_sections(trials, lr_range, spec and spec.pretraining.sequential,
+                             verdict_config(spec and spec.report)) + left_out_section(trials)
     if not stability.empty:
         out += ["## Fine-tuning stability", "",
                 f"Test scores centred per (checkpoint, task), spread = std over seeds x learning rates {used_range}, "

@@ -19,6 +19,7 @@ from sweeper.plan.load import LoadedStudy
 from sweeper.plan.machine_fit import fit_problems
 from sweeper.plan.study_plan import StudyPlan, trials_and_rows
 from sweeper.report.sequential import saved_text, study_looks
+from sweeper.report.statistics import verdict_config
 from sweeper.report.writer import write_report
 from sweeper.run.console import Console
 from sweeper.run.corpora import check_corpus_source, prepare_corpora
@@ -143,7 +144,8 @@ def run_looks(study: LoadedStudy, layout: StudyLayout, retry_failed: bool, tally
     resumes exactly: no run or look is lost or repeated."""
     spec, plan, design = study.spec, study.plan, study.spec.pretraining.sequential
     while not failed_runs and not tally.get("failed"):
-        outcome = study_looks(read_trials(layout).to_pandas(), design, spec.report.stability_lr_range)
+        outcome = study_looks(read_trials(layout).to_pandas(), design, spec.report.stability_lr_range,
+                              verdict_config(spec.report))
         counts = {run.name: 0 for run in plan.runs if run.replicate == 0}
         for run in plan.runs:
             counts[run.arm] = max(counts.get(run.arm, 0), run.replicate + 1)

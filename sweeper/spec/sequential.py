@@ -38,8 +38,8 @@ class SequentialSpec:
     """Replicates of a configuration at most: the last look (a fixed design of this size is the
     comparison `sweeper plan` prints)."""
     alpha: float = 0.05
-    """False-verdict rate of each finding held over all looks (Holm over its parts, O'Brien-Fleming-
-    type alpha spending over the looks)."""
+    """False-verdict rate of each finding held over all looks (its parts as `report.finding_parts`
+    says, O'Brien-Fleming-type alpha spending over the looks)."""
     futility: float = 0.1
     """A comparison whose conditional power (under the trend seen so far) of a verdict by
     `maximum` is below this stops adding replicates: 0 never stops for futility."""

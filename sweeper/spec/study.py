@@ -98,6 +98,12 @@ class ReportSpec:
     stability_lr_range: tuple[float, float] | None = None
     """Learning rates [low, high] the stability spread and finding 3's stability part pool over
     (the paper: [1.0e-5, 1.0e-4]); None: every rate of the study. The report names the range used."""
+    finding_parts: Literal["co-primary", "holm"] = "co-primary"
+    """How a finding's parts share its 5 % false-verdict rate (docs/statistics.md): `co-primary`, a
+    part supports at 2.5 % one-sided with no split (the finding supports only when every part does:
+    an intersection-union test) and contradicts by Holm over the parts at 2.5 %; `holm`, Holm over
+    the parts' two-sided p-values at 5 % (the rule before #53). Also the rule a sequential plan's
+    looks and `sweeper plan`'s expected cost follow."""
 
     def check(self):
         low_high = self.stability_lr_range

@@ -12,7 +12,9 @@ import pytest
 from sweeper.report import analysis
 from sweeper.report.figures import clipped_interval, score_ranges
 from sweeper.report.findings import check_findings
-from sweeper.report.statistics import CANNOT_TELL, CONTRADICTS, SUPPORTS, holm, paired_t
+from sweeper.report.statistics import (
+    ALONE, CANNOT_TELL, CO_PRIMARY, CONTRADICTS, HOLM, PART_RULES, SUPPORTS, Part, VerdictConfig, decide, holm,
+    holm_along, paired_t, part_codes, verdict_config)
 from sweeper.report.verdict_text import findings_section
 from sweeper.contract import registry
 from sweeper.contract.registry import FamilyInfo
@@ -26,6 +28,44 @@ def test_holm_step_down_by_hand():
     adjusted = holm([0.01, 0.04, 0.03, math.nan])  # statsmodels' products in float64: approx's default
     assert adjusted[:3] == pytest.approx([0.03, 0.06, 0.06]) and math.isnan(adjusted[3])
     assert holm([0.5, 0.9]) == [1.0, 1.0] and holm([]) == []  # 0.5 x 2 capped at 1; 0.9 raised to 1
+
+
+def test_co_primary_parts_support_without_a_split_and_contradict_by_holm():
+    """Co-primary: each claim at 0.025 one-sided alone (Holm over the same parts' two-sided p
+    decides one of them); the opposite side by Holm over the parts at 0.025."""
+    p_support = np.array([0.02, 0.015, 0.001])
+    codes, read, level = part_codes(p_support, 1 - p_support, 0.05, CO_PRIMARY)
+    assert codes.tolist() == [1, 1, 1] and read.tolist() == p_support.tolist() and level.tolist() == [0.025] * 3
+    assert part_codes(p_support, 1 - p_support, 0.05, HOLM)[0].tolist() == [0, 0, 1]  # 0.03 x 2 = 0.06
+    for smallest, expected in ((0.01, 0), (0.008, -1)):  # Holm: 0.03 is not below 0.025; 0.024 is
+        p_contradict = np.array([smallest, 0.6, 0.7])
+        assert part_codes(1 - p_contradict, p_contradict, 0.05, CO_PRIMARY)[0].tolist() == [expected, 0, 0]
+    rng = np.random.default_rng(0)  # findings at once (rows) as one by one; untested parts (NaN) not counted
+    p = rng.uniform(0, 0.05, (50, 4)) ** 2
+    p[::7, 1] = np.nan
+    assert np.allclose(holm_along(p), [holm(row) for row in p], equal_nan=True)
+
+
+def test_a_co_primary_part_that_supports_in_a_finding_that_does_not_says_so():
+    parts = [Part(comparison=c, numbers="n", test="t", p_support=ps, p_contradict=1 - ps, units=9)
+             for c, ps in (("a", 0.004), ("b", 0.3))]
+    assert decide(parts, VerdictConfig()) == CANNOT_TELL
+    assert parts[0].verdict == SUPPORTS and parts[0].qualifier == ALONE and ALONE in parts[0].line()
+    assert "p = 0.004 (for the claim, one-sided, co-primary, level 0.025)" in parts[0].line()
+    for part, p_support in zip(parts, (0.02, 0.015)):
+        part.p_support, part.p_contradict = p_support, 1 - p_support
+    assert decide(parts, VerdictConfig()) == SUPPORTS and not any(p.qualifier for p in parts)
+    assert decide(parts, VerdictConfig(parts=HOLM)) == CANNOT_TELL  # two-sided 0.03 x 2 is not below 0.05
+
+
+def test_the_specs_finding_parts_are_the_rules_and_choose_the_config():
+    import typing
+
+    from sweeper.spec.study import ReportSpec
+    assert typing.get_args(typing.get_type_hints(ReportSpec)["finding_parts"]) == PART_RULES
+    assert verdict_config(ReportSpec(finding_parts=HOLM)).parts == HOLM and verdict_config(None) == VerdictConfig()
+    with pytest.raises(ValueError, match="co-primary"):
+        decide([], VerdictConfig(parts="bonferroni"))
 
 
 def test_paired_t_matches_scipy_and_its_margin():
@@ -48,10 +88,12 @@ def test_a_planted_study_supports_every_finding_with_tests_and_adjusted_p(plante
     verdicts = check_findings(planted)
     assert [v.verdict for v in verdicts] == [SUPPORTS] * 5, [v.evidence for v in verdicts]
     for verdict in verdicts:
-        for part in verdict.parts:
-            assert part.p_adjusted >= part.p_value and part.p_adjusted < 0.05 and "seeds" in part.test
+        for part in verdict.parts:  # co-primary: each claim's own one-sided p, below alpha / 2
+            assert part.p_adjusted == part.p_support and part.p_adjusted < 0.025 and "seeds" in part.test
+            assert part.side == "for" and "(for the claim, one-sided, co-primary, level 0.025)" in part.line()
     text = "\n".join(findings_section(verdicts))
-    assert "| part | numbers | test | p (Holm) | detectable (80 %) | verdict |" in text
+    assert "| part | numbers | test | p | detectable (80 %) | verdict |" in text
+    assert "co-primary claims" in text
     assert "paired t-test over 5 seeds" in text and "How a verdict follows from its parts" in text
     assert "About checkpoints, not objectives" in text  # one run per configuration
 

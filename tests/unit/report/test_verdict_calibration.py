@@ -21,8 +21,8 @@ Each allows at most MAX_FALSE false verdicts per finding in NULL_STUDIES draws: 
 binomial standard errors at NULL_STUDIES (20 of 256; a true 5 % rate passes with probability
 98 %); the draws are seeded, so each count is the same on every machine.
 benchmarks/verdict_calibration.py runs the same scenarios on 600 studies (the documented table)
-with that size's bound (42). Each of four broken rules (no Holm, superiority
-instead of non-inferiority, no doubling of the two-sided p, 'supports if any part supports') is
+with that size's bound (42). Each of four broken rules (no Holm on the contradicting side, superiority
+instead of non-inferiority, each side at alpha, 'supports if any part supports') is
 applied in a test that expects the calibration to fail; and planted effects of 3 noise SDs must
 be found (power).
 """
@@ -172,7 +172,14 @@ def test_planted_effects_of_three_noise_sds_are_found_in_their_direction(sign, e
 # --- broken rules: each must make the calibration fail ---------------------------------------------
 
 def no_holm(p_values):
-    return list(p_values)
+    return np.asarray(p_values, dtype=float)
+
+
+def each_side_at_alpha(monkeypatch):
+    """Each direction of a part tested at the whole alpha (co-primary: not alpha / 2; Holm: the
+    two-sided p not doubled)."""
+    real = statistics.part_codes
+    monkeypatch.setattr(statistics, "part_codes", lambda s, c, alpha, rule: real(s, c, 2 * alpha, rule))
 
 
 def supports_if_any_part_supports(parts, config):
@@ -182,9 +189,9 @@ def supports_if_any_part_supports(parts, config):
 
 
 BREAKAGES = {
-    "no Holm adjustment": (NULL_RUNS, lambda mp: mp.setattr(statistics, "holm", no_holm), VerdictConfig()),
-    "the two-sided p not doubled": (NULL_SINGLE, lambda mp: mp.setattr(statistics.Part, "p_value", property(
-        lambda part: min(part.p_support, part.p_contradict))), VerdictConfig()),
+    "no Holm adjustment (co-primary: on the contradicting side)": (
+        NULL_RUNS, lambda mp: mp.setattr(statistics, "holm_along", no_holm), VerdictConfig()),
+    "each side at alpha (the two-sided p not doubled)": (NULL_SINGLE, each_side_at_alpha, VerdictConfig()),
     "superiority instead of non-inferiority": (BOUNDARY, lambda mp: None, VerdictConfig(tie_margin=0.0)),
     "supports if any part supports": (BOUNDARY,
                                       lambda mp: mp.setattr(findings, "decide", supports_if_any_part_supports),
