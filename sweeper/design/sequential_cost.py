@@ -21,7 +21,7 @@ spec plans for (`planning_effect`, `planning_run_sd`; points on the 0-100 scale)
   `futility` (solved once per look and level for the p-value where it crosses, as the power falls
   with the p-value); the last look closes every part. A run grows while a part of its arms is
   open, and a source as much as the runs continued from it (`sequential.with_sources`).
-  tests/unit/report/test_sequential_cost.py checks the stopping looks against `decide_look` on
+  tests/unit/design/test_sequential_cost.py checks the stopping looks against `decide_look` on
   the same data.
 
 The expectation and the 10th-90th percentiles of runs and GPU-hours are over PATHS simulated
