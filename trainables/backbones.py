@@ -116,8 +116,9 @@ class HuggingFaceBackbone(nn.Module):
 
 
 class CheckpointUnloadable(RuntimeError):
-    """A checkpoint folder transformers cannot load (its one-line reason is the message): the
-    trial fails with it, recorded, and the study goes on (sweeper.run.tune_grid.finetune_trainable)."""
+    """A checkpoint folder transformers cannot load, or whose tokenizer is not the one its task data
+    was encoded with (trainables.finetune_loop.check_tokenizer); its one-line reason is the message:
+    the trial fails with it, recorded, and the study goes on (sweeper.run.tune_grid.finetune_trainable)."""
 
 
 def model_type_of(folder: Path) -> str:

@@ -29,7 +29,7 @@ from sweeper.contract.registry import resolve
 from sweeper.contract.schedules import linear_warmup_decay_lr
 from sweeper.store import storage
 from sweeper.store.cache_keys import checkpoint_tokenizer_digest
-from trainables.backbones import load_backbone
+from trainables.backbones import CheckpointUnloadable, load_backbone
 from trainables.tasks.data import load_prepared
 from trainables.tasks.family import SCORINGS, Evaluation, TaskFamily
 from trainables.tasks.packing import PROBE_TOLERANCE, PackedBackbone, packing_error
@@ -48,12 +48,15 @@ def checkpoint_tokenizer(checkpoint_path: str) -> str:
 def check_tokenizer(checkpoint_path: str | None, meta: dict, task_data_dir: str) -> None:
     """Refuse task data encoded with another tokenizer than the checkpoint's own: its token ids
     would name other tokens, silently when the vocabularies have the same size (a corpus prepared
-    again after the checkpoint's run trained on an earlier one)."""
+    again after the checkpoint's run trained on an earlier one, or the checkpoint's tokenizer files
+    edited since its run). CheckpointUnloadable: the trial fails, recorded with that one line."""
     expected = meta.get("tokenizer_digest")  # data prepared before it was recorded: not checked
     if expected and checkpoint_path is not None and checkpoint_tokenizer(checkpoint_path) != expected:
-        raise RuntimeError(f"the task data {storage.display(task_data_dir)} was encoded with another tokenizer than "
-                           f"the checkpoint {storage.display(checkpoint_path)} was trained with (its run trained on "
-                           "a corpus prepared before); retrain the run or remove its folder and run the study again")
+        # The checkpoint's folder, not the code: a recorded failure in one line (finetune_trainable).
+        raise CheckpointUnloadable(
+            f"the task data {storage.display(task_data_dir)} was encoded with another tokenizer than the checkpoint "
+            f"{storage.display(checkpoint_path)} was trained with (its run trained on a corpus prepared before, or "
+            "its tokenizer files were edited since); retrain the run or remove its folder and run the study again")
 
 
 def build_backbone(checkpoint_path: str | None, random_init_config: dict | None):

@@ -36,6 +36,11 @@ from sweeper.plan.source_tree import open_inside, parse_json, read_json
 
 STUDY_MODEL_TYPE = "llama_encoder"
 """The study's own architecture (trainables.model.MODEL_TYPE), registered by `import trainables.model`."""
+STUDY_AUTO_MAP = {"AutoConfig": "model.LlamaEncoderConfig", "AutoModel": "model.LlamaEncoderModel",
+                  "AutoModelForMaskedLM": "model.LlamaEncoderForMaskedLM"}
+"""The `auto_map` every checkpoint of the study's architecture carries in its config.json
+(trainables.model.AUTO_MAP, which imports torch: the driver cannot read it from there; a unit
+test holds the two equal). Anything else there was not written by the study (sweeper.run.own_checkpoints)."""
 SIZE_FIELDS = ("hidden_size", "num_hidden_layers", "num_attention_heads", "num_key_value_heads", "vocab_size",
                "intermediate_size", "head_dim", "max_position_embeddings")
 """config.json fields the plan's estimates read (where present)."""

@@ -30,6 +30,7 @@ from ray import tune
 from sweeper.plan.cost import trial_flops
 from sweeper.plan.study_plan import StudyPlan, protocol_text
 from sweeper.run.early_stopping import make_scheduler
+from sweeper.run.own_checkpoints import refuse_edited_checkpoints
 from sweeper.run.checkpoint_import import import_external_checkpoints
 from sweeper.run.pipeline import Pipeline
 from sweeper.run.progress import ProgressLine
@@ -156,8 +157,11 @@ def finetuning_round(spec: StudySpec, plan: StudyPlan, layout: StudyLayout, corp
     earlier = {"failed": skipped_failures} if skipped_failures else {}
     if not pending:
         return earlier
-    not_imported, not_prepared = {}, {}
+    not_imported, not_prepared, refused = {}, {}, {}
+    # The study's own checkpoints written before this run: a config.json edited since is refused here, once.
+    refuse_edited_checkpoints([t.checkpoint for t in pending if pipeline.ready(t.checkpoint)], layout, refused)
     imported = import_external_checkpoints([t.checkpoint for t in pending], layout, not_imported)
+    not_imported |= refused
     tokenizers = {**corpus_tokenizers(corpus_dirs),
                   **{t.checkpoint.tokenizer: (imported[t.checkpoint.checkpoint_id], CHECKPOINT_MARKER)
                      for t in pending if t.checkpoint.checkpoint_id in imported}}
@@ -178,8 +182,9 @@ def finetuning_round(spec: StudySpec, plan: StudyPlan, layout: StudyLayout, corp
 def record_unrunnable(spec: StudySpec, layout: StudyLayout, pending: list, not_imported: dict[str, str],
                       not_prepared: dict[tuple, str]) -> set[str]:
     """Record as failed, with one line of reason, each pending trial whose checkpoint could not be
-    imported or whose task data (or that of a set it is scored on) could not be prepared; returns
-    their trial keys."""
+    imported, or was refused (`not_imported`: checkpoint id -> reason, the study's own ones among
+    them: sweeper.run.own_checkpoints), or whose task data (or that of a set it is scored on) could
+    not be prepared; returns their trial keys."""
     rows = []
     for trial in pending:
         tokenizer, task = trial.checkpoint.tokenizer, trial.task
@@ -189,6 +194,8 @@ def record_unrunnable(spec: StudySpec, layout: StudyLayout, pending: list, not_i
                      *(t for t in spec.finetuning.tasks if get_task(t).train_task == task))
             reason = next((f"task data of {t} not prepared: {not_prepared[(tokenizer, t)]}" for t in tasks
                            if (tokenizer, t) in not_prepared), None)
+        elif trial.checkpoint.run is not None:  # the study's own, refused (sweeper.run.own_checkpoints)
+            reason = f"checkpoint {trial.checkpoint.checkpoint_id} refused: {reason}; nothing from its folder ran"
         else:
             reason = f"checkpoint {trial.checkpoint.checkpoint_id} not imported: {reason}"
         if reason is not None:

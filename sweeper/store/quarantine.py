@@ -60,12 +60,14 @@ def link_text(location: str) -> str:
         return "a link, not a file the study wrote"
 
 
-def set_aside(layout: StudyLayout, location: str, why: str, target: str | None = None) -> bool:
+def set_aside(layout: StudyLayout, location: str, why: str, target: str | None = None, then: str = "") -> bool:
     """Move `location` (a file, a folder, a link: the name itself, never what a link points to)
     to `target` (default: the same path under `<study>/quarantine/`; a stamp is added when that
     is taken), beside its note. The note is written first: a process killed between the two leaves
-    the thing in place with a note, and the next `sweeper run` moves it. False (and a line on
-    stderr) when it cannot be moved: a read-only study, or a quarantine folder behind a link."""
+    the thing in place with a note, and the next `sweeper run` moves it. Says so in one line on
+    stdout, as `sweeper report` names what it finds: the file (its place in the study), why, where
+    it went, and `then` (what follows for the study). False (and a line on stderr) when it cannot
+    be moved: a read-only study, or a quarantine folder behind a link."""
     target = target or storage.join(layout.quarantine, relative(layout, location))
     if not storage.is_remote(target) and (os.path.lexists(target) or os.path.lexists(target + NOTE_SUFFIX)):
         target = f"{target}.{time.strftime('%Y%m%dT%H%M%S')}-{os.getpid()}"
@@ -93,8 +95,8 @@ def set_aside(layout: StudyLayout, location: str, why: str, target: str | None =
         print(f"[store] damaged {storage.display(location)} ({why}) could not be set aside: {error}; "
               "it is left out of this read", file=sys.stderr, flush=True)
         return False
-    print(f"[store] damaged {storage.display(location)} set aside -> {storage.display(target)} ({why})",
-          file=sys.stderr, flush=True)
+    print(f"[store] damaged {relative(layout, location)}: {why}; set aside in quarantine/ "
+          f"({relative(layout, target)}){then}", flush=True)
     return True
 
 

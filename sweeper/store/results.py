@@ -27,7 +27,6 @@ import functools
 import operator
 import os
 import re
-import sys
 import time
 import uuid
 from collections.abc import Callable
@@ -244,12 +243,12 @@ def set_aside_damaged(files: list[str], read: Callable[[str], object], aside: As
 def set_aside(layout: StudyLayout, table: str, location: str, why: str) -> None:
     """Move a damaged part (or a link where a part or partition should be) to
     `<study>/quarantine/<table>/<partition>/<name>` beside its note (sweeper.store.quarantine: the
-    note first; a part that cannot be moved stays, named on stderr, and is left out of this read)."""
+    note first, one line saying so; a part that cannot be moved stays, named on stderr, and is left
+    out of this read)."""
     inside = relative(layout, location).removeprefix(f"results/{table}/")
     target = storage.join(layout.quarantine, table, *inside.split("/"))
-    if quarantine.set_aside(layout, location, why, target):
-        print(f"[store] {storage.display(location)}: its rows are absent from the store until its trials run again",
-              file=sys.stderr, flush=True)
+    rerun = " (its trials run again unless another part records them)" if table == TRIALS else ""
+    quarantine.set_aside(layout, location, why, target, then=f"; its rows are not used{rerun}")
 
 
 def compact(layout: StudyLayout, table: str) -> int:

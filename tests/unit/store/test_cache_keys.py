@@ -49,14 +49,16 @@ def test_a_tokenizer_is_keyed_by_its_content_wherever_it_lies(tmp_path):
 
 def test_a_trial_refuses_task_data_of_another_tokenizer(tmp_path):
     """The trial's last line of defence: data encoded with another tokenizer than its checkpoint's
-    is an error naming both, never token ids that mean other tokens."""
+    is an error naming both, never token ids that mean other tokens; the checkpoint's fault, so
+    a CheckpointUnloadable (its trial recorded failed with that line, no traceback: tune_grid)."""
+    from trainables.backbones import CheckpointUnloadable
     from trainables.finetune_loop import check_tokenizer
 
     checkpoint = write_files(tmp_path / "step-8", {**TOKENIZER, "config.json": "{}"})
     digest = checkpoint_tokenizer_digest(str(checkpoint))
     check_tokenizer(str(checkpoint), {"tokenizer_digest": digest}, "data")
     check_tokenizer(None, {"tokenizer_digest": "other"}, "data")  # the random-weights control has none
-    with pytest.raises(RuntimeError, match="another tokenizer"):
+    with pytest.raises(CheckpointUnloadable, match="another tokenizer"):
         check_tokenizer(str(checkpoint), {"tokenizer_digest": "0" * 16}, "data")
 
 
