@@ -41,6 +41,7 @@ def refusal(event: str, args: tuple) -> str | None:
 
 
 _guarded = False
+_EVENTS = frozenset(("subprocess.Popen", "socket.bind"))
 
 
 def guard_process() -> None:
@@ -56,8 +57,13 @@ def guard_process() -> None:
     _guarded = True
 
     def hook(event: str, args: tuple) -> None:
+        # The event first: the hook sees every audit event of the process (importing torch,
+        # transformers, pandas and the CLI raises ~97,000, 59,000 of them `builtins.id`), and a
+        # set lookup is ~15x cheaper than reading the environment (measured 2026-11-29).
+        if event not in _EVENTS:
+            return
         log = os.environ.get("SWEEPER_QUICK_TIER_LOG")
-        if not log or event not in ("subprocess.Popen", "socket.bind"):
+        if not log:
             return
         reason = refusal(event, args)
         if reason:
