@@ -24,6 +24,9 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 bash scripts/setup.sh
 export RAY_AUTH_MODE=disabled HF_HUB_OFFLINE=1 HF_DATASETS_OFFLINE=1
+# Bytecode cached (__pycache__/, git-ignored): otherwise each of pytest's three processes compiles
+# the project and rewrites every test module's asserts again (~5 CPU-s a process).
+unset PYTHONDONTWRITEBYTECODE
 folders=(tests)
 # Both cores, a file at a time on one worker: a module's study (or the session's smoke study,
 # whose readers share tests/e2e/test_smoke_study.py) is built once, on one worker. Files go out
@@ -33,7 +36,7 @@ folders=(tests)
 tier=(-n 2 --dist loadfile --no-loadscope-reorder)
 if [ "${1:-}" = quick ]; then
   folders=(tests/unit)
-  tier=(-m "not slow" -n 2)
+  tier=(-m "not slow" -n 2 --dist loadfile)  # a module's fixtures built once, on one worker
   shift
 fi
 for arg in "$@"; do

@@ -116,6 +116,7 @@ def test_the_bound_is_five_percent_and_its_margin():
     assert stats.binom.sf(MAX_FALSE, NULL_STUDIES, 0.05) < 0.015  # a true 5 % rate fails ~1 % of the time
 
 
+@pytest.mark.slow  # 2,000 simulated findings per case: ~30 CPU-s each, in the whole suite
 @pytest.mark.parametrize("means", [None, LEAST_FAVOURABLE], ids=["global null", "one null part"])
 def test_no_verdict_on_equal_arms_over_all_looks_at_most_five_percent_of_the_time(means):
     count = false_findings(2507_00994, means=means)
@@ -134,6 +135,7 @@ def blind_to_the_looks(fractions, look, alpha):
     return nominal_level((fractions[look], 1.0), 0, alpha) * (len(fractions) - 1)
 
 
+@pytest.mark.slow  # as the calibration it breaks
 @pytest.mark.parametrize("broken", [no_spending, blind_to_the_looks])
 def test_a_broken_boundary_makes_the_calibration_fail(broken, monkeypatch):
     """On the 7 looks of DENSE, one null part among true ones (the co-primary rule's least
