@@ -19,7 +19,9 @@ workers Ray Train persists the directory (to any storage URI) under
 (`RunLayout.latest_resumable`); in local mode the loop publishes it there itself
 (sweeper.store.storage: an atomic rename on a disk, an upload with the marker last to an object
 store). The run folder is a study location: a path, or a URI whose files the loop reads through
-node-local copies.
+node-local copies. A checkpoint that does not fit (a full disk) leaves nothing of itself and the
+earlier ones as they were, and fails the run with one line naming it (`publish_local_checkpoint`;
+sweeper.store.permanent_errors).
 
 A branch (`PretrainConfig.branch_from`, sweeper.plan.branches) is a run whose first steps are its
 trunk's: with no checkpoint of its own it starts from the trunk's checkpoint at the branch step
@@ -49,9 +51,9 @@ import os
 import pickle
 import re
 import shutil
-import tempfile
 import time
 import zipfile
+from collections.abc import Callable
 from dataclasses import asdict
 from pathlib import Path
 
@@ -224,8 +226,11 @@ def write_training_state(directory: Path, optimizer_state: dict, step: int, log:
                          window: dict | None = None) -> None:
     """`training_state.pt`: the optimizer state (FQN-keyed if sharded), the step, the log and the
     open log window's loss sums (`window`: a preemption's save falls between log steps)."""
-    torch.save({"optimizer": optimizer_state, "step": step, "log": log, **({"window": window} if window else {})},
-               Path(directory) / TRAINING_STATE)
+    # Through a Python file: a full disk is then an OSError (ENOSPC) behind torch's error, where
+    # torch's own file writer says only "unexpected pos" (torch 2.13).
+    with open(Path(directory) / TRAINING_STATE, "wb") as handle:
+        torch.save({"optimizer": optimizer_state, "step": step, "log": log, **({"window": window} if window else {})},
+                   handle)
 
 
 def save_hf(model, directory: Path, state: dict | None) -> None:
@@ -256,34 +261,65 @@ def checkpoint_marker(run: PretrainConfig, step: int, metrics: dict) -> dict:
     }
 
 
+def write_checkpoint_files(folder: Path, model, model_state: dict | None, optimizer_state: dict,
+                           run: PretrainConfig, step: int, log: list[dict], metrics: dict,
+                           window: dict | None = None) -> None:
+    """Rank 0's files of the checkpoint at `step`, into `folder`, the marker last."""
+    save_hf(model, folder, model_state)
+    shutil.copytree(folders.local_copy(run.corpus_dir, CORPUS_MARKER, only="tokenizer"), folder, dirs_exist_ok=True)
+    write_training_state(folder, optimizer_state, step, log, window)
+    (folder / TRAIN_LOG).write_text(json.dumps(log))  # read by the driver, no torch needed
+    marker = {**checkpoint_marker(run, step, metrics), "files": storage.file_sizes(str(folder))}
+    (folder / CHECKPOINT_MARKER).write_text(json.dumps(marker, indent=1))
+
+
+def publish_local_checkpoint(run: PretrainConfig, step: int, write: Callable[[Path], None]) -> None:
+    """Local mode: the checkpoint at `step`, written by `write(folder)` into a new folder (beside
+    the run's checkpoints on a disk, so publishing is one rename; else in this node's temporary
+    folder) and published whole. A write that fails leaves no part of it (folders.new_folder),
+    and the run's earlier checkpoints as they were; a full disk is a PermanentStorageError
+    naming the checkpoint."""
+    location = RunLayout(run.run_dir).checkpoint(step)
+    beside = None if storage.is_remote(run.run_dir) else Path(run.run_dir)
+    with folders.new_folder(beside, "sweeper-ckpt-", location if beside else folders.built_in_temp(location)) as tmp:
+        write(tmp)
+        # A folder of this step left by a run that died after publishing has the same content.
+        folders.publish_tree(tmp, location, CHECKPOINT_MARKER)
+
+
+def drop_unpublished_checkpoints(run: PretrainConfig) -> None:
+    """Local mode on a disk, before training: remove the folders saves killed half-way left in the
+    run folder (`sweeper-ckpt-*`, never published: a resume never reads them), so they take no
+    space. No other process writes there meanwhile: the driver launches a local-mode run again
+    only once its process has ended."""
+    if run.workers == 0 and not storage.is_remote(run.run_dir):
+        for folder in Path(run.run_dir).glob("sweeper-ckpt-*"):
+            shutil.rmtree(folder, ignore_errors=True)
+
+
 def save_checkpoint(model, optimizer, run: PretrainConfig, step: int, log: list[dict], metrics: dict,
                     window: dict | None = None) -> None:
     import ray.train
 
     context = ray.train.get_context()
-    # With a worker group (even of one) Ray persists checkpoints; local mode persists nothing.
-    distributed = run.workers > 0
-    # Local mode on a disk: built inside the run folder, so publishing is one rename.
-    beside = not distributed and not storage.is_remote(run.run_dir)
-    tmp = Path(tempfile.mkdtemp(prefix="sweeper-ckpt-", dir=run.run_dir if beside else None))
+    rank = context.get_world_rank()
     model_state, optimizer_state = full_states(model, optimizer, run, context.get_world_size())
-    if context.get_world_rank() == 0:
-        save_hf(model, tmp, model_state)
-        shutil.copytree(folders.local_copy(run.corpus_dir, CORPUS_MARKER, only="tokenizer"), tmp,
-                        dirs_exist_ok=True)
-        write_training_state(tmp, optimizer_state, step, log, window)
-        (tmp / TRAIN_LOG).write_text(json.dumps(log))  # read by the driver, no torch needed
-        marker = {**checkpoint_marker(run, step, metrics), "files": storage.file_sizes(str(tmp))}
-        (tmp / CHECKPOINT_MARKER).write_text(json.dumps(marker, indent=1))
-    name = checkpoint_folder_name(step)
-    if distributed:
-        checkpoint = ray.train.Checkpoint.from_directory(str(tmp)) if context.get_world_rank() == 0 else None
-        ray.train.report(metrics, checkpoint=checkpoint, checkpoint_dir_name=name)
-        shutil.rmtree(tmp, ignore_errors=True)
+
+    def write(folder: Path) -> None:
+        if rank == 0:
+            write_checkpoint_files(folder, model, model_state, optimizer_state, run, step, log, metrics, window)
+
+    # With a worker group (even of one) Ray persists checkpoints; local mode persists nothing.
+    if run.workers == 0:
+        publish_local_checkpoint(run, step, write)
+        ray.train.report(metrics)
         return
-    # A folder of this step left by a run that died after publishing has the same content.
-    folders.publish_tree(tmp, RunLayout(run.run_dir).checkpoint(step), CHECKPOINT_MARKER)
-    ray.train.report(metrics)
+    name = checkpoint_folder_name(step)
+    where = folders.built_in_temp(RunLayout(run.run_dir).checkpoint(step))
+    with folders.new_folder(None, "sweeper-ckpt-", where) as tmp:
+        write(tmp)
+        checkpoint = ray.train.Checkpoint.from_directory(str(tmp)) if rank == 0 else None
+        ray.train.report(metrics, checkpoint=checkpoint, checkpoint_dir_name=name)
 
 
 def resume_point(run: PretrainConfig):
@@ -427,6 +463,7 @@ def train_loop_per_worker(loop_config: dict) -> None:
     rank, world = context.get_world_rank(), context.get_world_size()
     device = torch.device("cuda" if torch.cuda.is_available() and run.use_gpu else "cpu")
     corpus = PackedCorpus(run.corpus_dir, run.seq_len, run.data_seed, run.replicate, run.sample_lengths)
+    drop_unpublished_checkpoints(run)
     resume_context, unknown_to_ray = resume_point(run)
     with resume_context as resume:
         model = prepared_model(resume, run, corpus.meta["vocab_size"], world, device)

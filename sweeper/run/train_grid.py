@@ -35,6 +35,7 @@ from sweeper.contract.heavy_imports import imports_frozen
 from sweeper.spec.study import StudySpec
 from sweeper.store import storage
 from sweeper.store.layout import TRAIN_LOG, TRAINING_STATE, RunLayout, StudyLayout
+from sweeper.store.permanent_errors import cause_line
 from sweeper.store.results import PRETRAINING, write_rows
 
 
@@ -341,6 +342,13 @@ class PretrainingGrid:
                 # A worker group past Train's max_preemption_failures: no failure of its own.
                 self.fail(run, f"preempted more than resources.max_preemptions "
                                f"({self.resources['max_preemptions']}) times: {message}")
+                return
+            if (line := cause_line(error)) is not None:
+                # A full disk (or a forbidden folder) fails every relaunch the same way: the run
+                # fails at once, the others go on; its checkpoints stay for `--retry-failed`.
+                self.fail(run, f"{line}; not relaunched (every try would meet it): once it is mended (space "
+                               "freed), `sweeper run --retry-failed` resumes the run from its last checkpoint")
+                self.layout.run(run.name).record_interruption("failure", error=line)
                 return
             if not self.relaunched(run, "failure", f"failed ({message.splitlines()[0][:200]})", error=message):
                 self.fail(run, message)

@@ -46,6 +46,7 @@ from sweeper.run.version import code_version
 from sweeper.spec.study import StudySpec
 from sweeper.store import storage
 from sweeper.store.layout import CHECKPOINT_MARKER, StudyLayout
+from sweeper.store.permanent_errors import cause_line
 from sweeper.store.results import EVAL_CURVES, PREDICTIONS, TRIALS, compact, finished_trial_keys, write_rows
 
 
@@ -58,7 +59,8 @@ def finetune_trainable(config: dict, trials: ShardTrials, report_curve: bool = F
     is measured, marked not final, with what recording a stopped trial needs; Tune stops the
     trial by raising SystemExit inside such a report. The final result is marked final. A
     checkpoint that does not load (trainables.backbones.CheckpointUnloadable) ends the trial as
-    failed with that one line as its error, reported as its final result."""
+    failed with that one line as its error, reported as its final result; so does a write no
+    retry mends (a full disk in the node's cache: sweeper.store.permanent_errors)."""
     with imports_frozen():
         from trainables.backbones import CheckpointUnloadable
         from trainables.finetune_loop import run_trial
@@ -73,9 +75,13 @@ def finetune_trainable(config: dict, trials: ShardTrials, report_curve: bool = F
 
     try:
         result = run_trial(trial, report_point if report_curve else None)
-    except CheckpointUnloadable as error:  # one line in the trial's row, not a traceback on the console
+    except Exception as error:  # one line in the trial's row, not a traceback on the console
+        # A checkpoint that does not load, or a full disk (the node's cache): said in one line.
+        line = str(error) if isinstance(error, CheckpointUnloadable) else cause_line(error)
+        if line is None:
+            raise
         result = {"trial_key": trial.trial_key, "learning_rate": trial.learning_rate, "status": "failed",
-                  "error": str(error), "wall_time_s": time.time() - started}
+                  "error": line, "wall_time_s": time.time() - started}
     tune.report({**result, SEARCH_METRIC: search_score(result), FINAL: True})
 
 

@@ -13,17 +13,47 @@ Files one at a time, and locations themselves, are sweeper.store.storage's.
 """
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import os
 import shutil
 import tempfile
+import uuid
 from collections.abc import Callable
 from pathlib import Path
 from urllib.parse import urlsplit
 
 import pyarrow.fs as pafs
 
-from sweeper.store.storage import bucket_and_path, exists, filesystem, is_remote, join, read_bytes, sync_path
+from sweeper.store.permanent_errors import PermanentStorageError, location_line
+from sweeper.store.storage import bucket_and_path, display, exists, filesystem, is_remote, join, read_bytes, sync_path
+
+
+@contextlib.contextmanager
+def new_folder(parent: Path | None, prefix: str, target: str):
+    """A new empty folder in `parent` (None: the system's temporary folder), where the folder
+    `target` is built before the block moves it into place. Whatever is left of it at the end is
+    removed: nothing of a failed build stays to take the space a rerun needs, or to be trusted
+    (its name is not `target`'s). A failure no retry mends (a full disk) is raised as a
+    `PermanentStorageError` naming `target`. Made with the process's umask, as the folder it
+    becomes (mkdtemp's would be 0700: a study shared by its users' nodes reads it)."""
+    tmp = Path(parent or tempfile.gettempdir()) / f"{prefix}{os.getpid()}-{uuid.uuid4().hex[:8]}"
+    tmp.mkdir(parents=True)
+    try:
+        yield tmp
+    except Exception as error:
+        shutil.rmtree(tmp, ignore_errors=True)  # first: what the failed build wrote is space again
+        if (line := location_line(error, str(target))) is not None:
+            raise PermanentStorageError(line) from error
+        raise
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+
+
+def built_in_temp(location: str) -> str:
+    """How a storage error names a folder built in this node's temporary folder before it goes to
+    `location` (either may be the one that is full)."""
+    return f"{display(location)} (built in this node's {tempfile.gettempdir()})"
 
 
 def sync_tree(folder: Path) -> None:
@@ -108,12 +138,14 @@ def local_copy(location: str, marker: str, only: str | None = None, skip: tuple[
     target = base / "-".join([stamp, *([only] if only else []), *(f"no-{name}" for name in sorted(skip))])
     if not target.exists():
         base.mkdir(parents=True, exist_ok=True)
-        tmp = Path(tempfile.mkdtemp(prefix=f".{target.name}.tmp-", dir=base))
-        copy_tree_from(location, tmp, only, skip)
-        try:
-            tmp.rename(target)  # atomic; a process that lost the race keeps the winner's copy
-        except OSError:
-            shutil.rmtree(tmp, ignore_errors=True)
+        where = f"{target} (this node's cache: $SWEEPER_CACHE)"
+        with new_folder(base, f".{target.name}.tmp-", where) as tmp:
+            copy_tree_from(location, tmp, only, skip)
+            try:
+                tmp.rename(target)  # atomic: the entry is there whole or not at all
+            except OSError:
+                if not target.exists():  # not a race lost to another process (its copy is as good)
+                    raise
     return target
 
 
@@ -124,21 +156,20 @@ def build_once(location: str, marker: str, build: Callable[[Path], None]) -> Non
     if exists(join(location, marker)):
         return
     if is_remote(location):
-        tmp = Path(tempfile.mkdtemp(prefix="sweeper-build-"))
-        build(tmp)
-        publish_tree(tmp, location, marker)
+        with new_folder(None, "sweeper-build-", built_in_temp(location)) as tmp:
+            build(tmp)
+            publish_tree(tmp, location, marker)
         return
     out = Path(location)
-    tmp = out.with_name(f"{out.name}.tmp-{os.getpid()}")
-    shutil.rmtree(tmp, ignore_errors=True)
-    tmp.mkdir(parents=True)
-    build(tmp)
-    sync_tree(tmp)
-    try:
-        tmp.rename(out)
-    except OSError:
-        shutil.rmtree(tmp, ignore_errors=True)
-        return
+    with new_folder(out.parent, f"{out.name}.tmp-", location) as tmp:
+        build(tmp)
+        sync_tree(tmp)
+        try:
+            tmp.rename(out)
+        except OSError:
+            if not out.exists():  # not a race lost to another process, whose folder is as good
+                raise
+            return
     sync_path(out.parent)
 
 

@@ -1,18 +1,17 @@
 """A full disk (issue #57): ENOSPC from a real size-limited filesystem, a 1 MiB tmpfs mounted for
-the test (it needs the right to mount: root, or CAP_SYS_ADMIN; skipped where the machine refuses).
+the test (tests/support/small_disks.py: skipped where the machine refuses to mount one).
 A write that runs out of space fails with ENOSPC, leaves what was recorded before as it was and
 no half-written file behind, and the same write succeeds once space is freed."""
 from __future__ import annotations
 
-import contextlib
 import errno
 import os
-import subprocess
 import uuid
 from datetime import datetime, UTC
 from pathlib import Path
 
 import pytest
+from small_disks import fill, leftovers, tmpfs
 
 from sweeper.store import storage
 from sweeper.store.permanent_errors import permanent_line
@@ -20,42 +19,11 @@ from sweeper.store.layout import StudyLayout
 from sweeper.store.results import TRIALS, read_trials, write_rows
 
 
-@contextlib.contextmanager
-def tmpfs(disk: Path, size: str):
-    """A tmpfs of `size` mounted at the new folder `disk` (the test is skipped where mounting is
-    refused), unmounted at the end."""
-    disk.mkdir()
-    mounted = subprocess.run(["mount", "-t", "tmpfs", "-o", f"size={size}", "tmpfs", str(disk)],
-                             capture_output=True, text=True, check=False)
-    if mounted.returncode != 0:
-        pytest.skip(f"cannot mount a tmpfs here: {mounted.stderr.strip()[:200]}")
-    try:
-        yield disk
-    finally:
-        subprocess.run(["umount", "-l", str(disk)], check=False)
-
-
 @pytest.fixture
 def small_disk(tmp_path) -> Path:
     """A 1 MiB tmpfs at tmp_path/disk."""
     with tmpfs(tmp_path / "disk", "1m") as disk:
         yield disk
-
-
-def fill(disk: Path) -> Path:
-    """Fill the disk to its last byte with one file; returns it (deleting it frees the space)."""
-    filler = disk / "filler"
-    with open(filler, "wb", buffering=0) as handle:  # unbuffered: nothing left to flush at close
-        try:
-            while True:
-                handle.write(b"\0" * 4096)
-        except OSError as error:
-            assert error.errno == errno.ENOSPC
-    return filler
-
-
-def leftovers(disk: Path) -> list[str]:
-    return sorted(str(p.relative_to(disk)) for p in disk.rglob("*") if ".tmp" in p.name)
 
 
 def row(key: str) -> dict:
