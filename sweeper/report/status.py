@@ -74,7 +74,7 @@ def study_status(layout: StudyLayout, study: LoadedStudy) -> dict:
     spec, plan = study.spec, study.plan
     now = time.time()
     branches = shared_prefixes(spec, plan.runs)  # a branch waits for its trunk (sweeper.run.train_grid)
-    interrupted: dict[str, Counter] = {}  # run name -> {"preemption": n, "failure": m}
+    interrupted: dict[str, Counter] = {}  # run name -> {"preemption": n, "failure": m, "node lost": k}
     for run in plan.runs:
         run_layout = layout.run(run.name)
         if kinds := Counter(event.get("kind") for event in run_layout.interruptions(damaged.__setitem__)
@@ -187,9 +187,11 @@ def print_status(layout: StudyLayout, study: LoadedStudy) -> None:
     for state in ("running", "failed", "pending"):
         for name in runs[state]:
             print(f"    {state:8s} {name}")
-    # Preemptions (resources.max_preemptions) and failures (max_failures) have separate budgets.
+    # Preemptions and lost nodes (resources.max_preemptions) and failures (max_failures) have
+    # separate budgets (sweeper.run.train_grid.INTERRUPTION_BUDGETS).
     for name, kinds in status["interrupted"].items():
-        print(f"    interrupted {name}: {kinds['preemption']} preemptions, {kinds['failure']} failures")
+        print(f"    interrupted {name}: {kinds['preemption']} preemptions, {kinds['failure']} failures, "
+              f"{kinds['node lost']} lost nodes")
     # `stopped` (early, by the trial scheduler) is shown where a scheduler ran or left rows.
     shown = ("ok", "stopped") if status["early_stopping"] or trials["stopped"] else ("ok",)
     shown += ("running", "pending", "diverged", "failed") + (("unclassified",) if trials["unclassified"] else ())

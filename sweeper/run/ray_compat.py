@@ -49,6 +49,11 @@ TRIAL_NODE_SIGTERM = "the actor's node was terminated expectedly: received SIGTE
 raylet's reason): a reclaimed spot node (seen after `ray drain-node --reason
 DRAIN_NODE_REASON_PREEMPTION`: Ray then records the death as this, not as a preemption) or a
 `ray stop`. A notice, not a lost node."""
+TRIAL_NODE_PREEMPTED = "the actor's node was preempted"
+"""The GCS's actor death cause when Ray records the node's death as a preemption (death reason
+AUTOSCALER_DRAIN_PREEMPTED: a node drained for preemption that then died without a SIGTERM Ray
+saw). Ray marks the error `preempted`, which Tune would requeue by itself, uncapped, unless told
+to count it (`count_preempted_trials`). A notice, not a lost node."""
 TRIAL_UNREACHABLE = re.compile(r"The actor \w+ is unavailable: ")
 """ray.exceptions.ActorUnavailableError's message: the driver lost the connection to the trial's
 actor before the GCS declared its node dead (seen when a test node's raylet and workers were
@@ -56,18 +61,33 @@ SIGKILLed together mid-trial: "RpcError: Socket closed"). Tune ends the trial on
 
 
 def trial_interruption(error_text: str) -> str | None:
-    """"preemption" (SIGTERM to the trial's worker or to its node: a notice), "node lost" (its node
-    died without one, or became unreachable), or None (an error of the trial's own) for the error
-    Tune wrote of a trial. Ray hands the driver no type for these (all are ActorDiedError or
-    ActorUnavailableError, `preempted` unset), only its messages above. A trial whose node Ray
-    records as preempted (death reason AUTOSCALER_DRAIN_PREEMPTED) never gets here: Tune requeues
-    it itself (sweeper.run.recording)."""
+    """"preemption" (SIGTERM to the trial's worker or to its node, or a node Ray records as
+    preempted: a notice), "node lost" (its node died without one, or became unreachable), or None
+    (an error of the trial's own) for the error Tune wrote of a trial. Ray hands the driver no type
+    for these (all are ActorDiedError or ActorUnavailableError, only the preempted one flagged, and
+    Tune writes the text), only its messages above."""
     require_tested_ray()
-    if TRIAL_SIGTERM in error_text or TRIAL_NODE_SIGTERM in error_text:
+    if TRIAL_SIGTERM in error_text or TRIAL_NODE_SIGTERM in error_text or TRIAL_NODE_PREEMPTED in error_text:
         return "preemption"
     if TRIAL_NODE_DIED in error_text or TRIAL_UNREACHABLE.search(error_text):
         return "node lost"
     return None
+
+
+def count_preempted_trials() -> None:
+    """Make Tune count a trial whose actor Ray flags `preempted` as an error of the trial (as it
+    counts every other actor death), not requeue it by itself: Tune's own requeue of such a trial
+    has no cap (no failure is counted, so `FailureConfig` never stops it). Counted, the trial comes
+    to `on_trial_error` (sweeper.run.recording), where `trial_interruption` tells a preemption
+    apart, and the fine-tuning loop runs it again at most `resources.max_preemptions` times.
+
+    Not private, but undocumented: the environment variable that Tune's `Trial` reads each time an
+    actor dies (`ray.train.constants.RAY_TRAIN_COUNT_PREEMPTION_AS_FAILURE`, read in the driver,
+    where Tune's controller runs; nothing else of Ray 2.60 reads it). Set for this process."""
+    require_tested_ray()
+    from ray.train.constants import RAY_TRAIN_COUNT_PREEMPTION_AS_FAILURE
+
+    os.environ[RAY_TRAIN_COUNT_PREEMPTION_AS_FAILURE] = "1"
 
 
 SINGLE_MACHINE_VARIABLE = "RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER"

@@ -12,18 +12,17 @@ Under a trial scheduler (sweeper.run.early_stopping) a trial reports each curve 
 scheduler: it is recorded as `stopped`, with that point's validation score, train loss and step,
 no test score, and the curve points it reported (collected here as they come).
 
-A trial whose actor died because its node was drained for preemption (Ray's `ActorDiedError`
-with `preempted` set: the node's death reason is AUTOSCALER_DRAIN_PREEMPTED) is not a failure to
-Tune: with `max_failures=0` it counts no failure and Tune restarts the trial, same config (same
-trial key and seed), from scratch (a fine-tuning trial keeps no checkpoint). Tune then calls
-`on_trial_recover`, not `on_trial_error`: no row is written, the requeue is appended to the
-study's `trial_interruptions.json` and shown by `sweeper status`. Two errors Tune does count are
-interruptions too, told apart by Ray's messages (sweeper.run.ray_compat.trial_interruption):
-SIGTERM to the trial's worker or to its node (a notice: a drained node stopped with SIGTERM is
-recorded by Ray 2.60 as terminated, not preempted) and the loss of its node (raylet and workers
-gone at once). Those trials get no row either; they are appended to the same file, and the
-fine-tuning loop runs them again after the shard (sweeper.run.tune_grid). Any other error is a
-failure, recorded once.
+Three errors of a trial are interruptions, not failures, told apart by Ray's messages
+(sweeper.run.ray_compat.trial_interruption): SIGTERM to the trial's worker or to its node (a
+notice: a drained node stopped with SIGTERM is recorded by Ray 2.60 as terminated), the death of
+a node Ray records as preempted (drained, then gone), and the loss of its node (raylet and
+workers gone at once). Tune would requeue a preempted one by itself, with no cap; it is told to
+count it as an error instead (`ray_compat.count_preempted_trials`), so all three come to
+`on_trial_error`. Those trials get no row; each is appended to the study's
+`trial_interruptions.json` (shown by `sweeper status`), and the fine-tuning loop runs them again,
+same trial key and seed, from scratch (a trial keeps no checkpoint), after the shard, at most
+`resources.max_preemptions` times (sweeper.run.tune_grid). Any other error is a failure,
+recorded once.
 """
 from __future__ import annotations
 
@@ -124,8 +123,7 @@ class ResultsRecorder(tune.Callback):
         self.last_flush = time.time()
         self.running = 0
         self.curves: dict[str, list[dict]] = {}  # Tune trial id -> curve points reported so far
-        self.interruptions = 0  # trials stopped by a preemption or a lost node, rows not written
-        self.rerun = 0  # those of them Tune did not requeue: the fine-tuning loop runs them again
+        self.rerun = 0  # trials stopped by a preemption or a lost node, unrecorded: run again
 
     def add_rows(self, config: dict, result: dict, status: str, error: str | None) -> None:
         """Rows of one finished Tune trial: its own and its companions' (evaluation-only sets
@@ -215,29 +213,18 @@ class ResultsRecorder(tune.Callback):
             self.add_rows(trial.config, result, result.get("status", "failed"), result.get("error"))
         result.pop("predictions", None)  # recorded: Tune's experiment state need not carry them
 
-    def interrupted(self, trial, kind: str, error: str, by: str) -> None:
-        """`trial` stopped by a preemption or node loss (`kind`): no row, a record, one line."""
-        self.curves.pop(trial.trial_id, None)
-        self.running -= 1
-        planned = self.shard.trial(trial.config)
-        record_trial_interruption(self.layout, planned, kind, error)
-        self.interruptions += 1
-        print(f"[finetune] {kind}: {planned.checkpoint.checkpoint_id} / {planned.task}, "
-              f"LR {planned.learning_rate:g}, seed {planned.seed}: {by}", flush=True)
-
-    def on_trial_recover(self, iteration, trials, trial, **info):
-        # Tune requeues without counting a failure only a preempted actor (module docstring).
-        self.interrupted(trial, "preemption", trial_error_text(trial), "requeued by Tune")
-
     def on_trial_error(self, iteration, trials, trial, **info):
         error = trial_error_text(trial)
-        if (kind := trial_interruption(error)) is not None:
-            self.interrupted(trial, kind, error, "run again after this shard")
-            self.rerun += 1
-            return
         self.curves.pop(trial.trial_id, None)
-        self.add_rows(trial.config, {}, "failed",
-                  trial_error_text(trial)[-2000:])
+        if (kind := trial_interruption(error)) is not None:  # no row, a record, one line
+            self.running -= 1
+            planned = self.shard.trial(trial.config)
+            record_trial_interruption(self.layout, planned, kind, error)
+            self.rerun += 1
+            print(f"[finetune] {kind}: {planned.checkpoint.checkpoint_id} / {planned.task}, "
+                  f"LR {planned.learning_rate:g}, seed {planned.seed}: run again after this shard", flush=True)
+            return
+        self.add_rows(trial.config, {}, "failed", error[-2000:])
 
     def on_experiment_end(self, trials, **info):
         self.running = 0

@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import os
 import time
+from collections import Counter
 from dataclasses import asdict
 
 import ray
@@ -37,6 +38,28 @@ from sweeper.store import storage
 from sweeper.store.layout import TRAIN_LOG, TRAINING_STATE, RunLayout, StudyLayout
 from sweeper.store.permanent_errors import cause_line
 from sweeper.store.results import PRETRAINING, write_rows
+
+
+INTERRUPTION_BUDGETS = {"failure": "max_failures", "preemption": "max_preemptions", "node lost": "max_preemptions"}
+"""What stops a run before its end (its `interruptions.json` kinds) -> the `resources` setting
+that caps its relaunches. A lost node (raylet and workers gone at once, no notice: Ray's
+NodeDiedError) is not the run's fault, as a preemption is not: a spot node reclaimed with no
+notice that Ray saw is one. Only errors of the run's own (an exception, its process killed on a
+node that lives on) spend `max_failures`."""
+
+
+def interruption_kind(error: Exception) -> str:
+    """How a run's task that raised `error` was stopped: "node lost" when Ray could not reach its
+    node's raylet to learn how its worker ended (NodeDiedError: the node is dead or unreachable),
+    else "failure" (an exception of the run's, or its process killed on a node that lives on:
+    WorkerCrashedError, an out-of-memory kill)."""
+    return "node lost" if isinstance(error, ray.exceptions.NodeDiedError) else "failure"
+
+
+def budget_spent(counts: Counter, kind: str) -> tuple[str, int]:
+    """(the `resources` setting that caps `kind`, the interruptions of a run counted against it)."""
+    setting = INTERRUPTION_BUDGETS[kind]
+    return setting, sum(n for other, n in counts.items() if INTERRUPTION_BUDGETS[other] == setting)
 
 
 def pretrain_config(run: PretrainingRun, spec: StudySpec, layout: StudyLayout, corpus_dir: str,
@@ -193,11 +216,11 @@ class PretrainingGrid:
                           "custom_per_worker": dict(res.custom_resources_per_worker)}
         self.local = local = res.pretraining_workers == 0
         # A local-mode run has no Train worker group to restart: `record` relaunches its task after
-        # an error (a crashed process, an exception, a lost node: `max_failures`) or a preemption
-        # notice (`max_preemptions`), counted apart, and the loop resumes from the run's newest
-        # checkpoint. Ray's own task retries would count both alike.
+        # an error (a crashed process, an exception: `max_failures`), a preemption notice or the
+        # loss of its node (`max_preemptions`), counted apart, and the loop resumes from the run's
+        # newest checkpoint. Ray's own task retries would count them all alike.
         self.configs: dict[str, PretrainConfig] = {}
-        self.interruptions: dict[str, dict[str, int]] = {}  # run name -> {"failure": n, "preemption": m}
+        self.interruptions: dict[str, Counter] = {}  # run name -> {"failure": n, "preemption": m, "node lost": k}
         self.task = ray.remote(fit_run).options(
             num_cpus=res.cpus_per_worker if local else 0, num_gpus=res.gpus_per_worker if local else 0,
             max_retries=0,
@@ -311,20 +334,26 @@ class PretrainingGrid:
             self.start()
 
     def relaunched(self, run: PretrainingRun, kind: str, what: str, **fields) -> bool:
-        """Count an interruption of `run` (`kind`: "failure" or "preemption") in the run folder
+        """Count an interruption of `run` (`kind`: one of INTERRUPTION_BUDGETS) in the run folder
         and, within its budget (local mode; a worker group's are Ray Train's), launch it again
         from its newest checkpoint. Whether it was."""
-        if kind == "failure":  # a preemption is recorded by the loop that saw the notice
+        if kind != "preemption":  # a preemption is recorded by the loop that saw the notice
             self.layout.run(run.name).record_interruption(kind, **fields)
-        counts = self.interruptions.setdefault(run.name, {"failure": 0, "preemption": 0})
+        counts = self.interruptions.setdefault(run.name, Counter())
         counts[kind] += 1
-        budget = self.resources["max_failures" if kind == "failure" else "max_preemptions"]
-        if not self.local or counts[kind] > budget:
+        setting, spent = budget_spent(counts, kind)
+        if not self.local or spent > self.resources[setting]:
             return False
-        print(f"[pretrain] {run.name} {what}; training on from its newest checkpoint ({kind} {counts[kind]} of "
-              f"{budget}: resources.max_{kind}s)", flush=True)
+        print(f"[pretrain] {run.name} {what}; training on from its newest checkpoint ({kind}; {spent} of "
+              f"{self.resources[setting]}: resources.{setting})", flush=True)
         self.futures[self.task.remote(self.configs[run.name], self.resources)] = run
         return True
+
+    def spent_on_notices(self, run: PretrainingRun) -> str:
+        """Why a run stopped by a notice or a lost node once too often is failed."""
+        counts = self.interruptions[run.name]
+        return (f"preempted {counts['preemption']} times and lost its node {counts['node lost']} times, more than "
+                f"resources.max_preemptions ({self.resources['max_preemptions']}) in all")
 
     def fail(self, run: PretrainingRun, message: str) -> None:
         failed_file = self.layout.run(run.name).failed
@@ -350,14 +379,20 @@ class PretrainingGrid:
                                "freed), `sweeper run --retry-failed` resumes the run from its last checkpoint")
                 self.layout.run(run.name).record_interruption("failure", error=line)
                 return
+            if interruption_kind(error) == "node lost":  # not the run's fault: no failure
+                step = max(self.layout.run(run.name).saved_checkpoints(), default=0)
+                saved = f"its last saved state is step {step}" if step else "nothing saved yet: from scratch"
+                if not self.relaunched(run, "node lost", f"lost its node ({saved})",
+                                       step=step, error=message.splitlines()[0][:300]):
+                    self.fail(run, f"{self.spent_on_notices(run)}: {message}" if self.local else message)
+                return
             if not self.relaunched(run, "failure", f"failed ({message.splitlines()[0][:200]})", error=message):
                 self.fail(run, message)
             return
         if "preempted_at" in outcome:  # the loop recorded the notice in the run folder
             step = outcome["preempted_at"]
             if not self.relaunched(run, "preemption", f"was preempted (resume state at step {step})", step=step):
-                self.fail(run, f"preempted {self.interruptions[run.name]['preemption']} times, more than "
-                               f"resources.max_preemptions ({self.resources['max_preemptions']})")
+                self.fail(run, self.spent_on_notices(run))
             return
         record_finished_run(self.spec.study, self.layout, run, outcome["wall_time_s"])
         self.done.add(run.name)

@@ -36,6 +36,7 @@ from sweeper.run.pipeline import Pipeline
 from sweeper.run.progress import ProgressLine
 from sweeper.run.recording import FINAL, ResultsRecorder, trial_row
 from sweeper.run.search import SEARCH_METRIC, search_score
+from sweeper.run.ray_compat import count_preempted_trials
 from sweeper.run.shards import EvaluationSets, Shard, study_shards
 from sweeper.contract.configs import ShardTrials
 from sweeper.contract.heavy_imports import imports_frozen
@@ -255,6 +256,7 @@ def run_shards(spec: StudySpec, shards: list[Shard], layout: StudyLayout, traina
     ETA's estimate (`planned_work`). The benchmarks pass their own `trainable_fn` (and its
     `trainable_args`) to time this machinery with a fixed workload."""
     quiet_tune()
+    count_preempted_trials()  # a preempted trial comes to the recorder, run again within max_preemptions
     pipeline = pipeline or Pipeline()
     res = spec.resources
     progress = ProgressLine("finetune", sum(len(shard) for shard in shards), unit="trials", work=work)

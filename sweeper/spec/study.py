@@ -47,12 +47,13 @@ class ResourcesSpec:
     """How a worker group splits a run: ddp replicates the model on every worker; fsdp shards
     parameters, gradients and optimizer state (FSDP2 `fully_shard` per block), for 610m/1b."""
     max_failures: int = 2
-    """Restarts of a pretraining run after errors (a crash, a lost node), from its last
-    checkpoint, before it is failed; preemption notices do not count."""
+    """Restarts of a pretraining run after errors (a crash, an exception), from its last
+    checkpoint, before it is failed; preemption notices and lost nodes do not count."""
     max_preemptions: int = 20
-    """Restarts of a pretraining run after preemption notices (SIGTERM, a drained node), each
-    from the resume state saved at the notice, before it is failed; also the rounds that run
-    fine-tuning trials stopped by SIGTERM or a lost node again."""
+    """Restarts of a pretraining run after preemption notices (SIGTERM, a drained node; each from
+    the resume state saved at the notice) and lost nodes (local mode; from its last checkpoint),
+    together, before it is failed; also the rounds that run fine-tuning trials stopped by SIGTERM,
+    a preemption or a lost node again."""
     gpu_memory_gb: float = 80.0
     """Memory of one accelerator (H100: 80); `sweeper plan` checks every run's estimated peak
     per worker against it when workers use GPUs."""

@@ -7,7 +7,7 @@
            resolved.json                   resolved fine-tuning settings (change detection)
            environments.json               the software and hardware each `sweeper run` ran on (store.environments)
            live.json                       the driver's heartbeat: pid, host, trials in flight
-           trial_interruptions.json        fine-tuning trials Tune requeued after a preemption (status)
+           trial_interruptions.json        trials run again after a preemption or lost node (status)
            lease.json                      the single-writer lease of the running driver (sweeper.run.lease)
            logs/ray-debug.log              Ray's and Tune's notices kept off the console (sweeper.run.console)
            report.md, figures/*.png        `sweeper report`
@@ -27,7 +27,7 @@
                sweeper_done.json           written when the run finished (its key)
                sweeper_failed.json         written when the run failed (its key, the error)
                progress.json               where the run is (status, kill tests)
-               interruptions.json          preemptions and failures before its end (status)
+               interruptions.json          preemptions, lost nodes, failures before its end
                step-<N>/                   a checkpoint: Hugging Face files, tokenizer,
                    training_state.pt       optimizer state and log (resume only)
                    train_log.json          the loss log up to N (read by the driver)
@@ -95,7 +95,8 @@ class RunLayout:
 
     def interruptions(self, damaged: Callable[[str, str], None] | None = None) -> list[dict]:
         """What stopped the run before its end, oldest first: {"kind": "preemption" (a notice, the
-        training loop's record) or "failure" (an error, the driver's), "at": epoch seconds, ...}."""
+        training loop's record), "failure" (an error, the driver's) or "node lost" (its node gone
+        with no notice, the driver's), "at": epoch seconds, ...}."""
         return storage.read_json(self.interruptions_file, damaged=damaged, kind=list) or []
 
     def record_interruption(self, kind: str, **fields) -> None:
@@ -202,7 +203,8 @@ class StudyLayout:
 
     @property
     def trial_interruptions(self) -> str:
-        """Fine-tuning trials requeued after a preemption, one entry each (sweeper.run.tune_grid)."""
+        """Fine-tuning trials run again after a preemption or a lost node, one entry each
+        (sweeper.run.recording)."""
         return self.path("trial_interruptions.json")
 
     @property

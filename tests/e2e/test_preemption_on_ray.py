@@ -1,12 +1,15 @@
-"""Preemption notices on a real local Ray cluster: a local-mode run told by SIGTERM or by a drain of
-its node saves a resume state at the next step boundary, stops, and is relaunched from that step,
-counted apart from failures (trainables.preemption, sweeper.run.train_grid)."""
+"""Spot nodes on a real local Ray cluster: a local-mode run told by SIGTERM or by a drain of its
+node saves a resume state at the next step boundary, stops, and is relaunched from that step; a
+run or a trial whose node is lost (no notice) runs again elsewhere; each counted apart from
+failures (trainables.preemption, sweeper.run.train_grid, sweeper.run.recording)."""
 from __future__ import annotations
 
 import os
+import re
 import shutil
 import signal
 import subprocess
+import sys
 import tempfile
 import time
 from pathlib import Path
@@ -61,7 +64,7 @@ def test_five_preemptions_with_one_failure_allowed_finish_as_the_undisturbed_run
     assert [e["kind"] for e in events] == ["preemption"] * PREEMPTIONS, events
     assert [e["step"] for e in events] == stops and stops == sorted(stops), events
     assert any(step % 10 for step in stops), f"every notice fell on a periodic checkpoint: {stops}"
-    assert f"preemption {PREEMPTIONS} of 20: resources.max_preemptions" in output, output[-5000:]
+    assert f"(preemption; {PREEMPTIONS} of 20: resources.max_preemptions)" in output, output[-5000:]
     final = storage.read_json(storage.join(run_dir, "progress.json"))
     assert final["step"] == 60 and final["started_from"] == stops[-1], final
 
@@ -79,142 +82,224 @@ def test_five_preemptions_with_one_failure_allowed_finish_as_the_undisturbed_run
         str(reference / "pretraining" / RUN / "step-60" / "train_log.json"))]
 
 
-def start_node(address: str, folder: Path, attempts: int = 3) -> subprocess.Popen:
-    """A worker node with `pretrain_node: 1` joined to the head at `address`: a spot node, in its
-    own process group (stopped as a reclaimed node is: all its processes at once). Started again,
-    in a new folder, if `ray start` gives up (a raylet slow to register on a loaded machine)."""
-    env = {**os.environ, "RAY_AUTH_MODE": "disabled"}
-    for attempt in range(attempts):
-        where = folder / str(attempt)
-        where.mkdir(parents=True)
-        with open(where / "ray-start.log", "w") as log:
-            node = subprocess.Popen(
-                [str(BIN / "ray"), "start", "--block", f"--address={address}", "--node-ip-address=127.0.0.1",
-                 *AGENT_PORTS, f"--temp-dir={where / 'ray'}", "--num-cpus=1", "--num-gpus=0",
-                 '--resources={"pretrain_node": 1}', "--disable-usage-stats"],
-                env=env, cwd=ROOT, stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
-        deadline = time.time() + 240
-        while node.poll() is None and time.time() < deadline:
-            status = ray_cli("status", f"--address={address}", env=env, timeout=60)
-            if "pretrain_node" in status.stdout and "1.0/1.0 pretrain_node" not in status.stdout:
-                return node  # joined (and not only the drained node's, whose task holds its unit)
-            time.sleep(2)
-        stop_process_group(node.pid)
+class SpotNodes:
+    """Worker nodes with `pretrain_node: 1` joined to the head at `address`: spot nodes, each a
+    `ray start --block` in its own process group (reclaimed as a cloud does: all its processes at
+    once) below one short folder (Ray's socket paths live below it)."""
+
+    def __init__(self, address: str):
+        self.address, self.nodes = address, {}  # process -> its folder
+        self.folder = Path(tempfile.mkdtemp(prefix="sp", dir="/tmp"))
+
+    def start(self, attempts: int = 3) -> subprocess.Popen:
+        """One more node, started again in a new folder if `ray start` gives up (a raylet slow to
+        register on a loaded machine). Joined once `ray start` says so: it says so only after its
+        raylet registered with the GCS (cheaper than asking `ray status` in a loop)."""
+        env = {**os.environ, "RAY_AUTH_MODE": "disabled"}
+        for _ in range(attempts):
+            where = self.folder / str(len(self.nodes))
+            where.mkdir(parents=True)
+            log = where / "ray-start.log"
+            with open(log, "w") as out:
+                node = subprocess.Popen(
+                    [str(BIN / "ray"), "start", "--block", f"--address={self.address}", "--node-ip-address=127.0.0.1",
+                     *AGENT_PORTS, f"--temp-dir={where / 'ray'}", "--num-cpus=1", "--num-gpus=0",
+                     '--resources={"pretrain_node": 1}', "--disable-usage-stats"],
+                    env=env, cwd=ROOT, stdout=out, stderr=subprocess.STDOUT, start_new_session=True)
+            self.nodes[node] = where
+            deadline = time.time() + 240
+            while node.poll() is None and time.time() < deadline:
+                if "Ray runtime started" in log.read_text():
+                    return node
+                time.sleep(0.5)
+            stop_process_group(node.pid)
+            node.wait()
+        raise AssertionError(f"`ray start` of a spot node failed {attempts} times: " + log.read_text()[-3000:])
+
+    def node_id(self, node: subprocess.Popen) -> str:
+        """Its Ray node id (its raylet logs it as it starts)."""
+        raylet = self.nodes[node] / "ray" / "session_latest" / "logs" / "raylet.out"
+        return re.search(r"Setting node ID node_id=([0-9a-f]+)", raylet.read_text())[1]
+
+    @staticmethod
+    def processes(node: subprocess.Popen) -> list[int]:
+        """The processes of `node`: its `ray start`'s process group (raylet, agents) and the Ray
+        workers its raylet started, which Ray puts in process groups of their own."""
+        group, children = set(), {}
+        for entry in Path("/proc").iterdir():
+            if not entry.name.isdigit():
+                continue
+            try:
+                ppid, pgid = map(int, (entry / "stat").read_text().rsplit(")", 1)[1].split()[1:3])
+            except OSError:
+                continue
+            if pgid == node.pid:
+                group.add(int(entry.name))
+            children.setdefault(ppid, []).append(int(entry.name))
+        return sorted(group | {child for pid in group for child in children.get(pid, [])})
+
+    def running(self, node: subprocess.Popen, title: str) -> bool:
+        """Whether a process of `node` runs `title` now: a Ray worker's command line is its process
+        title, `ray::ImplicitFunc.train` while a trial trains (fresh, where the driver's live.json
+        may be seconds old)."""
+        for pid in self.processes(node):
+            try:
+                if title in Path(f"/proc/{pid}/cmdline").read_bytes().decode(errors="replace"):
+                    return True
+            except OSError:
+                continue
+        return False
+
+    def signal_all(self, node: subprocess.Popen, sig: int) -> None:
+        for pid in self.processes(node):
+            try:
+                os.kill(pid, sig)
+            except ProcessLookupError:
+                continue
+
+    def lose(self, node: subprocess.Popen) -> None:
+        """`node` lost: its raylet and workers SIGKILLed together, no notice."""
+        self.signal_all(node, signal.SIGKILL)
         node.wait()
-    raise AssertionError(f"`ray start` of a spot node failed {attempts} times: "
-                         + (where / "ray-start.log").read_text()[-3000:])
 
-
-def stop_all(driver: subprocess.Popen | None, spot: list[subprocess.Popen], folder: Path) -> None:
-    """A test's end: its driver killed if still there, its spot nodes stopped, their folder gone."""
-    if driver is not None and driver.poll() is None:
-        driver.kill()
-    for node in spot:
+    def reclaim(self, node: subprocess.Popen) -> None:
+        """`node` stopped as a cloud stops a reclaimed one: SIGTERM to all its processes, then
+        SIGKILL."""
+        self.signal_all(node, signal.SIGTERM)
         stop_process_group(node.pid)
-    shutil.rmtree(folder, ignore_errors=True)
+        self.signal_all(node, signal.SIGKILL)
+        node.wait()
+
+    def stop_all(self) -> None:
+        for node in self.nodes:
+            self.signal_all(node, signal.SIGKILL)
+            stop_process_group(node.pid)
+        shutil.rmtree(self.folder, ignore_errors=True)
 
 
-def test_a_drained_node_is_a_notice_and_the_run_goes_on_elsewhere_from_that_step(ray_head, tmp_path):
-    """`ray drain-node --reason DRAIN_NODE_REASON_PREEMPTION` of the node a local-mode run trains
-    on: the run saves a resume state at the step it sees the notice (its drain poll), stops, and,
-    once the node is gone and another has joined, trains on from that step there, with
-    `max_failures: 0` (the reclaim is no failure)."""
-    study_dir = tmp_path / "study"
-    spec = tmp_path / "drain.yaml"
-    spec.write_text((SPECS / "worker_kill.yaml").read_text() + "resources: {pretraining_workers: 0, max_failures: 0, "
-                    "custom_resources_per_worker: {pretrain_node: 1}}\n")
-    run_dir = str(study_dir / "pretraining" / RUN)
-    nodes = Path(tempfile.mkdtemp(prefix="sp", dir="/tmp"))  # Ray's socket paths are short
-    spot = [start_node(ray_head[0], nodes / "a")]
-    driver = None
-    try:
-        driver = start_sweeper("run", str(spec), "--storage", str(study_dir), address=ray_head[0])
-        progress = wait_for(lambda: (p := storage.read_json(storage.join(run_dir, "progress.json"))) and p["step"] < 45
-                            and p, timeout=600, what="the run training on the spot node", process=driver, poll_s=0.05)
-        drained = ray_cli("drain-node", f"--address={ray_head[0]}", f"--node-id={progress['node_id']}",
-                          "--reason=DRAIN_NODE_REASON_PREEMPTION", "--reason-message=spot reclaim (test)",
-                          "--deadline-remaining-seconds=120")
-        assert drained.returncode == 0, drained.stdout + drained.stderr
-        (notice,) = wait_for(lambda: RunLayout(run_dir).interruptions(), timeout=60,
-                             what="the drain notice's resume state", process=driver)
-        assert notice["kind"] == "preemption" and f"node {progress['node_id'][:8]} draining" in notice["reason"]
-        time.sleep(10)  # the loop returns right after its record; then the node is reclaimed
-        stop_process_group(spot[0].pid)
-        spot.append(start_node(ray_head[0], nodes / "b"))
-        output = finished_output(driver, 900, ray_head[0], run_dir)
-    finally:
-        stop_all(driver, spot, nodes)
-    assert driver.returncode == 0, output[-5000:]
-    assert [e["kind"] for e in RunLayout(run_dir).interruptions()] == ["preemption"]
-    final = storage.read_json(storage.join(run_dir, "progress.json"))
-    assert final["step"] == 60 and final["started_from"] == notice["step"], final
-    assert final["node_id"] != progress["node_id"], "it trained on after the reclaim elsewhere"
+TRIAL_TITLE = "ray::ImplicitFunc.train"
+"""A Ray worker's process title while a Tune trial (a function trainable) trains."""
 
 
-def spot_node_ids(address: str) -> list[str]:
-    """The live nodes with a `pretrain_node` unit (a driver of its own: the test head has no
-    dashboard for `ray list nodes`)."""
-    code = (f"import ray; ray.init(address={address!r}, logging_level='ERROR'); print(' '.join(n['NodeID'] for n in "
-            "ray.nodes() if n['Alive'] and 'pretrain_node' in n['Resources']))")
-    found = subprocess.run([str(BIN / "python"), "-c", code], capture_output=True, text=True, timeout=120, cwd=ROOT,
-                           env={**os.environ, "RAY_AUTH_MODE": "disabled"}, check=True)
-    return found.stdout.split()
+def drain(address: str, node_id: str, deadline_s: int) -> None:
+    """`ray drain-node` for preemption, as KubeRay and the cloud integrations issue it."""
+    drained = ray_cli("drain-node", f"--address={address}", f"--node-id={node_id}",
+                      "--reason=DRAIN_NODE_REASON_PREEMPTION", "--reason-message=spot reclaim (test)",
+                      f"--deadline-remaining-seconds={deadline_s}")
+    assert drained.returncode == 0, drained.stdout + drained.stderr
 
 
-def test_finetuning_trials_on_a_lost_then_a_drained_node_are_run_again_and_recorded_once(ray_head, tmp_path):
-    """Fine-tuning trials placed on spot nodes (`custom_resources_per_trial`): the node of a running
-    trial is lost (its raylet and workers SIGKILLed together), then the next one's is drained for
-    preemption and reclaimed. One `sweeper run` finishes, exit 0: every planned trial recorded
-    once and ok, none failed; the stopped trials are counted apart (trial_interruptions.json,
-    `sweeper status`)."""
+def test_spot_nodes_drained_or_lost_cost_only_their_own_work(ray_head, tmp_path):
+    """One study on spot nodes (`pretrain_node`, one at a time), its run and its trials placed
+    there, `max_failures: 0`: the pretraining run's node is drained for preemption (the run saves
+    a resume state at the step it sees the drain, stops, and trains on from that step on the next
+    node), then the next node is lost mid-run (raylet and workers SIGKILLed together: the run
+    trains on from its last saved state on the next one), then a node is lost mid-trial and the
+    next drained mid-trial and reclaimed. One `sweeper run` finishes, exit 0: the run done, every
+    planned trial recorded once and ok, none failed; every stop counted apart from failures
+    (interruptions.json, trial_interruptions.json, `sweeper status`)."""
     from sweeper.plan.load import load_study
     from sweeper.store.layout import StudyLayout
     from sweeper.store.results import read_trials
 
+    began = time.time()
     study_dir = tmp_path / "study"
-    spec = tmp_path / "spot_trials.yaml"
+    spec = tmp_path / "spot.yaml"
     # Trials long enough (1,500 steps) to be stopped mid-way; only spot nodes have `pretrain_node`.
     spec.write_text((SPECS / "worker_kill.yaml").read_text().replace("max_steps: 2", "max_steps: 1500\n  epochs: 1000")
-                    + "resources: {pretraining_workers: 0, custom_resources_per_trial: {pretrain_node: 1}}\n")
+                    + "resources: {pretraining_workers: 0, max_failures: 0, custom_resources_per_worker: "
+                      "{pretrain_node: 1}, custom_resources_per_trial: {pretrain_node: 1}}\n")
     layout = StudyLayout(str(study_dir))
-    nodes = Path(tempfile.mkdtemp(prefix="sp", dir="/tmp"))  # Ray's socket paths are short
-    spot = [start_node(ray_head[0], nodes / "a")]
+    run_dir = str(study_dir / "pretraining" / RUN)
+    log = tmp_path / "driver.log"
+    spot = SpotNodes(ray_head[0])
     driver = None
 
-    def trial_running():
-        live = storage.read_json(layout.live)
-        return live if live and live.get("stage") == "finetune" and live["running_trials"] > 0 else None
+    def progress():
+        return storage.read_json(storage.join(run_dir, "progress.json"))
 
-    def interruptions(n):
+    def trial_interruptions(n):
         entries = storage.read_json(layout.trial_interruptions) or []
         return entries if len(entries) >= n else None
 
+    def said(text):
+        return text in log.read_text()
+
+    def at(what):
+        print(f"[test +{time.time() - began:.0f} s] {what}", flush=True)
+
     try:
-        driver = start_sweeper("run", str(spec), "--storage", str(study_dir), address=ray_head[0])
-        wait_for(trial_running, timeout=900, what="a trial on the spot node", process=driver, poll_s=0.5)
-        os.killpg(spot[0].pid, signal.SIGKILL)  # node loss: raylet and workers at once, no notice
-        spot.append(start_node(ray_head[0], nodes / "b"))
-        wait_for(lambda: interruptions(1), timeout=300, what="the lost node's trial set aside", process=driver)
-        wait_for(trial_running, timeout=600, what="a trial on the second node", process=driver, poll_s=0.5)
-        (node,) = spot_node_ids(ray_head[0])
-        drained = ray_cli("drain-node", f"--address={ray_head[0]}", f"--node-id={node}",
-                          "--reason=DRAIN_NODE_REASON_PREEMPTION", "--reason-message=spot reclaim (test)",
-                          "--deadline-remaining-seconds=60")
-        assert drained.returncode == 0, drained.stdout + drained.stderr
-        time.sleep(5)
-        stop_process_group(spot[1].pid)  # reclaimed
-        spot.append(start_node(ray_head[0], nodes / "c"))
-        output = finished_output(driver, 1200, ray_head[0])
+        node = spot.start()
+        at("node A up")
+        with open(log, "w") as out:
+            driver = subprocess.Popen([sys.executable, "-m", "sweeper", "run", str(spec), "--storage", str(study_dir)],
+                                      cwd=ROOT, stdout=out, stderr=subprocess.STDOUT, text=True,
+                                      env={**os.environ, "RAY_ADDRESS": ray_head[0], "PYTHONUNBUFFERED": "1"})
+        # 1. The run's node drained: a notice. The next node joins meanwhile (a drained node takes
+        # nothing new).
+        first = wait_for(lambda: (p := progress()) and p["step"] < 20 and p, timeout=600,
+                         what="the run training on node A", process=driver, poll_s=0.05)
+        drain(ray_head[0], first["node_id"], 120)
+        drained, node = node, spot.start()
+        at("node A drained, node B up")
+        (notice,) = wait_for(lambda: RunLayout(run_dir).interruptions(), timeout=60,
+                             what="the drain notice's resume state", process=driver)
+        assert notice["kind"] == "preemption" and f"node {first['node_id'][:8]} draining" in notice["reason"]
+        wait_for(lambda: said("was preempted"), timeout=60, what="the run's task back", process=driver)
+        spot.reclaim(drained)
+        at(f"notice at step {notice['step']}; node A reclaimed")
+        # 2. The next node lost mid-run: no notice, the run trains on from its last saved state.
+        wait_for(lambda: (p := progress()) and p["node_id"] != first["node_id"] and p["step"] > notice["step"] + 5
+                 and p["step"] < 55 and p, timeout=600, what="the run training on node B", process=driver, poll_s=0.05)
+        spot.lose(node)
+        saved = max(RunLayout(run_dir).saved_checkpoints())  # at least this far; a save under way may land
+        at(f"node B lost, saved at step {saved} or later")
+        node = spot.start()
+        at("node C up")
+        # 3. A node lost mid-trial, 4. the next drained mid-trial and reclaimed.
+        wait_for(lambda: spot.running(node, TRIAL_TITLE), timeout=900, what="a trial on node C", process=driver,
+                 poll_s=0.1)
+        spot.lose(node)
+        at("node C lost")
+        node = spot.start()
+        at("node D up")
+        wait_for(lambda: trial_interruptions(1), timeout=300, what="the lost node's trial set aside", process=driver)
+        wait_for(lambda: spot.running(node, TRIAL_TITLE), timeout=600, what="a trial on node D", process=driver,
+                 poll_s=0.1)
+        drain(ray_head[0], spot.node_id(node), 60)
+        spot.reclaim(node)
+        at("node D drained and reclaimed")
+        spot.start()
+        at("node E up")
+        try:
+            driver.wait(timeout=1200)
+        except subprocess.TimeoutExpired:
+            pytest.fail(f"the driver ran past 1200 s; its output:\n{log.read_text()[-8000:]}")
+        at("driver done")
     finally:
-        stop_all(driver, spot, nodes)
+        if driver is not None and driver.poll() is None:
+            driver.kill()
+        spot.stop_all()
+    output = log.read_text()
     assert driver.returncode == 0, output[-5000:]
+    # The run: finished, its two stops counted apart from failures (`max_failures: 0`).
+    events = RunLayout(run_dir).interruptions()
+    assert [e["kind"] for e in events] == ["preemption", "node lost"], events
+    resumed = events[1]["step"]  # the driver's, once Ray told it of the lost node
+    final = progress()
+    assert final["step"] == 60 and final["started_from"] == resumed >= saved, (final, saved, events)
+    assert f"lost its node (its last saved state is step {resumed}); training on from its newest checkpoint " \
+           "(node lost; 2 of 20: resources.max_preemptions)" in output, output[-5000:]
+    # The trials: each planned one recorded once, ok; the stopped ones counted apart.
     planned = {t.trial_key for t in load_study(str(spec)).plan.trials}
     rows = read_trials(layout).to_pylist()
     assert sorted(r["trial_key"] for r in rows) == sorted(planned), "each planned trial recorded once"
     assert {r["status"] for r in rows} == {"ok"}, [(r["status"], r["error"]) for r in rows]
     kinds = [e["kind"] for e in storage.read_json(layout.trial_interruptions)]
-    # The drained node's SIGTERM is a notice; a trial placed on a node on its way out is stopped again.
+    # A trial placed on a node on its way out is stopped again.
     assert kinds[0] == "node lost" and "preemption" in kinds and set(kinds) <= {"node lost", "preemption"}, kinds
-    print(f"trial interruptions: {kinds}")
+    print(f"trial interruptions: {kinds}; trials' wall times (s): {[round(r['wall_time_s']) for r in rows]}")
     status = run_sweeper("status", str(study_dir), address=ray_head[0], timeout=300)
+    assert f"interrupted {RUN}: 1 preemptions, 0 failures, 1 lost nodes" in status.stdout, status.stdout
     assert "requeued trials:" in status.stdout and " 0 failed" in status.stdout, status.stdout
+    at("checked")

@@ -49,19 +49,20 @@ def test_status_shows_the_running_drivers_eta(tmp_path, capsys):
 
 
 def test_status_counts_a_runs_preemptions_apart_from_its_failures(tmp_path, capsys):
-    """interruptions.json (the loop's preemption notices, the driver's failures) as counts per
-    run; a damaged one is named and read as none."""
+    """interruptions.json (the loop's preemption notices, the driver's failures and lost nodes) as
+    counts per run; a damaged one is named and read as none."""
     from sweeper.report.status import print_status
 
     study = load_study(ROOT / "search_spaces" / "smoke.yaml")
     layout = StudyLayout(str(tmp_path / "study"))
     run = layout.run("nano-clm-40")
-    for kind in ("preemption", "failure", "preemption"):
+    for kind in ("preemption", "failure", "node lost", "preemption"):
         run.record_interruption(kind, step=7)
-    assert [e["kind"] for e in run.interruptions()] == ["preemption", "failure", "preemption"]
-    assert study_status(layout, study)["interrupted"] == {"nano-clm-40": {"preemption": 2, "failure": 1}}
+    assert [e["kind"] for e in run.interruptions()] == ["preemption", "failure", "node lost", "preemption"]
+    assert study_status(layout, study)["interrupted"] == {"nano-clm-40": {"preemption": 2, "failure": 1,
+                                                                          "node lost": 1}}
     print_status(layout, study)
-    assert "interrupted nano-clm-40: 2 preemptions, 1 failures" in capsys.readouterr().out
+    assert "interrupted nano-clm-40: 2 preemptions, 1 failures, 1 lost nodes" in capsys.readouterr().out
     (tmp_path / "study" / "pretraining" / "nano-clm-40" / "interruptions.json").write_text('{"kind": 1}')
     status = study_status(layout, study)
     assert status["interrupted"] == {}

@@ -5,6 +5,7 @@ tested with."""
 from __future__ import annotations
 
 import ast
+import os
 from pathlib import Path
 
 import pytest
@@ -147,15 +148,36 @@ def test_trial_interruptions_are_told_apart_by_the_messages_ray_260_writes():
 
     from ray.exceptions import ActorUnavailableError
 
-    from sweeper.run.ray_compat import TRIAL_NODE_DIED, TRIAL_SIGTERM, trial_interruption
+    from sweeper.run.ray_compat import TRIAL_NODE_DIED, TRIAL_NODE_PREEMPTED, TRIAL_SIGTERM, trial_interruption
 
     ray_dir = Path(importlib.util.find_spec("ray").origin).parent
     assert TRIAL_SIGTERM in (ray_dir / "_private" / "worker.py").read_text()
-    assert TRIAL_NODE_DIED.encode() in (ray_dir / "core" / "src" / "ray" / "gcs" / "gcs_server").read_bytes()
+    gcs_server = (ray_dir / "core" / "src" / "ray" / "gcs" / "gcs_server").read_bytes()
+    assert TRIAL_NODE_DIED.encode() in gcs_server and TRIAL_NODE_PREEMPTED.encode() in gcs_server
     unreachable = ActorUnavailableError("The actor is temporarily unavailable: RpcError: Socket closed", bytes(16))
     assert trial_interruption(f"Failure # 1\nray.exceptions.ActorUnavailableError: {unreachable}") == "node lost"
     assert trial_interruption(f"ray.exceptions.ActorDiedError: {TRIAL_NODE_DIED} Node Id: ab12") == "node lost"
     assert trial_interruption(f"SystemExit: 1\n{TRIAL_SIGTERM}") == "preemption"
     reclaimed = f"{TRIAL_NODE_DIED} Node Id: ab12\n\tthe actor's node was terminated expectedly: received SIGTERM"
     assert trial_interruption(reclaimed) == "preemption"
+    preempted = f"{TRIAL_NODE_DIED} Node Id: ab12\n\t{TRIAL_NODE_PREEMPTED}: spot reclaim (test)"
+    assert trial_interruption(preempted) == "preemption"
     assert trial_interruption("ray.exceptions.RayTaskError(ValueError): the task has no labels") is None
+
+
+def test_tune_is_told_to_count_a_preempted_trial_so_that_its_reruns_are_capped(monkeypatch):
+    """`count_preempted_trials` sets the variable the installed Tune reads where an actor dies
+    (without it Tune requeues a trial Ray flags preempted by itself, counting nothing: no cap), in
+    this process only."""
+    import importlib.util
+
+    from ray.train.constants import RAY_TRAIN_COUNT_PREEMPTION_AS_FAILURE
+
+    from sweeper.run.ray_compat import count_preempted_trials
+
+    trial_py = Path(importlib.util.find_spec("ray.tune.experiment.trial").origin).read_text()
+    reads = trial_py[trial_py.index("def _handle_ray_actor_error"):trial_py.index("def _handle_ray_task_error")]
+    assert "RAY_TRAIN_COUNT_PREEMPTION_AS_FAILURE" in reads and "exc.preempted" in reads, reads
+    monkeypatch.setenv(RAY_TRAIN_COUNT_PREEMPTION_AS_FAILURE, "0")  # restored after the test
+    count_preempted_trials()
+    assert os.environ[RAY_TRAIN_COUNT_PREEMPTION_AS_FAILURE] == "1"

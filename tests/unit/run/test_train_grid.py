@@ -1,16 +1,18 @@
-"""The pretraining grid's bookkeeping of branches (sweeper.run.train_grid.PretrainingGrid) that
-needs no run started: a branch whose trunk failed before the branch step fails with the reason; one
-whose trunk finished without its state there starts from a kept state, or from scratch, saying so."""
+"""The pretraining grid's bookkeeping (sweeper.run.train_grid.PretrainingGrid) that needs no run
+started: a branch whose trunk failed before the branch step fails with the reason; one whose trunk
+finished without its state there starts from a kept state, or from scratch, saying so; a lost node
+is told from a failure and spends the preemptions' budget."""
 from __future__ import annotations
 
 import json
+from collections import Counter
 from pathlib import Path
 
 from conftest import ROOT
 
 from sweeper.plan.branches import Branch
 from sweeper.plan.load import load_study
-from sweeper.run.train_grid import PretrainingGrid
+from sweeper.run.train_grid import PretrainingGrid, budget_spent, interruption_kind
 from sweeper.store import storage
 from sweeper.store.layout import CHECKPOINT_MARKER, TRAINING_STATE, StudyLayout
 
@@ -81,3 +83,19 @@ def test_a_branch_does_not_wait_for_a_trunk_already_past_its_step(tmp_path, caps
     assert grid.trunk_past(planned) and grid.kept_start(branch, planned) is None  # its trunk is not done
     assert ("trains from scratch: its trunk nano-clm-40 trained past that step without a resumable checkpoint at "
             "step 20") in capsys.readouterr().out
+
+
+def test_a_lost_node_is_no_failure_and_spends_the_preemptions_budget():
+    """Ray's NodeDiedError (the node's raylet unreachable) is a lost node; a worker that died on a
+    node that lives on, or an exception of the run's, is a failure. Preemptions and lost nodes
+    share `max_preemptions`; failures alone spend `max_failures`."""
+    from ray.exceptions import NodeDiedError, RayTaskError, WorkerCrashedError
+
+    assert interruption_kind(NodeDiedError("Task failed because the node it was running on is dead")) == "node lost"
+    assert interruption_kind(WorkerCrashedError()) == "failure"
+    assert interruption_kind(RayTaskError("fit_run", "Traceback ...", ValueError("bad batch"))) == "failure"
+    assert interruption_kind(ValueError("bad batch")) == "failure"
+    counts = Counter({"preemption": 3, "node lost": 2, "failure": 1})
+    assert budget_spent(counts, "node lost") == ("max_preemptions", 5)
+    assert budget_spent(counts, "preemption") == ("max_preemptions", 5)
+    assert budget_spent(counts, "failure") == ("max_failures", 1)
