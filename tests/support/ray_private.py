@@ -1,6 +1,7 @@
 """Ray's private API that only the tests use, version-checked as sweeper/run/ray_compat.py's:
 `ray up`'s own handling of a cluster config, offline (tests/unit/cluster/test_cluster_configs.py),
-and Ray's accelerator resource names (tests/unit/plan/test_hostile_checkpoints.py).
+Ray's accelerator resource names (tests/unit/plan/test_hostile_checkpoints.py), and a worker's
+error as Ray Train wraps it.
 
 Ray has no public API that checks a cluster config the way `ray up` reads it: the schema alone
 misses the merges and defaults `ray up` applies before it reaches the cloud. These let the shipped
@@ -51,3 +52,13 @@ def accelerator_resource_names() -> list[str]:
     import ray._private.accelerators as accelerators
 
     return list(accelerators.get_all_accelerator_resource_names())
+
+
+def worker_exception(error: BaseException, traceback_text: str) -> BaseException:
+    """A worker's error as Ray Train's worker group hands it to the driver inside a
+    `WorkerGroupError` (tests/unit/store/test_permanent_errors_from_workers.py). Private:
+    `ray.train.v2._internal.exceptions.UserExceptionWithTraceback`."""
+    require_tested_ray()
+    from ray.train.v2._internal.exceptions import UserExceptionWithTraceback
+
+    return UserExceptionWithTraceback(error, traceback_text)

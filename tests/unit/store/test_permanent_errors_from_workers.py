@@ -10,7 +10,7 @@ import traceback
 
 from ray.exceptions import RayTaskError
 from ray.train import ControllerError, WorkerGroupError
-from ray.train.v2._internal.exceptions import UserExceptionWithTraceback
+from ray_private import worker_exception
 
 from sweeper.store.permanent_errors import PermanentStorageError, cause_line, location_line
 
@@ -44,7 +44,7 @@ def test_the_workers_line_comes_through_rays_wrapping():
     # What Ray Train 2.60 puts there: the worker's error with its traceback, printed as that text.
     error = worker_error()
     text = "".join(traceback.format_exception(error))
-    assert cause_line(raised_in_a_task(WorkerGroupError("rank 0 failed", {0: UserExceptionWithTraceback(error, text)})
+    assert cause_line(raised_in_a_task(WorkerGroupError("rank 0 failed", {0: worker_exception(error, text)})
                                        )) == FULL
     assert cause_line(ControllerError(worker_error())) == FULL
 
