@@ -11,6 +11,8 @@ from importlib import metadata
 
 import torch
 
+from sweeper.contract import cpu
+
 PACKAGES = ("torch", "transformers", "tokenizers", "ray", "numpy", "pyarrow", "scipy", "pandas", "flash-attn")
 """The libraries whose versions are recorded (those not installed are left out)."""
 
@@ -28,14 +30,7 @@ def installed_versions() -> dict[str, str]:
 def cpu_model() -> str | None:
     """The CPU's model name (Linux's /proc/cpuinfo; `platform.processor()` elsewhere): the same torch
     path (AVX2) on two CPU models can differ 2x in speed, which `sweeper plan`'s estimate feels."""
-    try:
-        with open("/proc/cpuinfo", encoding="utf-8") as cpuinfo:
-            for line in cpuinfo:
-                if line.startswith("model name"):
-                    return line.split(":", 1)[1].strip() or None
-    except OSError:
-        pass
-    return platform.processor() or None
+    return cpu.cpuinfo_field("model name") or platform.processor() or None
 
 
 def describe() -> dict:

@@ -32,6 +32,7 @@ from sweeper.plan.branches import Branch, new_steps, shared_prefixes
 from sweeper.plan.checkpoint_sources import PACKING_TESTED, ExternalCheckpoint
 from sweeper.plan.runs import PretrainingRun
 from sweeper.plan.study_plan import StudyPlan, finetune_protocol, protocol_text
+from sweeper.contract import cpu
 from sweeper.contract.configs import FinetuneProtocol
 from sweeper.contract.estimates import RowShape
 from sweeper.contract.registry import family_of, get_task, task_statistics
@@ -252,20 +253,10 @@ seconds, and the default study 26m41s against its ~14 min estimate (docs/benchma
 14): `sweeper plan` says so on such a machine rather than print a figure half as long as the run."""
 
 
-CPUINFO = "/proc/cpuinfo"
-"""Where Linux lists the CPU's flags."""
-
-
 def cpu_flags() -> set[str] | None:
     """This machine's CPU flags (Linux), or None where they cannot be read."""
-    try:
-        with open(CPUINFO, encoding="utf-8") as lines:
-            for line in lines:
-                if line.startswith("flags"):
-                    return set(line.split(":", 1)[1].split())
-    except OSError:
-        pass
-    return None
+    flags = cpu.cpuinfo_field("flags")
+    return None if flags is None else set(flags.split())
 
 
 STUDY_SETUP_S = 45.0

@@ -76,9 +76,10 @@ def test_lines_name_the_cpus(micro):
 
 def test_a_cpu_unlike_the_calibrations_is_named(micro, tmp_path, monkeypatch):
     import sweeper.plan.cost as cost
+    from sweeper.contract import cpu
 
     cpuinfo = tmp_path / "cpuinfo"
-    monkeypatch.setattr(cost, "CPUINFO", str(cpuinfo))
+    monkeypatch.setattr(cpu, "CPUINFO", str(cpuinfo))
     assert cost.cpu_flags() is None, "no file: no note"
     for flags, noted in (("fpu sse avx2", True), ("fpu sse avx2 avx512f", False)):
         cpuinfo.write_text(f"processor\t: 0\nflags\t\t: {flags}\n")
