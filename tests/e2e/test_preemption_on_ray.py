@@ -138,17 +138,17 @@ class SpotNodes:
             children.setdefault(ppid, []).append(int(entry.name))
         return sorted(group | {child for pid in group for child in children.get(pid, [])})
 
-    def running(self, node: subprocess.Popen, title: str) -> bool:
-        """Whether a process of `node` runs `title` now: a Ray worker's command line is its process
-        title, `ray::ImplicitFunc.train` while a trial trains (fresh, where the driver's live.json
-        may be seconds old)."""
+    def running(self, node: subprocess.Popen, title: str) -> int | None:
+        """The process of `node` that runs `title` now, if one does: a Ray worker's command line is
+        its process title, `ray::ImplicitFunc.train` while a trial trains (fresh, where the driver's
+        live.json may be seconds old)."""
         for pid in self.processes(node):
             try:
                 if title in Path(f"/proc/{pid}/cmdline").read_bytes().decode(errors="replace"):
-                    return True
+                    return pid
             except OSError:
                 continue
-        return False
+        return None
 
     def signal_all(self, node: subprocess.Popen, sig: int) -> None:
         for pid in self.processes(node):
@@ -180,6 +180,40 @@ class SpotNodes:
 TRIAL_TITLE = "ray::ImplicitFunc.train"
 """A Ray worker's process title while a Tune trial (a function trainable) trains."""
 
+TRIAL_MAX_STEPS = 300
+"""Steps of each trial: 21 CPU-seconds a trial here (measured in one process: 0.4 CPU-s to load its
+task data and backbone, then about 0.065 CPU-s a step)."""
+
+TRAINED_CPU_S = 4.0
+"""CPU-seconds a trial's process spends in its trial before the test stops its node: about step 55
+of 300, past loading, well into its optimizer steps and far from its end. CPU time, unlike wall
+time, does not stretch with the machine's load, so the stop lands mid-trial under any load."""
+
+
+def cpu_seconds(pid: int) -> float | None:
+    """CPU time (user and system) the process `pid` has used, None once it is gone."""
+    try:
+        fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    except OSError:
+        return None
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+def training_a_trial(spot: SpotNodes, node: subprocess.Popen):
+    """A condition for `wait_for`: true (the CPU-seconds) once a process of `node` has spent
+    TRAINED_CPU_S CPU-seconds in its trial since the test first saw it there, an observable sign
+    that the trial is under way (a trial without a scheduler reports nothing before its end)."""
+    first_seen: dict[int, float] = {}
+
+    def condition():
+        pid = spot.running(node, TRIAL_TITLE)
+        used = cpu_seconds(pid) if pid is not None else None
+        if used is None:
+            return None
+        trained = used - first_seen.setdefault(pid, used)
+        return trained if trained >= TRAINED_CPU_S else None
+    return condition
+
 
 def drain(address: str, node_id: str, deadline_s: int) -> None:
     """`ray drain-node` for preemption, as KubeRay and the cloud integrations issue it."""
@@ -205,8 +239,9 @@ def test_spot_nodes_drained_or_lost_cost_only_their_own_work(ray_head, tmp_path)
     began = time.time()
     study_dir = tmp_path / "study"
     spec = tmp_path / "spot.yaml"
-    # Trials long enough (1,500 steps) to be stopped mid-way; only spot nodes have `pretrain_node`.
-    spec.write_text((SPECS / "worker_kill.yaml").read_text().replace("max_steps: 2", "max_steps: 1500\n  epochs: 1000")
+    # Trials long enough (TRIAL_MAX_STEPS) to be stopped mid-way; only spot nodes have `pretrain_node`.
+    spec.write_text((SPECS / "worker_kill.yaml").read_text().replace("max_steps: 2",
+                                                                       f"max_steps: {TRIAL_MAX_STEPS}\n  epochs: 1000")
                     + "resources: {pretraining_workers: 0, max_failures: 0, custom_resources_per_worker: "
                       "{pretrain_node: 1}, custom_resources_per_trial: {pretrain_node: 1}}\n")
     layout = StudyLayout(str(study_dir))
@@ -256,19 +291,20 @@ def test_spot_nodes_drained_or_lost_cost_only_their_own_work(ray_head, tmp_path)
         at(f"node B lost, saved at step {saved} or later")
         node = spot.start()
         at("node C up")
-        # 3. A node lost mid-trial, 4. the next drained mid-trial and reclaimed.
-        wait_for(lambda: spot.running(node, TRIAL_TITLE), timeout=900, what="a trial on node C", process=driver,
-                 poll_s=0.1)
+        # 3. A node lost mid-trial, 4. the next drained mid-trial and reclaimed: each once its trial
+        # has trained for TRAINED_CPU_S CPU-seconds.
+        trained = wait_for(training_a_trial(spot, node), timeout=900, what="a trial training on node C",
+                           process=driver, poll_s=0.1)
         spot.lose(node)
-        at("node C lost")
+        at(f"node C lost, its trial {trained:.1f} CPU-s in")
         node = spot.start()
         at("node D up")
         wait_for(lambda: trial_interruptions(1), timeout=300, what="the lost node's trial set aside", process=driver)
-        wait_for(lambda: spot.running(node, TRIAL_TITLE), timeout=600, what="a trial on node D", process=driver,
-                 poll_s=0.1)
+        trained = wait_for(training_a_trial(spot, node), timeout=600, what="a trial training on node D",
+                           process=driver, poll_s=0.1)
         drain(ray_head[0], spot.node_id(node), 60)
         spot.reclaim(node)
-        at("node D drained and reclaimed")
+        at(f"node D drained and reclaimed, its trial {trained:.1f} CPU-s in at the drain")
         spot.start()
         at("node E up")
         try:
