@@ -7,7 +7,11 @@ their own source replicate's effect, as the plan builds them) of one 610m @ 42k 
 configuration trained `maximum` times; a sequential study reads only the replicates its looks ask for (the
 first `first`, then `step` more for the configurations of the comparisons still open), which is
 what the driver would have trained. The fixed design reads all of them (`findings.judge_grid`).
-The paper's effects are benchmarks/verdict_power.py's. docs/statistics.md quotes the figures.
+The paper's effects are benchmarks/verdict_power.py's. `--effect E` adds studies whose every
+two-arm part claims E points (`verdict_simulation.uniform_effects`): the world `sweeper plan`'s
+expected cost models (sweeper.design.sequential_cost). The runs trained are given as a share of the
+fixed design's, with its Monte Carlo SE and 10th-90th percentiles over the studies.
+docs/statistics.md quotes the figures.
 
     .venv/bin/python benchmarks/sequential_power.py [--studies 400] [--first 3 --step 3 --maximum 12]
         [--parts-rule holm] [--effect 1.0 ...]
