@@ -107,7 +107,7 @@ def main() -> None:
         uniform = simulate_designs(Scenario(groups=GROUPS[:1], effects=uniform_effects(effect), run_sd=args.run_sd,
                                             replicates=design.maximum, rates=4), design, args.studies, seed=seed,
                                    config=config)
-        print(f"\nevery two-arm comparison at {effect:g} points: runs trained: {runs_share(uniform)}")
+        print(f"\nevery two-arm comparison at an effect of {effect:g} (points): runs trained: {runs_share(uniform)}")
     print(f"\n{time.perf_counter() - started:.0f} s")
 
 
