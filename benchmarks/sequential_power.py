@@ -7,10 +7,14 @@ their own source replicate's effect, as the plan builds them) of one 610m @ 42k 
 configuration trained `maximum` times; a sequential study reads only the replicates its looks ask for (the
 first `first`, then `step` more for the configurations of the comparisons still open), which is
 what the driver would have trained. The fixed design reads all of them (`findings.judge_grid`).
-The paper's effects are benchmarks/verdict_power.py's. docs/statistics.md quotes the figures.
+The paper's effects are benchmarks/verdict_power.py's. `--effect E` adds studies whose every
+two-arm part claims E points (`verdict_simulation.uniform_effects`): the world `sweeper plan`'s
+expected cost models (sweeper.design.sequential_cost). The runs trained are given as a share of the
+fixed design's, with its Monte Carlo SE and 10th-90th percentiles over the studies.
+docs/statistics.md quotes the figures.
 
     .venv/bin/python benchmarks/sequential_power.py [--studies 400] [--first 3 --step 3 --maximum 12]
-        [--parts-rule holm]
+        [--parts-rule holm] [--effect 1.0 ...]
 """
 from __future__ import annotations
 
@@ -27,7 +31,7 @@ sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "tests" / "support"))
 sys.path.insert(0, str(ROOT / "benchmarks"))
 from verdict_power import PAPER_EFFECTS
-from verdict_simulation import GROUPS, Scenario, simulate
+from verdict_simulation import GROUPS, Scenario, simulate, uniform_effects
 
 from sweeper.report.findings import judge_grid
 from sweeper.report.sequential import run_looks
@@ -56,6 +60,15 @@ def simulate_designs(scenario: Scenario, design: SequentialSpec, studies: int, s
     return pd.DataFrame(rows)
 
 
+def runs_share(studies: pd.DataFrame) -> str:
+    """The runs trained over the fixed design's: mean (its Monte Carlo SE) and 10th-90th
+    percentiles over the studies, what `sweeper plan`'s expected-runs line estimates."""
+    share = studies["runs"] / studies["runs_fixed"]
+    low, high = np.percentile(share, [10, 90])
+    return (f"{share.mean():.1%} of the fixed design's (SE {share.std(ddof=1) / np.sqrt(len(share)):.1%}; "
+            f"10-90 %: {low:.1%}-{high:.1%})")
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--studies", type=int, default=400)
@@ -65,6 +78,9 @@ def main() -> None:
     parser.add_argument("--futility", type=float, default=SequentialSpec().futility)
     parser.add_argument("--run-sd", type=float, default=0.5)
     parser.add_argument("--parts-rule", choices=PART_RULES, default=VerdictConfig().parts)
+    parser.add_argument("--effect", type=float, nargs="*", default=[],
+                        help="also: studies whose every two-arm comparison claims this many points "
+                             "(verdict_simulation.uniform_effects), `sweeper plan`'s cost model's world")
     args = parser.parse_args()
     config = VerdictConfig(parts=args.parts_rule)
     design = SequentialSpec(first=args.first, step=args.step, maximum=args.maximum, futility=args.futility)
@@ -78,7 +94,7 @@ def main() -> None:
                           for f in FINDINGS}, index=["sequential", "fixed at maximum"])
     print(f"\nnull (equal objectives, run SD {args.run_sd:g}): false verdicts over all looks, %")
     print(false.round(1).to_string())
-    print(f"runs trained: {null['runs'].mean() / null['runs_fixed'].mean():.0%} of the fixed design's")
+    print(f"runs trained: {runs_share(null)}")
     paper = simulate_designs(Scenario(groups=GROUPS[:1], effects=PAPER_EFFECTS, run_sd=args.run_sd,
                                       replicates=design.maximum, rates=4), design, args.studies, seed=2,
                                                                       config=config)
@@ -86,8 +102,12 @@ def main() -> None:
                           for f in PAPER_CLAIMS}, index=["sequential", "fixed at maximum"])
     print("\nthe paper's 610m effects: power ('supports'), %")
     print(power.round(1).to_string())
-    print(f"runs trained: {paper['runs'].mean() / paper['runs_fixed'].mean():.0%} of the fixed design's "
-          f"(looks: mean {paper['looks'].mean():.2f})")
+    print(f"runs trained: {runs_share(paper)} (looks: mean {paper['looks'].mean():.2f})")
+    for seed, effect in enumerate(args.effect, start=3):
+        uniform = simulate_designs(Scenario(groups=GROUPS[:1], effects=uniform_effects(effect), run_sd=args.run_sd,
+                                            replicates=design.maximum, rates=4), design, args.studies, seed=seed,
+                                   config=config)
+        print(f"\nevery two-arm comparison at an effect of {effect:g} (points): runs trained: {runs_share(uniform)}")
     print(f"\n{time.perf_counter() - started:.0f} s")
 
 

@@ -133,6 +133,20 @@ class Scenario:
         return rows
 
 
+def uniform_effects(effect: float, margin: float = 1.0) -> dict:
+    """Planted effects of one group under which every part that compares two arms' means claims
+    `effect` points, the model of `sweeper plan`'s expected cost (sweeper.design.sequential_cost):
+    MLM beats CLM by `effect` on SC and QA and CLM ties it on TC (CLM - MLM + `margin`), CLM
+    beats MLM early, the splits beat MLM-40 and CPT from CLM beats CPT from MLM, each by `effect`
+    in every category. MLM-30 equals MLM-40 and the 50 % split the 25 %, so the margin tests
+    against them (finding 2's compromise, finding 4's reliability) claim `margin`; finding 2's
+    'no ratio is best everywhere' and finding 3's stability stay null."""
+    mlm = {"SC": effect, "QA": effect, "TC": margin - effect, "IR": 0.0}
+    split = {c: v + effect for c, v in mlm.items()}
+    every = dict.fromkeys(CATEGORIES, effect)
+    return {"mlm40": mlm, "mlm30": mlm, "clm-early": every, "split25": split, "split50": split, "cpt-clm": every}
+
+
 @functools.cache
 def runs_table(scenario_key: tuple) -> pd.DataFrame:
     """The study's checkpoints (`Scenario.checkpoints`), by groups and replicates."""
