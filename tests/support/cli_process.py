@@ -1,15 +1,18 @@
 """`python -m sweeper ARGS` in a child process, for tests that check what a command prints and
 exits with (`sweeper plan` refusing a spec, `sweeper status` of a damaged study, ...).
 
-The child is forked from a server process that imported `sweeper.cli` once (one server per test
+The child is forked from a server process that imported `sweeper.cli` and what `sweeper plan`,
+`status` and `report` import after reading their input (READERS) once (one server per test
 process, started at its first call: `python cli_process.py cli`), not a new interpreter: a
-`sweeper plan` then costs its own work, not ~1 CPU-second of interpreter start and imports each
-time (about 130 such calls in the quick tier). The child is still a process of its own: its
-exit status is the command's (`sys.exit(main())`; 1 and a traceback on stderr for an uncaught
-exception, as Python's; minus the signal's number when a signal ends it, as subprocess's), its
-environment, working folder and resource limits are the call's, and its stdout and stderr are
-read back whole. What the server imported read the environment of the test process that
-started it; the commands under test read theirs when they run.
+`sweeper plan` then costs its own work, not ~3 CPU-seconds of interpreter start and imports each
+time (about 130 such calls in the quick tier). A test of what a command imports runs it in an
+interpreter of its own (tests/unit/spec/test_hostile_specs.py: Ray never imported for a bad spec).
+The child is still a process of its own: its exit status is the command's (`sys.exit(main())`;
+1 and a traceback on stderr for an uncaught exception, as Python's; minus the signal's number when
+a signal ends it, as subprocess's), its environment, working folder and resource limits are the
+call's, and its stdout and stderr are read back whole. What the server imported read the
+environment of the test process that started it; the commands under test read theirs when they
+run.
 
 A quick-tier test's child gets the tier's guard (tests/support/start_rules.py) as a new
 interpreter would through child_guard/sitecustomize.py.
@@ -38,8 +41,14 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[2]
 SUPPORT = Path(__file__).resolve().parent
-STAGES = {"cli": ["sweeper.cli"], "run": ["sweeper.cli", "sweeper.run.runner"]}
-"""What each server imports before it forks: the command line, or the command line and the run stage."""
+READERS = ["sweeper.cli", "sweeper.plan.plan_text", "sweeper.design.decidable", "sweeper.report.status",
+           "sweeper.report.writer"]
+"""The command line and what `sweeper plan`, `status` and `report` import once their input is read
+(pandas, scipy.stats, matplotlib: 2-3 CPU-s a child on the project's 2-core machine, paid again
+by each of the quick tier's ~130 commands when only the command line was imported first; measured
+2026-11-29: tests/unit/store/test_damage.py in 29.5 CPU-s against 41.0)."""
+STAGES = {"cli": READERS, "run": [*READERS, "sweeper.run.runner"]}
+"""What each server imports before it forks: the reading commands' modules, or those and the run stage."""
 _servers: dict[str, subprocess.Popen] = {}
 
 

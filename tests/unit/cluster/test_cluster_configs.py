@@ -170,6 +170,7 @@ def bootstrapped(aws) -> dict:
     return bootstrap_cluster_config(yaml.safe_load(text.replace(SG_PLACEHOLDER, aws.group)))
 
 
+@pytest.mark.slow  # moto with AWS's managed policies, then Ray's bootstrap of the config: 13 s alone
 def test_ray_up_bootstrap_opens_nothing_to_the_internet_and_gives_every_node_a_profile(aws):
     config = bootstrapped(aws)
     for node_type, profile in PROFILES.items():

@@ -154,6 +154,7 @@ def test_a_plan_bomb_exits_2_naming_the_count_and_the_key(bomb: Bomb, tmp_path):
     assert not study.exists()  # `sweeper run` refused before making anything
 
 
+@pytest.mark.slow  # plans 1,001 runs, then 10,001 samples (the defaults + 1): 13 s of the quick tier alone
 def test_raising_a_limit_plans_what_the_default_refuses(tmp_path):
     spec = tmp_path / "large.yaml"
     # 1,001 runs, one more than limits.max_runs' default: 999 step budgets of one entry + 2 runs.

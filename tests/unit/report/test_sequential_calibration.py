@@ -147,6 +147,7 @@ def test_a_broken_boundary_makes_the_calibration_fail(broken, monkeypatch):
     assert count > MAX_FALSE, f"the calibration did not notice: {broken.__name__}"
 
 
+@pytest.mark.slow  # POWER_STUDIES simulated findings: 12 s of the quick tier alone, in the whole suite
 def test_a_planted_effect_is_found_about_as_often_as_by_the_fixed_design_with_fewer_replicates():
     """One comparison at an effect the fixed design at the maximum finds ~77 % of the time: the
     sequential plan (looks at 9, 12, 15; the skew-corrected test) finds it within 6 points as often

@@ -221,6 +221,7 @@ MEASURE = textwrap.dedent("""
 """)
 
 
+@pytest.mark.slow  # a fresh interpreter scores 2,000 queries against 100,000 documents: 10 s alone
 def test_a_100k_pool_scores_within_the_memory_bound():
     """Peak resident memory of a fresh process, reset to the current RSS after the embeddings
     exist (/proc/self/clear_refs), read back as VmHWM. tracemalloc would miss torch's CPU
