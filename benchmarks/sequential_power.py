@@ -88,25 +88,26 @@ def main() -> None:
           f"futility below {design.futility:.0%} conditional power; parts {config.parts}; {args.studies} studies "
           "per scenario")
     started = time.perf_counter()
-    null = simulate_designs(Scenario(groups=GROUPS[:1], run_sd=args.run_sd, replicates=design.maximum, rates=4),
-                            design, args.studies, seed=1, config=config)
+
+    def one_group(seed: int, **effects) -> pd.DataFrame:
+        """`args.studies` studies of one 610m @ 42k group with these planted effects, both designs."""
+        scenario = Scenario(groups=GROUPS[:1], run_sd=args.run_sd, replicates=design.maximum, rates=4, **effects)
+        return simulate_designs(scenario, design, args.studies, seed=seed, config=config)
+
+    null = one_group(seed=1)
     false = pd.DataFrame({f"finding {f}": [(null[f"{d}{f}"] != "cannot tell").mean() * 100 for d in ("seq", "fix")]
                           for f in FINDINGS}, index=["sequential", "fixed at maximum"])
     print(f"\nnull (equal objectives, run SD {args.run_sd:g}): false verdicts over all looks, %")
     print(false.round(1).to_string())
     print(f"runs trained: {runs_share(null)}")
-    paper = simulate_designs(Scenario(groups=GROUPS[:1], effects=PAPER_EFFECTS, run_sd=args.run_sd,
-                                      replicates=design.maximum, rates=4), design, args.studies, seed=2,
-                                                                      config=config)
+    paper = one_group(seed=2, effects=PAPER_EFFECTS)
     power = pd.DataFrame({f"finding {f}": [(paper[f"{d}{f}"] == "supports").mean() * 100 for d in ("seq", "fix")]
                           for f in PAPER_CLAIMS}, index=["sequential", "fixed at maximum"])
     print("\nthe paper's 610m effects: power ('supports'), %")
     print(power.round(1).to_string())
     print(f"runs trained: {runs_share(paper)} (looks: mean {paper['looks'].mean():.2f})")
     for seed, effect in enumerate(args.effect, start=3):
-        uniform = simulate_designs(Scenario(groups=GROUPS[:1], effects=uniform_effects(effect), run_sd=args.run_sd,
-                                            replicates=design.maximum, rates=4), design, args.studies, seed=seed,
-                                   config=config)
+        uniform = one_group(seed=seed, effects=uniform_effects(effect))
         print(f"\nevery two-arm comparison at an effect of {effect:g} (points): runs trained: {runs_share(uniform)}")
     print(f"\n{time.perf_counter() - started:.0f} s")
 

@@ -45,8 +45,8 @@ READERS = ["sweeper.cli", "sweeper.plan.plan_text", "sweeper.design.decidable", 
            "sweeper.report.writer"]
 """The command line and what `sweeper plan`, `status` and `report` import once their input is read
 (pandas, scipy.stats, matplotlib: 2-3 CPU-s a child on the project's 2-core machine, paid again
-by each of the quick tier's ~130 commands when only the command line was imported first; measured
-2026-11-29: tests/unit/store/test_damage.py in 29.5 CPU-s against 41.0)."""
+by each of the quick tier's ~130 commands when only the command line was imported first; measured:
+tests/unit/store/test_damage.py in 29.5 CPU-s against 41.0)."""
 STAGES = {"cli": READERS, "run": [*READERS, "sweeper.run.runner"]}
 """What each server imports before it forks: the reading commands' modules, or those and the run stage."""
 _servers: dict[str, subprocess.Popen] = {}
