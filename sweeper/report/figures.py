@@ -26,6 +26,7 @@ import matplotlib
 import matplotlib.pyplot as plt
 from matplotlib.figure import Figure
 from matplotlib.lines import Line2D
+from matplotlib.layout_engine import TightLayoutEngine
 from matplotlib.patches import Patch
 from matplotlib.ticker import FuncFormatter, LogLocator, NullFormatter
 import numpy as np
@@ -96,6 +97,10 @@ HATCHES = ("", "//", "..", "xx", "\\\\", "++", "--", "oo")
 FONTS = {"font.size": 10, "legend.fontsize": 10, "legend.title_fontsize": 10, "axes.titlesize": 11,
          "axes.labelsize": 10, "xtick.labelsize": 10, "ytick.labelsize": 10, "figure.titlesize": 12}
 """Text sizes (points): legible with the PNG shown at 100 %."""
+DPI = 120
+"""The PNG's pixels per inch."""
+LEGEND_PAD = 0.1
+"""Inches of margin right of a legend beside the panels (and above and below one taller than them)."""
 
 
 def objective_family(row) -> str:
@@ -171,14 +176,34 @@ def drawn(draw):
 
 
 def finish(fig: Figure, handles: list, labels: list[str], title: str) -> Figure:
-    """Lay the panels out and give the figure its one legend, right of the panels."""
-    fig.tight_layout()
-    fig.legend(handles, labels, loc="center left", bbox_to_anchor=(1.0, 0.5), frameon=False, title=title)
+    """Give the figure its one legend, right of the panels, and lay the panels out: the figure grows
+    by the legend's width (and height, for a legend taller than the panels) and the panels are laid
+    out left of it, at the size they had. Laid out at the PNG's size and resolution, the figure is
+    then saved with the text metrics of its layout and drawn once; cropping to the legend
+    (`bbox_inches="tight"`) drew it twice at another size."""
+    fig.set_dpi(DPI)
+    legend = fig.legend(handles, labels, loc="center left", frameon=False, title=title)
+    box = legend.get_window_extent(fig.canvas.get_renderer())
+    width, height = fig.get_size_inches()
+    grown_width = width + box.width / DPI + LEGEND_PAD
+    grown_height = max(height, box.height / DPI + 2 * LEGEND_PAD)
+    below = (grown_height - height) / 2 / grown_height  # the panels stay centred beside a taller legend
+    fig.set_size_inches(grown_width, grown_height)
+    panels = width / grown_width
+    lay_out(fig, rect=(0, below, panels, 1 - below))
+    legend.set_bbox_to_anchor((panels, 0.5), transform=fig.transFigure)
     return fig
 
 
+def lay_out(fig: Figure, rect=(0, 0, 1, 1)) -> None:
+    """`fig.tight_layout` without the placeholder engine it leaves behind, which makes `savefig`
+    draw the figure once more before drawing it (a figure with no engine is drawn once)."""
+    TightLayoutEngine(rect=rect).execute(fig)
+
+
 def save(fig: Figure, path) -> None:
-    fig.savefig(path, dpi=120, bbox_inches="tight")  # the legend beside the panels included
+    """The PNG; a figure with a legend beside its panels was sized for it (`finish`)."""
+    fig.savefig(path, dpi=DPI)
     plt.close(fig)
 
 

@@ -12,7 +12,7 @@ from matplotlib.figure import Figure
 from matplotlib.lines import Line2D
 
 from sweeper.plan.branches import Branch, shared_prefixes
-from sweeper.report.figures import FigureSet, drawn
+from sweeper.report.figures import DPI, FigureSet, drawn, lay_out
 from sweeper.store.layout import StudyLayout
 from sweeper.store.results import read_table
 from sweeper.store.schemas import PRETRAINING
@@ -53,7 +53,7 @@ def loss_curves(rows: pd.DataFrame, branches: dict[str, Branch]) -> Figure | Non
     """The figure (None without a stored pretraining row)."""
     if rows.empty:
         return None
-    fig, ax = plt.subplots(figsize=(7.5, 4.2))
+    fig, ax = plt.subplots(figsize=(7.5, 4.2), dpi=DPI)  # laid out at the PNG's resolution
     colours = plt.rcParams["axes.prop_cycle"].by_key()["color"]
     handles, labels = [], []
     for i, (run, (trunk, frame)) in enumerate(histories(rows, branches).items()):
@@ -76,7 +76,7 @@ def loss_curves(rows: pd.DataFrame, branches: dict[str, Branch]) -> Figure | Non
     ax.grid(alpha=0.3)
     ax.set_title("Pretraining loss")
     ax.legend(handles, labels, fontsize="small", loc="upper right")
-    fig.tight_layout()
+    lay_out(fig)
     return fig
 
 
