@@ -11,6 +11,7 @@ in the Ray-free stages, no module of sweeper/ over MAX_LINES lines. The study's 
 from __future__ import annotations
 
 import ast
+import functools
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -39,6 +40,13 @@ def module_name(path: Path) -> str:
     return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
 
 
+@functools.cache
+def parsed(source: str) -> ast.Module:
+    """A source's tree, parsed once per text for the module's checks (each reads every file of the
+    project; the callers only walk the tree)."""
+    return ast.parse(source)
+
+
 def source_files() -> dict[str, Path]:
     return {module_name(path): path for package in PACKAGES for path in sorted((ROOT / package).rglob("*.py"))}
 
@@ -65,7 +73,7 @@ def import_graph(files: dict[str, Path] | None = None) -> dict[str, set[str]]:
     graph = {}
     for module, path in files.items():
         targets = set()
-        for name in imported_names(ast.parse(path.read_text()), module, path.name == "__init__.py"):
+        for name in imported_names(parsed(path.read_text()), module, path.name == "__init__.py"):
             parts = name.split(".")
             for end in range(len(parts), 0, -1):
                 if ".".join(parts[:end]) in files:
@@ -73,10 +81,16 @@ def import_graph(files: dict[str, Path] | None = None) -> dict[str, set[str]]:
                     break
         graph[module] = targets - {module}
     if LAZY_API[0] in files and not any(name.startswith(LAZY_API[1]) for name in imported_names(
-            ast.Module(body=[node for node in ast.parse(files[LAZY_API[0]].read_text()).body
+            ast.Module(body=[node for node in parsed(files[LAZY_API[0]].read_text()).body
                              if isinstance(node, (ast.Import, ast.ImportFrom))], type_ignores=[]), LAZY_API[0], True)):
         graph[LAZY_API[0]].discard(LAZY_API[1])
     return graph
+
+
+@functools.cache
+def project_graph() -> dict[str, set[str]]:
+    """The project's own import graph, built once for the module's checks (none of them changes it)."""
+    return import_graph()
 
 
 def find_cycle(graph: dict[str, set[str]]) -> list[str] | None:
@@ -134,7 +148,7 @@ def heavy_imports(files: dict[str, Path] | None = None) -> list[str]:
     found = []
     for module, path in sorted(files.items()):
         if stage_of(module) in RAY_FREE:
-            tops = {name.split(".")[0] for name in imported_names(ast.parse(path.read_text()), module, False) if name}
+            tops = {name.split(".")[0] for name in imported_names(parsed(path.read_text()), module, False) if name}
             found += [f"{module}: {top}" for top in sorted(tops & {"ray", "torch"})]
     return found
 
@@ -154,7 +168,7 @@ def layout_constructions(files: dict[str, Path] | None = None) -> list[str]:
     for module, path in sorted(files.items()):
         if module in LAYOUT_BUILDERS:
             continue
-        tree = ast.parse(path.read_text())
+        tree = parsed(path.read_text())
         names = {"StudyLayout"} | {alias.asname for node in ast.walk(tree) if isinstance(node, ast.ImportFrom)
                                    for alias in node.names if alias.name == "StudyLayout" and alias.asname}
         found += [f"{module}:{node.lineno}" for node in ast.walk(tree) if isinstance(node, ast.Call) and (
@@ -163,19 +177,19 @@ def layout_constructions(files: dict[str, Path] | None = None) -> list[str]:
 
 
 def test_the_graph_sees_imports_inside_functions_and_each_stage():
-    graph = import_graph()
+    graph = project_graph()
     assert "sweeper.run.corpora" in graph and "trainables.corpus_prep" in graph["sweeper.run.corpora"], \
         "an import inside a function is an edge"
     assert {stage_of(module) for module in graph} >= set(STAGES)
 
 
 def test_no_import_cycle():
-    cycle = find_cycle(import_graph())
+    cycle = find_cycle(project_graph())
     assert cycle is None, "import cycle: " + " -> ".join(cycle)
 
 
 def test_imports_follow_the_stage_order():
-    problems = stage_violations(import_graph())
+    problems = stage_violations(project_graph())
     assert not problems, "\n".join(problems)
 
 
@@ -262,7 +276,7 @@ def package_graph(graph: dict[str, set[str]]) -> dict[str, set[str]]:
 
 
 def test_no_import_cycle_between_packages_trainables_included():
-    packages = package_graph(import_graph())
+    packages = package_graph(project_graph())
     assert {"sweeper.contract", "trainables", "trainables.tasks"} <= set(packages)
     cycle = find_cycle(packages)
     assert cycle is None, "package-level import cycle: " + " -> ".join(cycle)

@@ -214,8 +214,11 @@ def test_the_shipped_config_waits_for_the_operators_security_group():
 
 
 @functools.cache
+@functools.cache
 def instance_type(name: str) -> dict:
-    """AWS's DescribeInstanceTypes record of an instance type (moto carries AWS's published data)."""
+    """AWS's DescribeInstanceTypes record of an instance type (moto carries AWS's published data).
+    Read once per name and module (~0.9 CPU-s a mocked call; published data, no test writes it);
+    callers only read the record."""
     import boto3
     from moto import mock_aws
 

@@ -52,7 +52,13 @@ def study(tmp_path_factory):
     return layout
 
 
-def test_a_masking_study_leads_with_its_masking_difference_and_interval(study):
+@pytest.fixture(scope="module")
+def report(study) -> str:
+    """The study's report text, built once for the tests that read it (a report draws every figure)."""
+    return build_report(study)[0]
+
+
+def test_a_masking_study_leads_with_its_masking_difference_and_interval(study, report):
     trials = read_trials(study).to_pandas()
     found = headline.comparisons(trials)
     assert [f.label for f in found] == ["40 % minus 30 %"]
@@ -61,7 +67,7 @@ def test_a_masking_study_leads_with_its_masking_difference_and_interval(study):
     assert found[0].per_category["TC"] == describe(np.zeros(4))
     assert found[0].mean == describe(truth / 2)  # mean of SC and TC
     assert found[0].units == "4 seeds"
-    text, _ = build_report(study)
+    text = report
     assert text.index("## The comparisons this study makes") < text.index("## Category averages")
     assert f"| 40 % minus 30 % | mask ratio, nano @ 40 | 4 seeds | {describe(truth / 2)} |" in text
 
@@ -75,15 +81,13 @@ def test_findings_the_spec_does_not_test_take_one_line_each(study):
     assert any(line.startswith("2. **") for line in lines)  # finding 2 keeps its table of parts
 
 
-def test_the_masking_table_carries_intervals(study):
-    text, _ = build_report(study)
-    table = text.split("## Masking ratio")[1].split("##")[0]
+def test_the_masking_table_carries_intervals(report):
+    table = report.split("## Masking ratio")[1].split("##")[0]
     assert "±" in table and "95 % CI" in table
 
 
-def test_a_task_at_chance_is_flagged_with_its_chance_level(study):
-    text, _ = build_report(study)
-    section = text.split("## Tasks at chance")[1].split("##")[0]
+def test_a_task_at_chance_is_flagged_with_its_chance_level(report):
+    section = report.split("## Tasks at chance")[1].split("##")[0]
     assert "wordnet-supersense-tag (TC, f1): at chance for every checkpoint: never learned" in section
     assert "chance 0.00" in section
     assert "wordnet-supersense-cls" not in section  # SC scores 60, no known chance level: not flagged
