@@ -19,7 +19,7 @@ does not depend on it) and nothing touches the network. Importable by tests and 
 from __future__ import annotations
 
 import json
-from functools import lru_cache
+from functools import cache, lru_cache
 from pathlib import Path
 
 KINDS = ("bert", "modernbert", "eurobert", "llama", "qwen3")
@@ -58,9 +58,21 @@ def training_texts() -> tuple[str, ...]:
 
 def train_tokenizer(kind: str):
     """The family-shaped fast tokenizer, its ids renumbered: special tokens first, then the
-    rest sorted (the trainer numbers tokens in hash-map order, which differs between processes)."""
-    from tokenizers import Tokenizer, decoders, models, normalizers, pre_tokenizers, processors, trainers
+    rest sorted (the trainer numbers tokens in hash-map order, which differs between processes).
+    A new object at each call (callers add tokens or change padding), trained once a process."""
+    from tokenizers import Tokenizer
     from transformers import PreTrainedTokenizerFast
+
+    return PreTrainedTokenizerFast(tokenizer_object=Tokenizer.from_str(trained_tokenizer(kind)), padding_side="right",
+                                   truncation_side="right", **SPECIAL_TOKENS[kind])
+
+
+@cache
+def trained_tokenizer(kind: str) -> str:
+    """`kind`'s trained `tokenizers` tokenizer as its JSON: the same for every call (training
+    takes ~0.5 CPU-s and the quick tier asks for the same kinds again and again, e.g. the four
+    tiny causal LMs all use qwen3's)."""
+    from tokenizers import Tokenizer, decoders, models, normalizers, pre_tokenizers, processors, trainers
 
     specials = list(dict.fromkeys(SPECIAL_TOKENS[kind].values()))
     if kind == "bert":
@@ -92,8 +104,7 @@ def train_tokenizer(kind: str):
             special_tokens=[(t, vocab[t]) for t in template if t])
     elif kind != "bert":
         tokenizer.post_processor = processors.ByteLevel(trim_offsets=False)
-    return PreTrainedTokenizerFast(tokenizer_object=tokenizer, padding_side="right", truncation_side="right",
-                                   **SPECIAL_TOKENS[kind])
+    return tokenizer.to_str()
 
 
 def model_config(kind: str, tokenizer, hidden_size: int, layers: int):

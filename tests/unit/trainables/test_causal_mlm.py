@@ -7,8 +7,6 @@ ship refused at plan time, `hf_init` choosing the path."""
 from __future__ import annotations
 
 import json
-import subprocess
-import sys
 
 import pytest
 import torch
@@ -23,8 +21,11 @@ from trainables.objectives import LossContext, RowDraws, TokenBatch, mlm_loss
 from trainables.pretrain_loop import read_training_state, save_hf, write_training_state
 from trainables.train_step import train_step
 
-from conftest import ROOT
+from cli_process import sweeper_cli
 from tiny_causal_lms import CAUSAL_KINDS, build_tiny_causal_lm
+import torch_threads
+
+one_thread = torch_threads.one_thread  # autouse: each test on one torch thread
 
 CPU = torch.device("cpu")
 SETTINGS = {"mask_ratio": 0.4, "random_replace": 0.0, "keep_original": 0.0}
@@ -189,8 +190,7 @@ def test_plan_sizes_native_runs_from_config_json_and_keeps_llama_converted(sourc
     assert qwen.model_config == {"hidden_size": 64, "num_hidden_layers": 2, "num_attention_heads": 4,
                                  "num_key_value_heads": 2, "vocab_size": 1536, "intermediate_size": 128}
     assert resolve_hf_init(str(tmp_path / "llama"), "native").mode == "native", "the spec may choose"
-    done = subprocess.run([sys.executable, "-m", "sweeper", "plan", str(spec_file(tmp_path, [str(sources["qwen3"])]))],
-                          cwd=ROOT, capture_output=True, text=True, timeout=300)
+    done = sweeper_cli("plan", str(spec_file(tmp_path, [str(sources["qwen3"])])), timeout=300)
     assert done.returncode == 0, done.stderr
     assert "sized at run time" not in done.stdout and "GPU-hours" in done.stdout, done.stdout
 
@@ -212,8 +212,7 @@ def test_plan_refuses_what_cannot_be_continued_naming_file_and_line(sources, tmp
         expected = ("resources.sharding", "trains with DDP, not FSDP2")
     (folder / "config.json").write_text(json.dumps(config))
     path = spec_file(tmp_path, [str(folder)], extra, resources)
-    done = subprocess.run([sys.executable, "-m", "sweeper", "plan", str(path)], cwd=ROOT, capture_output=True,
-                          text=True, timeout=300)
+    done = sweeper_cli("plan", str(path), timeout=300)
     assert done.returncode == 2 and "Traceback" not in done.stderr, done.stderr
     assert f"{path}:" in done.stderr and expected[0] in done.stderr and expected[1] in done.stderr, done.stderr
     with pytest.raises(HfSourceProblem, match="cannot read config.json"):

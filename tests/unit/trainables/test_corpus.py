@@ -4,8 +4,7 @@ untouched by the new data fields, and bad sources stopping `sweeper run` with ex
 from __future__ import annotations
 
 import json
-import subprocess
-import sys
+import os
 from dataclasses import replace
 from pathlib import Path
 
@@ -20,6 +19,7 @@ from sweeper.store.layout import StudyLayout
 from trainables.corpus import ORDER_BLOCK_WINDOWS, PackedCorpus
 from trainables.corpus_prep import prepare_corpus
 
+from cli_process import sweeper_cli
 from conftest import ROOT
 
 PIPELINE_SPEC = ROOT / "tests" / "specs" / "pipeline.yaml"
@@ -156,9 +156,7 @@ def test_a_bad_corpus_source_exits_2_before_anything_starts(tmp_path, corpus, te
     )
     data_line = next(n for n, line in enumerate(spec.read_text().splitlines(), 1) if line.startswith("data:"))
     env = {"RAY_ADDRESS": "127.0.0.1:1"}  # no cluster there: the check comes first
-    result = subprocess.run([sys.executable, "-m", "sweeper", "run", str(spec), "--storage", str(tmp_path / "s")],
-                            capture_output=True, text=True, cwd=ROOT, timeout=300,
-                            env={**__import__("os").environ, **env})
+    result = sweeper_cli("run", str(spec), "--storage", str(tmp_path / "s"), env={**os.environ, **env}, timeout=300)
     assert result.returncode == 2, result.stdout[-2000:] + result.stderr[-2000:]
     assert f"{spec}:{data_line}: {key}: " in result.stderr and reason in result.stderr, result.stderr
     assert not (tmp_path / "s" / "pretraining").exists()

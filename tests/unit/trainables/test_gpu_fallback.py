@@ -24,6 +24,10 @@ from trainables.objectives import LossContext, RowDraws, TokenBatch, clm_loss, m
 from trainables.tasks.packing import PackedBackbone
 from trainables.train_step import train_step
 
+import torch_threads
+
+one_thread = torch_threads.one_thread  # autouse: each test on one torch thread
+
 VOCAB, MASK_ID, SEP_ID = 256, 4, 3
 MLM = {"mask_ratio": 0.4, "random_replace": 0.1, "keep_original": 0.1}
 TINY = dict(vocab_size=VOCAB, hidden_size=32, intermediate_size=64, num_hidden_layers=2, num_attention_heads=4,

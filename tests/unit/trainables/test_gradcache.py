@@ -27,6 +27,8 @@ from trainables.tasks import gradcache
 from trainables.tasks.packing import PackedBackbone
 from trainables.tasks.retrieval import BiEncoder, Retrieval, contrastive_loss, embed_pairs
 
+import torch_threads
+
 BATCH, WIDTH, VOCAB = 32, 24, 256
 RTOL = 1e-4
 """Largest |cached - one pass| accepted, as a fraction of the largest |one pass| of each tensor
@@ -37,11 +39,7 @@ CPU = torch.device("cpu")
 NO_AUTOCAST = contextlib.nullcontext()
 
 
-@pytest.fixture(autouse=True)
-def one_thread():  # small matrices: more threads only contend
-    before = torch.get_num_threads()
-    yield torch.set_num_threads(1)
-    torch.set_num_threads(before)
+one_thread = torch_threads.one_thread  # autouse: small matrices, more threads only contend
 
 
 def training_split(pairs: int = BATCH, seed: int = 0) -> dict[str, np.ndarray]:

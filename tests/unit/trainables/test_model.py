@@ -5,6 +5,10 @@ from transformers import AutoConfig, AutoModel, AutoModelForMaskedLM
 
 from trainables.model import LlamaEncoderConfig, LlamaEncoderForMaskedLM, LlamaEncoderModel, build_model
 
+import torch_threads
+
+one_thread = torch_threads.one_thread  # autouse: each test on one torch thread
+
 
 def test_save_and_load_with_auto_classes(tmp_path):
     model = build_model(LlamaEncoderConfig(vocab_size=300, hidden_size=32, intermediate_size=64,

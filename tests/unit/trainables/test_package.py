@@ -10,7 +10,7 @@ import sys
 
 from conftest import ROOT
 
-CHECK = """
+DRIVER_SIDE = """
 import gc, json, sys
 {before}
 light = sys.modules.copy()
@@ -22,6 +22,9 @@ from sweeper.run.task_prep import prepare_task
 from sweeper.run.corpora import prepare_corpus_task
 frozen_by_driver_modules = gc.get_freeze_count() - frozen_before
 probed = describe_environment()
+"""
+"""What the driver's Ray tasks import and the probe they run: every `imports_frozen` of the script."""
+WORKER_SIDE = """
 import trainables.tasks.data, trainables.corpus_prep, trainables.tokenizer  # what preparing data runs
 import trainables.tasks.classification, trainables.tasks.qa, trainables.tasks.retrieval
 from transformers import AutoTokenizer, PreTrainedTokenizerFast
@@ -35,12 +38,21 @@ print(json.dumps({{"package_loads": package_loads, "collector": gc.isenabled(), 
                   "torch_threads": probed["torch_threads"], "model_classes": model_classes,
                   "registered": [before_model, after_model]}}))
 """
+"""What preparing data and fine-tuning import after that, and what that loaded and froze."""
+COLLECTOR = """
+print(json.dumps({{"collector": gc.isenabled()}}))
+"""
+"""With the collector off before: its state once the driver side has run. The worker side's
+imports run no `imports_frozen` (only sweeper.run's entries and plugin loading do), so this
+interpreter stops there: transformers' tokenizers and model classes not imported a second time."""
 
 
 def test_the_probe_and_data_preparation_load_no_model_classes_and_their_imports_are_frozen():
-    children = {state: subprocess.Popen([sys.executable, "-c", CHECK.format(before=before)], cwd=ROOT,
+    scripts = {"on": (DRIVER_SIDE + WORKER_SIDE).format(before=""),
+               "off": (DRIVER_SIDE + COLLECTOR).format(before="gc.disable()")}
+    children = {state: subprocess.Popen([sys.executable, "-c", script], cwd=ROOT,
                                         stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-                for state, before in (("on", ""), ("off", "gc.disable()"))}
+                for state, script in scripts.items()}
     seen = {}
     for state, child in children.items():
         out, err = child.communicate(timeout=120)
