@@ -121,6 +121,21 @@ def stop_process_groups(pgids: list[int], grace_s: float = 1.0) -> None:
             return
 
 
+@pytest.fixture(autouse=True)
+def torch_threads_restored():
+    """Each test starts with the process's torch thread count (one: OMP_NUM_THREADS above): a
+    trial or run a test trains in-process sets its own (`torch.set_num_threads(runtime.threads)`,
+    2 by default), and it stayed for every later test of that worker, whose tiny models then spent
+    most of their CPU with two threads waiting on each other beside the other worker (measured: 40
+    AdamW steps of a 2-layer, 32-wide model, 5.3-5.5 CPU-s at 2 threads, 1.1-1.2 at one; results
+    differ only in the order of float sums, which every tolerance allows for)."""
+    torch = sys.modules.get("torch")
+    threads = torch.get_num_threads() if torch else None
+    yield
+    if threads is not None:
+        torch.set_num_threads(threads)
+
+
 @pytest.fixture(scope="session")
 def sweeper_cache(tmp_path_factory) -> Path:
     """Node-local copies of object-store folders go to a test folder, not ~/.cache/sweeper: Ray's

@@ -21,9 +21,7 @@ from trainables.objectives import (
 from trainables.pretrain_loop import evaluated_steps, retention, retention_priority, saved_steps
 from trainables.train_step import train_step
 
-import torch_threads
 
-one_thread = torch_threads.one_thread  # autouse: each test on one torch thread
 
 VOCAB, MASK_ID, SEP_ID = 256, 4, 3
 MLM = {"mask_ratio": 0.4, "random_replace": 0.1, "keep_original": 0.1}

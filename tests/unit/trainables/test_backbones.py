@@ -28,8 +28,8 @@ from trainables.tasks import data as task_data
 from trainables.tasks.packing import PROBE_TOLERANCE, TOKEN_COUNTS, PackedBackbone, packing_error
 from trainables.tasks.qa import best_answers, encode_examples, special_ids
 
-from test_packing import (  # noqa: F401  (fixtures: one thread per test, float64 on demand)
-    DEFAULT_LENGTH, MAX_LENGTH, STRIDE, TASK_NAMES, float64_default, loss_and_gradients, one_thread, protocol_for)
+from test_packing import (  # noqa: F401  (a fixture: float64 on demand)
+    DEFAULT_LENGTH, MAX_LENGTH, STRIDE, TASK_NAMES, float64_default, loss_and_gradients, protocol_for)
 from tiny_checkpoints import KINDS, build_tiny_checkpoint
 
 CPU = torch.device("cpu")

@@ -23,9 +23,7 @@ from trainables.train_step import train_step
 
 from cli_process import sweeper_cli
 from tiny_causal_lms import CAUSAL_KINDS, build_tiny_causal_lm
-import torch_threads
 
-one_thread = torch_threads.one_thread  # autouse: each test on one torch thread
 
 CPU = torch.device("cpu")
 SETTINGS = {"mask_ratio": 0.4, "random_replace": 0.0, "keep_original": 0.0}

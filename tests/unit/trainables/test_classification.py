@@ -27,9 +27,7 @@ from trainables.tasks.metrics import entity_f1, macro_f1, sentence_macro_f1
 from trainables.tasks.packing import PackedBackbone
 
 from test_task_adapters import local
-import torch_threads
 
-one_thread = torch_threads.one_thread  # autouse: each test on one torch thread
 
 TAGS = ("O", "B-LOC", "I-LOC", "B-PER", "I-PER")
 TC = TaskInfo(name="toy-tags", family="token_classification", category="TC", source="toy", metric="f1",

@@ -20,9 +20,7 @@ from trainables.model import LlamaEncoderConfig, build_model, varlen_segments
 from trainables.objectives import IGNORE, LossContext, RowDraws, clm_loss, clm_targets, mlm_loss
 from trainables.train_step import train_step
 
-import torch_threads
 
-one_thread = torch_threads.one_thread  # autouse: each test on one torch thread
 
 BLOCK = 2048
 """The authors' block (`--block_size 2048`, optimus/dataprocess/README)."""

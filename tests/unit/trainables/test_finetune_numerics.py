@@ -19,9 +19,7 @@ from trainables.tasks import data as task_data
 from trainables.tasks.classification import SequenceClassification
 from trainables.tasks.packing import PackedBackbone
 
-import torch_threads
 
-one_thread = torch_threads.one_thread  # autouse: each test on one torch thread
 
 BACKBONE = {"vocab_size": 512, "hidden_size": 32, "intermediate_size": 64, "num_hidden_layers": 2,
             "num_attention_heads": 4, "num_key_value_heads": 2}

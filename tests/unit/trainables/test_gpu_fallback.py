@@ -24,9 +24,7 @@ from trainables.objectives import LossContext, RowDraws, TokenBatch, clm_loss, m
 from trainables.tasks.packing import PackedBackbone
 from trainables.train_step import train_step
 
-import torch_threads
 
-one_thread = torch_threads.one_thread  # autouse: each test on one torch thread
 
 VOCAB, MASK_ID, SEP_ID = 256, 4, 3
 MLM = {"mask_ratio": 0.4, "random_replace": 0.1, "keep_original": 0.1}

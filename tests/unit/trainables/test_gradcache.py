@@ -27,7 +27,6 @@ from trainables.tasks import gradcache
 from trainables.tasks.packing import PackedBackbone
 from trainables.tasks.retrieval import BiEncoder, Retrieval, contrastive_loss, embed_pairs
 
-import torch_threads
 
 BATCH, WIDTH, VOCAB = 32, 24, 256
 RTOL = 1e-4
@@ -39,7 +38,6 @@ CPU = torch.device("cpu")
 NO_AUTOCAST = contextlib.nullcontext()
 
 
-one_thread = torch_threads.one_thread  # autouse: small matrices, more threads only contend
 
 
 def training_split(pairs: int = BATCH, seed: int = 0) -> dict[str, np.ndarray]:

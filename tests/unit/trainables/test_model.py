@@ -5,9 +5,7 @@ from transformers import AutoConfig, AutoModel, AutoModelForMaskedLM
 
 from trainables.model import LlamaEncoderConfig, LlamaEncoderForMaskedLM, LlamaEncoderModel, build_model
 
-import torch_threads
 
-one_thread = torch_threads.one_thread  # autouse: each test on one torch thread
 
 
 def test_save_and_load_with_auto_classes(tmp_path):

@@ -18,9 +18,7 @@ from trainables.objectives import (
 )
 from sweeper.contract.schedules import linear_warmup_decay_lr, wsd_lr
 
-import torch_threads
 
-one_thread = torch_threads.one_thread  # autouse: each test on one torch thread
 
 VOCAB, MASK_ID, SEP_ID = 512, 4, 3
 MLM_SETTINGS = {"mask_ratio": 0.3, "random_replace": 0.0, "keep_original": 0.0}

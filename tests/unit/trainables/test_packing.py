@@ -24,7 +24,6 @@ from trainables.tasks import data as task_data
 from trainables.tasks.packing import TOKEN_COUNTS, PackedBackbone, plan_rows
 from trainables.tasks.qa import special_ids
 
-import torch_threads
 
 TASK_NAMES = ["wordnet-supersense-cls", "wordnet-supersense-tag", "wordnet-supersense-qa", "wordnet-usage-retrieval"]
 MAX_LENGTH = {"extractive_qa": 48}  # short windows: the longer glosses need several
@@ -37,7 +36,6 @@ PROTOCOL = FinetuneProtocol(learning_rate=3e-3, batch_size=8, max_steps=4, epoch
                                                                     grad_clip=1.0))
 
 
-one_thread = torch_threads.one_thread  # autouse: each test on one torch thread
 
 
 @pytest.fixture

@@ -22,9 +22,7 @@ from trainables.pretrain_loop import (
     write_checkpoint_files,
 )
 
-import torch_threads
 
-one_thread = torch_threads.one_thread  # autouse: each test on one torch thread
 
 
 def trained(run):

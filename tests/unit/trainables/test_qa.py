@@ -25,9 +25,7 @@ from trainables.tasks.metrics import normalize_answer, position_f1, squad_scores
 from trainables.tasks.qa import ExtractiveQA, encode_tagging, tagged_text
 
 from tiny_checkpoints import train_tokenizer
-import torch_threads
 
-one_thread = torch_threads.one_thread  # autouse: each test on one torch thread
 
 CONTEXT = ("The Zyxquorian mountains rise north of Quelvaria. Their highest summit, Mount Brennitz, "
            "was first climbed in 1921 by an expedition of four.")

@@ -21,14 +21,12 @@ from trainables.tasks.metrics import ndcg_at_k
 from trainables.tasks.ranking import BYTES_PER_PAIR, MIN_QUERY_CHUNK, chunk_sizes, top_k
 from trainables.tasks.retrieval import Retrieval
 
-import torch_threads
 
 N_DOCS, N_QUERIES, DIM = 5_000, 300, 32
 
 
 # Small blocks are many small torch ops; on a shared machine, OpenMP threads waiting for one
 # another make them 20x slower. The results do not depend on the thread count.
-one_thread = torch_threads.one_thread  # autouse
 
 
 def dense_ranking(queries: torch.Tensor, docs: torch.Tensor, k: int) -> np.ndarray:

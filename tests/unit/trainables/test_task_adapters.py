@@ -25,9 +25,7 @@ from trainables.tasks.qa import best_answers, encode_examples
 from sweeper.contract.text_sources import iter_rows
 
 from conftest import ROOT
-import torch_threads
 
-one_thread = torch_threads.one_thread  # autouse: each test on one torch thread
 
 HUB = ROOT / "tests" / "data" / "hub"
 PAPER_TASKS = ["sst2", "mnli", "qqp", "conll2003", "ontonotes5", "uner-en", "squad", "squad-v2", "record",

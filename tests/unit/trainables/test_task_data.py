@@ -10,9 +10,7 @@ from sweeper.contract.registry import family_of, get_task
 from trainables.finetune_loop import run_trial
 from trainables.tasks import data as task_data
 
-import torch_threads
 
-one_thread = torch_threads.one_thread  # autouse: each test on one torch thread
 
 FAMILY_SETTINGS = {"doc_stride": 8, "retrieval_temperature": 0.05}
 PROTOCOL = FinetuneProtocol(learning_rate=None, batch_size=8, max_steps=3, epochs=1.0, max_length=32,
