@@ -5,14 +5,17 @@ The child is forked from a server process that imported `sweeper.cli` and what `
 `status` and `report` import after reading their input (READERS) once (one server per test
 process, started at its first call: `python cli_process.py cli`), not a new interpreter: a
 `sweeper plan` then costs its own work, not ~3 CPU-seconds of interpreter start and imports each
-time (about 130 such calls in the quick tier). A test of what a command imports runs it in an
+time (over 130 such calls in the quick tier). A test of what a command imports runs it in an
 interpreter of its own (tests/unit/spec/test_hostile_specs.py: Ray never imported for a bad spec).
 The child is still a process of its own: its exit status is the command's (`sys.exit(main())`;
 1 and a traceback on stderr for an uncaught exception, as Python's; minus the signal's number when
 a signal ends it, as subprocess's), its environment, working folder and resource limits are the
 call's, and its stdout and stderr are read back whole. What the server imported read the
 environment of the test process that started it; the commands under test read theirs when they
-run.
+run. Neither server imports the Hugging Face libraries, which read HF_HOME and the other HF_
+variables at import, so a call may set them (tests/unit/plan/test_external_checkpoints.py); should
+a server import one (READ_AT_IMPORT), a call whose HF_ variables differ from the server's exits 1
+saying so, never runs with the server's values.
 
 A quick-tier test's child gets the tier's guard (tests/support/start_rules.py) as a new
 interpreter would through child_guard/sitecustomize.py.
@@ -49,6 +52,9 @@ by each of the quick tier's ~130 commands when only the command line was importe
 tests/unit/store/test_damage.py in 29.5 CPU-s against 41.0)."""
 STAGES = {"cli": READERS, "run": [*READERS, "sweeper.run.runner"]}
 """What each server imports before it forks: the reading commands' modules, or those and the run stage."""
+READ_AT_IMPORT = {"huggingface_hub": "HF_", "transformers": "HF_", "datasets": "HF_"}
+"""Modules that read the environment variables of a prefix when imported (huggingface_hub's HF_HOME,
+HF_HUB_OFFLINE, ...): were one imported by the server, the child would keep the server's values."""
 _servers: dict[str, subprocess.Popen] = {}
 
 
@@ -59,6 +65,7 @@ def run_command(request: dict) -> int:
     command as `python -m sweeper` runs it; its exit status."""
     import resource
 
+    server_environment = dict(os.environ)
     os.environ.clear()
     os.environ.update(request["env"])
     added = [
@@ -75,6 +82,10 @@ def run_command(request: dict) -> int:
     sys.stdin = open(0, encoding="utf-8", closefd=False)
     sys.stdout = open(1, "w", encoding="utf-8", closefd=False)
     sys.stderr = open(2, "w", encoding="utf-8", closefd=False)
+    if stale := read_at_import(request["env"], server_environment):
+        print(f"cli_process: the server imported a module that read {', '.join(stale)} at import with other values "
+              "than this call's: run this call in an interpreter of its own", file=sys.stderr)
+        return 1
     if request["env"].get("SWEEPER_QUICK_TIER_LOG"):
         from start_rules import guard_process
 
@@ -95,6 +106,14 @@ def run_command(request: dict) -> int:
         print(code, file=sys.stderr)
         code = 1
     return code or 0
+
+
+def read_at_import(env: dict, server_environment: dict) -> list[str]:
+    """The variables `env` sets otherwise than the server's environment that a module the server
+    imported read when it was imported (READ_AT_IMPORT)."""
+    prefixes = tuple({prefix for module, prefix in READ_AT_IMPORT.items() if module in sys.modules})
+    return sorted(name for name in set(env) | set(server_environment)
+                  if prefixes and name.startswith(prefixes) and env.get(name) != server_environment.get(name))
 
 
 def serve(stage: str) -> None:
