@@ -5,7 +5,9 @@ The child is forked from a server process that imported `sweeper.cli` and what `
 `status` and `report` import after reading their input (READERS) once (one server per test
 process, started at its first call: `python cli_process.py cli`), not a new interpreter: a
 `sweeper plan` then costs its own work, not ~3 CPU-seconds of interpreter start and imports each
-time (over 130 such calls in the quick tier). A test of what a command imports runs it in an
+time (over 130 such calls in the quick tier). The server also counts the shipped WordNet tasks'
+rows and lengths once (warm_caches: what every plan of them counts alike from the repository's own
+files, ~0.5 CPU-s a child otherwise). A test of what a command imports runs it in an
 interpreter of its own (tests/unit/spec/test_hostile_specs.py: Ray never imported for a bad spec).
 The child is still a process of its own: its exit status is the command's (`sys.exit(main())`;
 1 and a traceback on stderr for an uncaught exception, as Python's; minus the signal's number when
@@ -116,9 +118,20 @@ def read_at_import(env: dict, server_environment: dict) -> list[str]:
                   if prefixes and name.startswith(prefixes) and env.get(name) != server_environment.get(name))
 
 
+def warm_caches() -> None:
+    """Fill the per-process cache a plan, a cost or a memory line of the default studies fills
+    first, identically for every command: the shipped WordNet tasks' row counts and mean lengths
+    (sweeper.contract.catalog.wordnet_statistics), read from the repository's files, which no
+    test edits (its test: tests/unit/plan/test_cost.py)."""
+    from sweeper.contract.catalog import WORDNET_FILES, wordnet_statistics
+
+    for task in WORDNET_FILES:
+        wordnet_statistics(task)
+
+
 def serve(stage: str) -> None:
-    """Import the stage's modules, then fork a child per request line on stdin (JSON); answer
-    `{"pid"}` when it starts and `{"status"}` when it ends, one request at a time."""
+    """Import the stage's modules and warm their caches, then fork a child per request line on
+    stdin (JSON); answer `{"pid"}` when it starts and `{"status"}` when it ends, one request at a time."""
     import importlib
 
     from sweeper.contract.heavy_imports import imports_frozen
@@ -127,6 +140,7 @@ def serve(stage: str) -> None:
     with imports_frozen():  # the point: imported once, before the forks, as the command imports them
         for module in STAGES[stage]:
             importlib.import_module(module)
+        warm_caches()  # frozen with the imports: no child's collector walks what they keep
 
     for line in sys.stdin:
         request = json.loads(line)
