@@ -5,14 +5,19 @@ The child is forked from a server process that imported `sweeper.cli` and what `
 `status` and `report` import after reading their input (READERS) once (one server per test
 process, started at its first call: `python cli_process.py cli`), not a new interpreter: a
 `sweeper plan` then costs its own work, not ~3 CPU-seconds of interpreter start and imports each
-time (about 130 such calls in the quick tier). A test of what a command imports runs it in an
+time (over 130 such calls in the quick tier). The server also counts the shipped WordNet tasks'
+rows and lengths once (warm_caches: what every plan of them counts alike from the repository's own
+files, ~0.5 CPU-s a child otherwise). A test of what a command imports runs it in an
 interpreter of its own (tests/unit/spec/test_hostile_specs.py: Ray never imported for a bad spec).
 The child is still a process of its own: its exit status is the command's (`sys.exit(main())`;
 1 and a traceback on stderr for an uncaught exception, as Python's; minus the signal's number when
 a signal ends it, as subprocess's), its environment, working folder and resource limits are the
 call's, and its stdout and stderr are read back whole. What the server imported read the
 environment of the test process that started it; the commands under test read theirs when they
-run.
+run. Neither server imports the Hugging Face libraries, which read HF_HOME and the other HF_
+variables at import, so a call may set them (tests/unit/plan/test_external_checkpoints.py); should
+a server import one (READ_AT_IMPORT), a call whose HF_ variables differ from the server's exits 1
+saying so, never runs with the server's values.
 
 A quick-tier test's child gets the tier's guard (tests/support/start_rules.py) as a new
 interpreter would through child_guard/sitecustomize.py.
@@ -49,6 +54,9 @@ by each of the quick tier's ~130 commands when only the command line was importe
 tests/unit/store/test_damage.py in 29.5 CPU-s against 41.0)."""
 STAGES = {"cli": READERS, "run": [*READERS, "sweeper.run.runner"]}
 """What each server imports before it forks: the reading commands' modules, or those and the run stage."""
+READ_AT_IMPORT = {"huggingface_hub": "HF_", "transformers": "HF_", "datasets": "HF_"}
+"""Modules that read the environment variables of a prefix when imported (huggingface_hub's HF_HOME,
+HF_HUB_OFFLINE, ...): were one imported by the server, the child would keep the server's values."""
 _servers: dict[str, subprocess.Popen] = {}
 
 
@@ -59,6 +67,7 @@ def run_command(request: dict) -> int:
     command as `python -m sweeper` runs it; its exit status."""
     import resource
 
+    server_environment = dict(os.environ)
     os.environ.clear()
     os.environ.update(request["env"])
     added = [
@@ -75,6 +84,10 @@ def run_command(request: dict) -> int:
     sys.stdin = open(0, encoding="utf-8", closefd=False)
     sys.stdout = open(1, "w", encoding="utf-8", closefd=False)
     sys.stderr = open(2, "w", encoding="utf-8", closefd=False)
+    if stale := read_at_import(request["env"], server_environment):
+        print(f"cli_process: the server imported a module that read {', '.join(stale)} at import with other values "
+              "than this call's: run this call in an interpreter of its own", file=sys.stderr)
+        return 1
     if request["env"].get("SWEEPER_QUICK_TIER_LOG"):
         from start_rules import guard_process
 
@@ -97,9 +110,28 @@ def run_command(request: dict) -> int:
     return code or 0
 
 
+def read_at_import(env: dict, server_environment: dict) -> list[str]:
+    """The variables `env` sets otherwise than the server's environment that a module the server
+    imported read when it was imported (READ_AT_IMPORT)."""
+    prefixes = tuple({prefix for module, prefix in READ_AT_IMPORT.items() if module in sys.modules})
+    return sorted(name for name in set(env) | set(server_environment)
+                  if prefixes and name.startswith(prefixes) and env.get(name) != server_environment.get(name))
+
+
+def warm_caches() -> None:
+    """Fill the per-process cache a plan, a cost or a memory line of the default studies fills
+    first, identically for every command: the shipped WordNet tasks' row counts and mean lengths
+    (sweeper.contract.catalog.wordnet_statistics), read from the repository's files, which no
+    test edits (its test: tests/unit/plan/test_cost.py)."""
+    from sweeper.contract.catalog import WORDNET_FILES, wordnet_statistics
+
+    for task in WORDNET_FILES:
+        wordnet_statistics(task)
+
+
 def serve(stage: str) -> None:
-    """Import the stage's modules, then fork a child per request line on stdin (JSON); answer
-    `{"pid"}` when it starts and `{"status"}` when it ends, one request at a time."""
+    """Import the stage's modules and warm their caches, then fork a child per request line on
+    stdin (JSON); answer `{"pid"}` when it starts and `{"status"}` when it ends, one request at a time."""
     import importlib
 
     from sweeper.contract.heavy_imports import imports_frozen
@@ -108,6 +140,7 @@ def serve(stage: str) -> None:
     with imports_frozen():  # the point: imported once, before the forks, as the command imports them
         for module in STAGES[stage]:
             importlib.import_module(module)
+        warm_caches()  # frozen with the imports: no child's collector walks what they keep
 
     for line in sys.stdin:
         request = json.loads(line)

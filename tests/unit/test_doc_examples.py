@@ -7,13 +7,13 @@ A relative local folder a block names as a checkpoint `source` is built first as
 (tests/tiny_checkpoints.py; the family is the first of its kinds the path names, else BERT), in
 the folder the plan runs in.
 """
+import os
 import re
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
 import yaml
+from cli_process import sweeper_cli
 from conftest import ROOT
 from tiny_checkpoints import KINDS, build_tiny_checkpoint
 from datetime import UTC
@@ -59,8 +59,7 @@ def test_every_yaml_block_of_the_docs_plans(block, tmp_path):
     build_local_sources(block, tmp_path)
     spec = tmp_path / "example.yaml"
     spec.write_text(block)
-    result = subprocess.run([sys.executable, "-m", "sweeper", "plan", str(spec)], capture_output=True, text=True,
-                            cwd=tmp_path, timeout=300, env={**__import__("os").environ, "PYTHONPATH": str(ROOT)})
+    result = sweeper_cli("plan", str(spec), cwd=tmp_path, timeout=300, env={**os.environ, "PYTHONPATH": str(ROOT)})
     assert "Traceback" not in result.stderr, result.stderr
     if (expected := marker(block, "expect-error")) is not None:
         assert result.returncode == 2, (result.stdout, result.stderr)

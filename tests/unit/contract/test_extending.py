@@ -18,6 +18,7 @@ from sweeper.plan.study_plan import plan_study
 from sweeper.contract import registry
 from sweeper.spec.reading import SpecError
 
+from cli_process import sweeper_cli
 from conftest import ROOT
 
 PLUGINS = ROOT / "tests" / "plugins"
@@ -86,8 +87,6 @@ def test_plan_costs_and_sizes_a_plugin_family_by_its_own_estimate(plugins, tmp_p
     toy regression's prints the fine-tuning FLOPs and trial memory of the family's own estimate
     (its task's sizes counted from its files, one sentence per row), not the padded fallback."""
     import math
-    import subprocess
-    import sys
 
     from toy_regression import ESTIMATE, sentence_statistics
 
@@ -100,8 +99,7 @@ def test_plan_costs_and_sizes_a_plugin_family_by_its_own_estimate(plugins, tmp_p
     path = tmp_path / "toy-plan.yaml"
     path.write_text(yaml.safe_dump(spec))
     env = {**os.environ, registry.PLUGINS_VARIABLE: "toy_regression", "PYTHONPATH": str(PLUGINS)}
-    printed = subprocess.run([sys.executable, "-m", "sweeper", "plan", str(path)], capture_output=True, text=True,
-                             cwd=ROOT, env=env)
+    printed = sweeper_cli("plan", str(path), cwd=ROOT, env=env)
     assert printed.returncode == 0, printed.stderr
 
     loaded = load_study(path).spec  # the same spec in this process, with the plugin in this test's registry
@@ -135,12 +133,8 @@ def test_plan_costs_and_sizes_a_plugin_family_by_its_own_estimate(plugins, tmp_p
                        "No module named 'no_such_dependency'"]),
 ], ids=["not-on-the-path", "fails-while-imported"])
 def test_a_plugin_that_does_not_import_is_named_and_exits_2_without_a_traceback(tmp_path, plugin, named):
-    import subprocess
-    import sys
-
     (tmp_path / "broken_plugin.py").write_text('"""A plugin whose own import fails."""\n\nimport no_such_dependency\n')
     env = {**os.environ, registry.PLUGINS_VARIABLE: plugin, "PYTHONPATH": str(tmp_path)}
-    done = subprocess.run([sys.executable, "-m", "sweeper", "plan", str(SMOKE)], capture_output=True, text=True,
-                          cwd=ROOT, env=env)
+    done = sweeper_cli("plan", str(SMOKE), cwd=ROOT, env=env)
     assert done.returncode == 2 and "Traceback" not in done.stderr and not done.stdout, done.stderr
     assert done.stderr.startswith("plugin error: ") and all(part in done.stderr for part in named), done.stderr

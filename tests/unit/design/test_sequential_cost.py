@@ -1,12 +1,11 @@
 """The expected cost `sweeper plan` prints for a sequential plan (sweeper.design.sequential_cost):
 its vectorised rule against the report's own look code on the same simulated data, and the real
-command line, in a child process, on paper.yaml and on the end-to-end test's spec (no Ray)."""
+command line, in a child process (tests/support/cli_process.py), on paper.yaml and on the
+end-to-end test's spec (no Ray)."""
 from __future__ import annotations
 
 import os
 import re
-import subprocess
-import sys
 import time
 
 import numpy as np
@@ -18,6 +17,7 @@ from sweeper.design.sequential_cost import StudyParts, close_looks, run_counts
 from sweeper.report.statistics import Part, VerdictConfig, paired_test
 from sweeper.spec.sequential import SequentialSpec
 
+from cli_process import sweeper_cli
 from conftest import ROOT
 from test_sequential_study import planted_study  # (the e2e study's spec, planned here)
 
@@ -65,8 +65,7 @@ def test_the_vectorised_rule_stops_where_the_reports_look_code_stops(design):
 
 
 def plan_output(spec, *overrides, env=None) -> str:
-    printed = subprocess.run([sys.executable, "-m", "sweeper", "plan", str(spec), *overrides], capture_output=True,
-                             text=True, cwd=ROOT, env={**os.environ, **(env or {})})
+    printed = sweeper_cli("plan", str(spec), *overrides, cwd=ROOT, env={**os.environ, **(env or {})})
     assert printed.returncode == 0, printed.stdout + printed.stderr
     return printed.stdout
 

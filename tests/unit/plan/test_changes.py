@@ -8,6 +8,7 @@ Optuna trial at the point its search picked), without Ray.
 """
 from __future__ import annotations
 
+import json
 import subprocess
 import sys
 from pathlib import Path
@@ -94,18 +95,43 @@ def test_a_changed_search_space_lists_the_recorded_samples_with_why(tmp_path, mo
         found.describe()
 
 
+REFUSED_RUN = """
+import contextlib, io, json, sys
+from sweeper.cli import main
+outcomes = {}
+for mode, argv in json.loads(sys.argv[1]).items():
+    err = io.StringIO()
+    with contextlib.redirect_stderr(err):
+        status = main(argv)
+    outcomes[mode] = {"status": status, "stderr": err.getvalue(), "ray": "ray" in sys.modules}
+print(json.dumps(outcomes))
+"""
+
+
+@pytest.fixture(scope="module")
+def refused_runs(tmp_path_factory) -> dict[str, tuple[dict, list]]:
+    """`sweeper run` of a changed spec over a recorded study, in optuna and random mode, both in one
+    fresh interpreter (what is checked is that it never imports Ray; one start instead of two):
+    each mode's outcome (exit status, stderr, Ray imported by then) and recorded trials."""
+    runs, recorded = {}, {}
+    for mode in ("optuna", "random"):
+        folder = tmp_path_factory.mktemp(mode)
+        layout, recorded[mode] = record(folder, mode)
+        runs[mode] = ["run", str(spec_file(folder, mode, CHANGED, name="changed.yaml")), "--storage", layout.root]
+    result = subprocess.run([sys.executable, "-c", REFUSED_RUN, json.dumps(runs)], capture_output=True, text=True,
+                            cwd=ROOT, timeout=300)
+    assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
+    outcomes = json.loads(result.stdout.strip().splitlines()[-1])
+    return {mode: (outcomes[mode], recorded[mode]) for mode in runs}
+
+
 @pytest.mark.parametrize("mode", ["optuna", "random"])
-def test_sweeper_run_exits_3_naming_the_changed_cells_before_anything_starts(tmp_path, mode):
-    layout, recorded = record(tmp_path, mode)
-    path = spec_file(tmp_path, mode, CHANGED, name="changed.yaml")
-    code = ("import sys; from sweeper.cli import main; status = main(sys.argv[1:]); "
-            "print('ray imported' if 'ray' in sys.modules else 'no ray'); sys.exit(status)")
-    result = subprocess.run([sys.executable, "-c", code, "run", str(path), "--storage", layout.root],
-                            capture_output=True, text=True, cwd=ROOT, timeout=300)
-    assert result.returncode == 3, result.stdout[-3000:] + result.stderr[-3000:]
-    assert f"{len(recorded)} recorded fine-tuning cell(s) would be recomputed" in result.stderr
-    assert "/ sample 0 / seed 0: " in result.stderr and "max_steps: 8 -> 6" in result.stderr
-    assert "no ray" in result.stdout
+def test_sweeper_run_exits_3_naming_the_changed_cells_before_anything_starts(refused_runs, mode):
+    outcome, recorded = refused_runs[mode]
+    assert outcome["status"] == 3, outcome["stderr"][-3000:]
+    assert f"{len(recorded)} recorded fine-tuning cell(s) would be recomputed" in outcome["stderr"]
+    assert "/ sample 0 / seed 0: " in outcome["stderr"] and "max_steps: 8 -> 6" in outcome["stderr"]
+    assert not outcome["ray"], "Ray was imported for a refused run"
 
 
 @pytest.mark.parametrize("mode", list(MODES))

@@ -3,8 +3,6 @@ held to the same table, and what `sweeper plan` prints about departures."""
 from __future__ import annotations
 
 import re
-import subprocess
-import sys
 from dataclasses import replace
 
 import pytest
@@ -15,6 +13,7 @@ from sweeper.plan.protocol import PAPER_PROTOCOL, retrieval_negatives
 from sweeper.plan.study_plan import plan_study
 from sweeper.spec.reading import SpecError
 
+from cli_process import sweeper_cli
 from conftest import ROOT
 
 PAPER = ROOT / "search_spaces" / "paper.yaml"
@@ -99,8 +98,7 @@ def test_retrieval_negatives_are_the_effective_batch_less_one(paper):
 
 
 def test_sweeper_plan_prints_the_departures_and_the_negatives():
-    result = subprocess.run([sys.executable, "-m", "sweeper", "plan", str(PAPER), "-v"], capture_output=True,
-                            text=True, cwd=ROOT)
+    result = sweeper_cli("plan", str(PAPER), "-v", cwd=ROOT)
     assert result.returncode == 0, result.stderr
     out = result.stdout
     assert "departures from the paper (docs/paper-protocol.md):" in out

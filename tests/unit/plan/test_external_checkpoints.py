@@ -11,6 +11,7 @@ import sys
 from pathlib import Path
 
 import pytest
+from cli_process import sweeper_cli
 from conftest import ROOT, nano_study
 
 from sweeper.plan.load import load_study
@@ -99,8 +100,8 @@ def test_an_unusable_folder_is_a_spec_error(tmp_path, tiny, problem, make, key, 
 def test_a_hub_source_that_cannot_be_resolved_exits_2_naming_it(tmp_path):
     path = external_spec(tmp_path, entry("mb", "hf:answerdotai/ModernBERT-base"))
     env = {**os.environ, "HF_HUB_OFFLINE": "1", "HF_HOME": str(tmp_path / "hf")}
-    done = subprocess.run([sys.executable, "-m", "sweeper", "plan", str(path)], capture_output=True, text=True,
-                          env=env, cwd=ROOT, timeout=120)
+    # HF_HOME read when the child imports the hub client (tests/support/cli_process.py: READ_AT_IMPORT)
+    done = sweeper_cli("plan", str(path), env=env, cwd=ROOT, timeout=120)
     assert done.returncode == 2, done.stderr
     assert "finetuning.checkpoints[0].source" in done.stderr and "hf:answerdotai/ModernBERT-base" in done.stderr
     assert "Traceback" not in done.stderr

@@ -3,6 +3,7 @@ from dataclasses import replace
 from pathlib import Path
 
 import pytest
+from cli_process import sweeper_cli
 
 from sweeper.plan.load import load_study
 from sweeper.plan.run_names import format_steps, run_name
@@ -67,11 +68,7 @@ def test_pure_splits_of_a_biphasic_grid_collapse_into_pure_runs():
 
 
 def test_paper_plan_counts_runs_checkpoints_and_trials():
-    import subprocess
-    import sys
-
-    result = subprocess.run([sys.executable, "-m", "sweeper", "plan", str(SPECS / "paper.yaml"), "-v"],
-                            capture_output=True, text=True, cwd=SPECS.parent)
+    result = sweeper_cli("plan", str(SPECS / "paper.yaml"), "-v", cwd=SPECS.parent)
     assert result.returncode == 0, result.stderr
     out = result.stdout
     assert "pretraining runs:       39" in out

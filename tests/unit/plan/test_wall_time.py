@@ -1,11 +1,10 @@
 """`sweeper plan` says how long a CPU study takes: the cost model calibrated on measured CPU
 throughput (sweeper.plan.cost.CPU_CALIBRATION, benchmarks/wall_time.py)."""
 import re
-import subprocess
-import sys
 from dataclasses import replace
 
 import pytest
+from cli_process import sweeper_cli
 from conftest import ROOT
 
 from sweeper.plan.cost import cpu_wall_time, duration_text, parameters_text, wall_time_lines
@@ -54,8 +53,7 @@ def test_a_longer_study_is_estimated_longer(micro):
 
 
 def test_plan_prints_the_wall_time_and_the_size_of_small_models(tmp_path):
-    result = subprocess.run([sys.executable, "-m", "sweeper", "plan", "-v", "search_spaces/micro.yaml"],
-                            capture_output=True, text=True, cwd=ROOT, timeout=300)
+    result = sweeper_cli("plan", "-v", "search_spaces/micro.yaml", cwd=ROOT, timeout=300)
     assert result.returncode == 0, result.stderr
     line = re.search(r"estimated wall time on (\d+) CPUs? \(this machine's\): ~(\d+) min", result.stdout)
     assert line, result.stdout

@@ -6,6 +6,7 @@ import textwrap
 from pathlib import Path
 
 import pytest
+from cli_process import sweeper_cli
 
 from sweeper.plan.load import load_study
 from sweeper.spec.reading import SpecError
@@ -210,8 +211,7 @@ def test_every_malformed_file_exits_2_names_its_key_and_starts_no_ray(tmp_path):
 def test_an_evaluation_only_set_needs_its_training_task(tmp_path):
     path = tmp_path / "ir.yaml"
     path.write_text(with_change("[wordnet-supersense-cls, ", "[nq, wordnet-supersense-cls, "))
-    result = subprocess.run([sys.executable, "-m", "sweeper", "run", str(path), "--storage", str(tmp_path / "s")],
-                            capture_output=True, text=True, cwd=ROOT)
+    result = sweeper_cli("run", str(path), "--storage", str(tmp_path / "s"), cwd=ROOT)
     assert result.returncode == 2, result.stderr
     assert "finetuning.tasks[0]" in result.stderr and "add 'msmarco'" in result.stderr
     assert not (tmp_path / "s").exists()
@@ -358,8 +358,7 @@ def test_keys_in_a_spec_are_refused_unechoed_and_the_command_line_keeps_taking_t
 
     path = tmp_path / "keys.yaml"
     path.write_text(GOOD + 'storage: "s3://AKIAEXAMPLE:topsecret@bucket/studies/x"\n')
-    result = subprocess.run([sys.executable, "-m", "sweeper", "plan", str(path)], capture_output=True, text=True,
-                            cwd=ROOT)
+    result = sweeper_cli("plan", str(path), cwd=ROOT)
     assert result.returncode == 2 and "Traceback" not in result.stderr, result.stderr
     assert f"{path}:{len(GOOD.splitlines()) + 1}: storage: 's3://bucket/studies/x' carries credentials" in result.stderr
     assert "AWS_ACCESS_KEY_ID" in result.stderr and "--storage" in result.stderr

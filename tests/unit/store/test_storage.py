@@ -2,11 +2,10 @@
 on the loopback), and the results store written to and read back from the object store."""
 from __future__ import annotations
 
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
+from cli_process import sweeper_cli
 
 from sweeper.store import folders, storage
 from sweeper.store.layout import CHECKPOINT_MARKER, TRAINING_STATE, RunLayout
@@ -138,8 +137,7 @@ def test_locations_join_display_and_validate():
 
 
 def test_a_bad_storage_flag_exits_2_before_anything_starts(tmp_path):
-    result = subprocess.run([sys.executable, "-m", "sweeper", "run", "search_spaces/smoke.yaml",
-                             "--storage", "ftp://host/study"], cwd=ROOT, capture_output=True, text=True)
+    result = sweeper_cli("run", "search_spaces/smoke.yaml", "--storage", "ftp://host/study", cwd=ROOT)
     assert result.returncode == 2
     assert "--storage: unsupported storage scheme 'ftp'" in result.stderr
     assert "[study]" not in result.stdout
