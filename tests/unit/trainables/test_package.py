@@ -8,6 +8,8 @@ import json
 import subprocess
 import sys
 
+import pytest
+
 from conftest import ROOT
 
 DRIVER_SIDE = """
@@ -47,6 +49,7 @@ imports run no `imports_frozen` (only sweeper.run's entries and plugin loading d
 interpreter stops there: transformers' tokenizers and model classes not imported a second time."""
 
 
+@pytest.mark.slow  # two fresh interpreters import both sides: ~13 CPU-s, 10-13 s of the quick tier
 def test_the_probe_and_data_preparation_load_no_model_classes_and_their_imports_are_frozen():
     scripts = {"on": (DRIVER_SIDE + WORKER_SIDE).format(before=""),
                "off": (DRIVER_SIDE + COLLECTOR).format(before="gc.disable()")}

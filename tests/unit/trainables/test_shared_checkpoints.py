@@ -140,6 +140,7 @@ def test_the_saved_folder_carries_self_contained_code_and_its_auto_map(saved):
     assert plain.keys() == fsdp.keys() and all(torch.equal(plain[key], fsdp[key]) for key in plain)
 
 
+@pytest.mark.slow  # a clean interpreter loads both folders (`colleague`): 10-11 s of the quick tier
 def test_a_process_without_the_project_loads_it_with_trust_remote_code(saved, colleague):
     model, inputs, tokenizer, _, _ = saved
     report, outputs = colleague
@@ -158,6 +159,7 @@ def test_a_process_without_the_project_loads_it_with_trust_remote_code(saved, co
         assert outputs[f"{name}/tokens"].tolist() == tokenizer(TEXT)["input_ids"]
 
 
+@pytest.mark.slow  # a clean interpreter loads both folders (`colleague`): 10-11 s of the quick tier
 def test_without_trust_remote_code_transformers_refuses_and_runs_nothing(colleague):
     report, _ = colleague
     assert len(report["refused"]) == 2 * 2 * len(SAVE_PATHS)  # folders x Auto classes x (unset, False)
