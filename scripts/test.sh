@@ -30,13 +30,14 @@ unset PYTHONDONTWRITEBYTECODE
 folders=(tests)
 # Both cores, a file at a time on one worker: a module's study (or the session's smoke study,
 # whose readers share tests/e2e/test_smoke_study.py) is built once, on one worker. Files go out
-# in collection order, tests/e2e/ (few tests, long) before tests/unit/ (many, short), so the
-# short ones fill the end; xdist's default order (most tests first) left single-test studies
+# in the order tests/conftest.py gives them: tests/e2e/ (few tests, long) as collected, then the
+# unit files with a test marked `long`, then the others, most tests first, so the short ones fill
+# the end; xdist's own order (most tests first) left single-test studies and fresh interpreters
 # running alone on one worker at the end.
 tier=(-n 2 --dist loadfile --no-loadscope-reorder)
 if [ "${1:-}" = quick ]; then
   folders=(tests/unit)
-  tier=(-m "not slow" -n 2 --dist loadfile)  # a module's fixtures built once, on one worker
+  tier=(-m "not slow" -n 2 --dist loadfile --no-loadscope-reorder)  # tests/conftest.py orders the files
   shift
 fi
 for arg in "$@"; do

@@ -22,11 +22,22 @@ TESTS = Path(__file__).parent
 # tests/support (the modules tests and benchmarks import by name: tiny_checkpoints, local_s3,
 # verdict_simulation) and the folders whose tests share fixtures are on sys.path through
 # pyproject.toml's `pythonpath`.
-# Plugins: the quick tier's guard (its hooks), and the modules whose fixtures tests elsewhere use
-# (a hub-cache BERT folder and a file outside the study; tiny checkpoints of each architecture; a
-# recorded smoke study; a study recorded under two specs).
-pytest_plugins = ["quick_tier", "test_hostile_checkpoints", "test_external_checkpoints", "test_damage",
-                  "test_study_history"]
+# Plugins: the quick tier's guard (its hooks), and (FIXTURE_MODULES, `pytest_configure`) the
+# modules whose fixtures tests elsewhere use.
+pytest_plugins = ["quick_tier"]
+FIXTURE_MODULES = ["test_hostile_checkpoints", "test_external_checkpoints", "test_damage", "test_study_history"]
+"""A hub-cache BERT folder and a file outside the study; tiny checkpoints of each architecture; a
+recorded smoke study; a study recorded under two specs."""
+
+
+def pytest_configure(config):
+    """Register FIXTURE_MODULES, except in pytest-xdist's controller: it runs no test, and their
+    imports (pandas, pyarrow, scipy, matplotlib: ~5 CPU-s) held up the start of both workers."""
+    distributing = config.getoption("dist", "no") != "no" and bool(config.getoption("tx", None))
+    if distributing and not hasattr(config, "workerinput") and not config.getoption("collectonly"):
+        return
+    for name in FIXTURE_MODULES:
+        config.pluginmanager.import_plugin(name)
 
 
 SMOKE_SPEC = (ROOT / "search_spaces" / "smoke.yaml").read_text()
@@ -200,6 +211,24 @@ def ray_jobs_head(sweeper_cache):
     tests that use it run, a session head that earlier files started idles beside it."""
     yield _jobs_head
     _jobs_head.stop()
+
+
+def pytest_collection_modifyitems(config, items):
+    """The order in which pytest-xdist hands files out (scripts/test.sh: a file at a time, in this
+    order): tests/e2e/ first as collected (few tests, long), then the unit files with a `long` test,
+    then the others by their number of tests, most first, so that short files fill the end of both
+    workers' runs (by count alone, a file of one long test went out last and ran alone)."""
+    files: dict[str, list] = {}
+    for item in items:
+        files.setdefault(item.nodeid.split("::")[0], []).append(item)
+
+    def order(entry):
+        position, (path, tests) = entry
+        if path.startswith("tests/e2e/"):
+            return (0, position)
+        return (1, not any(test.get_closest_marker("long") for test in tests), -len(tests), position)
+
+    items[:] = [test for _, (_, tests) in sorted(enumerate(files.items()), key=order) for test in tests]
 
 
 def pytest_runtest_setup(item):

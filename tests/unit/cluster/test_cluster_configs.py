@@ -250,6 +250,7 @@ def gpu_instance_types() -> dict[str, str]:
 PEAK_TFLOPS = {"H100": 989.0}
 
 
+@pytest.mark.long  # moto's instance data: ~5 s
 def test_gpu_instances_have_the_memory_and_peak_the_paper_spec_plans_for():
     spec_gb = paper_gpu_memory_gb()
     peak = yaml.safe_load((ROOT / "search_spaces" / "paper.yaml").read_text())["cost"]["gpu_peak_tflops"]

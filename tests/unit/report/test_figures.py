@@ -192,6 +192,7 @@ def test_no_biphasic_line_joins_two_masking_ratios(drawn, study):
     assert len(zero) == 2 * 2 and {colour for _, colour in zero} == {to_hex(figures.FAMILY_COLOURS["MLM"])}
 
 
+@pytest.mark.long  # a whole report, every figure drawn: 5-7 s
 def test_every_drawn_figure_has_a_caption_in_the_report(study):
     text, made = build_report(study)
     assert {p.name for p in made} == {"category_scores.png", "stability.png", "data_efficiency.png", "biphasic.png",

@@ -147,6 +147,7 @@ def test_an_external_checkpoint_joins_the_objective_comparison_of_its_size_and_b
     assert all("authors-clm" not in p.numbers for p in with_own.parts), "the study's own CLM run stands first"
 
 
+@pytest.mark.long  # a whole report: ~6 s
 def test_a_study_of_checkpoints_from_elsewhere_only_is_reported(tmp_path):
     big = {"parameters": 149_000_000, "tokens_seen": 2 * 10**12}
     mlm = external("authors-mlm", "hf:authors/mlm", "mlm", **big, mask_ratio=0.3)

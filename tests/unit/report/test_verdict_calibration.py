@@ -154,6 +154,7 @@ def test_the_array_path_gives_the_verdicts_of_the_trial_rows():
                                                                        rel=1e-9, nan_ok=True)
 
 
+@pytest.mark.long  # 40 simulated studies judged per case: ~4-5 s each
 @pytest.mark.parametrize("sign, expected", [(+1, {1: SUPPORTS, 2: SUPPORTS, 3: SUPPORTS, 4: SUPPORTS, 5: SUPPORTS}),
                                             (-1, {1: CONTRADICTS, 2: SUPPORTS, 3: CONTRADICTS, 4: CONTRADICTS,
                                                   5: CONTRADICTS})])

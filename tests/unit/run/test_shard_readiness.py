@@ -176,6 +176,7 @@ print(len(plan.trials), len(training), handed, peak_kib // 1024)
 """
 
 
+@pytest.mark.long  # a fresh interpreter plans the paper's 18,000 trials: 7-8 s
 def test_the_driver_plans_and_shards_the_papers_18000_trials_in_under_1_gib():
     measured = subprocess.run([sys.executable, "-c", MEMORY_SCRIPT.format(root=str(ROOT))], capture_output=True,
                               text=True, timeout=300, cwd=ROOT)

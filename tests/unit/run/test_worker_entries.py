@@ -9,6 +9,8 @@ import subprocess
 import sys
 import textwrap
 
+import pytest
+
 from conftest import ROOT
 
 RUN_STAGE = ROOT / "sweeper" / "run"
@@ -52,6 +54,7 @@ DRIVER = textwrap.dedent('''
 ''')
 
 
+@pytest.mark.long  # a fresh interpreter imports the driver: 6-7 s
 def test_the_driver_imports_no_worker_side_module():
     """Every module of the run stage and the CLI imported, and the environment probe scheduled
     (with Ray's `remote` and `get` stood in for), in a fresh interpreter."""

@@ -20,6 +20,8 @@ import textwrap
 from dataclasses import dataclass, field
 from pathlib import Path
 
+import pytest
+
 ROOT = Path(__file__).resolve().parents[3]
 GOOD = (ROOT / "search_spaces" / "smoke.yaml").read_text()
 SECONDS, MEGABYTES = 5.0, 500
@@ -384,6 +386,7 @@ def line_of(content: str | bytes, text: str) -> int:
     return next(i for i, line in enumerate(data.splitlines(), 1) if text in line and not line.startswith("#"))
 
 
+@pytest.mark.long  # every hostile spec in one fresh interpreter: 6-9 s
 def test_every_hostile_spec_exits_2_quickly_small_and_without_ray(tmp_path):
     """All cases through the real CLI in one fresh interpreter: status 2, the file (line, key)
     and the reason on stderr, no traceback, < 5 CPU-s and < 500 MB each, Ray never imported."""

@@ -109,6 +109,7 @@ def damaged_study(tmp_path_factory):
                            status_after=sweeper_cli("status", str(study)).stdout)
 
 
+@pytest.mark.long  # the damaged study's status, report and rerun: ~5 s
 @pytest.mark.parametrize("kind", list(KINDS))
 def test_a_damaged_part_and_markers_are_named_set_aside_and_the_rest_is_reported(damaged_study, kind):
     seen, task = damaged_study, KINDS[kind]

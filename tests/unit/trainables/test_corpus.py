@@ -58,6 +58,7 @@ def test_wordpiece_stream_equals_the_tokenizer_call(tmp_path):
                                 "special_ids", "source", "tokenizer"}
 
 
+@pytest.mark.long  # ~5 s
 def test_windows_span_shards_and_the_order_is_blocked_and_prefix_stable(numbers_corpus, tmp_path):
     assert ORDER_BLOCK_WINDOWS == DRIVER_BLOCK
     short = PackedCorpus(prepared(numbers_corpus, tmp_path / "short", max_tokens=2 * ORDER_BLOCK_WINDOWS), 1, 7)
