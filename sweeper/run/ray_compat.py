@@ -43,7 +43,10 @@ TRIAL_SIGTERM = "The process receives a SIGTERM."
 exit reason: the actor death cause of a Tune trial whose worker was told to stop."""
 TRIAL_NODE_DIED = "The actor died because its node has died."
 """The GCS's actor death cause (C++, no Python name) when an actor's node is gone: raylet and
-workers killed together, or a node reclaimed without a drain that Ray could see."""
+workers killed together, or a node reclaimed without a drain that Ray could see. Also a node
+drained for preemption whose raylet was killed before it could leave and before the drain's
+deadline: the GCS then records an unexpected termination, not a preemption (its node manager
+infers a preemption only past the deadline), so the sweeper reports a lost node, as Ray does."""
 TRIAL_NODE_SIGTERM = "the actor's node was terminated expectedly: received SIGTERM"
 """The GCS's actor death cause when the node's raylet took SIGTERM (the GCS server's text, then the
 raylet's reason): a reclaimed spot node (seen after `ray drain-node --reason
@@ -59,17 +62,29 @@ TRIAL_UNREACHABLE = re.compile(r"The actor \w+ is unavailable: ")
 actor before the GCS declared its node dead (seen when a test node's raylet and workers were
 SIGKILLed together mid-trial: "RpcError: Socket closed"). Tune ends the trial on it as on a death."""
 
+TRIAL_DIED_UNEXPLAINED = re.compile(
+    r"The actor died unexpectedly before finishing this task\.(?:\n\t(?:class_name|actor_id|pid|name|namespace|ip): "
+    r"[^\n]*)*\s*\Z")
+"""ray.exceptions.ActorDiedError's message with no cause after its header (`BASE_ERROR_MSG`, then
+class name and actor id, nothing more), at the end of the error: the driver's core worker gave up
+waiting for the GCS to say why the actor died. Seen 1.5 s after a node's raylet and workers were
+SIGKILLed together, some 13 s before the GCS declared the node dead (its health checks); a
+worker's own crash (SIGKILL, SIGABRT, the OOM killer) comes with its cause at once ("its worker
+process has died"), which the raylet reports, and is a failure of the trial."""
+
 
 def trial_interruption(error_text: str) -> str | None:
     """"preemption" (SIGTERM to the trial's worker or to its node, or a node Ray records as
-    preempted: a notice), "node lost" (its node died without one, or became unreachable), or None
-    (an error of the trial's own) for the error Tune wrote of a trial. Ray hands the driver no type
-    for these (all are ActorDiedError or ActorUnavailableError, only the preempted one flagged, and
-    Tune writes the text), only its messages above."""
+    preempted: a notice), "node lost" (its node died without one, became unreachable, or went
+    before the GCS could say why), or None (an error of the trial's own) for the error Tune wrote
+    of a trial. Ray hands the driver no type for these (all are ActorDiedError or
+    ActorUnavailableError, only the preempted one flagged, and Tune writes the text), only its
+    messages above."""
     require_tested_ray()
     if TRIAL_SIGTERM in error_text or TRIAL_NODE_SIGTERM in error_text or TRIAL_NODE_PREEMPTED in error_text:
         return "preemption"
-    if TRIAL_NODE_DIED in error_text or TRIAL_UNREACHABLE.search(error_text):
+    if TRIAL_NODE_DIED in error_text or TRIAL_UNREACHABLE.search(error_text) or \
+            TRIAL_DIED_UNEXPLAINED.search(error_text):
         return "node lost"
     return None
 

@@ -82,6 +82,32 @@ def test_five_preemptions_with_one_failure_allowed_finish_as_the_undisturbed_run
         str(reference / "pretraining" / RUN / "step-60" / "train_log.json"))]
 
 
+RECLAIM_GRACE_S = 30.0
+"""How long a reclaimed node's raylet may take to leave after SIGTERM before SIGKILL: a cloud's grace
+(GCP's preemption and Kubernetes' default termination grace are 30 s). The raylet tells the GCS
+as it leaves, and Ray records the node's death as expected ("received SIGTERM": a preemption to
+the sweeper). A raylet SIGKILLed before it could (a 1 s grace on a loaded machine did it once in
+CI) dies unexplained: Ray records an unexpected termination, even on a node drained for
+preemption whose deadline is still ahead (the GCS's node manager), and the sweeper reports a lost
+node, as Ray does."""
+
+
+def command_name(pid: int) -> str | None:
+    """The name of process `pid`'s executable (/proc's `comm`), None once it is gone."""
+    try:
+        return Path(f"/proc/{pid}/comm").read_text().strip()
+    except OSError:
+        return None
+
+
+def gone(pid: int) -> bool:
+    """Whether process `pid` has exited (a zombie left for its parent to reap counts as gone)."""
+    try:
+        return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0] == "Z"
+    except OSError:
+        return True
+
+
 class SpotNodes:
     """Worker nodes with `pretrain_node: 1` joined to the head at `address`: spot nodes, each a
     `ray start --block` in its own process group (reclaimed as a cloud does: all its processes at
@@ -163,9 +189,13 @@ class SpotNodes:
         node.wait()
 
     def reclaim(self, node: subprocess.Popen) -> None:
-        """`node` stopped as a cloud stops a reclaimed one: SIGTERM to all its processes, then
-        SIGKILL."""
+        """`node` stopped as a cloud stops a reclaimed one: SIGTERM to all its processes, a grace
+        for its raylet to leave (RECLAIM_GRACE_S), then SIGKILL to what is left."""
+        raylet = next((pid for pid in self.processes(node) if command_name(pid) == "raylet"), None)
         self.signal_all(node, signal.SIGTERM)
+        deadline = time.time() + RECLAIM_GRACE_S
+        while raylet is not None and not gone(raylet) and time.time() < deadline:
+            time.sleep(0.1)
         stop_process_group(node.pid)
         self.signal_all(node, signal.SIGKILL)
         node.wait()
@@ -331,11 +361,56 @@ def test_spot_nodes_drained_or_lost_cost_only_their_own_work(ray_head, tmp_path)
     rows = read_trials(layout).to_pylist()
     assert sorted(r["trial_key"] for r in rows) == sorted(planned), "each planned trial recorded once"
     assert {r["status"] for r in rows} == {"ok"}, [(r["status"], r["error"]) for r in rows]
-    kinds = [e["kind"] for e in storage.read_json(layout.trial_interruptions)]
+    entries = storage.read_json(layout.trial_interruptions)
+    kinds = [e["kind"] for e in entries]
     # A trial placed on a node on its way out is stopped again.
-    assert kinds[0] == "node lost" and "preemption" in kinds and set(kinds) <= {"node lost", "preemption"}, kinds
+    assert kinds[0] == "node lost" and "preemption" in kinds and set(kinds) <= {"node lost", "preemption"}, entries
     print(f"trial interruptions: {kinds}; trials' wall times (s): {[round(r['wall_time_s']) for r in rows]}")
     status = run_sweeper("status", str(study_dir), address=ray_head[0], timeout=300)
     assert f"interrupted {RUN}: 1 preemptions, 0 failures, 1 lost nodes" in status.stdout, status.stdout
     assert "requeued trials:" in status.stdout and " 0 failed" in status.stdout, status.stdout
     at("checked")
+
+
+def test_a_lost_nodes_actor_is_told_from_a_worker_that_crashed(ray_head):
+    """The errors the driver gets from a real cluster: an actor whose worker crashed (it SIGKILLs
+    itself) is a failure of its own; an actor whose node is lost (raylet and workers SIGKILLed
+    together) is a lost node, whichever error Ray gives first (the bare "died unexpectedly" once
+    the driver's wait for the GCS's notice runs out, the node's death, or an unreachable actor)."""
+    import ray
+
+    from sweeper.run.ray_compat import trial_interruption
+
+    @ray.remote(num_cpus=0, resources={"pretrain_node": 0.5})  # two on the spot node
+    class Busy:
+        def crash(self):
+            os.kill(os.getpid(), signal.SIGKILL)
+
+        def work(self):
+            time.sleep(300)
+
+        def started(self):
+            return os.getpid()
+
+    def error_of(ref) -> str:
+        with pytest.raises(ray.exceptions.RayActorError) as raised:
+            ray.get(ref, timeout=120)
+        return f"ray.exceptions.{type(raised.value).__name__}: {raised.value}"
+
+    spot = SpotNodes(ray_head[0])
+    ray.init(address=ray_head[0], log_to_driver=False)
+    try:
+        node = spot.start()
+        crashing, working = Busy.remote(), Busy.remote()
+        ray.get([crashing.started.remote(), working.started.remote()], timeout=120)
+        crashed = error_of(crashing.crash.remote())
+        assert "its worker process has died" in crashed and trial_interruption(crashed) is None, crashed
+        work = working.work.remote()
+        time.sleep(1)
+        spot.lose(node)
+        lost = error_of(work)
+        assert trial_interruption(lost) == "node lost", lost
+        print(f"a lost node's actor: {lost.splitlines()[0]}")
+    finally:
+        ray.shutdown()
+        spot.stop_all()

@@ -165,6 +165,26 @@ def test_trial_interruptions_are_told_apart_by_the_messages_ray_260_writes():
     assert trial_interruption("ray.exceptions.RayTaskError(ValueError): the task has no labels") is None
 
 
+def test_an_actor_death_ray_could_not_explain_is_a_lost_node_and_a_worker_crash_a_failure():
+    """The installed Ray's ActorDiedError, built as its core worker builds it: with the actor id
+    alone when its wait for the GCS's death notice ran out (a node gone without a word), or with
+    the cause the raylet reported (the trial's worker crashed: the trial's own failure)."""
+    from ray.core.generated.common_pb2 import ActorDiedErrorContext
+    from ray.exceptions import ActorDiedError
+
+    from sweeper.run.ray_compat import trial_interruption
+
+    actor_id = bytes.fromhex("3726" * 8)
+    unexplained = ActorDiedError(ActorDiedErrorContext(actor_id=actor_id))
+    tune_wrote = f"Failure # 1 (occurred at 2026-11-29)\nray.exceptions.ActorDiedError: {unexplained}\n"
+    assert trial_interruption(tune_wrote) == "node lost", tune_wrote
+    crashed = ActorDiedError(ActorDiedErrorContext(
+        actor_id=actor_id, class_name="ImplicitFunc", pid=10715, ray_namespace="ns", node_ip_address="10.0.0.2",
+        error_message="The actor is dead because its worker process has died. Worker exit type: SYSTEM_ERROR"))
+    assert trial_interruption(f"ray.exceptions.ActorDiedError: {crashed}") is None, str(crashed)
+    assert trial_interruption(f"ray.exceptions.ActorDiedError: {ActorDiedError()}\nmore") is None, "a cause follows"
+
+
 def test_tune_is_told_to_count_a_preempted_trial_so_that_its_reruns_are_capped(monkeypatch):
     """`count_preempted_trials` sets the variable the installed Tune reads where an actor dies
     (without it Tune requeues a trial Ray flags preempted by itself, counting nothing: no cap), in
