@@ -43,8 +43,9 @@ from collections.abc import Callable, Hashable
 from dataclasses import dataclass, field
 from functools import partial
 
-from ray.tune.schedulers import ASHAScheduler, FIFOScheduler, MedianStoppingRule, TrialScheduler
+from ray.tune.schedulers import ASHAScheduler, MedianStoppingRule, TrialScheduler
 
+from sweeper.run.idle_workers import IdleWorkers, IdleWorkerScheduler
 from sweeper.run.ray_compat import require_tested_ray, resume_held_trial
 from sweeper.run.recording import FINAL
 from sweeper.run.search import SEARCH_METRIC
@@ -59,10 +60,12 @@ own; a point that survives every rung it reaches ends at its budget, as without 
 
 
 def make_scheduler(finetuning: FinetuningSpec, cell_of: Callable[[dict], Hashable] | None = None,
-                   point_of: Callable[[dict], Hashable] | None = None) -> TrialScheduler | None:
+                   point_of: Callable[[dict], Hashable] | None = None,
+                   idle_workers: IdleWorkers | None = None) -> TrialScheduler | None:
     """The spec's scheduler (None: `scheduler.kind: none`), one per cell, judging points:
     `cell_of(config)` is the cell of the trial whose Tune config that is (None: all trials are
-    one cell), `point_of(config)` its point (None: each trial is a point of its own)."""
+    one cell), `point_of(config)` its point (None: each trial is a point of its own). It hands
+    Tune's controller to `idle_workers` (sweeper.run.idle_workers)."""
     spec = finetuning.scheduler
     if spec.kind == "none":
         return None
@@ -78,7 +81,7 @@ def make_scheduler(finetuning: FinetuningSpec, cell_of: Callable[[dict], Hashabl
                         min_time_slice=float("inf"), hard_stop=True)
     else:
         raise ValueError(f"unknown scheduler kind {spec.kind!r}")
-    return CellScheduler(build, cell_of or (lambda config: None), point_of)
+    return CellScheduler(build, cell_of or (lambda config: None), point_of, idle_workers)
 
 
 class PointEntity:
@@ -129,7 +132,7 @@ class Point:
         return sorted({s for curve in self.curves.values() for s in curve if self.handed < s <= reached})
 
 
-class CellScheduler(FIFOScheduler):
+class CellScheduler(IdleWorkerScheduler):
     """Runs trials in the order the searcher makes them (FIFO); hands each point's seed-averaged
     curve to the scheduler of its cell (made on the cell's first trial) and stops a point's
     seeds together.
@@ -141,9 +144,9 @@ class CellScheduler(FIFOScheduler):
     end. A final report is never held: a seed that reached its end is recorded ok."""
 
     def __init__(self, build: Callable[[], TrialScheduler], cell_of: Callable[[dict], Hashable],
-                 point_of: Callable[[dict], Hashable] | None = None):
+                 point_of: Callable[[dict], Hashable] | None = None, idle_workers: IdleWorkers | None = None):
         require_tested_ray()  # before the first trial: resuming a held seed is Tune's private API
-        super().__init__()
+        super().__init__(idle_workers)
         self.build, self.cell_of, self.point_of = build, cell_of, point_of
         self.by_cell: dict[Hashable, TrialScheduler] = {}
         self.points: dict[tuple, Point] = {}  # (cell, point) -> its state
@@ -175,6 +178,7 @@ class CellScheduler(FIFOScheduler):
         return point
 
     def on_trial_add(self, tune_controller, trial) -> None:
+        super().on_trial_add(tune_controller, trial)
         point = self.point(trial)
         if not point.added:  # its first seed: the inner scheduler meets the point
             point.inner.on_trial_add(tune_controller, point.entity)

@@ -59,6 +59,11 @@ class Pipeline:
             return True
         return None if checkpoint.run.name in readiness.blocked_runs else False
 
+    @property
+    def training(self) -> bool:
+        """Whether pretraining is still under way: its loop is running."""
+        return self.thread is not None and self.thread.is_alive()
+
     def start(self) -> None:
         """Launch the runs that can start, publish what is ready, and go on in a thread."""
         if self.pretraining is None:

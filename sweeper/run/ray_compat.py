@@ -105,6 +105,29 @@ def count_preempted_trials() -> None:
     os.environ[RAY_TRAIN_COUNT_PREEMPTION_AS_FAILURE] = "1"
 
 
+def release_idle_actors(tune_controller) -> None:
+    """Stop the trial workers Tune keeps idle for reuse (`reuse_actors`), and, while no trial is
+    pending, running or paused, let Tune finish stopping them and the workers it stopped before,
+    so that their placement groups are free. Tune 2.60 keeps one idle worker while its searcher
+    may still make trials, however long the searcher waits (its actor cache's `may_keep_one`);
+    and while no trial is in flight its step only waits for the searcher's next trial
+    (`_update_trial_queue(blocking=True)`, up to 10 minutes), handling no event: a stopped worker
+    keeps its resources until that wait ends.
+
+    Private: `TuneController._cleanup_cached_actors(force_all=True)`, what Tune calls itself as
+    an experiment ends, and `TuneController._actor_manager.next(timeout=0)`, one pass of the event
+    loop its step runs (actor stops: no trial's results can arrive while none is in flight);
+    reached through `_tune_controller` as in `resume_held_trial`. No public API: `reuse_actors`
+    is one setting for a whole Tuner run, and schedulers get no hold of Tune's events."""
+    require_tested_ray()
+    from ray.tune.experiment import Trial
+
+    controller = getattr(tune_controller, "_tune_controller", tune_controller)
+    controller._cleanup_cached_actors(force_all=True)
+    if not any(trial.status in (Trial.PENDING, Trial.RUNNING, Trial.PAUSED) for trial in controller.get_trials()):
+        controller._actor_manager.next(timeout=0)
+
+
 SINGLE_MACHINE_VARIABLE = "RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER"
 
 

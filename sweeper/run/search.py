@@ -32,6 +32,7 @@ from pathlib import Path
 
 from ray.tune.search import Searcher
 
+from sweeper.run.idle_workers import IdleWorkers
 from sweeper.run.pipeline import Pipeline
 from sweeper.spec import space as spaces
 from sweeper.store import folders, storage
@@ -155,15 +156,24 @@ class StoreRecordSearcher(Searcher):
     def restore(self, checkpoint_path: str) -> None:
         """Nothing to read (see the class docstring)."""
 
+    idle_workers: IdleWorkers | None = None
+
+    def waiting(self) -> None:
+        """`suggest`'s answer while no trial can start yet (Tune asks again): None, once the idle
+        trial workers are freed for pretraining if it is under way (sweeper.run.idle_workers)."""
+        if self.idle_workers is not None:
+            self.idle_workers.release()
+        return None
+
 
 class GridSearcher(StoreRecordSearcher):
     """Hands a grid shard `capacity` trials of the call's queue, each as soon as its checkpoint
     exists, so fine-tuning fills in while pretraining still runs (the data-efficiency
     checkpoints first). Tune's config is the trial's index in the call's pending trials."""
 
-    def __init__(self, queue: ReadyQueue, capacity: int, pipeline: Pipeline):
+    def __init__(self, queue: ReadyQueue, capacity: int, pipeline: Pipeline, idle_workers: IdleWorkers | None = None):
         super().__init__(metric=SEARCH_METRIC, mode="max")
-        self.queue, self.capacity, self.pipeline = queue, capacity, pipeline
+        self.queue, self.capacity, self.pipeline, self.idle_workers = queue, capacity, pipeline, idle_workers
         self.issued = 0
 
     def set_search_properties(self, metric, mode, config, **spec) -> bool:
@@ -176,7 +186,7 @@ class GridSearcher(StoreRecordSearcher):
         if index is not None:
             self.issued += 1
             return {"trial_index": index}
-        return None if self.queue else Searcher.FINISHED
+        return self.waiting() if self.queue else Searcher.FINISHED
 
     def on_trial_complete(self, trial_id: str, result: dict | None = None, error: bool = False) -> None:
         """Nothing to learn: the grid's trials are fixed (the results recorder writes the outcome)."""
@@ -189,12 +199,13 @@ class CellSearcher(StoreRecordSearcher):
     sample's point: learning rate and searched fields)."""
 
     def __init__(self, cells: list[CellSearch], queue: ReadyQueue, capacity: int, study: StudyLayout, seed: int,
-                 startup_samples: int, pipeline: Pipeline | None = None):
+                 startup_samples: int, pipeline: Pipeline | None = None, idle_workers: IdleWorkers | None = None):
         super().__init__(metric=SEARCH_METRIC, mode="max")
         import optuna
 
         optuna.logging.set_verbosity(optuna.logging.WARNING)
         self.cells, self.queue, self.capacity, self.pipeline = cells, queue, capacity, pipeline or Pipeline()
+        self.idle_workers = idle_workers
         self.seed, self.startup_samples = seed, startup_samples
         self.journal = OptunaJournal(study.optuna_journal, study=study)
         self.studies: dict[int, optuna.Study] = {}  # cell index -> its study, for the cells taken, in that order
@@ -300,7 +311,7 @@ class CellSearcher(StoreRecordSearcher):
                 self.start_cell(index)
                 return self.issue(index, trial_id)
             waiting = waiting or bool(self.queue)
-        return None if waiting else Searcher.FINISHED
+        return self.waiting() if waiting else Searcher.FINISHED
 
     def on_trial_complete(self, trial_id: str, result: dict | None = None, error: bool = False) -> None:
         index, sample = self.trial_sample.pop(trial_id)

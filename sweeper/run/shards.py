@@ -27,6 +27,7 @@ import itertools
 import json
 
 from sweeper.plan.study_plan import StudyPlan, Trial, at_point
+from sweeper.run.idle_workers import IdleWorkers
 from sweeper.run.pipeline import Pipeline
 from sweeper.run.search import CellSearch, CellSearcher, GridSearcher, ReadyQueue, search_score
 from sweeper.run.task_prep import task_data_dir
@@ -151,8 +152,9 @@ class Shard:
         self.queue.drop_never_ready(pipeline)
         return bool(self.queue)
 
-    def tuner_args(self, spec: StudySpec, pipeline: Pipeline) -> dict:
-        """`param_space`, `search_alg` and `num_samples` of the Tuner."""
+    def tuner_args(self, spec: StudySpec, pipeline: Pipeline, idle_workers: IdleWorkers | None = None) -> dict:
+        """`param_space`, `search_alg` and `num_samples` of the Tuner; the searcher frees
+        `idle_workers` while it waits for `pipeline` (sweeper.run.idle_workers)."""
         raise NotImplementedError
 
     def trial(self, config: dict) -> Trial:
@@ -197,8 +199,8 @@ class GridShard(Shard):
     def __len__(self) -> int:
         return self.capacity
 
-    def tuner_args(self, spec: StudySpec, pipeline: Pipeline) -> dict:
-        return {"param_space": {}, "search_alg": GridSearcher(self.queue, self.capacity, pipeline),
+    def tuner_args(self, spec: StudySpec, pipeline: Pipeline, idle_workers: IdleWorkers | None = None) -> dict:
+        return {"param_space": {}, "search_alg": GridSearcher(self.queue, self.capacity, pipeline, idle_workers),
                 "num_samples": self.capacity}
 
     def trial(self, config: dict) -> Trial:
@@ -234,12 +236,12 @@ class OptunaShard(Shard):
     def __len__(self) -> int:
         return self.expected_trials
 
-    def tuner_args(self, spec: StudySpec, pipeline: Pipeline) -> dict:
+    def tuner_args(self, spec: StudySpec, pipeline: Pipeline, idle_workers: IdleWorkers | None = None) -> dict:
         optuna = spec.finetuning.optuna
         # The searcher runs in the driver: it opens the journal there (self.layout holds no credentials,
         # the driver reaches an object store through its environment).
         searcher = CellSearcher(self.searches, self.queue, self.capacity, self.layout, optuna.seed,
-                                optuna.startup_samples, pipeline=pipeline)
+                                optuna.startup_samples, pipeline=pipeline, idle_workers=idle_workers)
         # Which cells it takes is known only as they are written: at most every trial left.
         return {"param_space": {}, "search_alg": searcher,
                 "num_samples": sum(search.trials_left for search in self.searches)}

@@ -30,6 +30,7 @@ from ray import tune
 from sweeper.plan.cost import trial_flops
 from sweeper.plan.study_plan import StudyPlan, protocol_text
 from sweeper.run.early_stopping import make_scheduler
+from sweeper.run.idle_workers import IdleWorkers, IdleWorkerScheduler
 from sweeper.run.own_checkpoints import refuse_edited_checkpoints
 from sweeper.run.checkpoint_import import import_external_checkpoints
 from sweeper.run.pipeline import Pipeline
@@ -268,22 +269,24 @@ def run_shards(spec: StudySpec, shards: list[Shard], layout: StudyLayout, traina
     for number, shard in enumerate(shards):
         if not shard.has_work(pipeline):
             continue
+        idle_workers = IdleWorkers(pipeline)  # freed while pretraining waits for them (sweeper.run.idle_workers)
         early_stopping = make_scheduler(spec.finetuning, cell_of=partial(cell_of, shard),
-                                        point_of=shard.point)
+                                        point_of=shard.point, idle_workers=idle_workers)
         trainable = tune.with_resources(
             tune.with_parameters(trainable_fn, trials=shard.for_workers(), **trainable_args,
                                  **({"report_curve": True} if early_stopping is not None else {})),
             {"cpu": res.cpus_per_trial, "gpu": res.gpus_per_trial, **res.custom_resources_per_trial},
         )
         name = f"finetune-shard-{number:04d}"
-        search = shard.tuner_args(spec, pipeline)
+        search = shard.tuner_args(spec, pipeline, idle_workers)
         recorder = ResultsRecorder(spec.study, layout, shard, progress, extra={
             "cpus": res.cpus_per_trial, "gpus": res.gpus_per_trial, "code_version": code_version()}, tracker=tracker)
         tuner = tune.Tuner(
             trainable,
             param_space=search.pop("param_space"),
             tune_config=tune.TuneConfig(reuse_actors=True, max_concurrent_trials=res.max_concurrent_trials,
-                                        trial_dirname_creator=short_trial_dirname, scheduler=early_stopping,
+                                        trial_dirname_creator=short_trial_dirname,
+                                        scheduler=early_stopping or IdleWorkerScheduler(idle_workers),
                                         **search),
             run_config=tune.RunConfig(
                 name=name, storage_path=tune_path, verbose=0,

@@ -4,6 +4,7 @@ paper's 18,000 trials stays small."""
 from __future__ import annotations
 
 import json
+import pickle
 import subprocess
 import sys
 import time
@@ -16,6 +17,7 @@ from ray.tune.search import Searcher
 
 from sweeper.plan.load import load_study
 from sweeper.plan.study_plan import plan_study
+from sweeper.run.idle_workers import IdleWorkers
 from sweeper.run.pipeline import Pipeline
 from sweeper.run.shards import EvaluationSets, grid_shards, optuna_shards
 from sweeper.store.layout import CHECKPOINT_MARKER, StudyLayout
@@ -29,6 +31,17 @@ def one_task_spec(trials_per_shard: int):
     spec = load_study(ROOT / "search_spaces" / "smoke.yaml").spec
     return replace(spec, finetuning=replace(spec.finetuning, tasks=["wordnet-supersense-cls"]),
                    resources=replace(spec.resources, trials_per_shard=trials_per_shard))
+
+
+class CountedRelease(IdleWorkers):
+    """Counts the searcher's requests to free idle workers (`IdleWorkers.release`)."""
+
+    def __init__(self, pipeline: Pipeline):
+        super().__init__(pipeline)
+        self.asked = 0
+
+    def release(self) -> None:
+        self.asked += 1
 
 
 class WrittenCheckpoints:
@@ -84,9 +97,11 @@ def test_a_grid_shard_takes_the_trials_of_the_checkpoint_written_first_whatever_
     assert {t.checkpoint.checkpoint_id for t in taken} == {last.checkpoint_id}
     assert searcher.suggest("t2") == Searcher.FINISHED  # the shard is full
 
-    # The next shard waits while nothing it could take is written, then takes them in plan order.
-    searcher = shards[1].tuner_args(spec, pipeline)["search_alg"]
-    assert searcher.suggest("u0") is None
+    # The next shard waits while nothing it could take is written (freeing Tune's idle workers for
+    # pretraining each time), then takes them in plan order.
+    idle_workers = CountedRelease(pipeline)
+    searcher = shards[1].tuner_args(spec, pipeline, idle_workers)["search_alg"]
+    assert searcher.suggest("u0") is None and idle_workers.asked == 1
     pretraining.until = lambda: True
     assert searcher.suggest("u1") is None, "a searcher reads what the pipeline loop published, nothing else"
     assert not pipeline.step(0), "the grid is finished"
@@ -107,7 +122,8 @@ def test_an_optuna_shard_takes_a_ready_cell_whatever_its_plan_position(tmp_path)
     pretraining.write(late)
     pipeline = Pipeline(pretraining, plan.checkpoints)
     pipeline.step(0)
-    searcher = shards[0].tuner_args(spec, pipeline)["search_alg"]
+    idle_workers = CountedRelease(pipeline)
+    searcher = shards[0].tuner_args(spec, pipeline, idle_workers)["search_alg"]
     config = searcher.suggest("t0")
     trial = shards[0].trial(config)
     assert (trial.checkpoint, trial.task, trial.sample) == (late, tasks[0], 0)
@@ -115,6 +131,26 @@ def test_an_optuna_shard_takes_a_ready_cell_whatever_its_plan_position(tmp_path)
     second = shards[0].trial(searcher.suggest("t1"))  # the sample's other seed, same cell
     assert (second.checkpoint, second.task, second.sample, second.seed) == (late, tasks[0], 0, 1)
     assert searcher.suggest("t2") is None  # sample 1 waits for sample 0's results, no other cell taken
+    assert idle_workers.asked == 1, "Tune's idle workers freed for pretraining as the searcher waits"
+
+
+def test_idle_workers_are_freed_only_while_pretraining_trains_and_never_from_a_copy():
+    """`IdleWorkers.release` reaches Tune's controller only once a trial handed it over and while
+    the pipeline trains; the pickled copy a Tuner keeps holds no controller."""
+    class Training(Pipeline):
+        training = True
+
+    class NoController:
+        """Any use of it fails: what reached Tune's controller shows."""
+
+    idle_workers = IdleWorkers(Pipeline())
+    idle_workers.release()  # no controller yet
+    idle_workers.controller = NoController()
+    idle_workers.release()  # pretraining not under way: the controller is not touched
+    assert pickle.loads(pickle.dumps(idle_workers)).controller is None
+    idle_workers.pipeline = Training()
+    with pytest.raises(AttributeError, match="_cleanup_cached_actors"):
+        idle_workers.release()
 
 
 def test_the_pipeline_loop_publishes_on_its_own_thread_and_an_error_in_it_stops_the_grid(tmp_path):
