@@ -23,10 +23,10 @@ import numpy as np
 import pandas as pd
 from scipy import stats
 
-from sweeper.report.findings import Verdict, judge_grid
+from sweeper.report.findings import Verdict, judge
 from sweeper.report.grid import TrialGrid
 from sweeper.report.paired import SKEW_UNITS
-from sweeper.report.statistics import CANNOT_TELL, Part, VerdictConfig, p_text
+from sweeper.report.statistics import CANNOT_TELL, Part, SeedScores, Spreads, VerdictConfig, p_text
 
 
 @dataclass
@@ -97,8 +97,15 @@ def robustness_card(grid: TrialGrid, runs: pd.DataFrame, baseline: list[Verdict]
     before = part_verdicts(baseline)
     replicated = "replicate" in runs and bool((runs["replicate"].fillna(0) > 0).any())
     card = []
+    # Variants that change only the test or the margin judge the same arrays: built once per grid
+    # (held with it, so that no later grid can take its id) and cross-fitting.
+    arrays: dict[tuple[int, bool], tuple[TrialGrid, SeedScores, Spreads]] = {}
     for name, variant_grid, variant_config in variants(grid, config, replicated):
-        verdicts = judge_grid(variant_grid, runs, lr_range, variant_config)
+        key = (id(variant_grid), variant_config.crossfit)
+        if key not in arrays:
+            arrays[key] = (variant_grid, SeedScores.of(variant_grid, runs, variant_config.crossfit),
+                           Spreads.of(variant_grid, runs, lr_range))
+        verdicts = judge(*arrays[key][1:], variant_config)  # findings.judge_grid, arrays shared
         parts = named_parts(verdicts)
         undecidable = {name: why for name, part in parts.items() if name in before and before[name] != CANNOT_TELL
                        and part.verdict == CANNOT_TELL and (why := cannot_decide(part, variant_config))}

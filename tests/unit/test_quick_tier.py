@@ -71,7 +71,7 @@ def test_an_e2e_test_may_listen():
 '''
 
 
-@pytest.mark.long  # an inner pytest that starts Ray, moto and fresh interpreters: 7-13 s
+@pytest.mark.slow  # an inner pytest that starts Ray, moto and fresh interpreters: 7-13 s, 11 CPU-s
 def test_the_guard_fails_each_quick_test_that_starts_ray_or_a_server(tmp_path):
     (tmp_path / "test_inner.py").write_text(
         textwrap.dedent(INNER.format(ray=str(BIN / "ray"), smoke=str(ROOT / "search_spaces" / "smoke.yaml")))
