@@ -73,19 +73,74 @@ worker's own crash (SIGKILL, SIGABRT, the OOM killer) comes with its cause at on
 process has died"), which the raylet reports, and is a failure of the trial."""
 
 
-def trial_interruption(error_text: str) -> str | None:
+RECORDED_DEATH_WAIT_S = 5.0
+"""How long the driver asks the GCS for the recorded death of a trial's actor whose error did not
+say why it died (TRIAL_UNREACHABLE, TRIAL_DIED_UNEXPLAINED). A node whose raylet is alive reports
+a worker's death at once (SIGTERM to the worker, or to the node: the raylet tells the GCS as it
+leaves); a node gone without a word is declared dead only after Ray's health checks (13 s and
+more), and is a lost node whatever the GCS says later."""
+
+ACTOR_ID = re.compile(r"actor_id: ([0-9a-f]{32})|The actor ([0-9a-f]{32}) is unavailable")
+"""Where the two uncertain errors name their actor (ActorDiedError's header, ActorUnavailableError's message)."""
+
+
+def recorded_death(error_text: str, wait_s: float = RECORDED_DEATH_WAIT_S) -> str:
+    """What the GCS recorded of the death of the actor `error_text` names (its death cause's error
+    message), once it is recorded and within `wait_s`; "" if none is, or outside a Ray driver.
+
+    Private: `ray._private.state.state.actor_table(actor_id)`, the GCS's actor table as `ray list
+    actors --detail` shows it (its `DeathCause`, an ActorDeathCause proto). Public alternatives: the
+    state API (`ray.util.state.get_actor`), which needs the dashboard a study's head may not run."""
+    import time
+
+    import ray
+
+    match = ACTOR_ID.search(error_text)
+    if match is None or not ray.is_initialized():
+        return ""
+    from ray._private.state import state
+
+    deadline = time.monotonic() + wait_s
+    while True:
+        info = state.actor_table(match[1] or match[2])
+        cause = info.get("DeathCause") if info.get("State") == "DEAD" else None
+        if cause is not None and (context := cause.WhichOneof("context")) is not None:
+            return getattr(cause, context).error_message if hasattr(getattr(cause, context), "error_message") \
+                else str(cause)
+        if time.monotonic() >= deadline:
+            return ""
+        time.sleep(0.2)
+
+
+def named_interruption(text: str) -> str | None:
+    """The interruption Ray's message in `text` names for certain, if any."""
+    if TRIAL_SIGTERM in text or TRIAL_NODE_SIGTERM in text or TRIAL_NODE_PREEMPTED in text:
+        return "preemption"
+    if TRIAL_NODE_DIED in text:
+        return "node lost"
+    return None
+
+
+def trial_interruption(error_text: str, recorded: Callable[[str], str] = recorded_death) -> str | None:
     """"preemption" (SIGTERM to the trial's worker or to its node, or a node Ray records as
     preempted: a notice), "node lost" (its node died without one, became unreachable, or went
     before the GCS could say why), or None (an error of the trial's own) for the error Tune wrote
     of a trial. Ray hands the driver no type for these (all are ActorDiedError or
     ActorUnavailableError, only the preempted one flagged, and Tune writes the text), only its
-    messages above."""
+    messages above. An error that does not say why the actor went (unreachable, or a death the
+    driver heard of first) is told by what the GCS `recorded` of it (`recorded_death`): the driver
+    may lose a worker of a node that is leaving after a notice before the GCS tells it so; a death
+    the GCS explains otherwise (the worker crashed) is the trial's own, and one it does not explain
+    within the wait is a lost node."""
     require_tested_ray()
-    if TRIAL_SIGTERM in error_text or TRIAL_NODE_SIGTERM in error_text or TRIAL_NODE_PREEMPTED in error_text:
-        return "preemption"
-    if TRIAL_NODE_DIED in error_text or TRIAL_UNREACHABLE.search(error_text) or \
-            TRIAL_DIED_UNEXPLAINED.search(error_text):
-        return "node lost"
+    if (kind := named_interruption(error_text)) is not None:
+        return kind
+    if TRIAL_UNREACHABLE.search(error_text):
+        return named_interruption(recorded(error_text)) or "node lost"
+    if TRIAL_DIED_UNEXPLAINED.search(error_text):
+        # Recorded later, a crash of the worker itself is the trial's (nothing recorded: the node's).
+        cause = recorded(error_text)
+        return named_interruption(cause) or (None if cause else "node lost")
     return None
 
 

@@ -15,7 +15,7 @@ from sweeper.run.search import StoreRecordSearcher
 
 from test_preemption_on_ray import SpotNodes
 
-CONTENDER_WAIT_S = 30
+CONTENDER_WAIT_S = 20
 """How long the run's stand-in may wait for the node's one `pretrain_node` after the first trial
 ended: it starts in about a second once that resource is free."""
 

@@ -376,10 +376,11 @@ def test_a_lost_nodes_actor_is_told_from_a_worker_that_crashed(ray_head):
     """The errors the driver gets from a real cluster: an actor whose worker crashed (it SIGKILLs
     itself) is a failure of its own; an actor whose node is lost (raylet and workers SIGKILLed
     together) is a lost node, whichever error Ray gives first (the bare "died unexpectedly" once
-    the driver's wait for the GCS's notice runs out, the node's death, or an unreachable actor)."""
+    the driver's wait for the GCS's notice runs out, the node's death, or an unreachable actor),
+    and the GCS has recorded nothing else of it within `recorded_death`'s wait."""
     import ray
 
-    from sweeper.run.ray_compat import trial_interruption
+    from sweeper.run.ray_compat import recorded_death, trial_interruption
 
     @ray.remote(num_cpus=0, resources={"pretrain_node": 0.5})  # two on the spot node
     class Busy:
@@ -405,6 +406,7 @@ def test_a_lost_nodes_actor_is_told_from_a_worker_that_crashed(ray_head):
         ray.get([crashing.started.remote(), working.started.remote()], timeout=120)
         crashed = error_of(crashing.crash.remote())
         assert "its worker process has died" in crashed and trial_interruption(crashed) is None, crashed
+        assert "its worker process has died" in recorded_death(crashed), "the GCS's record, read back"
         work = working.work.remote()
         time.sleep(1)
         spot.lose(node)

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import ast
 import os
+from functools import partial
 from pathlib import Path
 
 import pytest
@@ -172,12 +173,27 @@ def test_an_actor_death_ray_could_not_explain_is_a_lost_node_and_a_worker_crash_
     from ray.core.generated.common_pb2 import ActorDiedErrorContext
     from ray.exceptions import ActorDiedError
 
-    from sweeper.run.ray_compat import trial_interruption
+    from sweeper.run.ray_compat import ACTOR_ID, TRIAL_NODE_DIED, recorded_death, trial_interruption
 
     actor_id = bytes.fromhex("3726" * 8)
     unexplained = ActorDiedError(ActorDiedErrorContext(actor_id=actor_id))
     tune_wrote = f"Failure # 1 (occurred at 2026-11-29)\nray.exceptions.ActorDiedError: {unexplained}\n"
+    assert recorded_death(tune_wrote) == "", "outside a Ray driver the GCS is not asked"
     assert trial_interruption(tune_wrote) == "node lost", tune_wrote
+    # What the GCS recorded meanwhile decides (TRIAL_NODE_SIGTERM, a worker's crash, nothing yet).
+    asked = []
+
+    def recorded(text: str, cause: str) -> str:
+        asked.append(ACTOR_ID.search(text)[1] or ACTOR_ID.search(text)[2])
+        return cause
+
+    reclaimed = f"{TRIAL_NODE_DIED} Node Id: ab12\n\tthe actor's node was terminated expectedly: received SIGTERM"
+    assert trial_interruption(tune_wrote, partial(recorded, cause=reclaimed)) == "preemption"
+    assert trial_interruption(tune_wrote, partial(recorded, cause="its worker process has died. SIGSEGV")) is None
+    unreachable = f"ray.exceptions.ActorUnavailableError: The actor {actor_id.hex()} is unavailable: Socket closed"
+    assert trial_interruption(unreachable, partial(recorded, cause=reclaimed)) == "preemption"
+    assert trial_interruption(unreachable, partial(recorded, cause="killed by ray.kill")) == "node lost"
+    assert asked == [actor_id.hex()] * 4
     crashed = ActorDiedError(ActorDiedErrorContext(
         actor_id=actor_id, class_name="ImplicitFunc", pid=10715, ray_namespace="ns", node_ip_address="10.0.0.2",
         error_message="The actor is dead because its worker process has died. Worker exit type: SYSTEM_ERROR"))
