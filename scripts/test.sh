@@ -8,15 +8,8 @@
 #   bash scripts/test.sh         the whole suite, tests/unit and tests/e2e (studies, Ray Tune and
 #                                Train on a real local Ray cluster, moto's S3 server); what CI runs.
 #
-# Both tiers run on both cores (pytest-xdist). Measured on 2 cores, idle machine
-# (docs/benchmarks.md section 17): quick, 862 tests in 2m07s of pytest; the whole suite on a
-# fresh clone, 948 tests in 12m52s-14m13s of pytest idle on a fast day, 14m18s-19m05s on slow
-# ones (19m48s-25m07s beside 2 busy processes), both cores 87-95 % busy throughout. Since the
-# e2e tests of paper scoring, branching, interrupts and variable samples: 1,117 tests in 39m37s
-# of pytest on a fresh clone (561aab0, docs/benchmarks.md section 17), the 90-minute CI bound
-# with room; the longest single tests are listed by --durations. The
-# machine's speed drifts from day to day (the same import took 2.49, 3.44, 2.55, 2.90, 3.25 and
-# 3.04 CPU-s on six days) and within a day (the same commit in 13m30s, then 15m28s), so compare
+# Both tiers run on both cores (pytest-xdist). Their current times, with the machine and date,
+# are in docs/benchmarks.md section 17; the machine's speed drifts from day to day, so compare
 # figures run side by side.
 # Extra arguments go to pytest (`bash scripts/test.sh quick tests/unit/spec -k limits`); an
 # argument naming a test path replaces the tier's folder. No test collected is a failure.
