@@ -16,6 +16,7 @@ from __future__ import annotations
 import os
 import re
 import sys
+import time
 import traceback
 from collections.abc import Callable
 from functools import lru_cache
@@ -91,8 +92,6 @@ def recorded_death(error_text: str, wait_s: float = RECORDED_DEATH_WAIT_S) -> st
     Private: `ray._private.state.state.actor_table(actor_id)`, the GCS's actor table as `ray list
     actors --detail` shows it (its `DeathCause`, an ActorDeathCause proto). Public alternatives: the
     state API (`ray.util.state.get_actor`), which needs the dashboard a study's head may not run."""
-    import time
-
     import ray
 
     match = ACTOR_ID.search(error_text)
@@ -105,8 +104,8 @@ def recorded_death(error_text: str, wait_s: float = RECORDED_DEATH_WAIT_S) -> st
         info = state.actor_table(match[1] or match[2])
         cause = info.get("DeathCause") if info.get("State") == "DEAD" else None
         if cause is not None and (context := cause.WhichOneof("context")) is not None:
-            return getattr(cause, context).error_message if hasattr(getattr(cause, context), "error_message") \
-                else str(cause)
+            detail = getattr(cause, context)  # every context but a failed creation task's has an error_message
+            return detail.error_message if hasattr(detail, "error_message") else str(cause)
         if time.monotonic() >= deadline:
             return ""
         time.sleep(0.2)
