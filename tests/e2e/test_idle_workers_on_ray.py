@@ -82,22 +82,21 @@ def test_an_idle_trial_worker_leaves_its_resources_to_pretraining(ray_head, tmp_
         released.set()
 
     idle_workers = IdleWorkers(Training() if training else Pipeline())
-    spot = SpotNodes(ray_head[0])
     ray.init(address=ray_head[0], log_to_driver=False)
-    try:
-        spot.start()
-        thread = threading.Thread(target=stand_in, daemon=True)
-        thread.start()
-        results = tune.Tuner(
-            tune.with_resources(trainable, {"cpu": 0, "pretrain_node": 1}),
-            tune_config=tune.TuneConfig(search_alg=OneThenWait(idle_workers), num_samples=2, reuse_actors=True,
-                                        scheduler=IdleWorkerScheduler(idle_workers)),
-            run_config=tune.RunConfig(storage_path=str(tmp_path / "tune"), verbose=0),
-        ).fit()
-        thread.join(timeout=CONTENDER_WAIT_S + 60)
-    finally:
-        ray.shutdown()
-        spot.stop_all()
+    with SpotNodes(ray_head[0]) as spot:
+        try:
+            spot.start()
+            thread = threading.Thread(target=stand_in, daemon=True)
+            thread.start()
+            results = tune.Tuner(
+                tune.with_resources(trainable, {"cpu": 0, "pretrain_node": 1}),
+                tune_config=tune.TuneConfig(search_alg=OneThenWait(idle_workers), num_samples=2, reuse_actors=True,
+                                            scheduler=IdleWorkerScheduler(idle_workers)),
+                run_config=tune.RunConfig(storage_path=str(tmp_path / "tune"), verbose=0),
+            ).fit()
+            thread.join(timeout=CONTENDER_WAIT_S + 60)
+        finally:
+            ray.shutdown()
     pids = [result.metrics["pid"] for result in results]
     assert len(pids) == 2 and not results.errors, results.errors
     print(f"training={training}: the stand-in {contender['result']} after {contender['seconds']:.1f} s; "

@@ -92,6 +92,19 @@ preemption whose deadline is still ahead (the GCS's node manager), and the sweep
 node, as Ray does."""
 
 
+NODE_DEATH_S = 120
+"""How long a node the test stopped may stay alive to the GCS: a SIGKILLed raylet is found dead by
+the GCS's health check, 5 failed checks 3 s apart, each given up to 10 s (Ray's defaults)."""
+
+
+def any_alive(address: str, node_ids: list[str]) -> bool:
+    """Whether the GCS at `address` counts any of `node_ids` alive (asked with Ray's own GCS
+    client, a private API: no `ray.init` needed)."""
+    from ray._raylet import GcsClient, NodeID
+
+    return any(GcsClient(address=address).check_alive([NodeID.from_hex(i) for i in node_ids], timeout=30))
+
+
 def command_name(pid: int) -> str | None:
     """The name of process `pid`'s executable (/proc's `comm`), None once it is gone."""
     try:
@@ -144,8 +157,15 @@ class SpotNodes:
 
     def node_id(self, node: subprocess.Popen) -> str:
         """Its Ray node id (its raylet logs it as it starts)."""
-        raylet = self.nodes[node] / "ray" / "session_latest" / "logs" / "raylet.out"
-        return re.search(r"Setting node ID node_id=([0-9a-f]+)", raylet.read_text())[1]
+        return re.search(r"Setting node ID node_id=([0-9a-f]+)", self.raylet_log(node).read_text())[1]
+
+    def raylet_log(self, node: subprocess.Popen) -> Path:
+        return self.nodes[node] / "ray" / "session_latest" / "logs" / "raylet.out"
+
+    def joined(self, node: subprocess.Popen) -> bool:
+        """Whether `node`'s raylet got as far as its node id (a start given up on may not have)."""
+        log = self.raylet_log(node)
+        return log.exists() and "Setting node ID node_id=" in log.read_text()
 
     @staticmethod
     def processes(node: subprocess.Popen) -> list[int]:
@@ -201,10 +221,40 @@ class SpotNodes:
         node.wait()
 
     def stop_all(self) -> None:
+        """Stop every node and return once the GCS counts each dead. A node SIGKILLed while it had
+        a free `pretrain_node` stays alive to the GCS until its health check gives up (15-60 s),
+        and the GCS places work there meanwhile: the next test's actors went to an idle node the
+        test before had SIGKILLed, and died "never ran" with it (CI at 22b6455; reproduced once
+        in 3 here). A running node is stopped as `reclaim` does, so its raylet tells the GCS."""
+        ids = [self.node_id(node) for node in self.nodes if self.joined(node)]
         for node in self.nodes:
+            if node.poll() is None:
+                self.reclaim(node)
             self.signal_all(node, signal.SIGKILL)
             stop_process_group(node.pid)
+        if ids:
+            wait_for(lambda: not any_alive(self.address, ids), timeout=NODE_DEATH_S,
+                     what=f"the GCS to count nodes {[i[:8] for i in ids]} dead", poll_s=1)
         shutil.rmtree(self.folder, ignore_errors=True)
+
+    def log_tails(self, lines: int = 30) -> str:
+        """Each node's `ray start` output and its raylet's log, their last `lines` lines: why a
+        node went, which its folder (removed by `stop_all`) would otherwise take with it."""
+        tails = []
+        for number, where in enumerate(self.nodes.values()):
+            for log in (where / "ray-start.log", where / "ray" / "session_latest" / "logs" / "raylet.out"):
+                text = log.read_text(errors="replace").splitlines()[-lines:] if log.exists() else ["(none)"]
+                tails.append(f"--- node {number}: {log.name} ---\n" + "\n".join(text))
+        return "\n".join(tails)
+
+    def __enter__(self) -> SpotNodes:
+        return self
+
+    def __exit__(self, kind, error, traceback) -> None:
+        """Stop every node; a failure carries their logs' tails (a note pytest prints with it)."""
+        if error is not None:
+            error.add_note(self.log_tails())
+        self.stop_all()
 
 
 TRIAL_TITLE = "ray::ImplicitFunc.train"
@@ -277,7 +327,6 @@ def test_spot_nodes_drained_or_lost_cost_only_their_own_work(ray_head, tmp_path)
     layout = StudyLayout(str(study_dir))
     run_dir = str(study_dir / "pretraining" / RUN)
     log = tmp_path / "driver.log"
-    spot = SpotNodes(ray_head[0])
     driver = None
 
     def progress():
@@ -293,59 +342,62 @@ def test_spot_nodes_drained_or_lost_cost_only_their_own_work(ray_head, tmp_path)
     def at(what):
         print(f"[test +{time.time() - began:.0f} s] {what}", flush=True)
 
-    try:
-        node = spot.start()
-        at("node A up")
-        with open(log, "w") as out:
-            driver = subprocess.Popen([sys.executable, "-m", "sweeper", "run", str(spec), "--storage", str(study_dir)],
-                                      cwd=ROOT, stdout=out, stderr=subprocess.STDOUT, text=True,
-                                      env={**os.environ, "RAY_ADDRESS": ray_head[0], "PYTHONUNBUFFERED": "1"})
-        # 1. The run's node drained: a notice. The next node joins meanwhile (a drained node takes
-        # nothing new).
-        first = wait_for(lambda: (p := progress()) and p["step"] < 20 and p, timeout=600,
-                         what="the run training on node A", process=driver, poll_s=0.05)
-        drain(ray_head[0], first["node_id"], 120)
-        drained, node = node, spot.start()
-        at("node A drained, node B up")
-        (notice,) = wait_for(lambda: RunLayout(run_dir).interruptions(), timeout=60,
-                             what="the drain notice's resume state", process=driver)
-        assert notice["kind"] == "preemption" and f"node {first['node_id'][:8]} draining" in notice["reason"]
-        wait_for(lambda: said("was preempted"), timeout=60, what="the run's task back", process=driver)
-        spot.reclaim(drained)
-        at(f"notice at step {notice['step']}; node A reclaimed")
-        # 2. The next node lost mid-run: no notice, the run trains on from its last saved state.
-        wait_for(lambda: (p := progress()) and p["node_id"] != first["node_id"] and p["step"] > notice["step"] + 5
-                 and p["step"] < 55 and p, timeout=600, what="the run training on node B", process=driver, poll_s=0.05)
-        spot.lose(node)
-        saved = max(RunLayout(run_dir).saved_checkpoints())  # at least this far; a save under way may land
-        at(f"node B lost, saved at step {saved} or later")
-        node = spot.start()
-        at("node C up")
-        # 3. A node lost mid-trial, 4. the next drained mid-trial and reclaimed: each once its trial
-        # has trained for TRAINED_CPU_S CPU-seconds.
-        trained = wait_for(training_a_trial(spot, node), timeout=900, what="a trial training on node C",
-                           process=driver, poll_s=0.1)
-        spot.lose(node)
-        at(f"node C lost, its trial {trained:.1f} CPU-s in")
-        node = spot.start()
-        at("node D up")
-        wait_for(lambda: trial_interruptions(1), timeout=300, what="the lost node's trial set aside", process=driver)
-        trained = wait_for(training_a_trial(spot, node), timeout=600, what="a trial training on node D",
-                           process=driver, poll_s=0.1)
-        drain(ray_head[0], spot.node_id(node), 60)
-        spot.reclaim(node)
-        at(f"node D drained and reclaimed, its trial {trained:.1f} CPU-s in at the drain")
-        spot.start()
-        at("node E up")
+    with SpotNodes(ray_head[0]) as spot:
         try:
-            driver.wait(timeout=1200)
-        except subprocess.TimeoutExpired:
-            pytest.fail(f"the driver ran past 1200 s; its output:\n{log.read_text()[-8000:]}")
-        at("driver done")
-    finally:
-        if driver is not None and driver.poll() is None:
-            driver.kill()
-        spot.stop_all()
+            node = spot.start()
+            at("node A up")
+            with open(log, "w") as out:
+                driver = subprocess.Popen(
+                    [sys.executable, "-m", "sweeper", "run", str(spec), "--storage", str(study_dir)],
+                    cwd=ROOT, stdout=out, stderr=subprocess.STDOUT, text=True,
+                    env={**os.environ, "RAY_ADDRESS": ray_head[0], "PYTHONUNBUFFERED": "1"})
+            # 1. The run's node drained: a notice. The next node joins meanwhile (a drained node takes
+            # nothing new).
+            first = wait_for(lambda: (p := progress()) and p["step"] < 20 and p, timeout=600,
+                             what="the run training on node A", process=driver, poll_s=0.05)
+            drain(ray_head[0], first["node_id"], 120)
+            drained, node = node, spot.start()
+            at("node A drained, node B up")
+            (notice,) = wait_for(lambda: RunLayout(run_dir).interruptions(), timeout=60,
+                                 what="the drain notice's resume state", process=driver)
+            assert notice["kind"] == "preemption" and f"node {first['node_id'][:8]} draining" in notice["reason"]
+            wait_for(lambda: said("was preempted"), timeout=60, what="the run's task back", process=driver)
+            spot.reclaim(drained)
+            at(f"notice at step {notice['step']}; node A reclaimed")
+            # 2. The next node lost mid-run: no notice, the run trains on from its last saved state.
+            wait_for(lambda: (p := progress()) and p["node_id"] != first["node_id"]
+                     and p["step"] > notice["step"] + 5 and p["step"] < 55 and p,
+                     timeout=600, what="the run training on node B", process=driver, poll_s=0.05)
+            spot.lose(node)
+            saved = max(RunLayout(run_dir).saved_checkpoints())  # at least this far; a save under way may land
+            at(f"node B lost, saved at step {saved} or later")
+            node = spot.start()
+            at("node C up")
+            # 3. A node lost mid-trial, 4. the next drained mid-trial and reclaimed: each once its trial
+            # has trained for TRAINED_CPU_S CPU-seconds.
+            trained = wait_for(training_a_trial(spot, node), timeout=900, what="a trial training on node C",
+                               process=driver, poll_s=0.1)
+            spot.lose(node)
+            at(f"node C lost, its trial {trained:.1f} CPU-s in")
+            node = spot.start()
+            at("node D up")
+            wait_for(lambda: trial_interruptions(1), timeout=300, what="the lost node's trial set aside",
+                     process=driver)
+            trained = wait_for(training_a_trial(spot, node), timeout=600, what="a trial training on node D",
+                               process=driver, poll_s=0.1)
+            drain(ray_head[0], spot.node_id(node), 60)
+            spot.reclaim(node)
+            at(f"node D drained and reclaimed, its trial {trained:.1f} CPU-s in at the drain")
+            spot.start()
+            at("node E up")
+            try:
+                driver.wait(timeout=1200)
+            except subprocess.TimeoutExpired:
+                pytest.fail(f"the driver ran past 1200 s; its output:\n{log.read_text()[-8000:]}")
+            at("driver done")
+        finally:
+            if driver is not None and driver.poll() is None:
+                driver.kill()
     output = log.read_text()
     assert driver.returncode == 0, output[-5000:]
     # The run: finished, its two stops counted apart from failures (`max_failures: 0`).
@@ -398,21 +450,20 @@ def test_a_lost_nodes_actor_is_told_from_a_worker_that_crashed(ray_head):
             ray.get(ref, timeout=120)
         return f"ray.exceptions.{type(raised.value).__name__}: {raised.value}"
 
-    spot = SpotNodes(ray_head[0])
     ray.init(address=ray_head[0], log_to_driver=False)
-    try:
-        node = spot.start()
-        crashing, working = Busy.remote(), Busy.remote()
-        ray.get([crashing.started.remote(), working.started.remote()], timeout=120)
-        crashed = error_of(crashing.crash.remote())
-        assert "its worker process has died" in crashed and trial_interruption(crashed) is None, crashed
-        assert "its worker process has died" in recorded_death(crashed), "the GCS's record, read back"
-        work = working.work.remote()
-        time.sleep(1)
-        spot.lose(node)
-        lost = error_of(work)
-        assert trial_interruption(lost) == "node lost", lost
-        print(f"a lost node's actor: {lost.splitlines()[0]}")
-    finally:
-        ray.shutdown()
-        spot.stop_all()
+    with SpotNodes(ray_head[0]) as spot:
+        try:
+            node = spot.start()
+            crashing, working = Busy.remote(), Busy.remote()
+            ray.get([crashing.started.remote(), working.started.remote()], timeout=120)
+            crashed = error_of(crashing.crash.remote())
+            assert "its worker process has died" in crashed and trial_interruption(crashed) is None, crashed
+            assert "its worker process has died" in recorded_death(crashed), "the GCS's record, read back"
+            work = working.work.remote()
+            time.sleep(1)
+            spot.lose(node)
+            lost = error_of(work)
+            assert trial_interruption(lost) == "node lost", lost
+            print(f"a lost node's actor: {lost.splitlines()[0]}")
+        finally:
+            ray.shutdown()
