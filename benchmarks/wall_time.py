@@ -1,5 +1,5 @@
 """Benchmark 13: the calibration of `sweeper plan`'s wall-time estimate on a CPU (sweeper/plan/cost.py,
-`CPU_CALIBRATION`).
+`CPU_CALIBRATIONS`, one per kind of CPU: this machine's, `cost.cpu_kind`).
 
 Measures CPU seconds on one thread (process CPU time, which a busy machine inflates far less than
 wall time), then fits the constants the estimate uses:
@@ -14,7 +14,7 @@ wall time), then fits the constants the estimate uses:
 
     .venv/bin/python benchmarks/wall_time.py [--steps 30 90] [--seeds 2]
 
-Prints the constants as `CPU_CALIBRATION` takes them.
+Prints the constants as `CPU_CALIBRATIONS[kind]` takes them, for this machine's kind.
 """
 from __future__ import annotations
 
@@ -53,6 +53,9 @@ def fit_pretraining(corpus_dir: str, lengths: tuple[int, int], work: Path) -> di
     from sweeper.plan.cost import parameter_count
 
     short, long = lengths
+    # Untimed: the first run in a process also pays Ray's start (Train's local mode starts a local
+    # Ray instance, seconds of this process's CPU), which would sit in the first short run alone.
+    pretraining_cpu_seconds(corpus_dir, "nano", "mlm", 5, work)
     fitted, overheads = {}, []
     for objective in ("mlm", "clm"):
         per_token = {}
@@ -93,6 +96,7 @@ def trial_measurements(seeds: int) -> list[tuple[str, float, float]]:
     spec = replace(spec, study="bench-wall", pretraining=replace(spec.pretraining, runs=[run], replicates=1),
                    finetuning=replace(spec.finetuning, seeds=list(range(seeds))))
     plan = plan_study(spec)
+    ray.shutdown()  # the pretraining runs' (Train's local mode starts a Ray of its own): the trials get 1 CPU
     ray.init(num_cpus=1, log_to_driver=False)
     layout = StudyLayout(str(Path(tempfile.mkdtemp(prefix="bench-wall-")) / "study"))
     corpora = prepare_corpora(spec, plan, layout)
@@ -134,10 +138,12 @@ def main() -> None:
     import torch
 
     from sweeper.contract.configs import CorpusConfig
+    from sweeper.plan.cost import cpu_flags, cpu_kind
     from trainables.corpus_prep import prepare_corpus
 
     torch.set_num_threads(1)
-    print(f"machine: {platform.machine()}, {os.cpu_count()} CPUs, torch {torch.__version__}, 1 thread; "
+    print(f"machine: {platform.machine()}, {os.cpu_count()} CPUs ({cpu_kind(cpu_flags())} calibration), "
+          f"torch {torch.__version__} ({torch.backends.cpu.get_cpu_capability()}), 1 thread; "
           f"load average {os.getloadavg()[0]:.1f} at the start", flush=True)
     work = Path(tempfile.mkdtemp(prefix="bench-wall-pretrain-"))
     corpus_dir = str(work / "corpus")
@@ -147,7 +153,7 @@ def main() -> None:
     shutil.rmtree(work, ignore_errors=True)
     constants |= fit_trials(trial_measurements(args.seeds))
     print(f"load average {os.getloadavg()[0]:.1f} at the end")
-    print("CPU_CALIBRATION = {")
+    print(f"CPU_CALIBRATIONS[{cpu_kind(cpu_flags())!r}] = {{")
     for key, value in constants.items():
         print(f"    {key!r}: {value!r},")
     print("}")

@@ -234,23 +234,42 @@ def describe_external(external: ExternalCheckpoint) -> str:
 
 # --- wall time on CPUs: the cost model calibrated on measured CPU throughput -----------------
 
-CPU_CALIBRATION = {
-    "pretrain_token_s": {"mlm": 7.38e-06, "clm": 2.90e-05},
-    "pretrain_flops_per_s": {"mlm": 6.82e10, "clm": 7.58e10},
-    "pretrain_run_s": 0.23,
-    "trial_s": 0.20,
-    "trial_flops_per_s": 2.09e10,
+CPU_CALIBRATIONS = {
+    "avx512": {
+        "pretrain_token_s": {"mlm": 7.38e-06, "clm": 2.90e-05},
+        "pretrain_flops_per_s": {"mlm": 6.82e10, "clm": 7.58e10},
+        "pretrain_run_s": 0.23,
+        "trial_s": 0.20,
+        "trial_flops_per_s": 2.09e10,
+    },
+    "avx2": {
+        "pretrain_token_s": {"mlm": 1.53e-05, "clm": 3.14e-05},
+        "pretrain_flops_per_s": {"mlm": 3.28e10, "clm": 3.27e10},
+        "pretrain_run_s": 0.0,
+        "trial_s": 0.44,
+        "trial_flops_per_s": 9.10e09,
+    },
 }
-"""CPU seconds on one thread, fitted by benchmarks/wall_time.py (docs/benchmarks.md, section 14):
-a pretraining token costs pretrain_token_s + 6 x parameters / pretrain_flops_per_s (per
-objective: MLM scores only the masked positions), a run pretrain_run_s more (start, final
-checkpoint); a fine-tuning trial trial_s (backbone load, data, scoring set-up) + its FLOPs
-(`trial_flops`) / trial_flops_per_s."""
-CALIBRATION_CPU_FLAG = "avx512f"
-"""The calibration's machine had AVX512 (torch's CPU path AVX512). On a CPU without it (an AMD
-EPYC with AVX2, measured side by side by per-step CPU time) the same work took 1.9-2.2x the CPU
-seconds, and the default study 26m41s against its ~14 min estimate (docs/benchmarks.md, section
-14): `sweeper plan` says so on such a machine rather than print a figure half as long as the run."""
+"""CPU seconds on one thread, fitted by benchmarks/wall_time.py (docs/benchmarks.md, section 14),
+one set per kind of CPU (`cpu_kind`): a pretraining token costs pretrain_token_s + 6 x parameters
+/ pretrain_flops_per_s (per objective: MLM scores only the masked positions), a run
+pretrain_run_s more (start, final checkpoint); a fine-tuning trial trial_s (backbone load, data,
+scoring set-up) + its FLOPs (`trial_flops`) / trial_flops_per_s. torch takes its AVX512 path
+where the CPU has it: on an AVX2 CPU (an AMD EPYC, Zen 3) the same nano step took 2.1x the CPU
+seconds, and one calibration for both put the default study's estimate at half its time."""
+
+
+CPU_KIND_TEXT = {"avx512": "an AVX512", "avx2": "an AVX2"}
+UNKNOWN_CPU_KIND = "avx2"
+"""The calibration of a CPU whose flags cannot be read (not Linux): the slower one, so that a
+plan errs long."""
+
+
+def cpu_kind(flags: set[str] | None) -> str | None:
+    """Which calibration a CPU with `flags` takes (None: flags unknown, a non-Linux machine)."""
+    if flags is None:
+        return None
+    return "avx512" if "avx512f" in flags else "avx2"
 
 
 def cpu_flags() -> set[str] | None:
@@ -277,36 +296,38 @@ class WallTime:
     """Runs and trials sized only at run time (a Hugging Face source): not in the figure."""
 
 
-def run_cpu_seconds(run: PretrainingRun, start: int = 0) -> float | None:
-    """CPU seconds of one pretraining run from step `start` (a branch's), or None when its size
-    is known only at run time."""
+def run_cpu_seconds(run: PretrainingRun, calibration: dict, start: int = 0) -> float | None:
+    """CPU seconds of one pretraining run from step `start` (a branch's) on a CPU `calibration`
+    (one of CPU_CALIBRATIONS), or None when its size is known only at run time."""
     if not run.model_config:
         return None
     flops_per_token = 6 * parameter_count(run.model_config)
-    seconds = CPU_CALIBRATION["pretrain_run_s"]
+    seconds = calibration["pretrain_run_s"]
     for phase in run.phases:
         kind = "mlm" if phase.objective == "mlm" else "clm"  # another objective: full logits, as CLM
         per_token = (
-            CPU_CALIBRATION["pretrain_token_s"][kind] + flops_per_token / CPU_CALIBRATION["pretrain_flops_per_s"][kind]
+            calibration["pretrain_token_s"][kind] + flops_per_token / calibration["pretrain_flops_per_s"][kind]
         )
         seconds += max(0, phase.end_step - max(phase.start_step, start)) * run.tokens_per_step * per_token
     return seconds
 
 
-def cpu_wall_time(spec: StudySpec, plan: StudyPlan, cpus: int) -> WallTime | None:
-    """How long the study takes on `cpus` CPUs, or None when it uses GPUs (its figure is the
-    GPU-hours). Runs and trials share the CPUs as `sweeper run` schedules them (pretraining
-    beside fine-tuning), so the work is their CPU seconds over the CPUs, and no less than its
-    longest chain: a run, the continued run from it, then one trial."""
+def cpu_wall_time(spec: StudySpec, plan: StudyPlan, cpus: int, kind: str) -> WallTime | None:
+    """How long the study takes on `cpus` CPUs of `kind` (a key of CPU_CALIBRATIONS), or None
+    when it uses GPUs (its figure is the GPU-hours). Runs and trials share the CPUs as `sweeper
+    run` schedules them (pretraining beside fine-tuning), so the work is their CPU seconds over
+    the CPUs, and no less than its longest chain: a run, the continued run from it, then one
+    trial."""
     res = spec.resources
     if res.gpus_per_worker or res.gpus_per_trial:
         return None
+    calibration = CPU_CALIBRATIONS[kind]
     unknown, chain, runs = 0, {}, {run.name: run for run in plan.runs}
     branches = shared_prefixes(spec, plan.runs)
     starts = {name: branch.step for name, branch in branches.items()}
     # trunks before their branches (longest first), sources before the runs continued from them
     for run in sorted(plan.runs, key=lambda r: (r.init_from_run is not None, -r.total_steps)):
-        seconds = run_cpu_seconds(run, starts.get(run.name, 0))
+        seconds = run_cpu_seconds(run, calibration, starts.get(run.name, 0))
         if seconds is None:
             unknown += 1
             continue
@@ -317,7 +338,7 @@ def cpu_wall_time(spec: StudySpec, plan: StudyPlan, cpus: int) -> WallTime | Non
             else 0.0
         )
         chain[run.name] = seconds / max(res.cpus_per_worker, 1) + chain.get(run.init_from_run, 0.0) + trunk
-    pretraining = sum(run_cpu_seconds(run, starts.get(run.name, 0)) or 0.0 for run in runs.values())
+    pretraining = sum(run_cpu_seconds(run, calibration, starts.get(run.name, 0)) or 0.0 for run in runs.values())
     finetuning, longest_trial = 0.0, 0.0
     for trial, flops in zip(plan.trials, trials_flops(spec, plan)):
         if get_task(trial.task).train_task:
@@ -325,7 +346,7 @@ def cpu_wall_time(spec: StudySpec, plan: StudyPlan, cpus: int) -> WallTime | Non
         if flops is None:
             unknown += 1
             continue
-        seconds = CPU_CALIBRATION["trial_s"] + flops / CPU_CALIBRATION["trial_flops_per_s"]
+        seconds = calibration["trial_s"] + flops / calibration["trial_flops_per_s"]
         finetuning += seconds
         longest_trial = max(longest_trial, seconds)
     work = (pretraining + finetuning) / max(cpus, 1)
@@ -342,7 +363,8 @@ def duration_text(seconds: float) -> str:
 
 def wall_time_lines(spec: StudySpec, plan: StudyPlan, cpus: int) -> list[str]:
     """`sweeper plan`'s wall-time lines: a CPU study's on `cpus` CPUs, a GPU study's on one node."""
-    estimate = cpu_wall_time(spec, plan, cpus)
+    kind = cpu_kind(cpu_flags())
+    estimate = cpu_wall_time(spec, plan, cpus, kind or UNKNOWN_CPU_KIND)
     if estimate is None:  # a GPU study: its GPU-hours over one node's GPUs, every GPU busy
         gpus = spec.resources.gpus_per_node
         hours = (pretraining_cost(spec, plan.runs, shared_prefixes(spec, plan.runs)).gpu_hours
@@ -354,11 +376,10 @@ def wall_time_lines(spec: StudySpec, plan: StudyPlan, cpus: int) -> list[str]:
              f"~{duration_text(estimate.seconds)}{extra}",
              f"    {estimate.pretraining_cpu_s / 60:,.1f} CPU-min of pretraining + "
              f"{estimate.finetuning_cpu_s / 60:,.1f} "
-             f"of fine-tuning over the CPUs, + {STUDY_SETUP_S:.0f} s of set-up (benchmarks/wall_time.py)"]
-    flags = cpu_flags()
-    if flags is not None and CALIBRATION_CPU_FLAG not in flags:
-        lines.append("    calibrated on a CPU with AVX512, which this one lacks: on an AVX2 CPU studies took about 2x "
-                     "the estimate (docs/benchmarks.md, section 14; rerun benchmarks/wall_time.py here)")
+             f"of fine-tuning over the CPUs, + {STUDY_SETUP_S:.0f} s of set-up",
+             f"    calibrated on {CPU_KIND_TEXT[kind or UNKNOWN_CPU_KIND]} CPU"
+             + ("" if kind else " (this one's kind unknown: the slower calibration)")
+             + " by benchmarks/wall_time.py (docs/benchmarks.md, section 14)"]
     return lines
 
 
