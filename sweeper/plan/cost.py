@@ -261,12 +261,12 @@ seconds, and one calibration for both put the default study's estimate at half i
 
 CPU_KIND_TEXT = {"avx512": "an AVX512", "avx2": "an AVX2"}
 UNKNOWN_CPU_KIND = "avx2"
-"""The calibration of a CPU whose flags cannot be read (not Linux): the slower one, so that a
-plan errs long."""
+"""The calibration of a CPU whose flags cannot be read (not Linux, or an ARM CPU's `Features`):
+the slower one, so that a plan errs long."""
 
 
 def cpu_kind(flags: set[str] | None) -> str | None:
-    """Which calibration a CPU with `flags` takes (None: flags unknown, a non-Linux machine)."""
+    """Which calibration a CPU with `flags` takes (None: its flags unknown)."""
     if flags is None:
         return None
     return "avx512" if "avx512f" in flags else "avx2"
