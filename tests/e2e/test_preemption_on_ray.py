@@ -23,6 +23,7 @@ from sweeper.store.layout import RunLayout
 
 from conftest import AGENT_PORTS, BIN, ROOT, ray_cli, run_sweeper, stop_process_group
 from in_process_run import trained_in_process
+from ray_private import any_alive
 from test_resume import finished_output, start_sweeper, wait_for
 
 pytestmark = pytest.mark.e2e
@@ -95,14 +96,6 @@ node, as Ray does."""
 NODE_DEATH_S = 120
 """How long a node the test stopped may stay alive to the GCS: a SIGKILLed raylet is found dead by
 the GCS's health check, 5 failed checks 3 s apart, each given up to 10 s (Ray's defaults)."""
-
-
-def any_alive(address: str, node_ids: list[str]) -> bool:
-    """Whether the GCS at `address` counts any of `node_ids` alive (asked with Ray's own GCS
-    client, a private API: no `ray.init` needed)."""
-    from ray._raylet import GcsClient, NodeID
-
-    return any(GcsClient(address=address).check_alive([NodeID.from_hex(i) for i in node_ids], timeout=30))
 
 
 def command_name(pid: int) -> str | None:

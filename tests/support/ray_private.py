@@ -1,7 +1,8 @@
 """Ray's private API that only the tests use, version-checked as sweeper/run/ray_compat.py's:
 `ray up`'s own handling of a cluster config, offline (tests/unit/cluster/test_cluster_configs.py),
-Ray's accelerator resource names (tests/unit/plan/test_hostile_checkpoints.py), and a worker's
-error as Ray Train wraps it.
+Ray's accelerator resource names (tests/unit/plan/test_hostile_checkpoints.py), a worker's
+error as Ray Train wraps it, and whether the GCS still counts a test's nodes alive
+(tests/e2e/test_preemption_on_ray.py).
 
 Ray has no public API that checks a cluster config the way `ray up` reads it: the schema alone
 misses the merges and defaults `ray up` applies before it reaches the cloud. These let the shipped
@@ -62,3 +63,12 @@ def worker_exception(error: BaseException, traceback_text: str) -> BaseException
     from ray.train.v2._internal.exceptions import UserExceptionWithTraceback
 
     return UserExceptionWithTraceback(error, traceback_text)
+
+
+def any_alive(address: str, node_ids: list[str]) -> bool:
+    """Whether the GCS at `address` counts any of the nodes `node_ids` (hex) alive, asked without
+    `ray.init`. Private: `ray._raylet.GcsClient.check_alive`."""
+    require_tested_ray()
+    from ray._raylet import GcsClient, NodeID
+
+    return any(GcsClient(address=address).check_alive([NodeID.from_hex(i) for i in node_ids], timeout=30))
