@@ -259,7 +259,6 @@ where the CPU has it: on an AVX2 CPU (an AMD EPYC, Zen 3) the same nano step too
 seconds, and one calibration for both put the default study's estimate at half its time."""
 
 
-CPU_KIND_TEXT = {"avx512": "an AVX512", "avx2": "an AVX2"}
 UNKNOWN_CPU_KIND = "avx2"
 """The calibration of a CPU whose flags cannot be read (not Linux, or an ARM CPU's `Features`):
 the slower one, so that a plan errs long."""
@@ -377,7 +376,7 @@ def wall_time_lines(spec: StudySpec, plan: StudyPlan, cpus: int) -> list[str]:
              f"    {estimate.pretraining_cpu_s / 60:,.1f} CPU-min of pretraining + "
              f"{estimate.finetuning_cpu_s / 60:,.1f} "
              f"of fine-tuning over the CPUs, + {STUDY_SETUP_S:.0f} s of set-up",
-             f"    calibrated on {CPU_KIND_TEXT[kind or UNKNOWN_CPU_KIND]} CPU"
+             f"    calibrated on an {(kind or UNKNOWN_CPU_KIND).upper()} CPU"
              + ("" if kind else " (this one's kind unknown: the slower calibration)")
              + " by benchmarks/wall_time.py (docs/benchmarks.md, section 14)"]
     return lines

@@ -234,8 +234,8 @@ class SpotNodes:
         """Each node's `ray start` output and its raylet's log, their last `lines` lines: why a
         node went, which its folder (removed by `stop_all`) would otherwise take with it."""
         tails = []
-        for number, where in enumerate(self.nodes.values()):
-            for log in (where / "ray-start.log", where / "ray" / "session_latest" / "logs" / "raylet.out"):
+        for number, (node, where) in enumerate(self.nodes.items()):
+            for log in (where / "ray-start.log", self.raylet_log(node)):
                 text = log.read_text(errors="replace").splitlines()[-lines:] if log.exists() else ["(none)"]
                 tails.append(f"--- node {number}: {log.name} ---\n" + "\n".join(text))
         return "\n".join(tails)

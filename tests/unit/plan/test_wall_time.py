@@ -76,7 +76,7 @@ def test_lines_name_the_cpus(micro):
 
 
 def test_a_cpus_flags_pick_its_calibration_and_the_plan_names_it(micro, tmp_path, monkeypatch):
-    """An AVX512 CPU takes the AVX512 calibration, an AVX2 one the AVX2 calibration (about 1.7x
+    """An AVX512 CPU takes the AVX512 calibration, an AVX2 one the AVX2 calibration (about 2x
     longer for the default study), and a CPU whose flags cannot be read the slower of the two."""
     import sweeper.plan.cost as cost
     from sweeper.contract import cpu
